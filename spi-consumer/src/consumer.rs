@@ -1,0 +1,158 @@
+//! The delivery discipline shared by every source: decode, apply, persist, publish,
+//! and only then let the source acknowledge.
+//!
+//! A source feeds message bodies to [`Consumer::handle`], which decodes and applies
+//! each to the in-memory state and says what became of it ([`Disposition`]). After a
+//! batch (one message for a broker, a directory scan for the spool), the source calls
+//! [`Consumer::commit`]: the state is saved durably and the changed apps are handed to
+//! the [`Publish`] sink. Only when `commit` returned `Ok` may the source acknowledge
+//! the batch. If it fails (disk full, I/O error) nothing is acknowledged, the changes
+//! stay pending, and the next commit retries them: redelivered messages apply as
+//! no-ops, so nothing is lost and nothing doubled.
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::event::{DecodeError, Decoded, RoutingEvent, decode};
+use crate::metrics::Metrics;
+use crate::persist::{Store, StoreError};
+use crate::state::{Applied, AppKey, RoutingState};
+
+/// Receives the state after each durable change, with the apps that changed since
+/// the last call (an app in `changed` but not in `state` was deleted).
+pub trait Publish: Send {
+    fn publish(&mut self, state: &RoutingState, changed: &BTreeSet<AppKey>);
+}
+
+/// What became of one message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Applied; the state changed.
+    Applied,
+    /// Applied; nothing changed (a duplicate, or a remove of something unknown).
+    Unchanged,
+    /// Decoded but deliberately not applied (unknown action, deprecated duplicate).
+    Ignored,
+    /// Cannot be decoded; park it with the reason and acknowledge it.
+    DeadLetter(DecodeError),
+}
+
+impl Disposition {
+    /// A bounded label for metrics and logs. Every disposition is acknowledged once
+    /// the batch is committed; dead letters are parked first.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Disposition::Applied => "applied",
+            Disposition::Unchanged => "unchanged",
+            Disposition::Ignored => "ignored",
+            Disposition::DeadLetter(_) => "dead_letter",
+        }
+    }
+}
+
+/// The routing state, its store, and where changes go.
+pub struct Consumer<P> {
+    state: RoutingState,
+    store: Store,
+    publisher: P,
+    metrics: Metrics,
+    /// Apps changed in memory but not yet durable and published.
+    pending: BTreeSet<AppKey>,
+}
+
+impl<P: Publish> Consumer<P> {
+    /// Loads the saved state and publishes all of it, so the router serves what it
+    /// served before a restart before any source has answered.
+    pub fn start(store: Store, mut publisher: P, metrics: Metrics) -> Result<Self, StoreError> {
+        let state = store.load()?;
+        let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
+        publisher.publish(&state, &all);
+        tracing::info!(apps = state.len(), dir = %store.dir().display(), "routing state loaded");
+        Ok(Consumer {
+            state,
+            store,
+            publisher,
+            metrics,
+            pending: BTreeSet::new(),
+        })
+    }
+
+    pub fn state(&self) -> &RoutingState {
+        &self.state
+    }
+
+    /// Decodes and applies one message body to the in-memory state.
+    pub fn handle(&mut self, body: &[u8]) -> Disposition {
+        self.metrics.last_event.set(unix_now());
+        let disposition = match decode(body) {
+            Ok(Decoded::Event(event)) => {
+                let d = self.apply(&event);
+                self.metrics
+                    .events
+                    .with_label_values(&[event.action(), d.label()])
+                    .inc();
+                d
+            }
+            Ok(Decoded::Ignored { action, reason }) => {
+                tracing::info!(%action, reason = reason.as_str(), "event ignored");
+                // Unknown action names come from the wire: keep the label set bounded.
+                let label = match action.as_str() {
+                    "add_gear" | "delete_gear" => action.as_str(),
+                    _ => "other",
+                };
+                self.metrics
+                    .events
+                    .with_label_values(&[label, "ignored"])
+                    .inc();
+                Disposition::Ignored
+            }
+            Err(error) => {
+                // Never log the body: it may hold private keys.
+                tracing::warn!(%error, bytes = body.len(), "undecodable event, dead-lettered");
+                self.metrics
+                    .events
+                    .with_label_values(&["undecodable", "dead_letter"])
+                    .inc();
+                self.metrics.dead_letters.inc();
+                Disposition::DeadLetter(error)
+            }
+        };
+        disposition
+    }
+
+    fn apply(&mut self, event: &RoutingEvent) -> Disposition {
+        match self.state.apply(event) {
+            Applied::Changed(key) => {
+                tracing::debug!(action = event.action(), app = %key, "event applied");
+                self.pending.insert(key);
+                Disposition::Applied
+            }
+            Applied::Unchanged(why) => {
+                tracing::debug!(action = event.action(), app = %AppKey::of(event.app()), why = why.as_str(), "event changed nothing");
+                Disposition::Unchanged
+            }
+        }
+    }
+
+    /// Makes every pending change durable, then publishes it. On error nothing is
+    /// published, the changes stay pending, and the caller must not acknowledge.
+    pub fn commit(&mut self) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.store.save(&self.state) {
+            self.metrics.persist_failures.inc();
+            return Err(e);
+        }
+        self.publisher.publish(&self.state, &self.pending);
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

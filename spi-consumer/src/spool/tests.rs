@@ -1,0 +1,129 @@
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::metrics::Metrics;
+use crate::persist::Store;
+use crate::state::{AppKey, RoutingState};
+
+/// Records what was published, so tests can see what a router would have served.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<BTreeSet<AppKey>>>>);
+
+impl Publish for Recorder {
+    fn publish(&mut self, _state: &RoutingState, changed: &BTreeSet<AppKey>) {
+        self.0.lock().expect("lock").push(changed.clone());
+    }
+}
+
+fn setup(tag: &str) -> (PathBuf, Spool, Consumer<Recorder>, Recorder, prometheus::Registry) {
+    let root = std::env::temp_dir().join(format!("spi-spool-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let spool = Spool::open(root.join("spool")).expect("spool");
+    let store = Store::open(root.join("state")).expect("store");
+    let registry = prometheus::Registry::new();
+    let rec = Recorder::default();
+    let consumer =
+        Consumer::start(store, rec.clone(), Metrics::new(&registry).expect("metrics")).expect("start");
+    (root, spool, consumer, rec, registry)
+}
+
+fn drop_fixture(spool: &Spool, name: &str) {
+    fs::write(spool.dir().join(name), crate::fixtures::fixture(name)).expect("write");
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn files_are_applied_in_order_then_moved() {
+    let (root, spool, mut consumer, rec, _reg) = setup("order");
+    // Written in reverse: the name order must still win (add before remove).
+    drop_fixture(&spool, "13-remove_public_endpoint-web_framework-gear2.yaml");
+    drop_fixture(&spool, "04-add_public_endpoint-web_framework-gear2.yaml");
+    assert_eq!(spool.process(&mut consumer).expect("process"), 2);
+    let key = AppKey {
+        name: "myapp".into(),
+        namespace: "demo".into(),
+    };
+    assert!(consumer.state().app(&key).expect("app").endpoints.is_empty());
+    assert_eq!(
+        names(&spool.dir().join(DONE)),
+        [
+            "04-add_public_endpoint-web_framework-gear2.yaml",
+            "13-remove_public_endpoint-web_framework-gear2.yaml"
+        ]
+    );
+    assert_eq!(names(spool.dir()), ["done", "failed"]);
+    // One initial publish (empty) plus one for the batch.
+    assert_eq!(rec.0.lock().expect("lock").len(), 2);
+    let _ = fs::remove_dir_all(root);
+}
+
+#[test]
+fn bad_files_go_to_failed_with_a_reason_and_good_ones_still_apply() {
+    let (root, spool, mut consumer, _rec, registry) = setup("failed");
+    drop_fixture(&spool, "03-add_public_endpoint-load_balancer.yaml");
+    drop_fixture(&spool, "92-synthetic-malformed-truncated.yaml");
+    drop_fixture(&spool, "93-synthetic-missing-public_port.yaml");
+    drop_fixture(&spool, "07-add_alias.yaml");
+    spool.process(&mut consumer).expect("process");
+    assert_eq!(
+        names(&spool.dir().join(FAILED)),
+        [
+            "92-synthetic-malformed-truncated.yaml",
+            "92-synthetic-malformed-truncated.yaml.reason",
+            "93-synthetic-missing-public_port.yaml",
+            "93-synthetic-missing-public_port.yaml.reason"
+        ]
+    );
+    let reason = fs::read_to_string(
+        spool
+            .dir()
+            .join(FAILED)
+            .join("93-synthetic-missing-public_port.yaml.reason"),
+    )
+    .expect("reason");
+    assert!(reason.contains(":public_port"), "{reason}");
+    assert_eq!(names(&spool.dir().join(DONE)).len(), 2);
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .expect("encode");
+    assert!(text.contains("spi_dead_letters_total 2"), "{text}");
+    let _ = fs::remove_dir_all(root);
+}
+
+#[test]
+fn state_survives_a_restart() {
+    let (root, spool, mut consumer, _rec, _reg) = setup("restart");
+    drop_fixture(&spool, "03-add_public_endpoint-load_balancer.yaml");
+    spool.process(&mut consumer).expect("process");
+    let saved = consumer.state().clone();
+    drop(consumer);
+    let rec = Recorder::default();
+    let reg = prometheus::Registry::new();
+    let again = Consumer::start(
+        Store::open(root.join("state")).expect("store"),
+        rec.clone(),
+        Metrics::new(&reg).expect("metrics"),
+    )
+    .expect("start");
+    assert_eq!(again.state(), &saved);
+    assert_eq!(rec.0.lock().expect("lock")[0].len(), 1, "restored app published at start");
+    let _ = fs::remove_dir_all(root);
+}
+
+#[test]
+fn hidden_and_tmp_files_wait() {
+    let (root, spool, mut consumer, _rec, _reg) = setup("hidden");
+    fs::write(spool.dir().join(".incoming"), b"x").expect("write");
+    fs::write(spool.dir().join("01.yaml.tmp"), b"x").expect("write");
+    assert_eq!(spool.process(&mut consumer).expect("process"), 0);
+    let _ = fs::remove_dir_all(root);
+}

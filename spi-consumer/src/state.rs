@@ -1,0 +1,239 @@
+//! The routing state: every application the broker told us about, with its
+//! endpoints, aliases and certificates, and the rules that apply one event to it.
+//!
+//! [`RoutingState::apply`] is a pure function of the state and the event. It is
+//! idempotent (delivery is at-least-once) and reports whether anything changed, so
+//! callers only persist and republish real changes. The rules are those of
+//! `reference/routing-spi.md` §7:
+//! - apps are created lazily by any add event; `create_application` only records them;
+//! - members are keyed by `address:port` (removes carry nothing else); adding a known
+//!   member again replaces its details, removing an unknown one is a no-op;
+//! - aliases are case-insensitive (stored lower-case);
+//! - `delete_application` implies removing its aliases and certificates.
+//!
+//! Which endpoints are routed (the endpoint-type filter) and which host names an app
+//! answers to are the router's business, not this state's: every endpoint is kept.
+//!
+//! Apps are held in `Arc`s so that a snapshot of the state (for persistence or for
+//! building a route table) copies pointers, not applications.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{AppId, CertBundle, Endpoint, RoutingEvent, endpoint_key};
+
+/// The identity of an app in the state: name and namespace, lower-cased. App names
+/// are case-preserving but unique regardless of case, like the DNS names made of them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AppKey {
+    pub name: String,
+    pub namespace: String,
+}
+
+impl AppKey {
+    pub fn of(app: &AppId) -> AppKey {
+        AppKey {
+            name: app.name.to_ascii_lowercase(),
+            namespace: app.namespace.to_ascii_lowercase(),
+        }
+    }
+}
+
+impl std::fmt::Display for AppKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.name, self.namespace)
+    }
+}
+
+/// One application as the broker described it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct App {
+    /// As sent (case preserved), for display.
+    pub name: String,
+    pub namespace: String,
+    /// From `create_application`, if one was seen; older brokers omit them.
+    pub scalable: Option<bool>,
+    pub ha: Option<bool>,
+    /// Every endpoint of every gear, keyed by `address:port`.
+    pub endpoints: BTreeMap<String, Endpoint>,
+    /// Lower-case host names.
+    pub aliases: BTreeSet<String>,
+    /// Per alias (lower-case), its certificate and key.
+    pub certificates: BTreeMap<String, CertBundle>,
+}
+
+impl App {
+    fn new(id: &AppId) -> App {
+        App {
+            name: id.name.clone(),
+            namespace: id.namespace.clone(),
+            scalable: None,
+            ha: None,
+            endpoints: BTreeMap::new(),
+            aliases: BTreeSet::new(),
+            certificates: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the broker told us more than that the app exists: only such apps get
+    /// host names (a bare `create_application` must not produce an empty route).
+    pub fn is_announced(&self) -> bool {
+        !self.endpoints.is_empty() || !self.aliases.is_empty() || !self.certificates.is_empty()
+    }
+}
+
+/// What applying an event did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The app changed (or was removed); the route table must be rebuilt for it.
+    Changed(AppKey),
+    /// Nothing to do: a duplicate, or a remove of something unknown.
+    Unchanged(NoChange),
+}
+
+/// Why an event changed nothing. Not an error: at-least-once delivery makes these normal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoChange {
+    AlreadyPresent,
+    NotFound,
+}
+
+impl NoChange {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoChange::AlreadyPresent => "already_present",
+            NoChange::NotFound => "not_found",
+        }
+    }
+}
+
+/// All applications, keyed by [`AppKey`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoutingState {
+    apps: BTreeMap<AppKey, Arc<App>>,
+}
+
+impl RoutingState {
+    pub fn new() -> RoutingState {
+        RoutingState::default()
+    }
+
+    pub fn app(&self, key: &AppKey) -> Option<&Arc<App>> {
+        self.apps.get(key)
+    }
+
+    pub fn apps(&self) -> impl Iterator<Item = (&AppKey, &Arc<App>)> {
+        self.apps.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.apps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.apps.is_empty()
+    }
+
+    /// Builds a state from apps (e.g. loaded from disk); later duplicates win.
+    pub fn from_apps(apps: impl IntoIterator<Item = App>) -> RoutingState {
+        let apps = apps
+            .into_iter()
+            .map(|app| {
+                let key = AppKey {
+                    name: app.name.to_ascii_lowercase(),
+                    namespace: app.namespace.to_ascii_lowercase(),
+                };
+                (key, Arc::new(app))
+            })
+            .collect();
+        RoutingState { apps }
+    }
+
+    /// Applies one event. Idempotent: applying the same event twice changes nothing
+    /// the second time.
+    pub fn apply(&mut self, event: &RoutingEvent) -> Applied {
+        let key = AppKey::of(event.app());
+        match event {
+            RoutingEvent::CreateApplication { app, scalable, ha } => {
+                let entry = self.entry(&key, app);
+                if entry.scalable == *scalable && entry.ha == *ha {
+                    return Applied::Unchanged(NoChange::AlreadyPresent);
+                }
+                let app = Arc::make_mut(entry);
+                app.scalable = *scalable;
+                app.ha = *ha;
+                Applied::Changed(key)
+            }
+            RoutingEvent::DeleteApplication { .. } => match self.apps.remove(&key) {
+                Some(_) => Applied::Changed(key),
+                None => Applied::Unchanged(NoChange::NotFound),
+            },
+            RoutingEvent::AddPublicEndpoint { app, endpoint } => {
+                let entry = self.entry(&key, app);
+                let id = endpoint.key();
+                if entry.endpoints.get(&id) == Some(endpoint) {
+                    return Applied::Unchanged(NoChange::AlreadyPresent);
+                }
+                Arc::make_mut(entry).endpoints.insert(id, endpoint.clone());
+                Applied::Changed(key)
+            }
+            RoutingEvent::RemovePublicEndpoint { address, port, .. } => {
+                let id = endpoint_key(address, *port);
+                self.modify(&key, |app| app.endpoints.remove(&id).is_some())
+            }
+            RoutingEvent::AddAlias { app, alias } => {
+                let entry = self.entry(&key, app);
+                if entry.aliases.contains(alias) {
+                    return Applied::Unchanged(NoChange::AlreadyPresent);
+                }
+                Arc::make_mut(entry).aliases.insert(alias.clone());
+                Applied::Changed(key)
+            }
+            RoutingEvent::RemoveAlias { alias, .. } => self.modify(&key, |app| {
+                // An alias without its name has no use for its certificate either.
+                let cert = app.certificates.remove(alias).is_some();
+                app.aliases.remove(alias) || cert
+            }),
+            RoutingEvent::AddSsl { app, alias, bundle } => {
+                let entry = self.entry(&key, app);
+                if entry.certificates.get(alias) == Some(bundle) {
+                    return Applied::Unchanged(NoChange::AlreadyPresent);
+                }
+                Arc::make_mut(entry)
+                    .certificates
+                    .insert(alias.clone(), bundle.clone());
+                Applied::Changed(key)
+            }
+            RoutingEvent::RemoveSsl { alias, .. } => {
+                self.modify(&key, |app| app.certificates.remove(alias).is_some())
+            }
+        }
+    }
+
+    /// The app for `key`, created from `id` if unknown (lazy creation).
+    fn entry(&mut self, key: &AppKey, id: &AppId) -> &mut Arc<App> {
+        self.apps
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(App::new(id)))
+    }
+
+    /// Runs `change` on an existing app; it returns whether it changed anything.
+    /// The app is only copied (copy-on-write) when it is about to change.
+    fn modify(&mut self, key: &AppKey, change: impl FnOnce(&mut App) -> bool) -> Applied {
+        let Some(entry) = self.apps.get_mut(key) else {
+            return Applied::Unchanged(NoChange::NotFound);
+        };
+        let mut copy = (**entry).clone();
+        if change(&mut copy) {
+            *entry = Arc::new(copy);
+            Applied::Changed(key.clone())
+        } else {
+            Applied::Unchanged(NoChange::NotFound)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
