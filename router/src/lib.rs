@@ -1,1 +1,212 @@
-pub fn x(){}
+//! The router: HTTP routing by Host for OpenShift-style applications, fed by
+//! routing-SPI events.
+//!
+//! Layout, in the order a request meets it:
+//! - [`listener`]: accept, connection limits, hyper (HTTP/1.1 and h2), graceful drain;
+//! - [`proxy`]: host → route → member → forward → respond, and the error responses;
+//! - [`headers`]: hop-by-hop removal and `X-Forwarded-*`;
+//! - [`upstream`]: the pooled client to members and what its errors mean;
+//! - [`body`]: streamed bodies, and what settles when a response ends;
+//! - [`table`]: the immutable route table behind `ArcSwap`, built from the routing state;
+//! - [`backend`]: per-member runtime state (in-flight, limits) that survives swaps;
+//! - [`admin`], [`metrics`], [`access_log`]: what operators see;
+//! - [`config`]: the configuration file.
+//!
+//! [`Router::bind`] loads the saved state and binds every listener (so tests can bind
+//! port 0 and read the port back); [`Router::run`] serves until shutdown.
+
+pub mod access_log;
+pub mod admin;
+pub mod backend;
+pub mod body;
+pub mod config;
+pub mod headers;
+pub mod listener;
+pub mod metrics;
+pub mod proxy;
+pub mod table;
+pub mod upstream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+use spi_consumer::{Consumer, Spool, Store};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::Admin;
+use crate::backend::Registry;
+use crate::config::{Config, SourceKind};
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::table::{Builder, Naming, RouteTable};
+
+/// Why the router could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("routing state: {0}")]
+    State(#[from] spi_consumer::persist::StoreError),
+    #[error("spool directory {path}: {source}")]
+    Spool {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A router with its state loaded and its sockets bound, ready to [`run`](Router::run).
+pub struct Router {
+    config: Config,
+    http: TcpListener,
+    admin: Option<TcpListener>,
+    proxy: Arc<Proxy>,
+    admin_api: Arc<Admin>,
+    consumer: Consumer<Builder>,
+    spool: Option<Spool>,
+}
+
+impl Router {
+    pub async fn bind(config: Config) -> Result<Router, StartError> {
+        let metrics = Arc::new(Metrics::new()?);
+        let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
+        let registry = Arc::new(Registry::new(config.upstream.max_connections_per_backend));
+        let naming = Naming {
+            cloud_domain: config.cloud_domain.to_ascii_lowercase(),
+            ha_prefix: config.ha_dns_prefix.clone(),
+            ha_suffix: config.ha_dns_suffix.clone(),
+            app_dns: config.app_dns,
+            endpoint_types: config.endpoint_types.clone(),
+        };
+        let builder = Builder::new(naming, registry, table.clone(), (*metrics).clone());
+        // The saved state is served before any source answers.
+        let store = Store::open(&config.state_dir)?;
+        let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
+        let spool = match (&config.spi.source, &config.spi.spool) {
+            (SourceKind::Spool, Some(s)) => {
+                Some(Spool::open(&s.path).map_err(|source| StartError::Spool {
+                    path: s.path.clone(),
+                    source,
+                })?)
+            }
+            _ => None,
+        };
+
+        let bind = |what, addr: SocketAddr| {
+            listener::bind(addr).map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let http_addr = config
+            .listen
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 80)));
+        let http = bind("listen.http", http_addr)?;
+        let admin = config
+            .listen
+            .admin
+            .map(|a| bind("listen.admin", a))
+            .transpose()?;
+
+        let proxy = Arc::new(Proxy {
+            table: table.clone(),
+            client: upstream::client(&config.upstream),
+            metrics: metrics.clone(),
+            response_timeout: config.upstream.response_timeout,
+            queue_timeout: config.upstream.queue_timeout,
+            access_log: config.access_log.enabled,
+        });
+        let admin_api = Arc::new(Admin {
+            table,
+            metrics,
+            ready: Arc::new(AtomicBool::new(false)),
+        });
+        Ok(Router {
+            config,
+            http,
+            admin,
+            proxy,
+            admin_api,
+            consumer,
+            spool,
+        })
+    }
+
+    /// The bound address of the HTTP listener (useful with port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` resolves, then drains within `shutdown_grace`.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        for (what, addr) in [
+            ("http", Some(self.http_addr())),
+            ("admin", self.admin_addr()),
+        ] {
+            if let Some(addr) = addr {
+                tracing::info!(listener = what, %addr, "listening");
+            }
+        }
+
+        let spool_task = self.spool.map(|spool| {
+            let interval = self
+                .config
+                .spi
+                .spool
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(1), |s| s.interval);
+            let mut stop = stop_rx.clone();
+            tracing::info!(dir = %spool.dir().display(), "spool source started");
+            tokio::spawn(spool.run(self.consumer, interval, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }))
+        });
+        // The admin API outlives the drain: /readyz says 503 while connections finish.
+        let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
+        let admin_task = self
+            .admin
+            .map(|l| tokio::spawn(self.admin_api.clone().serve(l, admin_stop_rx)));
+        let http_task = tokio::spawn(listener::serve(
+            self.http,
+            "http",
+            false,
+            self.proxy,
+            self.config.limits.clone(),
+            stop_rx.clone(),
+            self.config.shutdown_grace,
+        ));
+        self.admin_api.ready.store(true, Ordering::Release);
+
+        shutdown.await;
+        tracing::info!("shutting down");
+        // Not ready first, so that the VIP moves before connections are refused.
+        self.admin_api.ready.store(false, Ordering::Release);
+        let _ = stop_tx.send(true);
+        let _ = http_task.await;
+        if let Some(t) = spool_task {
+            let _ = t.await;
+        }
+        let _ = admin_stop_tx.send(true);
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+        tracing::info!("stopped");
+    }
+}

@@ -1,1 +1,101 @@
-fn main(){}
+//! `router`: run the router, or check a configuration file.
+//!
+//! Exit codes: 0 on a clean stop, 64 (EX_USAGE) for a bad configuration, 1 when the
+//! router cannot start (a port in use, an unreadable state directory).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use router::config::{Config, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+/// HA HTTP router for OpenShift-style applications, fed by routing-SPI events.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, short, global = true, default_value = "/etc/router/router.yaml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the router (the default).
+    Run,
+    /// Validate the configuration file and exit: 0 if valid, 64 with
+    /// `file:line: field: problem` if not.
+    CheckConfig,
+}
+
+const EX_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    if let Some(Command::CheckConfig) = cli.command {
+        println!("{}: ok", cli.config.display());
+        return ExitCode::SUCCESS;
+    }
+    init_logging(config.access_log.format);
+    match run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run(config: Config) -> anyhow::Result<()> {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if config.worker_threads > 0 {
+        rt.worker_threads(config.worker_threads);
+    }
+    let rt = rt.enable_all().build().context("starting the runtime")?;
+    rt.block_on(async {
+        let router = router::Router::bind(config).await?;
+        router.run(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; stop with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::event::{DecodeError, Decoded, RoutingEvent, decode};
 use crate::metrics::Metrics;
 use crate::persist::{Store, StoreError};
-use crate::state::{Applied, AppKey, RoutingState};
+use crate::state::{AppKey, Applied, RoutingState};
 
 /// Receives the state after each durable change, with the apps that changed since
 /// the last call (an app in `changed` but not in `state` was deleted).

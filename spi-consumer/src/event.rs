@@ -425,7 +425,11 @@ impl RawEvent {
                     certificate_pem: f.text(self.ssl.take(), ":ssl")?,
                     private_key_pem: f.text(self.private_key.take(), ":private_key")?,
                     // Psych writes nil as an empty value; an empty phrase means none.
-                    pass_phrase: self.pass_phrase.take().map(|s| s.0).filter(|s| !s.is_empty()),
+                    pass_phrase: self
+                        .pass_phrase
+                        .take()
+                        .map(|s| s.0)
+                        .filter(|s| !s.is_empty()),
                 };
                 RoutingEvent::AddSsl { app, alias, bundle }
             }

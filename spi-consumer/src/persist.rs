@@ -160,7 +160,10 @@ mod tests {
         assert_eq!(store.load().expect("load"), state);
         assert!(!dir.join("state.json.tmp").exists());
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(dir.join(FILE)).expect("meta").permissions().mode();
+        let mode = fs::metadata(dir.join(FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "holds private keys");
         let _ = fs::remove_dir_all(&dir);
     }
@@ -173,7 +176,13 @@ mod tests {
         let err = store.load().expect_err("corrupt");
         assert!(err.to_string().contains("state.json"), "{err}");
         fs::write(dir.join(FILE), b"{\"format\": 99, \"apps\": []}").expect("write");
-        assert!(store.load().expect_err("future").to_string().contains("format 99"));
+        assert!(
+            store
+                .load()
+                .expect_err("future")
+                .to_string()
+                .contains("format 99")
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

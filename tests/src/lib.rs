@@ -1,1 +1,78 @@
+//! End-to-end test harness: the router over real sockets, with real backends and
+//! real clients. Everything binds port 0 on loopback, so tests run in parallel.
+//!
+//! - [`Backend`]: an HTTP/1.1 server that answers with a JSON echo of what it
+//!   received (method, target, version, headers, body length), plus a few behaviours
+//!   selected by path (`/slow?ms=N`, `/stream?chunks=N`, `/status/N`) and WebSocket
+//!   echo on `Upgrade: websocket`;
+//! - [`TestRouter`]: the router library started in-process on a generated config, with
+//!   its own temporary spool and state directories;
+//! - [`raw`]: send exact bytes and read the raw answer, for malformed requests;
+//! - [`events`]: routing-SPI event bodies pointing at local backends.
 
+pub mod backend;
+pub mod events;
+pub mod raw;
+pub mod router;
+
+pub use backend::{Backend, Echo};
+pub use router::TestRouter;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A fresh temporary directory, unique per call.
+pub fn tempdir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "router-e2e-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tempdir");
+    dir
+}
+
+/// The workspace's fixtures folder.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/spi-events")
+}
+
+/// Polls `check` every 20 ms until it is true, panicking with `what` after `limit`.
+pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The path of a binary built by this workspace (`router`, `echo-backend`), next to
+/// the test executable's `deps/` folder.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(|d| {
+            if d.ends_with("deps") {
+                d.parent()
+            } else {
+                Some(d)
+            }
+        })
+        .expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        path.display()
+    );
+    path
+}

@@ -35,7 +35,10 @@ fn add_public_endpoint_decodes_every_field() {
         panic!("wrong variant")
     };
     assert_eq!(a, app("myapp", "demo"));
-    assert_eq!(endpoint.gear_id.as_deref(), Some("5464c9f6e0b8cd5a6e000001"));
+    assert_eq!(
+        endpoint.gear_id.as_deref(),
+        Some("5464c9f6e0b8cd5a6e000001")
+    );
     assert_eq!(endpoint.port_name.as_deref(), Some("haproxy-1.4"));
     assert_eq!(endpoint.key(), "10.0.0.11:38032");
     assert_eq!(endpoint.protocols, ["http", "ws"]);
@@ -74,9 +77,16 @@ fn add_ssl_keeps_pem_intact_and_nil_pass_phrase_is_none() {
         panic!("wrong variant")
     };
     assert_eq!(alias, "www.example.net");
-    assert!(bundle.certificate_pem.starts_with("-----BEGIN CERTIFICATE-----\n"));
+    assert!(
+        bundle
+            .certificate_pem
+            .starts_with("-----BEGIN CERTIFICATE-----\n")
+    );
     // Leaf plus the test CA: the chain survives the 1.9.3 doubled-newline encoding.
-    assert_eq!(bundle.certificate_pem.matches("BEGIN CERTIFICATE").count(), 2);
+    assert_eq!(
+        bundle.certificate_pem.matches("BEGIN CERTIFICATE").count(),
+        2
+    );
     assert!(!bundle.certificate_pem.contains("\n\n"));
     assert!(bundle.private_key_pem.contains("BEGIN RSA PRIVATE KEY"));
     assert_eq!(bundle.pass_phrase, None);
@@ -147,17 +157,28 @@ fn numeric_looking_strings_stay_strings() {
         panic!("wrong variant")
     };
     assert_eq!(a.name, "2048");
-    assert_eq!(endpoint.gear_id.as_deref(), Some("5465012345e7890123456789"));
+    assert_eq!(
+        endpoint.gear_id.as_deref(),
+        Some("5465012345e7890123456789")
+    );
 }
 
 #[test]
 fn mixed_case_app_name_is_preserved() {
-    assert_eq!(event("40-edge-create_application-mixed-case.yaml").app().name, "ShopFront");
+    assert_eq!(
+        event("40-edge-create_application-mixed-case.yaml")
+            .app()
+            .name,
+        "ShopFront"
+    );
 }
 
 #[test]
 fn deprecated_gear_duplicates_are_ignored() {
-    for name in ["25-add_gear-deprecated.yaml", "26-delete_gear-deprecated.yaml"] {
+    for name in [
+        "25-add_gear-deprecated.yaml",
+        "26-delete_gear-deprecated.yaml",
+    ] {
         assert!(
             matches!(
                 decode(&fixture(name)),

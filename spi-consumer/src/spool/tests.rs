@@ -16,15 +16,27 @@ impl Publish for Recorder {
     }
 }
 
-fn setup(tag: &str) -> (PathBuf, Spool, Consumer<Recorder>, Recorder, prometheus::Registry) {
+fn setup(
+    tag: &str,
+) -> (
+    PathBuf,
+    Spool,
+    Consumer<Recorder>,
+    Recorder,
+    prometheus::Registry,
+) {
     let root = std::env::temp_dir().join(format!("spi-spool-{tag}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&root);
     let spool = Spool::open(root.join("spool")).expect("spool");
     let store = Store::open(root.join("state")).expect("store");
     let registry = prometheus::Registry::new();
     let rec = Recorder::default();
-    let consumer =
-        Consumer::start(store, rec.clone(), Metrics::new(&registry).expect("metrics")).expect("start");
+    let consumer = Consumer::start(
+        store,
+        rec.clone(),
+        Metrics::new(&registry).expect("metrics"),
+    )
+    .expect("start");
     (root, spool, consumer, rec, registry)
 }
 
@@ -52,7 +64,14 @@ fn files_are_applied_in_order_then_moved() {
         name: "myapp".into(),
         namespace: "demo".into(),
     };
-    assert!(consumer.state().app(&key).expect("app").endpoints.is_empty());
+    assert!(
+        consumer
+            .state()
+            .app(&key)
+            .expect("app")
+            .endpoints
+            .is_empty()
+    );
     assert_eq!(
         names(&spool.dir().join(DONE)),
         [
@@ -115,7 +134,11 @@ fn state_survives_a_restart() {
     )
     .expect("start");
     assert_eq!(again.state(), &saved);
-    assert_eq!(rec.0.lock().expect("lock")[0].len(), 1, "restored app published at start");
+    assert_eq!(
+        rec.0.lock().expect("lock")[0].len(),
+        1,
+        "restored app published at start"
+    );
     let _ = fs::remove_dir_all(root);
 }
 

@@ -26,7 +26,10 @@ fn endpoints(state: &RoutingState) -> Vec<String> {
 #[test]
 fn create_application_records_but_does_not_announce() {
     let mut s = RoutingState::new();
-    assert_eq!(s.apply(&ev("01-create_application.yaml")), Applied::Changed(myapp()));
+    assert_eq!(
+        s.apply(&ev("01-create_application.yaml")),
+        Applied::Changed(myapp())
+    );
     let app = s.app(&myapp()).expect("app");
     assert_eq!(app.scalable, Some(true));
     assert!(!app.is_announced());
@@ -99,10 +102,17 @@ fn remove_matches_on_address_and_port_only() {
 #[test]
 fn delete_application_drops_aliases_and_certificates() {
     let mut s = RoutingState::new();
-    for name in ["07-add_alias.yaml", "08-add_ssl.yaml", "09-add_alias-secure.yaml"] {
+    for name in [
+        "07-add_alias.yaml",
+        "08-add_ssl.yaml",
+        "09-add_alias-secure.yaml",
+    ] {
         s.apply(&ev(name));
     }
-    assert_eq!(s.apply(&ev("22-delete_application.yaml")), Applied::Changed(myapp()));
+    assert_eq!(
+        s.apply(&ev("22-delete_application.yaml")),
+        Applied::Changed(myapp())
+    );
     assert!(s.app(&myapp()).is_none());
 }
 
@@ -129,8 +139,12 @@ fn gear_move_add_then_remove_keeps_only_the_new_node() {
         s.apply(&ev(name));
     }
     assert_eq!(endpoints(&s).len(), 4, "both nodes during the move");
-    s.apply(&ev("17-remove_public_endpoint-gear_move-old_node-web_framework.yaml"));
-    s.apply(&ev("18-remove_public_endpoint-gear_move-old_node-load_balancer.yaml"));
+    s.apply(&ev(
+        "17-remove_public_endpoint-gear_move-old_node-web_framework.yaml",
+    ));
+    s.apply(&ev(
+        "18-remove_public_endpoint-gear_move-old_node-load_balancer.yaml",
+    ));
     assert_eq!(endpoints(&s), ["10.0.0.14:38031", "10.0.0.14:38032"]);
 }
 
@@ -159,7 +173,10 @@ fn replay_01_to_22_matches_the_fixture_story() {
             }
             "12" => {
                 let app = app.expect("app");
-                assert_eq!(app.aliases.iter().collect::<Vec<_>>(), ["secure.example.net"]);
+                assert_eq!(
+                    app.aliases.iter().collect::<Vec<_>>(),
+                    ["secure.example.net"]
+                );
                 assert_eq!(
                     app.certificates.keys().collect::<Vec<_>>(),
                     ["secure.example.net"]

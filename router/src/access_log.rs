@@ -1,0 +1,36 @@
+//! One line per request, through `tracing` (target `access`), written when the
+//! response is finished so that it carries the bytes sent and the full duration.
+//! Text or JSON follows the process's log format (`access_log.format`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What is known of a request when it arrives; completed by [`AccessRecord::emit`].
+pub struct AccessRecord {
+    pub client: IpAddr,
+    pub method: http::Method,
+    pub host: String,
+    pub path: String,
+    pub version: http::Version,
+    /// The member it went to, if any.
+    pub upstream: Option<Arc<str>>,
+}
+
+impl AccessRecord {
+    pub fn emit(self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
+        tracing::info!(
+            target: "access",
+            client = %self.client.to_canonical(),
+            host = %self.host,
+            method = %self.method,
+            path = %self.path,
+            version = ?self.version,
+            status,
+            upstream = self.upstream.as_deref().unwrap_or("-"),
+            bytes,
+            duration_ms = duration.as_secs_f64() * 1000.0,
+            aborted,
+        );
+    }
+}

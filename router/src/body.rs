@@ -1,0 +1,127 @@
+//! The body type of every message the router sends: a member's streamed body, a
+//! client's streamed body, or a small local one (error pages).
+//!
+//! A response body also carries the request's [`Completion`]: the member's in-flight
+//! slot, the duration metric and the access-log record. They settle when the body
+//! ends or is dropped (the client went away), whichever comes first, so the access
+//! log sees the bytes really sent and a slot is never held past its request.
+//! Bodies stream frame by frame in both directions; nothing is buffered whole.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::access_log::AccessRecord;
+use crate::backend::InFlight;
+use crate::metrics::Metrics;
+
+pub struct ProxyBody {
+    inner: Inner,
+    completion: Option<Box<Completion>>,
+}
+
+enum Inner {
+    Stream(Incoming),
+    Full(Option<Bytes>),
+}
+
+impl ProxyBody {
+    pub fn stream(body: Incoming) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Stream(body),
+            completion: None,
+        }
+    }
+
+    pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+        let bytes = bytes.into();
+        ProxyBody {
+            inner: Inner::Full((!bytes.is_empty()).then_some(bytes)),
+            completion: None,
+        }
+    }
+
+    pub fn empty() -> ProxyBody {
+        ProxyBody::full(Bytes::new())
+    }
+
+    pub fn with_completion(mut self, c: Completion) -> ProxyBody {
+        self.completion = Some(Box::new(c));
+        self
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let polled = match &mut this.inner {
+            Inner::Stream(body) => Pin::new(body).poll_frame(cx),
+            Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(c), Some(data)) = (this.completion.as_mut(), frame.data_ref()) {
+                    c.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(c) = this.completion.as_mut() {
+                    c.aborted = true;
+                }
+                this.completion = None;
+            }
+            Poll::Ready(None) => this.completion = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Stream(body) => body.is_end_stream(),
+            Inner::Full(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Stream(body) => body.size_hint(),
+            Inner::Full(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}
+
+/// What to do when a response is finished.
+pub struct Completion {
+    pub start: Instant,
+    pub status: u16,
+    pub metrics: Arc<Metrics>,
+    pub log: Option<AccessRecord>,
+    pub bytes: u64,
+    /// The body ended with an error (member reset mid-body) or the client left early.
+    pub aborted: bool,
+    pub in_flight: Option<InFlight>,
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        let elapsed = self.start.elapsed();
+        self.metrics.request(self.status);
+        self.metrics.duration.observe(elapsed.as_secs_f64());
+        if let Some(log) = self.log.take() {
+            log.emit(self.status, self.bytes, elapsed, self.aborted);
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The router's configuration file (YAML).
+//!
+//! Key names follow DESIGN.md's sketch and the OpenShift routing daemon's settings;
+//! they are a contract with operators' files: extend, never rename. Unknown keys are
+//! errors (a typo must not silently fall back to a default), and every error names
+//! the file, the line and the field: `router.yaml:7: listen.http: invalid socket address`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything the router needs to start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The cloud domain of the HA names: `<prefix><app>-<ns><suffix>.<cloud_domain>`.
+    pub cloud_domain: String,
+    #[serde(default = "default_ha_prefix")]
+    pub ha_dns_prefix: String,
+    #[serde(default)]
+    pub ha_dns_suffix: String,
+    /// Also answer the plain application name `<app>-<ns>.<cloud_domain>`.
+    #[serde(default = "yes")]
+    pub app_dns: bool,
+    /// Endpoint types that become members (`ENDPOINT_TYPES` of the routing daemon).
+    #[serde(default = "default_endpoint_types")]
+    pub endpoint_types: Vec<String>,
+    #[serde(default)]
+    pub listen: Listen,
+    /// Where the routing state is kept (mode 0700: it holds private keys).
+    pub state_dir: PathBuf,
+    #[serde(default)]
+    pub spi: Spi,
+    #[serde(default)]
+    pub upstream: Upstream,
+    #[serde(default)]
+    pub limits: Limits,
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    #[serde(default = "default_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    #[serde(default)]
+    pub access_log: AccessLog,
+    /// Worker threads of the runtime; 0 = one per CPU.
+    #[serde(default)]
+    pub worker_threads: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listen {
+    /// Plain HTTP (HTTP/1.1 and h2 with prior knowledge).
+    pub http: Option<SocketAddr>,
+    /// Health, readiness, metrics and the routes API. Keep it on loopback.
+    pub admin: Option<SocketAddr>,
+}
+
+impl Default for Listen {
+    fn default() -> Listen {
+        Listen {
+            http: Some(SocketAddr::from(([0, 0, 0, 0], 80))),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spi {
+    #[serde(default)]
+    pub source: SourceKind,
+    pub spool: Option<SpoolConfig>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// A directory of event files (the embedded default).
+    #[default]
+    Spool,
+    /// No event source: serve the saved state only.
+    None,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpoolConfig {
+    pub path: PathBuf,
+    /// How often the directory is scanned.
+    #[serde(default = "default_spool_interval", with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+/// Connections to members.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Idle pooled connections are closed after this; keep it below the gear
+    /// haproxy's 10 s keep-alive timeout so we never reuse one it is closing.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// From request sent to response headers received.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
+    /// Requests in flight to one member at most (the gear haproxy accepts 128).
+    #[serde(default = "default_max_conns")]
+    pub max_connections_per_backend: usize,
+    /// How long a request waits for a free slot on a full member before a 503.
+    #[serde(default = "default_queue_timeout", with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Idle connections kept per member.
+    #[serde(default = "default_max_idle")]
+    pub max_idle_per_backend: usize,
+}
+
+impl Default for Upstream {
+    fn default() -> Upstream {
+        Upstream {
+            connect_timeout: default_connect_timeout(),
+            idle_timeout: default_idle_timeout(),
+            response_timeout: default_response_timeout(),
+            max_connections_per_backend: default_max_conns(),
+            queue_timeout: default_queue_timeout(),
+            max_idle_per_backend: default_max_idle(),
+        }
+    }
+}
+
+/// Protections of the listeners against clients.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Open client connections at most; beyond, new ones wait in the kernel backlog.
+    #[serde(default = "default_max_client_conns")]
+    pub max_connections: usize,
+    /// Request line plus headers, in bytes (larger: 431). At least 8192.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Header fields per request (more: 431).
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
+    /// Time a client has to send a complete request head (slowloris).
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: default_max_client_conns(),
+            max_header_bytes: default_max_header_bytes(),
+            max_headers: default_max_headers(),
+            header_read_timeout: default_header_timeout(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLog {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+impl Default for AccessLog {
+    fn default() -> AccessLog {
+        AccessLog {
+            enabled: true,
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_ha_prefix() -> String {
+    "ha-".into()
+}
+fn default_endpoint_types() -> Vec<String> {
+    vec!["load_balancer".into()]
+}
+fn default_grace() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_spool_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(8)
+}
+fn default_response_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_max_conns() -> usize {
+    100
+}
+fn default_queue_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_max_idle() -> usize {
+    64
+}
+fn default_max_client_conns() -> usize {
+    10_000
+}
+fn default_max_header_bytes() -> usize {
+    64 * 1024
+}
+fn default_max_headers() -> usize {
+    100
+}
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// A configuration error: where it is and what is wrong.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based; `None` when the error is about the file as a whole.
+    pub line: Option<u64>,
+    /// Dotted path of the field (`listen.http`), or empty.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            field: String::new(),
+            message: e.to_string(),
+        })?;
+        Config::parse(&text, &file)
+    }
+
+    /// Parses and validates configuration text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let config: Config = serde_saphyr::from_str(text).map_err(|e| {
+            let line = e.location().map(|l| l.line());
+            let field = line
+                .and_then(|l| field_at_line(text, l as usize))
+                .unwrap_or_default();
+            ConfigError {
+                file: file.into(),
+                line,
+                field,
+                message: first_line_message(&e.to_string()),
+            }
+        })?;
+        config.validate().map_err(|(path, message)| ConfigError {
+            file: file.into(),
+            line: line_of(text, path).map(|l| l as u64),
+            field: path.into(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot; returns the field's dotted path and the problem.
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let host_like = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        };
+        if !host_like(&self.cloud_domain) {
+            return Err((
+                "cloud_domain",
+                "must be a DNS domain such as example.com".into(),
+            ));
+        }
+        if !self.ha_dns_prefix.is_empty() && !host_like(&self.ha_dns_prefix) {
+            return Err((
+                "ha_dns_prefix",
+                "may only hold letters, digits, '-' and '.'".into(),
+            ));
+        }
+        if !self.ha_dns_suffix.is_empty() && !host_like(&self.ha_dns_suffix) {
+            return Err((
+                "ha_dns_suffix",
+                "may only hold letters, digits, '-' and '.'".into(),
+            ));
+        }
+        if self.endpoint_types.is_empty() {
+            return Err((
+                "endpoint_types",
+                "must name at least one endpoint type".into(),
+            ));
+        }
+        if self.listen.http.is_none() {
+            return Err(("listen.http", "a listener is required".into()));
+        }
+        if self.spi.source == SourceKind::Spool && self.spi.spool.is_none() {
+            return Err((
+                "spi.spool",
+                "spi.source is spool, so spi.spool.path is required".into(),
+            ));
+        }
+        if self.limits.max_header_bytes < 8192 {
+            return Err(("limits.max_header_bytes", "must be at least 8192".into()));
+        }
+        if self.limits.max_connections == 0 {
+            return Err(("limits.max_connections", "must be at least 1".into()));
+        }
+        if self.upstream.max_connections_per_backend == 0 {
+            return Err((
+                "upstream.max_connections_per_backend",
+                "must be at least 1".into(),
+            ));
+        }
+        for (field, d) in [
+            ("upstream.connect_timeout", self.upstream.connect_timeout),
+            ("upstream.response_timeout", self.upstream.response_timeout),
+            (
+                "limits.header_read_timeout",
+                self.limits.header_read_timeout,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err((field, "must be longer than 0s".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// serde-saphyr's message is `error: line L column C: MESSAGE` followed by a source
+/// excerpt; keep the message.
+fn first_line_message(full: &str) -> String {
+    let first = full.lines().next().unwrap_or(full);
+    let rest = first.strip_prefix("error: ").unwrap_or(first);
+    match rest.split_once(": ") {
+        Some((loc, msg)) if loc.starts_with("line ") => msg.to_string(),
+        _ => rest.to_string(),
+    }
+}
+
+/// The dotted key path of the block-style mapping key on `line` (1-based), found by
+/// walking up to less-indented keys.
+fn field_at_line(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (indent, key) = key_of(lines.get(line.checked_sub(1)?)?)?;
+    let mut path = vec![key];
+    let mut want = indent;
+    for l in lines[..line - 1].iter().rev() {
+        if want == 0 {
+            break;
+        }
+        if let Some((i, k)) = key_of(l)
+            && i < want
+        {
+            path.push(k);
+            want = i;
+        }
+    }
+    path.reverse();
+    Some(path.join("."))
+}
+
+/// The line (1-based) where the dotted `path` is written, if it is.
+fn line_of(text: &str, path: &str) -> Option<usize> {
+    let want: Vec<&str> = path.split('.').collect();
+    (1..=text.lines().count())
+        .find(|&n| field_at_line(text, n).is_some_and(|p| p.split('.').eq(want.iter().copied())))
+}
+
+/// `(indent, key)` of a `key: ...` line, skipping comments and list items.
+fn key_of(line: &str) -> Option<(usize, &str)> {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with('#') || trimmed.starts_with('-') {
+        return None;
+    }
+    let (key, _) = trimmed.split_once(':')?;
+    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+    if key.is_empty() || key.contains(' ') {
+        return None;
+    }
+    Some((line.len() - trimmed.len(), key))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+use super::*;
+
+const GOOD: &str = "\
+cloud_domain: example.com
+state_dir: /tmp/state
+listen:
+  http: 127.0.0.1:0
+  admin: 127.0.0.1:0
+spi:
+  source: spool
+  spool:
+    path: /tmp/spool
+    interval: 200ms
+upstream:
+  connect_timeout: 2s
+";
+
+fn err(text: &str) -> ConfigError {
+    Config::parse(text, "r.yaml").expect_err("must be rejected")
+}
+
+#[test]
+fn good_config_parses_with_defaults() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    assert_eq!(c.ha_dns_prefix, "ha-");
+    assert_eq!(c.endpoint_types, ["load_balancer"]);
+    assert_eq!(c.upstream.connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.upstream.idle_timeout, Duration::from_secs(8));
+    assert_eq!(
+        c.spi.spool.expect("spool").interval,
+        Duration::from_millis(200)
+    );
+}
+
+#[test]
+fn unknown_key_names_file_line_and_field() {
+    let e = err(&GOOD.replace("  connect_timeout: 2s", "  conect_timeout: 2s"));
+    assert_eq!(e.line, Some(12));
+    assert_eq!(e.field, "upstream.conect_timeout");
+    assert!(e.message.contains("unknown field"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("r.yaml:12: upstream.conect_timeout: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_value_names_its_field() {
+    let e = err(&GOOD.replace("http: 127.0.0.1:0", "http: not-an-address"));
+    assert_eq!((e.line, e.field.as_str()), (Some(4), "listen.http"), "{e}");
+    let e = err(&GOOD.replace("interval: 200ms", "interval: soon"));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(10), "spi.spool.interval"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("source: spool", "source: carrier-pigeon"));
+    assert_eq!((e.line, e.field.as_str()), (Some(7), "spi.source"), "{e}");
+}
+
+#[test]
+fn semantic_errors_point_at_the_field() {
+    let e = err(&GOOD.replace("cloud_domain: example.com", "cloud_domain: 'bad domain'"));
+    assert_eq!((e.line, e.field.as_str()), (Some(1), "cloud_domain"), "{e}");
+    let e = err(&format!("{GOOD}limits:\n  max_header_bytes: 100\n"));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(14), "limits.max_header_bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_required_key_is_reported() {
+    let e = err("cloud_domain: example.com\n");
+    assert!(e.message.contains("state_dir"), "{e}");
+}
+
+#[test]
+fn spool_source_needs_a_path() {
+    let e = err("cloud_domain: example.com\nstate_dir: /tmp/x\nspi:\n  source: spool\n");
+    assert_eq!(e.field, "spi.spool");
+}
+
+#[test]
+fn not_yaml_at_all() {
+    let e = err("cloud_domain: [unclosed\n");
+    assert!(e.line.is_some(), "{e}");
+}
+
+#[test]
+fn missing_file_is_named() {
+    let e = Config::load(Path::new("/nonexistent/router.yaml")).expect_err("missing");
+    assert!(
+        e.to_string().starts_with("/nonexistent/router.yaml: "),
+        "{e}"
+    );
+}

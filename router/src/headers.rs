@@ -1,0 +1,173 @@
+//! Header rewriting between client and member: hop-by-hop removal (RFC 9110 §7.6.1)
+//! and the `X-Forwarded-*` family.
+//!
+//! Everything else passes untouched, in order: Host, cookies (the gear haproxy's
+//! `GEAR` stickiness cookie), authorization, and so on.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1, plus the
+/// non-standard `Proxy-Connection` and `Keep-Alive` that old clients still send).
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+
+/// Whether the request asks to switch protocols (WebSocket): `Connection: upgrade`
+/// plus an `Upgrade` header.
+pub fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .any(|v| has_token(v, "upgrade"))
+}
+
+fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value
+        .to_str()
+        .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        .unwrap_or(false)
+}
+
+/// Removes hop-by-hop headers and every header the `Connection` header names.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so that the next
+/// hop can switch protocols too.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Fast path: most requests name nothing in Connection (or have none).
+    if let Some(conn) = headers.get(header::CONNECTION) {
+        let named: Vec<HeaderName> = conn
+            .to_str()
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in &HOP_BY_HOP {
+        if keep_upgrade && (*name == header::CONNECTION || *name == header::UPGRADE) {
+            continue;
+        }
+        headers.remove(name);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// What the router knows about the client's connection.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientConn {
+    pub ip: IpAddr,
+    /// The port the client connected to (X-Forwarded-Port).
+    pub local_port: u16,
+    pub https: bool,
+}
+
+/// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto/Host/Port`.
+/// `host` is the Host the client sent, verbatim.
+pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderValue) {
+    let ip = conn.ip.to_canonical().to_string();
+    // Several X-Forwarded-For fields form one comma-separated list: join, then append.
+    let mut xff: Vec<u8> = Vec::with_capacity(64);
+    for v in headers.get_all(&X_FORWARDED_FOR) {
+        xff.extend_from_slice(v.as_bytes());
+        xff.extend_from_slice(b", ");
+    }
+    xff.extend_from_slice(ip.as_bytes());
+    let xff = HeaderValue::from_bytes(&xff).ok();
+    if let Some(v) = xff {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    headers.insert(
+        X_FORWARDED_PROTO,
+        HeaderValue::from_static(if conn.https { "https" } else { "http" }),
+    );
+    headers.insert(X_FORWARDED_HOST, host.clone());
+    headers.insert(X_FORWARDED_PORT, HeaderValue::from(conn.local_port));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn removes_standard_and_named_hop_by_hop_headers() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret-hop", "1"),
+            ("te", "trailers"),
+            ("proxy-connection", "keep-alive"),
+            ("cookie", "GEAR=local-5464"),
+            ("host", "App.example.com"),
+        ]);
+        remove_hop_by_hop(&mut h, false);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["cookie", "host"]);
+    }
+
+    #[test]
+    fn upgrade_survives_when_asked() {
+        let mut h = map(&[("connection", "Upgrade"), ("upgrade", "websocket")]);
+        assert!(wants_upgrade(&h));
+        remove_hop_by_hop(&mut h, true);
+        assert_eq!(
+            h.get("upgrade").map(|v| v.as_bytes()),
+            Some(&b"websocket"[..])
+        );
+        assert_eq!(
+            h.get("connection").map(|v| v.as_bytes()),
+            Some(&b"upgrade"[..])
+        );
+    }
+
+    #[test]
+    fn forwarded_headers_append_and_set() {
+        let mut h = map(&[
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "2.2.2.2"),
+            ("x-forwarded-proto", "https"),
+        ]);
+        let conn = ClientConn {
+            ip: "::ffff:10.1.2.3".parse().expect("ip"),
+            local_port: 8080,
+            https: false,
+        };
+        set_forwarded(
+            &mut h,
+            &conn,
+            &HeaderValue::from_static("App.example.com:8080"),
+        );
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.1.2.3");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "App.example.com:8080");
+        assert_eq!(h["x-forwarded-port"], "8080");
+    }
+}

@@ -1,0 +1,123 @@
+//! Client-facing listeners: accept, limit, hand each connection to hyper, drain.
+//!
+//! The accept loop only accepts: it takes a connection slot first (at
+//! `limits.max_connections` it stops accepting and lets the kernel backlog hold new
+//! clients), then spawns a task that owns the connection. hyper serves HTTP/1.1 and
+//! h2 (detected by the client preface, so h2 with prior knowledge works on the plain
+//! port), enforces the header size and count limits (431) and the request-head read
+//! timeout (slowloris), and hands upgraded connections back for tunnelling.
+//!
+//! On shutdown the loop stops accepting, every connection is told to finish (HTTP/1
+//! closes after the in-flight response, h2 sends GOAWAY) and the listener waits for
+//! them up to the grace period.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+use crate::config::Limits;
+use crate::headers::ClientConn;
+use crate::proxy::Proxy;
+
+/// Binds a listening socket with a deep backlog and `SO_REUSEADDR`.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    name: &'static str,
+    https: bool,
+    proxy: Arc<Proxy>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open = proxy.metrics.open_connections.with_label_values(&[name]);
+    let accepted = proxy.metrics.connections.with_label_values(&[name]);
+    let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+
+    loop {
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+            _ = stopped(&mut stop) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(listener = name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        accepted.inc();
+        open.inc();
+        let conn = ClientConn {
+            ip: peer.ip(),
+            local_port,
+            https,
+        };
+        let proxy = proxy.clone();
+        let service = service_fn(move |req| proxy.clone().serve(conn, req));
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        let open = open.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+            }
+            open.dec();
+            drop(slot);
+        });
+    }
+    drop(listener);
+    tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            listener = name,
+            "grace period over; closing the remaining connections"
+        );
+    }
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}

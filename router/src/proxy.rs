@@ -1,0 +1,319 @@
+//! The request path: route a client's request to a member and stream the answer back.
+//!
+//! In order ([`Proxy::serve`]):
+//! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
+//!    trailing dot stripped; none or malformed → 400;
+//! 2. **route**: one load of the live table; unknown host → 404;
+//! 3. **pick**: a member (round robin); none → 503;
+//! 4. **slot**: a free in-flight slot on that member, waiting briefly; none → 503;
+//! 5. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
+//!    plus `X-Forwarded-*`) on a pooled HTTP/1.1 connection to `address:port`;
+//!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
+//!    request without a body whose connection closed before any response byte is
+//!    sent once more;
+//! 6. **respond**: stream the member's response back (minus hop-by-hop headers); a
+//!    `101 Switching Protocols` becomes a byte tunnel between the two upgraded
+//!    connections (WebSocket).
+//!
+//! Every error becomes a response in one place, [`ProxyError::response`]. If the
+//! client goes away mid-request, hyper drops this future: on HTTP/1 that closes the
+//! member connection (it is not reused), on h2 it resets only that stream.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use http::header::{self, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body, Incoming};
+use hyper_util::rt::TokioIo;
+
+use crate::access_log::AccessRecord;
+use crate::backend::InFlight;
+use crate::body::{Completion, ProxyBody};
+use crate::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
+use crate::metrics::{Metrics, UpstreamError};
+use crate::table::{Member, RouteTable, normalize_host};
+use crate::upstream::{self, Client};
+
+/// Why a request got no answer from a member.
+#[derive(Debug)]
+pub enum ProxyError {
+    /// No Host (or `:authority`), or one no route could ever match.
+    BadHost,
+    /// A request target we cannot forward (e.g. `OPTIONS *`).
+    BadTarget,
+    /// No route for this host.
+    NoRoute,
+    /// The app is known but has no routable member.
+    NoMember,
+    Upstream(UpstreamError),
+}
+
+impl ProxyError {
+    /// The one place errors become responses.
+    pub fn response(&self) -> Response<ProxyBody> {
+        let (status, text) = match self {
+            ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
+            ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
+            ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
+            ProxyError::NoMember => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application has no available backend\n",
+            ),
+            ProxyError::Upstream(kind) => match kind {
+                // The member is full: like no member at all, try again later.
+                UpstreamError::Busy => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "application backend is at capacity\n",
+                ),
+                UpstreamError::ConnectTimeout | UpstreamError::ResponseTimeout => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "application backend timed out\n",
+                ),
+                UpstreamError::Connect
+                | UpstreamError::Reset
+                | UpstreamError::Protocol
+                | UpstreamError::TlsUnsupported => {
+                    (StatusCode::BAD_GATEWAY, "application backend failed\n")
+                }
+            },
+        };
+        let mut resp = Response::new(ProxyBody::full(text));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp
+    }
+}
+
+/// Everything the request path needs, shared by all connections.
+pub struct Proxy {
+    pub table: Arc<ArcSwap<RouteTable>>,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub response_timeout: Duration,
+    pub queue_timeout: Duration,
+    pub access_log: bool,
+}
+
+/// What forwarding produced besides the response.
+struct Forwarded {
+    response: Response<ProxyBody>,
+    in_flight: Option<InFlight>,
+}
+
+impl Proxy {
+    /// Serves one request; never fails (errors are responses).
+    pub async fn serve(
+        self: Arc<Self>,
+        conn: ClientConn,
+        req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        let start = Instant::now();
+        let host = host_of(&req);
+        let mut log = self.access_log.then(|| AccessRecord {
+            client: conn.ip,
+            method: req.method().clone(),
+            host: host
+                .as_ref()
+                .and_then(|h| h.to_str().ok().map(str::to_owned))
+                .unwrap_or_default(),
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+            version: req.version(),
+            upstream: None,
+        });
+        let Forwarded {
+            mut response,
+            in_flight,
+        } = match self.forward(conn, req, host).await {
+            Ok(f) => f,
+            Err(e) => Forwarded {
+                response: e.response(),
+                in_flight: None,
+            },
+        };
+        if let (Some(log), Some(slot)) = (log.as_mut(), in_flight.as_ref()) {
+            log.upstream = Some(slot.backend().addr.clone());
+        }
+        let completion = Completion {
+            start,
+            status: response.status().as_u16(),
+            metrics: self.metrics.clone(),
+            log,
+            bytes: 0,
+            aborted: false,
+            in_flight,
+        };
+        let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
+        *response.body_mut() = body.with_completion(completion);
+        Ok(response)
+    }
+
+    async fn forward(
+        &self,
+        conn: ClientConn,
+        mut req: Request<Incoming>,
+        host: Option<HeaderValue>,
+    ) -> Result<Forwarded, ProxyError> {
+        // 1. host
+        let host = host.ok_or(ProxyError::BadHost)?;
+        let name = host
+            .to_str()
+            .ok()
+            .and_then(normalize_host)
+            .ok_or(ProxyError::BadHost)?;
+        // 2. route: one table load; the guard is dropped before any await.
+        let route = self
+            .table
+            .load()
+            .lookup(&name)
+            .cloned()
+            .ok_or(ProxyError::NoRoute)?;
+        // 3. pick
+        let member: Member = route.pick().ok_or(ProxyError::NoMember)?.clone();
+        drop(route);
+        if member.tls {
+            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
+            return Err(self.fail(UpstreamError::TlsUnsupported));
+        }
+        // 4. slot
+        let slot = member
+            .backend
+            .acquire(self.queue_timeout)
+            .await
+            .ok_or_else(|| self.fail(UpstreamError::Busy))?;
+
+        // 5. forward
+        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let path = match parts.uri.path_and_query() {
+            Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
+            None => PathAndQuery::from_static("/"),
+            Some(_) => return Err(ProxyError::BadTarget),
+        };
+        parts.uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(member.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|_| ProxyError::BadTarget)?;
+        parts.version = Version::HTTP_11;
+        remove_hop_by_hop(&mut parts.headers, upgrade);
+        // Unchanged for HTTP/1.1 origin-form; from `:authority` for h2.
+        parts.headers.insert(header::HOST, host.clone());
+        set_forwarded(&mut parts.headers, &conn, &host);
+
+        // Only a request that can be sent again exactly may be retried.
+        let replay = (idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| {
+            (
+                parts.method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+            )
+        });
+        let first = Request::from_parts(parts, ProxyBody::stream(body));
+        let mut result = self.send(first).await;
+        if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
+            && upstream::closed_before_response(e)
+        {
+            self.metrics.retries.inc();
+            let mut again = Request::new(ProxyBody::empty());
+            *again.method_mut() = method;
+            *again.uri_mut() = uri;
+            *again.headers_mut() = headers;
+            result = self.send(again).await;
+        }
+        let mut response = match result {
+            Ok(r) => r,
+            Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+            Err(Some(e)) => {
+                let kind = upstream::classify(&e);
+                tracing::debug!(member = %member.backend.addr, error = %e, kind = kind.as_str(), "upstream request failed");
+                return Err(self.fail(kind));
+            }
+        };
+
+        // 6. respond
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS
+            && let Some(client_upgrade) = client_upgrade
+        {
+            let member_upgrade = hyper::upgrade::on(&mut response);
+            let addr = member.backend.addr.clone();
+            // The tunnel holds the member's slot for as long as it lives.
+            tokio::spawn(async move {
+                let _slot = slot;
+                match tokio::try_join!(client_upgrade, member_upgrade) {
+                    Ok((c, m)) => {
+                        let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
+                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut m).await {
+                            tracing::debug!(member = %addr, error = %e, "upgraded tunnel ended");
+                        }
+                    }
+                    Err(e) => tracing::debug!(member = %addr, error = %e, "upgrade failed"),
+                }
+            });
+            let (mut parts, _) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers, true);
+            return Ok(Forwarded {
+                response: Response::from_parts(parts, ProxyBody::empty()),
+                in_flight: None,
+            });
+        }
+        let (mut parts, body) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, false);
+        Ok(Forwarded {
+            response: Response::from_parts(parts, ProxyBody::stream(body)),
+            in_flight: Some(slot),
+        })
+    }
+
+    /// Sends one request; `Err(None)` is the response-header timeout.
+    async fn send(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, Option<hyper_util::client::legacy::Error>> {
+        match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(Some(e)),
+            Err(_) => Err(None),
+        }
+    }
+
+    fn fail(&self, kind: UpstreamError) -> ProxyError {
+        self.metrics.upstream_error(kind);
+        ProxyError::Upstream(kind)
+    }
+}
+
+/// The host the client addressed: `:authority` for h2 and absolute-form requests
+/// (RFC 9112 §3.2.2: it wins over Host), else the one Host header. Several Host
+/// headers are refused (RFC 9112 §3.2), as request smuggling relies on them.
+fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if let Some(authority) = req.uri().authority() {
+        return HeaderValue::from_str(authority.as_str()).ok();
+    }
+    let mut all = req.headers().get_all(header::HOST).iter();
+    match (all.next(), all.next()) {
+        (Some(host), None) => Some(host.clone()),
+        _ => None,
+    }
+}
+
+/// RFC 9110 §9.2.2.
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}

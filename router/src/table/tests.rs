@@ -1,0 +1,246 @@
+use std::collections::BTreeMap;
+
+use spi_consumer::event::{Decoded, decode};
+
+use super::*;
+
+fn naming(app_dns: bool) -> Naming {
+    Naming {
+        cloud_domain: "example.com".into(),
+        ha_prefix: "ha-".into(),
+        ha_suffix: "".into(),
+        app_dns,
+        endpoint_types: vec!["load_balancer".into()],
+    }
+}
+
+fn builder(app_dns: bool) -> Builder {
+    Builder::new(
+        naming(app_dns),
+        Arc::new(Registry::new(100)),
+        Arc::new(ArcSwap::from_pointee(RouteTable::default())),
+        Metrics::new().expect("metrics"),
+    )
+}
+
+/// The table as `host -> [members]`, to compare with the fixtures' README.
+fn view(t: &RouteTable) -> BTreeMap<String, Vec<String>> {
+    t.hosts
+        .iter()
+        .map(|(h, r)| {
+            (
+                h.to_string(),
+                r.members
+                    .iter()
+                    .map(|m| m.backend.addr.to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/spi-events")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Applies a fixture to the state and the table, as the consumer would.
+fn step(b: &Builder, state: &mut RoutingState, table: &RouteTable, name: &str) -> RouteTable {
+    let Ok(Decoded::Event(e)) = decode(&fixture(name)) else {
+        panic!("{name} does not decode")
+    };
+    let mut changed = BTreeSet::new();
+    if let spi_consumer::state::Applied::Changed(k) = state.apply(&e) {
+        changed.insert(k);
+    }
+    b.update(table, state, &changed)
+}
+
+fn hosts(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    pairs
+        .iter()
+        .map(|(h, m)| (h.to_string(), m.iter().map(|s| s.to_string()).collect()))
+        .collect()
+}
+
+#[test]
+fn replay_01_to_22_matches_the_readme_table() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let mut table = RouteTable::default();
+    let names: Vec<String> = std::fs::read_dir(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/spi-events"),
+    )
+    .expect("fixtures")
+    .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+    .filter(|n| n.ends_with(".yaml") && n.as_str() < "23")
+    .collect::<BTreeSet<_>>()
+    .into_iter()
+    .collect();
+    assert_eq!(names.len(), 22);
+    let ha = "ha-myapp-demo.example.com";
+    for name in &names {
+        table = step(&b, &mut state, &table, name);
+        let expected = match &name[..2] {
+            // create_application alone: known, but no route yet.
+            "01" => hosts(&[]),
+            // The web_framework endpoint is kept but not routed.
+            "02" => hosts(&[(ha, &[])]),
+            "03" => hosts(&[(ha, &["10.0.0.11:38032"])]),
+            "05" | "06" => hosts(&[(ha, &["10.0.0.11:38032", "10.0.0.12:38037"])]),
+            "07" | "08" => hosts(&[
+                (ha, &["10.0.0.11:38032", "10.0.0.12:38037"]),
+                ("www.example.net", &["10.0.0.11:38032", "10.0.0.12:38037"]),
+            ]),
+            "09" | "10" => hosts(&[
+                (ha, &["10.0.0.11:38032", "10.0.0.12:38037"]),
+                (
+                    "secure.example.net",
+                    &["10.0.0.11:38032", "10.0.0.12:38037"],
+                ),
+                ("www.example.net", &["10.0.0.11:38032", "10.0.0.12:38037"]),
+            ]),
+            "12" | "13" => hosts(&[
+                (ha, &["10.0.0.11:38032", "10.0.0.12:38037"]),
+                (
+                    "secure.example.net",
+                    &["10.0.0.11:38032", "10.0.0.12:38037"],
+                ),
+            ]),
+            "14" | "15" => hosts(&[
+                (ha, &["10.0.0.11:38032"]),
+                ("secure.example.net", &["10.0.0.11:38032"]),
+            ]),
+            "16" | "17" => hosts(&[
+                (ha, &["10.0.0.11:38032", "10.0.0.14:38032"]),
+                (
+                    "secure.example.net",
+                    &["10.0.0.11:38032", "10.0.0.14:38032"],
+                ),
+            ]),
+            // The README's "routable state after 01-18".
+            "18" | "19" | "20" => hosts(&[
+                (ha, &["10.0.0.14:38032"]),
+                ("secure.example.net", &["10.0.0.14:38032"]),
+            ]),
+            // Known names, no member left: 503 until the app is deleted.
+            "21" => hosts(&[(ha, &[]), ("secure.example.net", &[])]),
+            "22" => hosts(&[]),
+            _ => continue,
+        };
+        assert_eq!(view(&table), expected, "after {name}");
+    }
+    assert_eq!(table.app_count(), 0);
+}
+
+#[test]
+fn app_dns_and_ha_suffix_are_configurable() {
+    let mut n = naming(true);
+    n.ha_suffix = "-ha".into();
+    n.ha_prefix = "".into();
+    let b = Builder::new(
+        n,
+        Arc::new(Registry::new(100)),
+        Arc::new(ArcSwap::from_pointee(RouteTable::default())),
+        Metrics::new().expect("metrics"),
+    );
+    let mut state = RoutingState::new();
+    let table = step(
+        &b,
+        &mut state,
+        &RouteTable::default(),
+        "40-edge-create_application-mixed-case.yaml",
+    );
+    assert!(view(&table).is_empty());
+    let table = step(
+        &b,
+        &mut state,
+        &table,
+        "41-edge-add_public_endpoint-numeric-looking-strings.yaml",
+    );
+    assert_eq!(
+        view(&table).keys().collect::<Vec<_>>(),
+        ["2048-acme-ha.example.com", "2048-acme.example.com"]
+    );
+}
+
+#[test]
+fn tls_members_are_marked() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let t = step(
+        &b,
+        &mut state,
+        &RouteTable::default(),
+        "42-edge-add_public_endpoint-ssl_to_gear.yaml",
+    );
+    let r = t.lookup("ha-secureapp-demo.example.com").expect("route");
+    assert!(r.members[0].tls);
+}
+
+#[test]
+fn members_keep_their_backend_across_swaps() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let t1 = step(
+        &b,
+        &mut state,
+        &RouteTable::default(),
+        "03-add_public_endpoint-load_balancer.yaml",
+    );
+    let t2 = step(
+        &b,
+        &mut state,
+        &t1,
+        "05-add_public_endpoint-load_balancer-gear2.yaml",
+    );
+    let ha = "ha-myapp-demo.example.com";
+    let before = &t1.lookup(ha).expect("r1").members[0].backend;
+    let after = &t2.lookup(ha).expect("r2").members[0].backend;
+    assert!(Arc::ptr_eq(before, after));
+    // The old table still serves the old route: in-flight readers are unaffected.
+    assert_eq!(t1.lookup(ha).expect("r1").members.len(), 1);
+}
+
+#[test]
+fn round_robin_visits_every_member() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let t = step(
+        &b,
+        &mut state,
+        &RouteTable::default(),
+        "03-add_public_endpoint-load_balancer.yaml",
+    );
+    let t = step(
+        &b,
+        &mut state,
+        &t,
+        "05-add_public_endpoint-load_balancer-gear2.yaml",
+    );
+    let r = t.lookup("ha-myapp-demo.example.com").expect("route");
+    let picked: BTreeSet<String> = (0..4)
+        .map(|_| r.pick().expect("member").backend.addr.to_string())
+        .collect();
+    assert_eq!(picked.len(), 2);
+}
+
+#[test]
+fn host_normalisation() {
+    let n = |s| normalize_host(s).map(|c| c.into_owned());
+    assert_eq!(n("Example.COM").as_deref(), Some("example.com"));
+    assert_eq!(n("example.com:8080").as_deref(), Some("example.com"));
+    assert_eq!(n("example.com.").as_deref(), Some("example.com"));
+    assert_eq!(n("example.com.:80").as_deref(), Some("example.com"));
+    assert_eq!(n("[::1]:80").as_deref(), Some("[::1]"));
+    assert_eq!(n("example.com:http"), None);
+    assert_eq!(n(""), None);
+    assert_eq!(n("bad host"), None);
+    assert_eq!(n("a/b"), None);
+    assert!(matches!(
+        normalize_host("already.lower"),
+        Some(std::borrow::Cow::Borrowed(_))
+    ));
+}

@@ -1,0 +1,250 @@
+//! A real HTTP/1.1 backend that reports what it received.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+/// What the backend saw, decoded from its JSON answer.
+#[derive(Debug, Clone)]
+pub struct Echo {
+    pub method: String,
+    /// The request target exactly as received on the wire (origin-form).
+    pub target: String,
+    pub version: String,
+    pub headers: Vec<(String, String)>,
+    pub body_len: u64,
+    /// Which backend answered (its port).
+    pub port: u16,
+}
+
+impl Echo {
+    pub fn parse(body: &[u8]) -> Echo {
+        let v: serde_json::Value = serde_json::from_slice(body)
+            .unwrap_or_else(|e| panic!("not an echo ({e}): {}", String::from_utf8_lossy(body)));
+        Echo {
+            method: v["method"].as_str().unwrap_or_default().into(),
+            target: v["target"].as_str().unwrap_or_default().into(),
+            version: v["version"].as_str().unwrap_or_default().into(),
+            headers: v["headers"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|p| {
+                            (
+                                p[0].as_str().unwrap_or_default().to_string(),
+                                p[1].as_str().unwrap_or_default().to_string(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            body_len: v["body_len"].as_u64().unwrap_or_default(),
+            port: v["port"].as_u64().unwrap_or_default() as u16,
+        }
+    }
+
+    /// All values of a header, in order.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.all(name).first().copied()
+    }
+}
+
+/// A running backend; stops when dropped.
+pub struct Backend {
+    pub addr: SocketAddr,
+    /// Requests answered.
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Backend {
+    pub async fn start() -> Backend {
+        Backend::start_on("127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    pub async fn start_on(addr: SocketAddr) -> Backend {
+        let listener = TcpListener::bind(addr).await.expect("bind backend");
+        let addr = listener.local_addr().expect("addr");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let hits = h.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        hits.fetch_add(1, Ordering::Relaxed);
+                        handle(req, addr.port())
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Backend { addr, hits, task }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn handle(mut req: Request<Incoming>, port: u16) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let param = |name: &str| -> u64 {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+
+    if req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v == "websocket")
+    {
+        return Ok(websocket(&mut req));
+    }
+    if path == "/slow" {
+        tokio::time::sleep(Duration::from_millis(param("ms"))).await;
+    }
+    if path == "/stream" {
+        let chunks = param("chunks");
+        let stream = futures_util::stream::iter(
+            (0..chunks)
+                .map(|_| Ok::<_, Infallible>(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))),
+        );
+        return Ok(Response::new(BodyExt::boxed(StreamBody::new(stream))));
+    }
+    let status = path
+        .strip_prefix("/status/")
+        .and_then(|s| s.parse().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let method = req.method().to_string();
+    let version = format!("{:?}", req.version());
+    // Count the body as it streams; never hold it whole.
+    let mut body = req.into_body();
+    let mut body_len = 0u64;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => body_len += f.data_ref().map_or(0, |d| d.len() as u64),
+            Err(_) => break,
+        }
+    }
+    let echo = json!({
+        "method": method, "target": target, "version": version,
+        "headers": headers, "body_len": body_len, "port": port,
+    });
+    let mut resp = Response::new(BodyExt::boxed(Full::new(Bytes::from(echo.to_string()))));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    // A hop-by-hop header the router must not pass on.
+    resp.headers_mut()
+        .insert("keep-alive", header::HeaderValue::from_static("timeout=10"));
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        header::HeaderValue::from_static("GEAR=local-abc; path=/"),
+    );
+    Ok(resp)
+}
+
+/// Accepts a WebSocket upgrade and echoes every message back.
+fn websocket(req: &mut Request<Incoming>) -> Response<Body> {
+    let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
+        let mut r = Response::new(BodyExt::boxed(Full::new(Bytes::new())));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            Role::Server,
+            None,
+        )
+        .await;
+        while let Some(Ok(msg)) = ws.next().await {
+            if msg.is_close() {
+                break;
+            }
+            if ws.send(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Response::new(BodyExt::boxed(Full::new(Bytes::new())));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(
+        header::UPGRADE,
+        header::HeaderValue::from_static("websocket"),
+    );
+    h.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        h.insert("sec-websocket-accept", v);
+    }
+    r
+}

@@ -1,0 +1,35 @@
+//! Exact bytes in, raw bytes out: for requests no well-behaved client would send.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends `request` and reads until the server closes or `limit` passes.
+pub async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request).await.expect("write");
+    read_all(&mut s, limit).await
+}
+
+pub async fn read_all(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    out
+}
+
+/// The status code of a raw HTTP/1.x response, if it starts like one.
+pub fn status(response: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(response.get(..12)?).ok()?;
+    text.strip_prefix("HTTP/1.")?.get(2..5)?.parse().ok()
+}

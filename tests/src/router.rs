@@ -1,0 +1,185 @@
+//! The router library started in-process, on port 0, with private directories.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use router::config::Config;
+use tokio::sync::oneshot;
+
+pub struct TestRouter {
+    pub http: SocketAddr,
+    pub admin: SocketAddr,
+    pub spool: PathBuf,
+    pub state: PathBuf,
+    pub root: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestRouter {
+    /// A router with the default test configuration plus `extra` YAML (top-level keys).
+    pub async fn start(extra: &str) -> TestRouter {
+        TestRouter::start_in(crate::tempdir("router"), extra).await
+    }
+
+    /// Starts on an existing root (to restart over the same state directory).
+    pub async fn start_in(root: PathBuf, extra: &str) -> TestRouter {
+        let spool = root.join("spool");
+        let state = root.join("state");
+        let yaml = format!(
+            "cloud_domain: example.com\n\
+             state_dir: {state}\n\
+             listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             spi:\n  source: spool\n  spool:\n    path: {spool}\n    interval: 20ms\n\
+             {extra}",
+            state = state.display(),
+            spool = spool.display(),
+        );
+        let config = Config::parse(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let router = router::Router::bind(config).await.expect("bind");
+        let http = router.http_addr();
+        let admin = router.admin_addr().expect("admin");
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(router.run(async move {
+            let _ = rx.await;
+        }));
+        let r = TestRouter {
+            http,
+            admin,
+            spool,
+            state,
+            root,
+            stop: Some(tx),
+            task: Some(task),
+        };
+        crate::eventually("router ready", Duration::from_secs(10), async || {
+            r.admin_get("/readyz").await.0 == 200
+        })
+        .await;
+        r
+    }
+
+    /// Drops an event body into the spool (atomically, as operators should).
+    pub fn drop_event(&self, name: &str, body: &str) {
+        let tmp = self.spool.join(format!(".{name}"));
+        std::fs::write(&tmp, body).expect("write event");
+        std::fs::rename(&tmp, self.spool.join(name)).expect("rename event");
+    }
+
+    /// Waits until the spool has no pending file.
+    pub async fn wait_spool_empty(&self) {
+        let spool = self.spool.clone();
+        crate::eventually("spool drained", Duration::from_secs(10), async || {
+            std::fs::read_dir(&spool)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+                        .all(|e| e.file_name().to_string_lossy().starts_with('.'))
+                })
+                .unwrap_or(false)
+        })
+        .await;
+    }
+
+    /// Waits until `host` is served with something other than 404.
+    pub async fn wait_route(&self, host: &str) {
+        crate::eventually(
+            &format!("route for {host}"),
+            Duration::from_secs(10),
+            async || self.get(host, "/").await.0 != 404,
+        )
+        .await;
+    }
+
+    /// Waits until `/routes` lists `addr` as a member (sends no proxied request).
+    pub async fn wait_member(&self, addr: SocketAddr) {
+        let needle = format!("\"address\": \"{addr}\"");
+        crate::eventually(
+            &format!("member {addr}"),
+            Duration::from_secs(10),
+            async || self.admin_get("/routes").await.1.contains(&needle),
+        )
+        .await;
+    }
+
+    /// GET through the router with a Host header; returns status and body.
+    pub async fn get(&self, host: &str, path: &str) -> (u16, Bytes) {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let req = Request::get(format!("http://{}{}", self.http, path))
+            .header("host", host)
+            .body(Empty::new())
+            .expect("request");
+        let resp = client.request(req).await.expect("request through router");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body)
+    }
+
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let Ok(resp) = client
+            .get(
+                format!("http://{}{}", self.admin, path)
+                    .parse()
+                    .expect("uri"),
+            )
+            .await
+        else {
+            return (0, String::new());
+        };
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The value of one metric sample line (`name{labels}`) from `/metrics`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let (_, text) = self.admin_get("/metrics").await;
+        text.lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == sample).then(|| value.parse().ok())?
+        })
+    }
+
+    /// Signals shutdown and waits for the router to stop.
+    pub async fn stop(mut self) {
+        self.shutdown().await;
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    /// Begins shutdown without waiting; returns the handle to await.
+    pub fn begin_stop(&mut self) -> tokio::task::JoinHandle<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task.take().expect("running")
+    }
+}
+
+impl Drop for TestRouter {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The HTTP data path, through real sockets: routing, header handling, errors, limits.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use e2e::{Backend, Echo, TestRouter, events, raw};
+use http::Request;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+const HA: &str = "ha-myapp-demo.example.com";
+
+async fn router_with_backend() -> (TestRouter, Backend) {
+    let backend = Backend::start().await;
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", backend.addr));
+    r.wait_route(HA).await;
+    (r, backend)
+}
+
+#[tokio::test]
+async fn host_path_and_query_reach_the_backend_verbatim() {
+    let (r, _b) = router_with_backend().await;
+    let request = format!(
+        "GET /a%20b/../c//d?x=1&y=%2F&z=%zz HTTP/1.1\r\n\
+         Host: HA-MyApp-Demo.Example.com.:8080\r\n\
+         Cookie: GEAR=local-5464c9f6\r\n\
+         X-Forwarded-For: 203.0.113.9\r\n\
+         X-Forwarded-Proto: https\r\n\
+         Connection: keep-alive, X-Hop\r\n\
+         X-Hop: secret\r\n\
+         Keep-Alive: timeout=5\r\n\
+         TE: trailers\r\n\
+         Proxy-Connection: keep-alive\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+    assert_eq!(
+        raw::status(&resp),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    let text = String::from_utf8_lossy(&resp);
+    let body = &text[text.find("\r\n\r\n").expect("head end") + 4..];
+    let echo = Echo::parse(body.as_bytes());
+    assert_eq!(echo.target, "/a%20b/../c//d?x=1&y=%2F&z=%zz");
+    assert_eq!(echo.all("host"), ["HA-MyApp-Demo.Example.com.:8080"]);
+    assert_eq!(echo.header("cookie"), Some("GEAR=local-5464c9f6"));
+    assert_eq!(
+        echo.header("x-forwarded-for"),
+        Some("203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(echo.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(
+        echo.header("x-forwarded-host"),
+        Some("HA-MyApp-Demo.Example.com.:8080")
+    );
+    assert_eq!(
+        echo.header("x-forwarded-port"),
+        Some(r.http.port().to_string().as_str())
+    );
+    for hop in ["x-hop", "keep-alive", "te", "proxy-connection"] {
+        assert_eq!(echo.header(hop), None, "{hop} must not be forwarded");
+    }
+    assert_eq!(echo.version, "HTTP/1.1");
+    // The backend's hop-by-hop Keep-Alive is not passed back; its cookie is.
+    let head = &text[..text.find("\r\n\r\n").expect("head end")].to_ascii_lowercase();
+    assert!(!head.contains("\r\nkeep-alive:"), "{head}");
+    assert!(head.contains("set-cookie: gear=local-abc"), "{head}");
+}
+
+#[tokio::test]
+async fn unknown_host_is_404_and_bad_hosts_are_400() {
+    let (r, _b) = router_with_backend().await;
+    assert_eq!(r.get("nobody.example.com", "/").await.0, 404);
+    let cases: [(&str, u16); 4] = [
+        // HTTP/1.0 without Host: nothing to route on.
+        ("GET / HTTP/1.0\r\n\r\n", 400),
+        // Two Host headers: refused (request smuggling).
+        (
+            "GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nHost: other\r\nConnection: close\r\n\r\n",
+            400,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: bad host!\r\nConnection: close\r\n\r\n",
+            400,
+        ),
+        ("GARBAGE\r\n\r\n", 400),
+    ];
+    for (req, want) in cases {
+        let resp = raw::exchange(r.http, req.as_bytes(), Duration::from_secs(10)).await;
+        assert_eq!(
+            raw::status(&resp),
+            Some(want),
+            "{req:?} -> {}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+}
+
+#[tokio::test]
+async fn aliases_route_case_insensitively() {
+    let (r, b) = router_with_backend().await;
+    r.drop_event(
+        "02.yaml",
+        &events::add_alias("myapp", "demo", "www.Example.NET"),
+    );
+    r.wait_route("www.example.net").await;
+    let (status, body) = r.get("WWW.example.net:80", "/x").await;
+    assert_eq!(status, 200);
+    assert_eq!(Echo::parse(&body).port, b.addr.port());
+    // The plain app name is served too (app_dns defaults to true).
+    assert_eq!(r.get("myapp-demo.example.com", "/").await.0, 200);
+}
+
+#[tokio::test]
+async fn app_without_routable_member_is_503() {
+    let b = Backend::start().await;
+    let r = TestRouter::start("").await;
+    // Only a web_framework endpoint: known app, nothing to route to.
+    r.drop_event(
+        "01.yaml",
+        &events::add_endpoint("myapp", "demo", b.addr, "web_framework", "php-5.4"),
+    );
+    r.wait_route(HA).await;
+    assert_eq!(r.get(HA, "/").await.0, 503);
+    assert_eq!(
+        b.hits(),
+        0,
+        "web_framework endpoints are not routed by default"
+    );
+}
+
+#[tokio::test]
+async fn h2_prior_knowledge_uses_authority_as_host() {
+    let (r, _b) = router_with_backend().await;
+    // A real h2 connection to the router whose requests name the app in :authority.
+    let tcp = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{HA}/h2?q=1"))
+        .body(Full::<Bytes>::default())
+        .expect("req");
+    let resp = send.send_request(req).await.expect("h2 request");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let echo = Echo::parse(&resp.into_body().collect().await.expect("body").to_bytes());
+    assert_eq!(echo.target, "/h2?q=1");
+    assert_eq!(
+        echo.version, "HTTP/1.1",
+        "members are spoken to in HTTP/1.1"
+    );
+    assert_eq!(echo.all("host"), [HA], "Host comes from :authority");
+}
+
+#[tokio::test]
+async fn curl_http1_and_h2_prior_knowledge() {
+    let (r, _b) = router_with_backend().await;
+    for flag in ["--http1.1", "--http2-prior-knowledge"] {
+        let out = tokio::process::Command::new("curl")
+            .args([
+                "-sS",
+                flag,
+                "-H",
+                &format!("Host: {HA}"),
+                "-w",
+                "\n%{http_code} %{http_version}",
+            ])
+            .arg(format!("http://{}/curl?v=1", r.http))
+            .output()
+            .await
+            .expect("curl runs (apt-get install curl)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (body, tail) = text.rsplit_once('\n').expect("status line");
+        let want = if flag == "--http1.1" {
+            "200 1.1"
+        } else {
+            "200 2"
+        };
+        assert_eq!(tail, want, "{flag}: {text}");
+        assert_eq!(Echo::parse(body.as_bytes()).header("host"), Some(HA));
+    }
+}
+
+#[tokio::test]
+async fn oversized_headers_get_431() {
+    let (r, _b) = router_with_backend().await;
+    let big = "a".repeat(70 * 1024);
+    let req = format!("GET / HTTP/1.1\r\nHost: {HA}\r\nX-Big: {big}\r\n\r\n");
+    let resp = raw::exchange(r.http, req.as_bytes(), Duration::from_secs(10)).await;
+    assert_eq!(
+        raw::status(&resp),
+        Some(431),
+        "{}",
+        String::from_utf8_lossy(&resp[..resp.len().min(200)])
+    );
+}
+
+#[tokio::test]
+async fn slow_request_head_is_cut_off() {
+    let r = TestRouter::start("limits:\n  header_read_timeout: 300ms\n").await;
+    let mut s = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    use tokio::io::AsyncWriteExt;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    // Never finish the head: the router must answer 408 or close, not wait forever.
+    let resp = raw::read_all(&mut s, Duration::from_secs(10)).await;
+    assert!(
+        resp.is_empty() || raw::status(&resp) == Some(408),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    // And the connection really is closed (read_all returned before its limit).
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "connection still open");
+}
+
+#[tokio::test]
+async fn refused_member_is_502_and_counted() {
+    // A port that was bound and released: nothing listens there.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", dead));
+    r.wait_member(dead).await;
+    assert_eq!(r.get(HA, "/").await.0, 502);
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"connect\"}")
+            .await,
+        Some(1.0)
+    );
+    assert!(r.metric("router_http_requests_total{class=\"5xx\"}").await >= Some(1.0));
+}
+
+#[tokio::test]
+async fn slow_member_is_504() {
+    let b = Backend::start().await;
+    let r = TestRouter::start("upstream:\n  response_timeout: 300ms\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    assert_eq!(r.get(HA, "/slow?ms=3000").await.0, 504);
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"response_timeout\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(r.get(HA, "/slow?ms=10").await.0, 200);
+}
+
+#[tokio::test]
+async fn connect_timeout_is_504() {
+    // A listener that never accepts, with its accept queue filled: Linux then drops
+    // further SYNs, so a connect neither succeeds nor fails until it times out.
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .expect("addr")
+            .into(),
+    )
+    .expect("bind");
+    sock.listen(0).expect("listen");
+    let addr = sock.local_addr().expect("addr").as_socket().expect("inet");
+    let mut fillers = Vec::new();
+    loop {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => fillers.push(s),
+            Ok(Err(e)) => panic!("filler connect failed: {e}"),
+            Err(_) => break, // the queue is full: SYNs are now dropped
+        }
+        assert!(fillers.len() < 64, "accept queue never filled");
+    }
+    let r = TestRouter::start("upstream:\n  connect_timeout: 300ms\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
+    r.wait_member(addr).await;
+    assert_eq!(r.get(HA, "/").await.0, 504);
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"connect_timeout\"}")
+            .await,
+        Some(1.0)
+    );
+    drop(fillers);
+}
+
+/// A member that closes the first connection right after reading a request (as a gear
+/// haproxy closing an idle keep-alive connection would), and answers later ones.
+async fn flaky_member() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                continue;
+            };
+            let n = s2.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                if n == 0 {
+                    return; // close without a response byte
+                }
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn idempotent_request_is_retried_once_when_closed_before_response() {
+    let (addr, seen) = flaky_member().await;
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
+    r.wait_route(HA).await;
+    let before = seen.load(std::sync::atomic::Ordering::SeqCst);
+    let (status, body) = r.get(HA, "/").await;
+    assert_eq!((status, &body[..]), (200, &b"ok"[..]));
+    assert_eq!(r.metric("router_upstream_retries_total").await, Some(1.0));
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) >= before + 1);
+}
+
+#[tokio::test]
+async fn non_idempotent_request_is_never_replayed() {
+    let (addr, seen) = flaky_member().await;
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
+    // wait_route would consume the flaky first connection; watch the table instead.
+    r.wait_member(addr).await;
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::post(format!("http://{}/", r.http))
+        .header("host", HA)
+        .body(Full::new(Bytes::from_static(b"payment=1")))
+        .expect("req");
+    let resp = client.request(req).await.expect("response");
+    assert_eq!(resp.status(), 502);
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "sent exactly once"
+    );
+    assert_eq!(r.metric("router_upstream_retries_total").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways() {
+    let (r, _b) = router_with_backend().await;
+    // Upload 8 MiB in chunks of unknown total length (chunked encoding).
+    let chunks = futures_util::stream::iter((0..128).map(|_| {
+        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(vec![7u8; 64 * 1024])))
+    }));
+    let client: Client<_, StreamBody<_>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::put(format!("http://{}/upload", r.http))
+        .header("host", HA)
+        .body(StreamBody::new(chunks))
+        .expect("req");
+    let resp = client.request(req).await.expect("upload");
+    assert_eq!(resp.status(), 200);
+    let echo = Echo::parse(&resp.into_body().collect().await.expect("body").to_bytes());
+    assert_eq!(echo.body_len, 8 * 1024 * 1024);
+    // Download 16 MiB streamed by the member.
+    let (status, body) = r.get(HA, "/stream?chunks=256").await;
+    assert_eq!(status, 200);
+    assert_eq!(body.len(), 256 * 64 * 1024);
+}
+
+#[tokio::test]
+async fn member_status_codes_pass_through() {
+    let (r, _b) = router_with_backend().await;
+    for code in [201u16, 302, 401, 404, 500, 503] {
+        assert_eq!(r.get(HA, &format!("/status/{code}")).await.0, code);
+    }
+}
+
+#[tokio::test]
+async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
+    let b = Backend::start().await;
+    let r = TestRouter::start("limits:\n  max_connections: 1\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    // wait_route's connection has closed; take the only slot with an idle connection.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut first = tokio::net::TcpStream::connect(r.http).await.expect("first");
+    use tokio::io::AsyncWriteExt;
+    first
+        .write_all(format!("GET / HTTP/1.1\r\nHost: {HA}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let got = raw::read_all(&mut first, Duration::from_millis(500)).await;
+    assert_eq!(raw::status(&got), Some(200));
+    // The second client is accepted by the kernel but not served while `first` is open.
+    let second = tokio::spawn({
+        let addr = r.http;
+        async move {
+            raw::exchange(
+                addr,
+                format!("GET / HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n").as_bytes(),
+                Duration::from_secs(10),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "served beyond max_connections");
+    drop(first);
+    let resp = second.await.expect("join");
+    assert_eq!(raw::status(&resp), Some(200));
+}
