@@ -84,7 +84,7 @@ impl<P: Publish> Consumer<P> {
     /// Decodes and applies one message body to the in-memory state.
     pub fn handle(&mut self, body: &[u8]) -> Disposition {
         self.metrics.last_event.set(unix_now());
-        let disposition = match decode(body) {
+        match decode(body) {
             Ok(Decoded::Event(event)) => {
                 let d = self.apply(&event);
                 self.metrics
@@ -116,8 +116,7 @@ impl<P: Publish> Consumer<P> {
                 self.metrics.dead_letters.inc();
                 Disposition::DeadLetter(error)
             }
-        };
-        disposition
+        }
     }
 
     fn apply(&mut self, event: &RoutingEvent) -> Disposition {

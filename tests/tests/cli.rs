@@ -1,0 +1,183 @@
+//! The `router` binary: configuration checking, SIGTERM, access log.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use e2e::{Backend, events};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("router.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {d}/state\nlisten:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             spi:\n  source: spool\n  spool:\n    path: {d}/spool\n    interval: 20ms\n{extra}",
+            d = dir.display()
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+#[test]
+fn check_config_accepts_a_good_file() {
+    let dir = e2e::tempdir("cli-good");
+    let cfg = write_config(&dir, "");
+    let out = std::process::Command::new(e2e::bin("router"))
+        .args(["check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn check_config_names_file_line_and_field() {
+    let dir = e2e::tempdir("cli-bad");
+    let cfg = write_config(&dir, "upstream:\n  idle_timout: 5s\n");
+    let out = std::process::Command::new(e2e::bin("router"))
+        .args(["check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{}:12: upstream.idle_timout: unknown field", cfg.display());
+    assert!(err.starts_with(&want), "{err}");
+    // Running (not just checking) refuses to start the same way.
+    let out = std::process::Command::new(e2e::bin("router"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn version_and_help() {
+    let out = std::process::Command::new(e2e::bin("router"))
+        .arg("--version")
+        .output()
+        .expect("run");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("router "));
+    let out = std::process::Command::new(e2e::bin("router"))
+        .arg("--help")
+        .output()
+        .expect("run");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("check-config"));
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_access_log_is_json() {
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("cli-run");
+    let cfg = write_config(&dir, "access_log:\n  format: json\nshutdown_grace: 10s\n");
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(
+        dir.join("spool/01.yaml"),
+        events::add_lb("myapp", "demo", b.addr),
+    )
+    .expect("event");
+    let mut child = tokio::process::Command::new(e2e::bin("router"))
+        .arg("--config")
+        .arg(&cfg)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn router");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    let stderr = child.stderr.take().expect("stderr");
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            } else {
+                panic!("not a JSON log line: {line}");
+            }
+        }
+    });
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("log line in time")
+            .expect("router still logging")
+    };
+    // Learn the bound port from the "listening" line.
+    let http = loop {
+        let v = next().await;
+        if v["message"] == "listening" && v["listener"] == "http" {
+            break v["addr"]
+                .as_str()
+                .expect("addr")
+                .parse::<std::net::SocketAddr>()
+                .expect("addr");
+        }
+    };
+    let host = "ha-myapp-demo.example.com";
+    e2e::eventually("route", Duration::from_secs(10), async || {
+        e2e::raw::status(
+            &e2e::raw::exchange(
+                http,
+                format!("GET /warm HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+                Duration::from_secs(5),
+            )
+            .await,
+        ) == Some(200)
+    })
+    .await;
+    let slow = tokio::spawn(async move {
+        e2e::raw::exchange(
+            http,
+            format!("GET /slow?ms=800 HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+            Duration::from_secs(20),
+        )
+        .await
+    });
+    let before = b.hits();
+    e2e::eventually("in flight", Duration::from_secs(10), async || {
+        b.hits() > before
+    })
+    .await;
+    let pid = child.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let resp = slow.await.expect("join");
+    assert_eq!(
+        e2e::raw::status(&resp),
+        Some(200),
+        "in-flight request finished after SIGTERM"
+    );
+    let exit = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("router exits after draining")
+        .expect("wait");
+    assert!(exit.success(), "{exit:?}");
+    // One access line per request, with the fields operators need.
+    let mut access = Vec::new();
+    while let Ok(v) = rx.try_recv() {
+        if v["target"] == "access" {
+            access.push(v);
+        }
+    }
+    let slow_line = access
+        .iter()
+        .find(|v| v["path"] == "/slow?ms=800")
+        .unwrap_or_else(|| panic!("no access line for /slow: {access:?}"));
+    assert_eq!(slow_line["status"], 200);
+    assert_eq!(slow_line["host"], host);
+    assert_eq!(slow_line["method"], "GET");
+    assert_eq!(slow_line["client"], "127.0.0.1");
+    assert_eq!(slow_line["upstream"], b.addr.to_string());
+    assert!(slow_line["bytes"].as_u64() > Some(0));
+    assert!(slow_line["duration_ms"].as_f64() >= Some(800.0));
+}

@@ -1,0 +1,50 @@
+//! WebSocket through the router: 101 passthrough, then a byte tunnel both ways.
+
+use e2e::{Backend, TestRouter, events};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+#[tokio::test]
+async fn websocket_echo_through_the_router() {
+    let b = Backend::start().await;
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+
+    let tcp = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    let mut req = "ws://ha-myapp-demo.example.com/chat"
+        .into_client_request()
+        .expect("request");
+    req.headers_mut()
+        .insert("cookie", "GEAR=local-1".parse().expect("cookie"));
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("websocket handshake through the router");
+    assert_eq!(resp.status(), 101);
+
+    for i in 0..50 {
+        let text = format!("message {i}");
+        ws.send(Message::text(text.clone())).await.expect("send");
+        let got = ws.next().await.expect("open").expect("frame");
+        assert_eq!(got, Message::text(text));
+    }
+    let big = vec![9u8; 1 << 20];
+    ws.send(Message::binary(big.clone()))
+        .await
+        .expect("send binary");
+    let got = ws.next().await.expect("open").expect("frame");
+    assert_eq!(got.into_data().len(), big.len());
+    ws.close(None).await.expect("close");
+    drop(ws);
+
+    // While the tunnel was open it held the member's slot; now it is released.
+    e2e::eventually(
+        "slot released",
+        std::time::Duration::from_secs(10),
+        async || r.admin_get("/routes").await.1.contains("\"in_flight\": 0"),
+    )
+    .await;
+}
