@@ -97,3 +97,17 @@ fn missing_file_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn shipped_example_configs_are_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("deploy/examples") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "router.yaml and demo.yaml");
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Benchmarks the router against haproxy 2.6 and nginx 1.22 on one nginx backend, in
+# one run on this machine. Not part of CI (it takes minutes and wants a quiet box).
+#   bash bench/run.sh                 # 3 rounds, unpinned
+#   bash bench/run.sh --pin           # proxy on CPU 1, wrk + backend on CPU 0
+# Extra arguments go to bench/http.py (see its --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for pkg in nginx-light:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3; do
+  command -v "${pkg#*:}" >/dev/null 2>&1 || need+=("${pkg%%:*}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+cargo build --release -p router
+python3 bench/http.py "$@"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the tests need (idempotently) and runs every test of the workspace.
+# This is README's second command and exactly what .ci/run calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages the tests use: curl is a real client in the data-path tests.
+need=()
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo is missing: install the Rust toolchain (1.89 or newer) first" >&2
+  exit 1
+fi
+
+cargo fmt --all -- --check
+# One build of everything (binaries included: the CLI tests run target/debug/router).
+cargo build --workspace --all-targets --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
