@@ -11,26 +11,101 @@
 //! drain: a removed member gets no new requests, and old ones complete.
 //!
 //! The request path never touches the registry; it reaches a `Backend` through the
-//! table. Only the update path locks the registry's map.
+//! table. Only the update path locks the registry's map. Each backend also keeps its
+//! idle keep-alive connections: a short std `Mutex` around a `Vec` (push and pop,
+//! never held across an await).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
+use prometheus::IntCounter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::upstream::Upstream;
 
 /// One member, shared by every route table that lists it.
 #[derive(Debug)]
 pub struct Backend {
     /// `address:port`, exactly as announced.
     pub addr: Arc<str>,
+    /// The same, parsed; `None` if the address is not an IP literal.
+    pub socket_addr: Option<SocketAddr>,
     in_flight: AtomicUsize,
     /// One permit per request allowed in flight (`upstream.max_connections_per_backend`).
     slots: Arc<Semaphore>,
+    /// Keep-alive connections waiting for a request, most recently used last.
+    idle: Mutex<Vec<Upstream>>,
+    pool: PoolSettings,
+}
+
+/// How idle connections are kept, from `upstream.*`.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+    /// `router_upstream_connections_opened_total`.
+    pub opened: IntCounter,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upstream")
+    }
 }
 
 impl Backend {
+    fn idle(&self) -> MutexGuard<'_, Vec<Upstream>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle connection that is still usable, if there is one.
+    pub fn take_idle(&self) -> Option<Upstream> {
+        let now = Instant::now();
+        loop {
+            let mut up = self.idle().pop()?;
+            if !up.expired(now, self.pool.idle_timeout) && up.is_reusable() {
+                return Some(up);
+            }
+            // Closed by the member or too old: drop it (outside the lock) and go on.
+        }
+    }
+
+    /// Returns a connection after its response was read to the end.
+    pub fn put_idle(&self, mut up: Upstream) {
+        if !up.is_reusable() {
+            return;
+        }
+        up.mark_idle(Instant::now());
+        let mut idle = self.idle();
+        if idle.len() < self.pool.max_idle {
+            idle.push(up);
+        }
+    }
+
+    /// Closes idle connections older than the idle timeout.
+    pub fn sweep(&self, now: Instant) {
+        let expired: Vec<Upstream> = {
+            let mut idle = self.idle();
+            let (old, keep) = std::mem::take(&mut *idle)
+                .into_iter()
+                .partition(|u| u.expired(now, self.pool.idle_timeout));
+            *idle = keep;
+            old
+        };
+        drop(expired);
+    }
+
+    pub fn idle_count(&self) -> usize {
+        self.idle().len()
+    }
+
+    pub(crate) fn opened(&self) {
+        self.pool.opened.inc();
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
@@ -77,14 +152,31 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct Registry {
     max_in_flight: usize,
+    pool: PoolSettings,
     backends: Mutex<HashMap<Arc<str>, Weak<Backend>>>,
 }
 
 impl Registry {
-    pub fn new(max_in_flight: usize) -> Registry {
+    pub fn new(max_in_flight: usize, pool: PoolSettings) -> Registry {
         Registry {
             max_in_flight,
+            pool,
             backends: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Closes expired idle connections of every member; run periodically.
+    pub fn sweep(&self) {
+        let live: Vec<Arc<Backend>> = self
+            .backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let now = Instant::now();
+        for b in live {
+            b.sweep(now);
         }
     }
 
@@ -99,8 +191,11 @@ impl Registry {
         }
         let backend = Arc::new(Backend {
             addr: Arc::from(addr),
+            socket_addr: addr.parse().ok(),
             in_flight: AtomicUsize::new(0),
             slots: Arc::new(Semaphore::new(self.max_in_flight)),
+            idle: Mutex::new(Vec::new()),
+            pool: self.pool.clone(),
         });
         // Forget members nobody refers to any more, so the map stays bounded.
         if map.len() > 64 && map.len().is_power_of_two() {
@@ -112,12 +207,23 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    pub(crate) fn registry(max_in_flight: usize) -> Registry {
+        Registry::new(
+            max_in_flight,
+            PoolSettings {
+                max_idle: 4,
+                idle_timeout: Duration::from_secs(8),
+                opened: IntCounter::new("t", "t").expect("counter"),
+            },
+        )
+    }
 
     #[test]
     fn same_address_same_backend_until_dropped() {
-        let r = Registry::new(2);
+        let r = registry(2);
         let a = r.get("10.0.0.1:80");
         let b = r.get("10.0.0.1:80");
         assert!(Arc::ptr_eq(&a, &b));
@@ -132,7 +238,7 @@ mod tests {
 
     #[tokio::test]
     async fn slots_bound_in_flight_and_free_on_drop() {
-        let r = Registry::new(2);
+        let r = registry(2);
         let b = r.get("10.0.0.1:80");
         let one = b.acquire(Duration::ZERO).await.expect("slot 1");
         let _two = b.acquire(Duration::ZERO).await.expect("slot 2");

@@ -1,5 +1,5 @@
-//! The body type of every message the router sends: a member's streamed body, a
-//! client's streamed body, or a small local one (error pages).
+//! The body of every response the router sends: a member's streamed body (with the
+//! connection it arrives on, see [`Lease`]), or a small local one (error pages).
 //!
 //! A response body also carries the request's [`Completion`]: the member's in-flight
 //! slot, the duration metric and the access-log record. They settle when the body
@@ -18,6 +18,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use crate::access_log::AccessRecord;
 use crate::backend::InFlight;
 use crate::metrics::Metrics;
+use crate::upstream::Lease;
 
 pub struct ProxyBody {
     inner: Inner,
@@ -25,14 +26,23 @@ pub struct ProxyBody {
 }
 
 enum Inner {
-    Stream(Incoming),
+    Upstream(Lease),
+    /// A member's body whose connection another task drives (upgrade requests).
+    Detached(Incoming),
     Full(Option<Bytes>),
 }
 
 impl ProxyBody {
-    pub fn stream(body: Incoming) -> ProxyBody {
+    pub fn upstream(lease: Lease) -> ProxyBody {
         ProxyBody {
-            inner: Inner::Stream(body),
+            inner: Inner::Upstream(lease),
+            completion: None,
+        }
+    }
+
+    pub fn detached(body: Incoming) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Detached(body),
             completion: None,
         }
     }
@@ -65,7 +75,8 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
         let polled = match &mut this.inner {
-            Inner::Stream(body) => Pin::new(body).poll_frame(cx),
+            Inner::Upstream(lease) => lease.poll_frame(cx),
+            Inner::Detached(body) => Pin::new(body).poll_frame(cx),
             Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         };
         match &polled {
@@ -88,14 +99,16 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
-            Inner::Stream(body) => body.is_end_stream(),
+            Inner::Upstream(lease) => lease.is_end_stream(),
+            Inner::Detached(body) => body.is_end_stream(),
             Inner::Full(bytes) => bytes.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            Inner::Stream(body) => body.size_hint(),
+            Inner::Upstream(lease) => lease.size_hint(),
+            Inner::Detached(body) => body.size_hint(),
             Inner::Full(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }

@@ -39,7 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::Admin;
-use crate::backend::Registry;
+use crate::backend::{PoolSettings, Registry};
 use crate::config::{Config, SourceKind};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -74,6 +74,7 @@ pub struct Router {
     admin: Option<TcpListener>,
     proxy: Arc<Proxy>,
     admin_api: Arc<Admin>,
+    registry: Arc<Registry>,
     consumer: Consumer<Builder>,
     spool: Option<Spool>,
 }
@@ -82,7 +83,14 @@ impl Router {
     pub async fn bind(config: Config) -> Result<Router, StartError> {
         let metrics = Arc::new(Metrics::new()?);
         let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
-        let registry = Arc::new(Registry::new(config.upstream.max_connections_per_backend));
+        let registry = Arc::new(Registry::new(
+            config.upstream.max_connections_per_backend,
+            PoolSettings {
+                max_idle: config.upstream.max_idle_per_backend,
+                idle_timeout: config.upstream.idle_timeout,
+                opened: metrics.upstream_connections.clone(),
+            },
+        ));
         let naming = Naming {
             cloud_domain: config.cloud_domain.to_ascii_lowercase(),
             ha_prefix: config.ha_dns_prefix.clone(),
@@ -90,7 +98,7 @@ impl Router {
             app_dns: config.app_dns,
             endpoint_types: config.endpoint_types.clone(),
         };
-        let builder = Builder::new(naming, registry, table.clone(), (*metrics).clone());
+        let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone());
         // The saved state is served before any source answers.
         let store = Store::open(&config.state_dir)?;
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
@@ -120,7 +128,10 @@ impl Router {
 
         let proxy = Arc::new(Proxy {
             table: table.clone(),
-            client: upstream::client(&config.upstream),
+            upstream: upstream::Settings {
+                connect_timeout: config.upstream.connect_timeout,
+                idle_timeout: config.upstream.idle_timeout,
+            },
             metrics: metrics.clone(),
             response_timeout: config.upstream.response_timeout,
             queue_timeout: config.upstream.queue_timeout,
@@ -137,6 +148,7 @@ impl Router {
             admin,
             proxy,
             admin_api,
+            registry,
             consumer,
             spool,
         })
@@ -192,6 +204,19 @@ impl Router {
             stop_rx.clone(),
             self.config.shutdown_grace,
         ));
+        // Idle member connections are closed once older than the idle timeout.
+        let sweeper = {
+            let registry = self.registry.clone();
+            let period =
+                (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                loop {
+                    tick.tick().await;
+                    registry.sweep();
+                }
+            })
+        };
         self.admin_api.ready.store(true, Ordering::Release);
 
         shutdown.await;
@@ -203,6 +228,7 @@ impl Router {
         if let Some(t) = spool_task {
             let _ = t.await;
         }
+        sweeper.abort();
         let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;

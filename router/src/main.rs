@@ -68,8 +68,13 @@ fn init_logging(format: LogFormat) {
 }
 
 fn run(config: Config) -> anyhow::Result<()> {
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if config.worker_threads > 0 {
+    // One thread: a current-thread runtime, which skips the work-stealing machinery.
+    let mut rt = if config.worker_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if config.worker_threads > 1 {
         rt.worker_threads(config.worker_threads);
     }
     let rt = rt.enable_all().build().context("starting the runtime")?;

@@ -61,6 +61,7 @@ pub struct Metrics {
     pub duration: Histogram,
     upstream_errors: Vec<IntCounter>,
     pub retries: IntCounter,
+    pub upstream_connections: IntCounter,
     pub open_connections: IntGaugeVec,
     pub connections: IntCounterVec,
     pub routes: IntGauge,
@@ -107,6 +108,10 @@ impl Metrics {
             "router_upstream_retries_total",
             "Idempotent requests sent again after the connection closed before a response",
         )?;
+        let upstream_connections = IntCounter::new(
+            "router_upstream_connections_opened_total",
+            "Connections opened to members (compare with requests for the reuse ratio)",
+        )?;
         let open_connections = IntGaugeVec::new(
             Opts::new(
                 "router_open_connections",
@@ -129,6 +134,7 @@ impl Metrics {
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors))?;
         registry.register(Box::new(retries.clone()))?;
+        registry.register(Box::new(upstream_connections.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(routes.clone()))?;
@@ -141,6 +147,7 @@ impl Metrics {
             duration,
             upstream_errors,
             retries,
+            upstream_connections,
             open_connections,
             connections,
             routes,

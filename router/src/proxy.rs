@@ -7,7 +7,8 @@
 //! 3. **pick**: a member (round robin); none → 503;
 //! 4. **slot**: a free in-flight slot on that member, waiting briefly; none → 503;
 //! 5. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
-//!    plus `X-Forwarded-*`) on a pooled HTTP/1.1 connection to `address:port`;
+//!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
+//!    (see [`crate::upstream`]);
 //!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
 //!    request without a body whose connection closed before any response byte is
 //!    sent once more;
@@ -25,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderValue};
-use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
@@ -36,7 +36,7 @@ use crate::body::{Completion, ProxyBody};
 use crate::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
 use crate::metrics::{Metrics, UpstreamError};
 use crate::table::{Member, RouteTable, normalize_host};
-use crate::upstream::{self, Client};
+use crate::upstream::{Lease, RequestBody, SendError, Settings, Upstream};
 
 /// Why a request got no answer from a member.
 #[derive(Debug)]
@@ -96,7 +96,7 @@ impl ProxyError {
 /// Everything the request path needs, shared by all connections.
 pub struct Proxy {
     pub table: Arc<ArcSwap<RouteTable>>,
-    pub client: Client,
+    pub upstream: Settings,
     pub metrics: Arc<Metrics>,
     pub response_timeout: Duration,
     pub queue_timeout: Duration,
@@ -197,93 +197,138 @@ impl Proxy {
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        let path = match parts.uri.path_and_query() {
-            Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
-            None => PathAndQuery::from_static("/"),
-            Some(_) => return Err(ProxyError::BadTarget),
-        };
-        parts.uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(member.authority.clone())
-            .path_and_query(path)
-            .build()
-            .map_err(|_| ProxyError::BadTarget)?;
+        // Members get origin-form; HTTP/1.1 clients normally sent exactly that.
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+        }
+        if !parts.uri.path().starts_with('/') {
+            return Err(ProxyError::BadTarget);
+        }
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
         // Unchanged for HTTP/1.1 origin-form; from `:authority` for h2.
         parts.headers.insert(header::HOST, host.clone());
         set_forwarded(&mut parts.headers, &conn, &host);
 
-        // Only a request that can be sent again exactly may be retried.
-        let replay = (idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| {
-            (
-                parts.method.clone(),
-                parts.uri.clone(),
-                parts.headers.clone(),
+        let backend = &member.backend;
+        if let Some(client_upgrade) = client_upgrade {
+            let up = self.connect(backend).await?;
+            let req = Request::from_parts(parts, RequestBody::Stream(body));
+            let response = match tokio::time::timeout(
+                self.response_timeout,
+                up.send_upgrade(&backend.addr, req),
             )
-        });
-        let first = Request::from_parts(parts, ProxyBody::stream(body));
-        let mut result = self.send(first).await;
+            .await
+            {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => return Err(self.fail(e.kind())),
+                Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+            };
+            return Ok(self.upgraded(response, client_upgrade, slot, backend.addr.clone()));
+        }
+        let mut up = match backend.take_idle() {
+            Some(idle) => idle,
+            None => self.connect(backend).await?,
+        };
+        // Only a request that can be sent again exactly may be retried, and only if
+        // the connection was a reused one (see SendError::closed_before_response).
+        let replay =
+            (up.reused() && idempotent(&parts.method) && body.is_end_stream()).then(|| {
+                (
+                    parts.method.clone(),
+                    parts.uri.clone(),
+                    parts.headers.clone(),
+                )
+            });
+        let first = Request::from_parts(parts, RequestBody::Stream(body));
+        let mut result = self.send(&mut up, &backend.addr, first).await;
         if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
-            && upstream::closed_before_response(e)
+            && e.closed_before_response()
         {
             self.metrics.retries.inc();
-            let mut again = Request::new(ProxyBody::empty());
+            up = self.connect(backend).await?;
+            let mut again = Request::new(RequestBody::Empty);
             *again.method_mut() = method;
             *again.uri_mut() = uri;
             *again.headers_mut() = headers;
-            result = self.send(again).await;
+            result = self.send(&mut up, &backend.addr, again).await;
         }
-        let mut response = match result {
+        let response = match result {
             Ok(r) => r,
             Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
             Err(Some(e)) => {
-                let kind = upstream::classify(&e);
-                tracing::debug!(member = %member.backend.addr, error = %e, kind = kind.as_str(), "upstream request failed");
-                return Err(self.fail(kind));
+                tracing::debug!(error = %e, "upstream request failed");
+                return Err(self.fail(e.kind()));
             }
         };
 
         // 6. respond
-        if response.status() == StatusCode::SWITCHING_PROTOCOLS
-            && let Some(client_upgrade) = client_upgrade
-        {
-            let member_upgrade = hyper::upgrade::on(&mut response);
-            let addr = member.backend.addr.clone();
-            // The tunnel holds the member's slot for as long as it lives.
-            tokio::spawn(async move {
-                let _slot = slot;
-                match tokio::try_join!(client_upgrade, member_upgrade) {
-                    Ok((c, m)) => {
-                        let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
-                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut m).await {
-                            tracing::debug!(member = %addr, error = %e, "upgraded tunnel ended");
-                        }
-                    }
-                    Err(e) => tracing::debug!(member = %addr, error = %e, "upgrade failed"),
-                }
-            });
-            let (mut parts, _) = response.into_parts();
-            remove_hop_by_hop(&mut parts.headers, true);
-            return Ok(Forwarded {
-                response: Response::from_parts(parts, ProxyBody::empty()),
-                in_flight: None,
-            });
-        }
         let (mut parts, body) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, false);
+        let body = ProxyBody::upstream(Lease::new(body, up, backend.clone()));
         Ok(Forwarded {
-            response: Response::from_parts(parts, ProxyBody::stream(body)),
+            response: Response::from_parts(parts, body),
             in_flight: Some(slot),
         })
+    }
+
+    /// The answer to an upgrade request: on 101, a tunnel between the two upgraded
+    /// connections (holding the member's slot while it lives); otherwise the member's
+    /// answer as it is.
+    fn upgraded(
+        &self,
+        mut response: Response<Incoming>,
+        client_upgrade: hyper::upgrade::OnUpgrade,
+        slot: InFlight,
+        addr: Arc<str>,
+    ) -> Forwarded {
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers, false);
+            return Forwarded {
+                response: Response::from_parts(parts, ProxyBody::detached(body)),
+                in_flight: Some(slot),
+            };
+        }
+        let member_upgrade = hyper::upgrade::on(&mut response);
+        tokio::spawn(async move {
+            let _slot = slot;
+            match tokio::try_join!(client_upgrade, member_upgrade) {
+                Ok((c, m)) => {
+                    let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut m).await {
+                        tracing::debug!(member = %addr, error = %e, "upgraded tunnel ended");
+                    }
+                }
+                Err(e) => tracing::debug!(member = %addr, error = %e, "upgrade failed"),
+            }
+        });
+        let (mut parts, _) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, true);
+        Forwarded {
+            response: Response::from_parts(parts, ProxyBody::empty()),
+            in_flight: None,
+        }
+    }
+
+    async fn connect(&self, backend: &crate::backend::Backend) -> Result<Upstream, ProxyError> {
+        Upstream::connect(backend, self.upstream)
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "upstream connect failed");
+                self.fail(e.kind())
+            })
     }
 
     /// Sends one request; `Err(None)` is the response-header timeout.
     async fn send(
         &self,
-        req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, Option<hyper_util::client::legacy::Error>> {
-        match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
+        up: &mut Upstream,
+        addr: &Arc<str>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, Option<SendError>> {
+        match tokio::time::timeout(self.response_timeout, up.send(addr, req)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(Some(e)),
             Err(_) => Err(None),

@@ -1,88 +1,319 @@
-//! The pooled HTTP/1.1 client that talks to members, and what its errors mean.
+//! Connections to members: HTTP/1.1 over TCP, kept alive and reused, driven by the
+//! request that uses them.
 //!
-//! hyper-util's pooled client keeps idle connections per `address:port`; the idle
-//! timeout stays below the gear haproxy's 10 s keep-alive timeout so that we do not
-//! pick a connection the gear is about to close. It never sets Host (the client's
-//! Host goes through verbatim) and retries on its own only a request that was never
-//! written (the pool handed out a connection already closed). A request that was
-//! written but got no response byte is retried by the proxy, once, if idempotent.
+//! Why not a spawned connection task behind a shared pool (hyper-util's client)? Each
+//! request would then cross tasks twice (request to the connection task, response
+//! back), which measured 26 µs of CPU per proxied request on this machine against
+//! 18 µs when the request's own task drives the connection (bench/RESULTS.md). So an
+//! [`Upstream`] is owned, never spawned:
+//! - while waiting for the response head, [`Upstream::send`] drives the connection
+//!   (it writes the request and its streamed body, and reads the response);
+//! - while the response body streams, the body drives it ([`Lease`]);
+//! - when the body has ended, the lease returns the connection to its member's idle
+//!   list ([`crate::backend::Backend`]); a connection whose response was not read to
+//!   the end is closed instead (HTTP/1 cannot be reused mid-message).
+//!
+//! Idle connections are not polled, so a member closing one is noticed when it is
+//! next taken: [`Upstream::is_reusable`] polls it once (no syscall unless the socket
+//! became readable) and drops it if it has closed. They are dropped once idle longer
+//! than `upstream.idle_timeout`, which stays below the gear haproxy's 10 s so that we
+//! close first. A request sent on a reused connection that closed before any response
+//! byte may be sent once more (the proxy decides: idempotent requests only).
+//!
+//! Upgrades (WebSocket) take a fresh connection of their own and never return it.
 
-use std::error::Error as StdError;
 use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::Error as ClientError;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
-use crate::body::ProxyBody;
-use crate::config::Upstream;
+use crate::backend::Backend;
 use crate::metrics::UpstreamError;
 
-pub type Client = HyperClient<HttpConnector, ProxyBody>;
-
-pub fn client(cfg: &Upstream) -> Client {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(cfg.connect_timeout));
-    // Members are `address:port` from the SPI; the URI scheme is always http here.
-    connector.enforce_http(true);
-    HyperClient::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(cfg.idle_timeout)
-        .pool_max_idle_per_host(cfg.max_idle_per_backend)
-        .set_host(false)
-        .retry_canceled_requests(true)
-        .build(connector)
+/// The body of a request sent to a member: the client's body, streamed, or nothing
+/// (a retry is only ever made of a request without a body).
+pub enum RequestBody {
+    Stream(Incoming),
+    Empty,
 }
 
-/// The kind of failure, for the status code and the metric.
-pub fn classify(err: &ClientError) -> UpstreamError {
-    if err.is_connect() {
-        if chain(err).any(|e| {
-            e.downcast_ref::<io::Error>()
-                .is_some_and(|io| io.kind() == io::ErrorKind::TimedOut)
-                || e.to_string().contains("timed out")
-        }) {
-            return UpstreamError::ConnectTimeout;
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Stream(b) => Pin::new(b).poll_frame(cx),
+            RequestBody::Empty => Poll::Ready(None),
         }
-        return UpstreamError::Connect;
     }
-    for e in chain(err) {
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && h.is_parse()
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Stream(b) => b.is_end_stream(),
+            RequestBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Stream(b) => b.size_hint(),
+            RequestBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
+type Io = TokioIo<TcpStream>;
+
+/// One HTTP/1.1 connection to a member.
+pub struct Upstream {
+    sender: SendRequest<RequestBody>,
+    conn: Connection<Io, RequestBody>,
+    /// When it was last returned idle; `None` if it was never used before.
+    idle_since: Option<Instant>,
+}
+
+/// Why a connection to a member could not be made or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("connect to {addr}: {source}")]
+    Connect {
+        addr: Arc<str>,
+        #[source]
+        source: io::Error,
+    },
+    #[error("connect to {addr}: timed out")]
+    ConnectTimeout { addr: Arc<str> },
+    #[error("member {addr}: {source}")]
+    Http {
+        addr: Arc<str>,
+        /// The connection had served a request before (a pooled one).
+        reused: bool,
+        #[source]
+        source: hyper::Error,
+    },
+}
+
+impl SendError {
+    /// The kind, for the status code and the metric.
+    pub fn kind(&self) -> UpstreamError {
+        match self {
+            SendError::Connect { .. } => UpstreamError::Connect,
+            SendError::ConnectTimeout { .. } => UpstreamError::ConnectTimeout,
+            SendError::Http { source, .. } if source.is_parse() => UpstreamError::Protocol,
+            SendError::Http { .. } => UpstreamError::Reset,
+        }
+    }
+
+    /// A pooled connection that the member closed before sending any response byte:
+    /// the one failure after which an idempotent request may be sent again.
+    pub fn closed_before_response(&self) -> bool {
+        match self {
+            SendError::Http { reused, source, .. } => {
+                *reused && (source.is_incomplete_message() || source.is_canceled())
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Connection settings, from `upstream.*`.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Upstream {
+    /// Opens a new connection to `backend`.
+    pub async fn connect(backend: &Backend, settings: Settings) -> Result<Upstream, SendError> {
+        let addr = backend.addr.clone();
+        let target: SocketAddr = match backend.socket_addr {
+            Some(a) => a,
+            None => {
+                return Err(SendError::Connect {
+                    addr,
+                    source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP address"),
+                });
+            }
+        };
+        let stream = match tokio::time::timeout(
+            settings.connect_timeout,
+            TcpStream::connect(target),
+        )
+        .await
         {
-            return UpstreamError::Protocol;
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => return Err(SendError::Connect { addr, source }),
+            Err(_) => return Err(SendError::ConnectTimeout { addr }),
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|source| SendError::Http {
+                addr,
+                reused: false,
+                source,
+            })?;
+        backend.opened();
+        Ok(Upstream {
+            sender,
+            conn,
+            idle_since: None,
+        })
+    }
+
+    /// Whether this connection had served a request before.
+    pub fn reused(&self) -> bool {
+        self.idle_since.is_some()
+    }
+
+    /// Sends `req` and waits for the response head, driving the connection meanwhile.
+    pub async fn send(
+        &mut self,
+        addr: &Arc<str>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let reused = self.reused();
+        let response = self.sender.send_request(req);
+        let conn = &mut self.conn;
+        tokio::pin!(response);
+        let result = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = response.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+            // Writes the request (and its body), reads the response. When the
+            // connection ends, the response future fails and says why.
+            let _ = conn.poll_without_shutdown(cx);
+            response.as_mut().poll(cx)
+        })
+        .await;
+        result.map_err(|source| SendError::Http {
+            addr: addr.clone(),
+            reused,
+            source,
+        })
+    }
+
+    /// Polls the connection once without waiting; false if it has closed or is busy.
+    /// Cheap: the socket is only read if the runtime saw it become readable.
+    pub fn is_reusable(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if self.conn.poll_without_shutdown(&mut cx).is_ready() {
+            return false;
+        }
+        self.sender.is_ready()
+    }
+
+    /// Whether it has been idle longer than `limit` at `now`.
+    pub fn expired(&self, now: Instant, limit: Duration) -> bool {
+        self.idle_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= limit)
+    }
+
+    pub(crate) fn mark_idle(&mut self, now: Instant) {
+        self.idle_since = Some(now);
+    }
+
+    /// Sends a request that asks for an upgrade (WebSocket). The connection is handed
+    /// to a task of its own first, which drives it through the switch (polling it
+    /// here would consume the upgrade); it is never pooled.
+    pub async fn send_upgrade(
+        self,
+        addr: &Arc<str>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let Upstream {
+            mut sender, conn, ..
+        } = self;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        sender
+            .send_request(req)
+            .await
+            .map_err(|source| SendError::Http {
+                addr: addr.clone(),
+                reused: false,
+                source,
+            })
+    }
+
+    fn poll_drive(&mut self, cx: &mut Context<'_>) {
+        let _ = self.conn.poll_without_shutdown(cx);
+    }
+}
+
+/// A member's response body together with the connection it arrives on. Polling the
+/// body drives the connection; once the body has ended the connection goes back to
+/// the member's idle list, otherwise it is closed with the lease.
+pub struct Lease {
+    body: Incoming,
+    upstream: Option<Upstream>,
+    backend: Arc<Backend>,
+    ended: bool,
+}
+
+impl Lease {
+    pub fn new(body: Incoming, upstream: Upstream, backend: Arc<Backend>) -> Lease {
+        let ended = body.is_end_stream();
+        Lease {
+            body,
+            upstream: Some(upstream),
+            backend,
+            ended,
         }
     }
-    UpstreamError::Reset
+
+    pub fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(up) = self.upstream.as_mut() {
+            up.poll_drive(cx);
+        }
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.ended = true;
+            self.release();
+        }
+        polled
+    }
+
+    pub fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    pub fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+
+    fn release(&mut self) {
+        if let Some(up) = self.upstream.take()
+            && self.ended
+        {
+            self.backend.put_idle(up);
+        }
+    }
 }
 
-/// Whether the member closed the connection before sending any response byte, the
-/// one failure after which an idempotent request may be sent again.
-pub fn closed_before_response(err: &ClientError) -> bool {
-    !err.is_connect()
-        && chain(err).any(|e| {
-            e.downcast_ref::<hyper::Error>()
-                .is_some_and(|h| h.is_incomplete_message() || h.is_canceled())
-                || e.downcast_ref::<io::Error>().is_some_and(|io| {
-                    matches!(
-                        io.kind(),
-                        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                    )
-                })
-        })
-}
-
-/// The error and its causes, outermost first.
-fn chain<'a>(
-    err: &'a (dyn StdError + 'static),
-) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    let mut next = Some(err);
-    std::iter::from_fn(move || {
-        let current = next?;
-        next = current.source();
-        Some(current)
-    })
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // A body that never needed polling (HEAD, 204, 304) has ended too.
+        self.ended |= self.body.is_end_stream();
+        self.release();
+    }
 }

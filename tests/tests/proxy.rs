@@ -303,8 +303,10 @@ async fn connect_timeout_is_504() {
     drop(fillers);
 }
 
-/// A member that closes the first connection right after reading a request (as a gear
-/// haproxy closing an idle keep-alive connection would), and answers later ones.
+/// A member that answers the first request of each connection with keep-alive, then
+/// closes the connection when the next request arrives without answering it: what a
+/// gear's haproxy does when its keep-alive timeout fires just as we reuse the
+/// connection. Counts connections.
 async fn flaky_member() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -322,24 +324,24 @@ async fn flaky_member() -> (
             let Ok((mut s, _)) = l.accept().await else {
                 continue;
             };
-            let n = s2.fetch_add(1, Ordering::SeqCst);
+            s2.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                for answer in [true, false] {
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => got.extend_from_slice(&buf[..k]),
+                        }
                     }
+                    if !answer {
+                        return; // close without a response byte
+                    }
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
                 }
-                if n == 0 {
-                    return; // close without a response byte
-                }
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-                    )
-                    .await;
             });
         }
     });
@@ -347,16 +349,21 @@ async fn flaky_member() -> (
 }
 
 #[tokio::test]
-async fn idempotent_request_is_retried_once_when_closed_before_response() {
+async fn idempotent_request_is_retried_once_when_reused_connection_closed() {
     let (addr, seen) = flaky_member().await;
     let r = TestRouter::start("").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
     r.wait_member(addr).await;
-    let (status, body) = r.get(HA, "/").await;
-    assert_eq!((status, &body[..]), (200, &b"ok"[..]));
+    // First request: a new connection, kept alive in the pool.
+    assert_eq!(r.get(HA, "/").await, (200, Bytes::from_static(b"ok")));
+    // Second: the pooled connection is closed under it; sent again on a new one.
+    assert_eq!(r.get(HA, "/").await, (200, Bytes::from_static(b"ok")));
     assert_eq!(r.metric("router_upstream_retries_total").await, Some(1.0));
-    // The first connection was closed without an answer; the retry used a second.
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        r.metric("router_upstream_connections_opened_total").await,
+        Some(2.0)
+    );
 }
 
 #[tokio::test]
@@ -364,8 +371,8 @@ async fn non_idempotent_request_is_never_replayed() {
     let (addr, seen) = flaky_member().await;
     let r = TestRouter::start("").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
-    // wait_route would consume the flaky first connection; watch the table instead.
     r.wait_member(addr).await;
+    assert_eq!(r.get(HA, "/").await.0, 200);
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let req = Request::post(format!("http://{}/", r.http))
         .header("host", HA)
@@ -379,6 +386,25 @@ async fn non_idempotent_request_is_never_replayed() {
         "sent exactly once"
     );
     assert_eq!(r.metric("router_upstream_retries_total").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn keep_alive_connections_to_members_are_reused() {
+    let (r, b) = router_with_backend().await;
+    let opened = r
+        .metric("router_upstream_connections_opened_total")
+        .await
+        .unwrap_or(0.0);
+    for _ in 0..20 {
+        assert_eq!(r.get(HA, "/").await.0, 200);
+    }
+    // Sequential requests share one member connection.
+    assert_eq!(
+        r.metric("router_upstream_connections_opened_total").await,
+        Some(opened),
+        "no new connection for sequential requests"
+    );
+    assert!(b.hits() >= 20);
 }
 
 #[tokio::test]
@@ -444,4 +470,48 @@ async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
     drop(first);
     let resp = second.await.expect("join");
     assert_eq!(raw::status(&resp), Some(200));
+}
+
+#[tokio::test]
+async fn idle_member_connections_close_after_idle_timeout() {
+    let b = Backend::start().await;
+    let r = TestRouter::start("upstream:\n  idle_timeout: 200ms\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    let opened = r
+        .metric("router_upstream_connections_opened_total")
+        .await
+        .unwrap_or(0.0);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(r.get(HA, "/").await.0, 200);
+    assert_eq!(
+        r.metric("router_upstream_connections_opened_total").await,
+        Some(opened + 1.0),
+        "the idle connection expired; a new one was opened"
+    );
+}
+
+#[tokio::test]
+async fn bodiless_responses_return_their_connection() {
+    let (r, _b) = router_with_backend().await;
+    let opened = r
+        .metric("router_upstream_connections_opened_total")
+        .await
+        .unwrap_or(0.0);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    for method in [http::Method::HEAD, http::Method::GET, http::Method::HEAD] {
+        let req = Request::builder()
+            .method(method.clone())
+            .uri(format!("http://{}/", r.http))
+            .header("host", HA)
+            .body(Full::default())
+            .expect("req");
+        let resp = client.request(req).await.expect("response");
+        assert_eq!(resp.status(), 200, "{method}");
+        let _ = resp.into_body().collect().await;
+    }
+    assert_eq!(
+        r.metric("router_upstream_connections_opened_total").await,
+        Some(opened)
+    );
 }

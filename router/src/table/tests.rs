@@ -17,7 +17,7 @@ fn naming(app_dns: bool) -> Naming {
 fn builder(app_dns: bool) -> Builder {
     Builder::new(
         naming(app_dns),
-        Arc::new(Registry::new(100)),
+        Arc::new(crate::backend::tests::registry(100)),
         Arc::new(ArcSwap::from_pointee(RouteTable::default())),
         Metrics::new().expect("metrics"),
     )
@@ -142,7 +142,7 @@ fn app_dns_and_ha_suffix_are_configurable() {
     n.ha_prefix = "".into();
     let b = Builder::new(
         n,
-        Arc::new(Registry::new(100)),
+        Arc::new(crate::backend::tests::registry(100)),
         Arc::new(ArcSwap::from_pointee(RouteTable::default())),
         Metrics::new().expect("metrics"),
     );
