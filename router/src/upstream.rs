@@ -80,7 +80,9 @@ type Io = TokioIo<TcpStream>;
 /// One HTTP/1.1 connection to a member.
 pub struct Upstream {
     sender: SendRequest<RequestBody>,
-    conn: Connection<Io, RequestBody>,
+    /// Boxed once per connection: it is large, and connections move between the
+    /// pool, requests and bodies.
+    conn: Box<Connection<Io, RequestBody>>,
     /// When it was last returned idle; `None` if it was never used before.
     idle_since: Option<Instant>,
 }
@@ -171,7 +173,7 @@ impl Upstream {
         backend.opened();
         Ok(Upstream {
             sender,
-            conn,
+            conn: Box::new(conn),
             idle_since: None,
         })
     }
@@ -240,7 +242,7 @@ impl Upstream {
             mut sender, conn, ..
         } = self;
         tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
+            let _ = (*conn).with_upgrades().await;
         });
         sender
             .send_request(req)
