@@ -44,8 +44,14 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
 /// Removes hop-by-hop headers and every header the `Connection` header names.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so that the next
 /// hop can switch protocols too.
+///
+/// Most messages carry none of these: one pass over the names finds out, and only
+/// then are headers removed (each removal hashes a name; this runs twice per request).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // Fast path: most requests name nothing in Connection (or have none).
+    let present = headers.keys().any(|k| HOP_BY_HOP.iter().any(|h| h == k));
+    if !present {
+        return;
+    }
     if let Some(conn) = headers.get(header::CONNECTION) {
         let named: Vec<HeaderName> = conn
             .to_str()
@@ -69,36 +75,54 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// What the router knows about the client's connection.
-#[derive(Clone, Copy, Debug)]
+/// What the router knows about the client's connection, with the header values
+/// derived from it rendered once per connection rather than once per request.
+#[derive(Clone, Debug)]
 pub struct ClientConn {
     pub ip: IpAddr,
     /// The port the client connected to (X-Forwarded-Port).
     pub local_port: u16,
     pub https: bool,
+    ip_value: HeaderValue,
+    port_value: HeaderValue,
+}
+
+impl ClientConn {
+    pub fn new(ip: IpAddr, local_port: u16, https: bool) -> ClientConn {
+        let ip = ip.to_canonical();
+        ClientConn {
+            ip,
+            local_port,
+            https,
+            ip_value: HeaderValue::from_str(&ip.to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
+            port_value: HeaderValue::from(local_port),
+        }
+    }
 }
 
 /// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto/Host/Port`.
 /// `host` is the Host the client sent, verbatim.
 pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderValue) {
-    let ip = conn.ip.to_canonical().to_string();
     // Several X-Forwarded-For fields form one comma-separated list: join, then append.
-    let mut xff: Vec<u8> = Vec::with_capacity(64);
-    for v in headers.get_all(&X_FORWARDED_FOR) {
-        xff.extend_from_slice(v.as_bytes());
-        xff.extend_from_slice(b", ");
-    }
-    xff.extend_from_slice(ip.as_bytes());
-    let xff = HeaderValue::from_bytes(&xff).ok();
-    if let Some(v) = xff {
-        headers.insert(X_FORWARDED_FOR, v);
-    }
+    let xff = if headers.contains_key(&X_FORWARDED_FOR) {
+        let mut list: Vec<u8> = Vec::with_capacity(64);
+        for v in headers.get_all(&X_FORWARDED_FOR) {
+            list.extend_from_slice(v.as_bytes());
+            list.extend_from_slice(b", ");
+        }
+        list.extend_from_slice(conn.ip_value.as_bytes());
+        HeaderValue::from_bytes(&list).unwrap_or_else(|_| conn.ip_value.clone())
+    } else {
+        conn.ip_value.clone()
+    };
+    headers.insert(X_FORWARDED_FOR, xff);
     headers.insert(
         X_FORWARDED_PROTO,
         HeaderValue::from_static(if conn.https { "https" } else { "http" }),
     );
     headers.insert(X_FORWARDED_HOST, host.clone());
-    headers.insert(X_FORWARDED_PORT, HeaderValue::from(conn.local_port));
+    headers.insert(X_FORWARDED_PORT, conn.port_value.clone());
 }
 
 #[cfg(test)]
@@ -154,11 +178,7 @@ mod tests {
             ("x-forwarded-for", "2.2.2.2"),
             ("x-forwarded-proto", "https"),
         ]);
-        let conn = ClientConn {
-            ip: "::ffff:10.1.2.3".parse().expect("ip"),
-            local_port: 8080,
-            https: false,
-        };
+        let conn = ClientConn::new("::ffff:10.1.2.3".parse().expect("ip"), 8080, false);
         set_forwarded(
             &mut h,
             &conn,

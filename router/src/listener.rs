@@ -84,13 +84,9 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         accepted.inc();
         open.inc();
-        let conn = ClientConn {
-            ip: peer.ip(),
-            local_port,
-            https,
-        };
+        let conn = ClientConn::new(peer.ip(), local_port, https);
         let proxy = proxy.clone();
-        let service = service_fn(move |req| proxy.clone().serve(conn, req));
+        let service = service_fn(move |req| proxy.clone().serve(conn.clone(), req));
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();

@@ -197,18 +197,19 @@ impl Proxy {
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        // Members get origin-form; HTTP/1.1 clients normally sent exactly that.
+        // Members get origin-form; HTTP/1.1 clients normally sent exactly that. The
+        // Host then is the client's, untouched; for h2 and absolute-form it is the
+        // authority (RFC 9112 §3.2.2).
         if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+            parts.headers.insert(header::HOST, host.clone());
         }
         if !parts.uri.path().starts_with('/') {
             return Err(ProxyError::BadTarget);
         }
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
-        // Unchanged for HTTP/1.1 origin-form; from `:authority` for h2.
-        parts.headers.insert(header::HOST, host.clone());
         set_forwarded(&mut parts.headers, &conn, &host);
 
         let backend = &member.backend;
