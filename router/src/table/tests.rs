@@ -180,22 +180,28 @@ fn tls_members_are_marked() {
     assert!(r.members[0].tls);
 }
 
-#[test]
-fn members_keep_their_backend_across_swaps() {
+/// The tables after fixture 03 (one member) and then 05 (two members).
+fn one_then_two_members() -> (RouteTable, RouteTable) {
     let b = builder(false);
     let mut state = RoutingState::new();
-    let t1 = step(
+    let one = step(
         &b,
         &mut state,
         &RouteTable::default(),
         "03-add_public_endpoint-load_balancer.yaml",
     );
-    let t2 = step(
+    let two = step(
         &b,
         &mut state,
-        &t1,
+        &one,
         "05-add_public_endpoint-load_balancer-gear2.yaml",
     );
+    (one, two)
+}
+
+#[test]
+fn members_keep_their_backend_across_swaps() {
+    let (t1, t2) = one_then_two_members();
     let ha = "ha-myapp-demo.example.com";
     let before = &t1.lookup(ha).expect("r1").members[0].backend;
     let after = &t2.lookup(ha).expect("r2").members[0].backend;
@@ -206,20 +212,7 @@ fn members_keep_their_backend_across_swaps() {
 
 #[test]
 fn round_robin_visits_every_member() {
-    let b = builder(false);
-    let mut state = RoutingState::new();
-    let t = step(
-        &b,
-        &mut state,
-        &RouteTable::default(),
-        "03-add_public_endpoint-load_balancer.yaml",
-    );
-    let t = step(
-        &b,
-        &mut state,
-        &t,
-        "05-add_public_endpoint-load_balancer-gear2.yaml",
-    );
+    let (_, t) = one_then_two_members();
     let r = t.lookup("ha-myapp-demo.example.com").expect("route");
     let picked: BTreeSet<String> = (0..4)
         .map(|_| r.pick().expect("member").backend.addr.to_string())
