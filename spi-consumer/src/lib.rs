@@ -5,6 +5,7 @@
 //! - [`persist`]: the state on disk, saved atomically before anything is acknowledged;
 //! - [`consumer`]: the decode → apply → persist → publish discipline every source uses;
 //! - [`spool`]: the spool-directory source (the embedded default, no broker needed);
+//! - [`stomp`]: the STOMP 1.2 client for ActiveMQ;
 //! - [`metrics`]: Prometheus counters for all of the above.
 //!
 //! Turning the state into a route table is the router's job: this crate knows nothing
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod persist;
 pub mod spool;
 pub mod state;
+pub mod stomp;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fixtures;
