@@ -8,8 +8,10 @@
 //! - [`TestRouter`]: the router library started in-process on a generated config, with
 //!   its own temporary spool and state directories;
 //! - [`raw`]: send exact bytes and read the raw answer, for malformed requests;
-//! - [`events`]: routing-SPI event bodies pointing at local backends.
+//! - [`events`]: routing-SPI event bodies pointing at local backends;
+//! - [`activemq`]: a real ActiveMQ broker on private ports.
 
+pub mod activemq;
 pub mod backend;
 pub mod events;
 pub mod raw;

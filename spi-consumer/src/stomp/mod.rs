@@ -2,11 +2,12 @@
 //! with a private CA, a broker failover list and reconnects with a permissive licence
 //! (`reference/crates.md` §2).
 //!
-//! - [`frame`]: frames and the wire codec (bytes in, frames out; nothing else).
-//!
-//! The session (connect, subscribe, acknowledgements, heart-beats, failover) builds on
-//! the codec and never touches bytes itself.
+//! - [`frame`]: frames and the wire codec (bytes in, frames out; nothing else);
+//! - [`session`]: one connection to a broker: connect, subscribe, heart-beats,
+//!   acknowledgements. It speaks in frames and never touches bytes.
 
 pub mod frame;
+pub mod session;
 
 pub use frame::{Codec, Command, Frame, FrameError, Item, Limits};
+pub use session::{Message, Session, SessionConfig, StompError};

@@ -1,0 +1,158 @@
+//! A real ActiveMQ (Debian's `activemq` package) for tests: a private base directory,
+//! STOMP and OpenWire on free loopback ports, started with the JVM directly (the
+//! recipe of `reference/infra.md` §1.1) and stopped by PID when dropped.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ActiveMq {
+    pub stomp: std::net::SocketAddr,
+    pub base: PathBuf,
+    child: Option<Child>,
+}
+
+const JAR: &str = "/usr/share/activemq/bin/activemq.jar";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl ActiveMq {
+    /// Starts a broker and waits until its STOMP port accepts connections.
+    pub fn start() -> ActiveMq {
+        assert!(
+            std::path::Path::new(JAR).exists(),
+            "{JAR} is missing: apt-get install activemq (tests/run.sh does)"
+        );
+        let base = crate::tempdir("activemq");
+        let stomp_port = free_port();
+        let openwire_port = free_port();
+        std::fs::create_dir_all(base.join("conf")).expect("conf");
+        std::fs::create_dir_all(base.join("data")).expect("data");
+        std::fs::write(
+            base.join("conf/activemq.xml"),
+            format!(
+                r#"<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>
+  <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="test"
+          schedulerSupport="false" dataDirectory="${{activemq.data}}">
+    <persistenceAdapter><kahaDB directory="${{activemq.data}}/kahadb"/></persistenceAdapter>
+    <transportConnectors>
+      <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire_port}"/>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}?transport.closeAsync=false"/>
+    </transportConnectors>
+  </broker>
+</beans>
+"#
+            ),
+        )
+        .expect("activemq.xml");
+        std::fs::write(
+            base.join("conf/log4j.properties"),
+            "log4j.rootLogger=WARN, stdout\n\
+             log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n\
+             log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n\
+             log4j.appender.stdout.layout.ConversionPattern=%d %-5p %c{1} - %m%n\n",
+        )
+        .expect("log4j");
+        let mut amq = ActiveMq {
+            stomp: format!("127.0.0.1:{stomp_port}").parse().expect("addr"),
+            base,
+            child: None,
+        };
+        amq.launch();
+        amq
+    }
+
+    fn launch(&mut self) {
+        let b = self.base.display().to_string();
+        let log = std::fs::File::create(self.base.join("console.log")).expect("log");
+        let child = Command::new("java")
+            .args(["-Xms64m", "-Xmx256m", "--add-reads=java.xml=java.logging"])
+            .args([
+                "--add-opens",
+                "java.base/java.security=ALL-UNNAMED",
+                "--add-opens",
+                "java.base/java.net=ALL-UNNAMED",
+                "--add-opens",
+                "java.base/java.lang=ALL-UNNAMED",
+                "--add-opens",
+                "java.base/java.util=ALL-UNNAMED",
+                "--add-opens",
+                "java.naming/javax.naming.spi=ALL-UNNAMED",
+                "--add-opens",
+                "java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED",
+                "--add-opens",
+                "java.base/java.util.concurrent=ALL-UNNAMED",
+                "--add-opens",
+                "java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+            ])
+            .arg(format!("-Dactivemq.classpath={b}/conf"))
+            .arg("-Dactivemq.home=/usr/share/activemq")
+            .arg(format!("-Dactivemq.base={b}"))
+            .arg(format!("-Dactivemq.conf={b}/conf"))
+            .arg(format!("-Dactivemq.data={b}/data"))
+            .args(["-jar", JAR, "start"])
+            .arg(format!("xbean:file:{b}/conf/activemq.xml"))
+            .current_dir(&self.base)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("java runs (apt-get install activemq)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while std::net::TcpStream::connect(self.stomp).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "ActiveMQ did not open {} in 90 s; see {}/console.log",
+                self.stomp,
+                b
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the broker (SIGTERM, then SIGKILL after 30 s) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Stops and starts the broker on the same data (persistent messages survive).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for ActiveMq {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

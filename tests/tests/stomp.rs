@@ -1,0 +1,141 @@
+//! The STOMP session against a real ActiveMQ (Debian's package).
+
+use std::time::Duration;
+
+use e2e::activemq::ActiveMq;
+use spi_consumer::stomp::{Session, SessionConfig, StompError};
+
+fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
+    SessionConfig {
+        hosts: vec![amq.stomp.to_string()],
+        login: None,
+        passcode: None,
+        vhost: "localhost".into(),
+        client_id: None,
+        destination: destination.into(),
+        subscription_name: None,
+        prefetch: 1,
+        heartbeat: Duration::from_millis(1000),
+        timeout: Duration::from_secs(10),
+    }
+}
+
+async fn publish(amq: &ActiveMq, destination: &str, bodies: &[&str]) {
+    // Publishing needs a session too; subscribe it somewhere harmless.
+    let mut s = Session::connect(&config(amq, "/queue/publisher.unused"), 0)
+        .await
+        .expect("publisher connects");
+    for b in bodies {
+        s.publish(destination, b.to_string(), Duration::from_secs(10))
+            .await
+            .expect("publish with receipt");
+    }
+    s.disconnect(Duration::from_secs(10))
+        .await
+        .expect("disconnect");
+}
+
+async fn next(s: &mut Session) -> spi_consumer::stomp::Message {
+    tokio::time::timeout(Duration::from_secs(20), s.next_message())
+        .await
+        .expect("a message in time")
+        .expect("session alive")
+}
+
+#[tokio::test]
+async fn unacked_messages_are_redelivered_after_reconnect() {
+    let amq = ActiveMq::start();
+    let q = "/queue/routinginfo.router-a";
+    publish(&amq, q, &["one", "two", "three"]).await;
+    let mut s = Session::connect(&config(&amq, q), 0)
+        .await
+        .expect("connect");
+    let m1 = next(&mut s).await;
+    assert_eq!(&m1.body[..], b"one");
+    s.ack(&m1).await.expect("ack");
+    let m2 = next(&mut s).await;
+    assert_eq!(&m2.body[..], b"two");
+    // Crash before acknowledging: drop the connection without DISCONNECT.
+    drop(s);
+    let mut s = Session::connect(&config(&amq, q), 0)
+        .await
+        .expect("reconnect");
+    let again = next(&mut s).await;
+    assert_eq!(&again.body[..], b"two", "the unacked message comes back");
+    assert!(again.redelivered);
+    s.ack(&again).await.expect("ack");
+    let m3 = next(&mut s).await;
+    assert_eq!(&m3.body[..], b"three");
+    s.ack(&m3).await.expect("ack");
+    s.disconnect(Duration::from_secs(10))
+        .await
+        .expect("disconnect");
+}
+
+#[tokio::test]
+async fn durable_topic_subscription_keeps_messages_while_away() {
+    let amq = ActiveMq::start();
+    let topic = "/topic/routinginfo";
+    let mut cfg = config(&amq, topic);
+    cfg.client_id = Some("router-a".into());
+    cfg.subscription_name = Some("router-a".into());
+    let s = Session::connect(&cfg, 0).await.expect("durable subscribe");
+    s.disconnect(Duration::from_secs(10))
+        .await
+        .expect("disconnect");
+    // Published while the router is away.
+    publish(&amq, topic, &["while-away"]).await;
+    let mut s = Session::connect(&cfg, 0).await.expect("resubscribe");
+    let m = next(&mut s).await;
+    assert_eq!(&m.body[..], b"while-away");
+    s.ack(&m).await.expect("ack");
+}
+
+#[tokio::test]
+async fn persistent_messages_survive_a_broker_restart_and_failover_skips_dead_hosts() {
+    let mut amq = ActiveMq::start();
+    let q = "/queue/routinginfo.restart";
+    publish(&amq, q, &["survivor"]).await;
+    amq.restart();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    };
+    let mut cfg = config(&amq, q);
+    cfg.hosts = vec![dead, amq.stomp.to_string()];
+    let mut s = Session::connect(&cfg, 0)
+        .await
+        .expect("second host answers");
+    assert_eq!(s.host, amq.stomp.to_string());
+    let m = next(&mut s).await;
+    assert_eq!(&m.body[..], b"survivor");
+    s.ack(&m).await.expect("ack");
+}
+
+#[tokio::test]
+async fn heart_beats_keep_an_idle_session_alive_and_a_dead_broker_is_noticed() {
+    let mut amq = ActiveMq::start();
+    let q = "/queue/routinginfo.idle";
+    let mut cfg = config(&amq, q);
+    cfg.heartbeat = Duration::from_millis(300);
+    let mut s = Session::connect(&cfg, 0).await.expect("connect");
+    // Idle for many heart-beat periods: no message, and no error either.
+    let idle = tokio::time::timeout(Duration::from_secs(3), s.next_message()).await;
+    assert!(idle.is_err(), "still waiting, not failed: {idle:?}");
+    publish(&amq, q, &["after-idle"]).await;
+    let m = next(&mut s).await;
+    assert_eq!(&m.body[..], b"after-idle");
+    s.ack(&m).await.expect("ack");
+    // The broker goes away: the session ends with an error instead of hanging.
+    amq.stop();
+    let end = tokio::time::timeout(Duration::from_secs(20), s.next_message())
+        .await
+        .expect("noticed in time");
+    assert!(
+        matches!(
+            end,
+            Err(StompError::Closed | StompError::HeartBeatLost(_) | StompError::Frame(_))
+        ),
+        "{end:?}"
+    );
+}
