@@ -206,10 +206,7 @@ impl Session {
             let wake = [send_at, dead_at].into_iter().flatten().min();
             let item = match wake {
                 Some(at) if at <= now => None,
-                Some(at) => match tokio::time::timeout_at(at, self.framed.next()).await {
-                    Ok(item) => Some(item),
-                    Err(_) => None,
-                },
+                Some(at) => tokio::time::timeout_at(at, self.framed.next()).await.ok(),
                 None => Some(self.framed.next().await),
             };
             let Some(item) = item else {
