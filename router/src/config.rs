@@ -72,6 +72,7 @@ pub struct Spi {
     #[serde(default)]
     pub source: SourceKind,
     pub spool: Option<SpoolConfig>,
+    pub stomp: Option<StompConfig>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -80,6 +81,8 @@ pub enum SourceKind {
     /// A directory of event files (the embedded default).
     #[default]
     Spool,
+    /// ActiveMQ over STOMP 1.2.
+    Stomp,
     /// No event source: serve the saved state only.
     None,
 }
@@ -91,6 +94,34 @@ pub struct SpoolConfig {
     /// How often the directory is scanned.
     #[serde(default = "default_spool_interval", with = "humantime_serde")]
     pub interval: Duration,
+}
+
+/// The broker, for `spi.source: stomp`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StompConfig {
+    /// Failover list, `host:port`, tried in order.
+    pub hosts: Vec<String>,
+    /// A queue per router (`/queue/routinginfo.router-a`) or a topic with a durable
+    /// subscription (`/topic/routinginfo` plus `client_id` and `subscription_name`).
+    pub destination: String,
+    pub login: Option<String>,
+    /// A file holding the passcode (first line), so that the secret is not in this file.
+    pub passcode_file: Option<PathBuf>,
+    pub client_id: Option<String>,
+    /// Durable topic subscription name (ActiveMQ `activemq.subscriptionName`).
+    pub subscription_name: Option<String>,
+    /// Messages the broker may send ahead of acknowledgements.
+    #[serde(default = "default_prefetch")]
+    pub prefetch: u32,
+    #[serde(default = "default_heartbeat", with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// For connecting and for each broker answer.
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The STOMP `host` header.
+    #[serde(default = "default_vhost")]
+    pub vhost: String,
 }
 
 /// Connections to members.
@@ -199,6 +230,15 @@ fn default_grace() -> Duration {
 }
 fn default_spool_interval() -> Duration {
     Duration::from_secs(1)
+}
+fn default_prefetch() -> u32 {
+    10
+}
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_vhost() -> String {
+    "localhost".into()
 }
 fn default_connect_timeout() -> Duration {
     Duration::from_secs(10)
@@ -330,6 +370,31 @@ impl Config {
                 "spi.spool",
                 "spi.source is spool, so spi.spool.path is required".into(),
             ));
+        }
+        if self.spi.source == SourceKind::Stomp {
+            let Some(stomp) = &self.spi.stomp else {
+                return Err((
+                    "spi.stomp",
+                    "spi.source is stomp, so spi.stomp is required".into(),
+                ));
+            };
+            if stomp.hosts.is_empty() || stomp.hosts.iter().any(|h| !h.contains(':')) {
+                return Err(("spi.stomp.hosts", "list the brokers as host:port".into()));
+            }
+            if !(stomp.destination.starts_with("/queue/")
+                || stomp.destination.starts_with("/topic/"))
+            {
+                return Err((
+                    "spi.stomp.destination",
+                    "must start with /queue/ or /topic/".into(),
+                ));
+            }
+            if stomp.subscription_name.is_some() && stomp.client_id.is_none() {
+                return Err((
+                    "spi.stomp.subscription_name",
+                    "a durable subscription needs spi.stomp.client_id".into(),
+                ));
+            }
         }
         if self.limits.max_header_bytes < 8192 {
             return Err(("limits.max_header_bytes", "must be at least 8192".into()));

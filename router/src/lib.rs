@@ -34,6 +34,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
+use spi_consumer::deadletter::DeadLetters;
+use spi_consumer::stomp::SessionConfig;
 use spi_consumer::{Consumer, Spool, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -65,6 +67,18 @@ pub enum StartError {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("spi.stomp.passcode_file {path}: {source}")]
+    Passcode {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("dead-letter directory {path}: {source}")]
+    DeadLetters {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A router with its state loaded and its sockets bound, ready to [`run`](Router::run).
@@ -76,7 +90,14 @@ pub struct Router {
     admin_api: Arc<Admin>,
     registry: Arc<Registry>,
     consumer: Consumer<Builder>,
-    spool: Option<Spool>,
+    source: Source,
+}
+
+/// Where routing events come from.
+enum Source {
+    Spool(Spool),
+    Stomp(SessionConfig, DeadLetters),
+    None,
 }
 
 impl Router {
@@ -102,14 +123,48 @@ impl Router {
         // The saved state is served before any source answers.
         let store = Store::open(&config.state_dir)?;
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
-        let spool = match (&config.spi.source, &config.spi.spool) {
-            (SourceKind::Spool, Some(s)) => {
-                Some(Spool::open(&s.path).map_err(|source| StartError::Spool {
+        let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
+            (SourceKind::Spool, Some(s), _) => {
+                Source::Spool(Spool::open(&s.path).map_err(|source| StartError::Spool {
                     path: s.path.clone(),
                     source,
                 })?)
             }
-            _ => None,
+            (SourceKind::Stomp, _, Some(s)) => {
+                let passcode = match &s.passcode_file {
+                    Some(path) => Some(
+                        std::fs::read_to_string(path)
+                            .map_err(|source| StartError::Passcode {
+                                path: path.clone(),
+                                source,
+                            })?
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let dir = config.state_dir.join("dead-letters");
+                let dead = DeadLetters::open(&dir)
+                    .map_err(|source| StartError::DeadLetters { path: dir, source })?;
+                Source::Stomp(
+                    SessionConfig {
+                        hosts: s.hosts.clone(),
+                        login: s.login.clone(),
+                        passcode,
+                        vhost: s.vhost.clone(),
+                        client_id: s.client_id.clone(),
+                        destination: s.destination.clone(),
+                        subscription_name: s.subscription_name.clone(),
+                        prefetch: s.prefetch,
+                        heartbeat: s.heartbeat,
+                        timeout: s.timeout,
+                    },
+                    dead,
+                )
+            }
+            _ => Source::None,
         };
 
         let bind = |what, addr: SocketAddr| {
@@ -150,7 +205,7 @@ impl Router {
             admin_api,
             registry,
             consumer,
-            spool,
+            source,
         })
     }
 
@@ -177,19 +232,36 @@ impl Router {
             }
         }
 
-        let spool_task = self.spool.map(|spool| {
-            let interval = self
-                .config
-                .spi
-                .spool
-                .as_ref()
-                .map_or(std::time::Duration::from_secs(1), |s| s.interval);
+        let source_task = {
             let mut stop = stop_rx.clone();
-            tracing::info!(dir = %spool.dir().display(), "spool source started");
-            tokio::spawn(spool.run(self.consumer, interval, async move {
+            let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
-            }))
-        });
+            };
+            match self.source {
+                Source::Spool(spool) => {
+                    let interval = self
+                        .config
+                        .spi
+                        .spool
+                        .as_ref()
+                        .map_or(std::time::Duration::from_secs(1), |s| s.interval);
+                    tracing::info!(dir = %spool.dir().display(), "spool source started");
+                    Some(tokio::spawn(spool.run(self.consumer, interval, stopped)))
+                }
+                Source::Stomp(session, dead) => {
+                    tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
+                    let metrics = self.proxy.metrics.spi.source.clone();
+                    Some(tokio::spawn(spi_consumer::stomp::source::run(
+                        session,
+                        self.consumer,
+                        dead,
+                        metrics,
+                        stopped,
+                    )))
+                }
+                Source::None => None,
+            }
+        };
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let admin_task = self
@@ -225,7 +297,7 @@ impl Router {
         self.admin_api.ready.store(false, Ordering::Release);
         let _ = stop_tx.send(true);
         let _ = http_task.await;
-        if let Some(t) = spool_task {
+        if let Some(t) = source_task {
             let _ = t.await;
         }
         sweeper.abort();

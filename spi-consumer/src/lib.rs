@@ -4,6 +4,7 @@
 //! - [`state`]: the routing state and the idempotent rules that apply an event;
 //! - [`persist`]: the state on disk, saved atomically before anything is acknowledged;
 //! - [`consumer`]: the decode → apply → persist → publish discipline every source uses;
+//! - [`deadletter`]: undecodable messages parked on disk with the reason;
 //! - [`spool`]: the spool-directory source (the embedded default, no broker needed);
 //! - [`stomp`]: the STOMP 1.2 client for ActiveMQ;
 //! - [`metrics`]: Prometheus counters for all of the above.
@@ -12,6 +13,7 @@
 //! of HTTP.
 
 pub mod consumer;
+pub mod deadletter;
 pub mod event;
 pub mod metrics;
 pub mod persist;

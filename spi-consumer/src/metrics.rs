@@ -5,7 +5,9 @@
 //!
 //! [`Disposition`]: crate::consumer::Disposition
 
-use prometheus::{Gauge, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -17,6 +19,8 @@ pub struct Metrics {
     pub persist_failures: IntCounter,
     /// `spi_last_event_timestamp_seconds`: when the last message arrived.
     pub last_event: Gauge,
+    /// Broker sources: connection state, reconnects, propagation time.
+    pub source: crate::stomp::source::SourceMetrics,
 }
 
 impl Metrics {
@@ -38,7 +42,29 @@ impl Metrics {
                 "spi_last_event_timestamp_seconds",
                 "Unix time the last routing event arrived",
             )?,
+            source: crate::stomp::source::SourceMetrics {
+                connected: IntGauge::new(
+                    "spi_broker_connected",
+                    "1 while subscribed to the broker",
+                )?,
+                reconnects: IntCounter::new(
+                    "spi_broker_reconnects_total",
+                    "Broker sessions lost or refused (each is followed by a reconnect)",
+                )?,
+                propagation: Histogram::with_opts(
+                    HistogramOpts::new(
+                        "spi_route_propagation_seconds",
+                        "From message received to change durable and live in the route table",
+                    )
+                    .buckets(vec![
+                        0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    ]),
+                )?,
+            },
         };
+        registry.register(Box::new(m.source.connected.clone()))?;
+        registry.register(Box::new(m.source.reconnects.clone()))?;
+        registry.register(Box::new(m.source.propagation.clone()))?;
         registry.register(Box::new(m.events.clone()))?;
         registry.register(Box::new(m.dead_letters.clone()))?;
         registry.register(Box::new(m.persist_failures.clone()))?;

@@ -32,15 +32,23 @@ impl TestRouter {
     /// Starts on an existing root (to restart over the same state directory).
     pub async fn start_in(root: PathBuf, extra: &str) -> TestRouter {
         let spool = root.join("spool");
+        let spi = format!(
+            "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
+            spool.display()
+        );
+        TestRouter::start_with_spi(root, &spi, extra).await
+    }
+
+    /// Starts with the given `spi:` section (e.g. a STOMP source).
+    pub async fn start_with_spi(root: PathBuf, spi: &str, extra: &str) -> TestRouter {
+        let spool = root.join("spool");
         let state = root.join("state");
         let yaml = format!(
             "cloud_domain: example.com\n\
              state_dir: {state}\n\
              listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
-             spi:\n  source: spool\n  spool:\n    path: {spool}\n    interval: 20ms\n\
-             {extra}",
+             {spi}{extra}",
             state = state.display(),
-            spool = spool.display(),
         );
         let config = Config::parse(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         let router = router::Router::bind(config).await.expect("bind");

@@ -111,3 +111,33 @@ fn shipped_example_configs_are_valid() {
     }
     assert!(seen >= 2, "router.yaml and demo.yaml");
 }
+
+#[test]
+fn stomp_source_is_validated() {
+    let base = "cloud_domain: example.com\nstate_dir: /tmp/x\nspi:\n  source: stomp\n";
+    assert_eq!(err(base).field, "spi.stomp");
+    let e = err(&format!(
+        "{base}  stomp:\n    hosts: [amq1]\n    destination: /queue/a\n"
+    ));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(6), "spi.stomp.hosts"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{base}  stomp:\n    hosts: [amq1:61613]\n    destination: routinginfo\n"
+    ));
+    assert_eq!(e.field, "spi.stomp.destination");
+    let e = err(&format!(
+        "{base}  stomp:\n    hosts: [amq1:61613]\n    destination: /topic/routinginfo\n    subscription_name: a\n"
+    ));
+    assert_eq!(e.field, "spi.stomp.subscription_name");
+    let ok = Config::parse(
+        &format!("{base}  stomp:\n    hosts: [amq1:61613, amq2:61613]\n    destination: /topic/routinginfo\n    client_id: router-a\n    subscription_name: router-a\n    heartbeat: 2s\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    let stomp = ok.spi.stomp.expect("stomp");
+    assert_eq!(stomp.prefetch, 10);
+    assert_eq!(stomp.heartbeat, Duration::from_secs(2));
+}

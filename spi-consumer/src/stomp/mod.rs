@@ -4,10 +4,13 @@
 //!
 //! - [`frame`]: frames and the wire codec (bytes in, frames out; nothing else);
 //! - [`session`]: one connection to a broker: connect, subscribe, heart-beats,
-//!   acknowledgements. It speaks in frames and never touches bytes.
+//!   acknowledgements. It speaks in frames and never touches bytes;
+//! - [`source`]: the event source: sessions kept up across failures, every message
+//!   applied and made durable before it is acknowledged.
 
 pub mod frame;
 pub mod session;
+pub mod source;
 
 pub use frame::{Codec, Command, Frame, FrameError, Item, Limits};
 pub use session::{Message, Session, SessionConfig, StompError};

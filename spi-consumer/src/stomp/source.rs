@@ -1,0 +1,152 @@
+//! The STOMP event source: keeps a session to the broker and feeds every message
+//! through the consumer, acknowledging it only once applied and durable.
+//!
+//! Per message: decode and apply ([`Consumer::handle`]), park it if undecodable
+//! ([`DeadLetters`]), save and publish ([`Consumer::commit`]), then ACK. If saving
+//! fails, the message is not acknowledged: the session is dropped and re-opened, so
+//! the broker redelivers it (applying it again is a no-op if it had been applied).
+//! Any session error leads to a reconnect with exponential backoff (100 ms doubling to
+//! 30 s, reset after a good session), moving on to the next host of the failover list.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+
+use super::session::{Message, Session, SessionConfig, StompError};
+use crate::consumer::{Consumer, Disposition, Publish};
+use crate::deadletter::DeadLetters;
+
+/// Broker-side metrics of a source.
+#[derive(Clone)]
+pub struct SourceMetrics {
+    /// `spi_broker_connected`: 1 while subscribed.
+    pub connected: IntGauge,
+    /// `spi_broker_reconnects_total`.
+    pub reconnects: IntCounter,
+    /// `spi_route_propagation_seconds`: message received → change durable and live.
+    pub propagation: Histogram,
+}
+
+/// Runs until `stop` resolves (or the consumer panicked: then it logs and returns,
+/// and the router keeps serving its last table).
+pub async fn run<P: Publish + 'static>(
+    config: SessionConfig,
+    consumer: Consumer<P>,
+    dead: DeadLetters,
+    metrics: SourceMetrics,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut consumer = Some(consumer);
+    let mut backoff = Duration::from_millis(100);
+    let mut start = 0usize;
+    while let Some(c) = consumer.take() {
+        let connected = tokio::select! {
+            _ = &mut stop => return,
+            s = Session::connect(&config, start) => s,
+        };
+        match connected {
+            Ok(mut session) => {
+                metrics.connected.set(1);
+                backoff = Duration::from_millis(100);
+                let (c, ended) = tokio::select! {
+                    _ = &mut stop => {
+                        metrics.connected.set(0);
+                        let _ = session.disconnect(config.timeout).await;
+                        return;
+                    }
+                    r = consume(&mut session, c, &dead, &metrics) => r,
+                };
+                metrics.connected.set(0);
+                tracing::warn!(host = %session.host, error = %ended, "broker session ended; reconnecting");
+                consumer = c;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "no broker reachable");
+                consumer = Some(c);
+            }
+        }
+        metrics.reconnects.inc();
+        start = start.wrapping_add(1);
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+    tracing::error!("the event consumer panicked; the STOMP source has stopped");
+}
+
+/// Why consuming stopped (always an error: a healthy session consumes forever).
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error(transparent)]
+    Session(#[from] StompError),
+    #[error("cannot park an undecodable message: {0}")]
+    DeadLetter(std::io::Error),
+    #[error("cannot make the change durable: {0}")]
+    Persist(#[from] crate::persist::StoreError),
+    #[error("the consumer panicked")]
+    Panicked,
+}
+
+/// Consumes until the session fails. Returns the consumer (unless it panicked).
+async fn consume<P: Publish + 'static>(
+    session: &mut Session,
+    mut consumer: Consumer<P>,
+    dead: &DeadLetters,
+    metrics: &SourceMetrics,
+) -> (Option<Consumer<P>>, Ended) {
+    loop {
+        let message = match session.next_message().await {
+            Ok(m) => m,
+            Err(e) => return (Some(consumer), e.into()),
+        };
+        // Applying fsyncs: off the runtime's threads, so requests never wait on disk.
+        let (dead2, metrics2) = (dead.clone(), metrics.clone());
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = apply(&mut consumer, &dead2, &metrics2, &message);
+            (consumer, message, r)
+        })
+        .await;
+        let message = match joined {
+            Ok((c, m, r)) => {
+                consumer = c;
+                if let Err(e) = r {
+                    // Not acknowledged: dropping the session makes the broker redeliver.
+                    return (Some(consumer), e);
+                }
+                m
+            }
+            Err(_) => return (None, Ended::Panicked),
+        };
+        if let Err(e) = session.ack(&message).await {
+            return (Some(consumer), e.into());
+        }
+    }
+}
+
+/// Applies one message and makes it durable (blocking: fsync).
+fn apply<P: Publish>(
+    consumer: &mut Consumer<P>,
+    dead: &DeadLetters,
+    metrics: &SourceMetrics,
+    message: &Message,
+) -> Result<(), Ended> {
+    let received = Instant::now();
+    let disposition = consumer.handle(&message.body);
+    if let Disposition::DeadLetter(reason) = &disposition {
+        let path = dead
+            .park(&message.message_id, &message.body, &reason.to_string())
+            .map_err(Ended::DeadLetter)?;
+        tracing::warn!(message = %message.message_id, file = %path.display(), "message parked");
+    }
+    consumer.commit()?;
+    if matches!(disposition, Disposition::Applied) {
+        metrics
+            .propagation
+            .observe(received.elapsed().as_secs_f64());
+    }
+    Ok(())
+}

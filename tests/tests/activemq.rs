@@ -1,0 +1,131 @@
+//! Routing events through a real ActiveMQ into the live router.
+
+use std::time::Duration;
+
+use e2e::activemq::ActiveMq;
+use e2e::{Backend, TestRouter, events};
+use spi_consumer::stomp::{Session, SessionConfig};
+
+const QUEUE: &str = "/queue/routinginfo.router-a";
+
+fn spi(amq: &ActiveMq) -> String {
+    format!(
+        "spi:\n  source: stomp\n  stomp:\n    hosts: [\"{}\"]\n    destination: {QUEUE}\n    heartbeat: 1s\n",
+        amq.stomp
+    )
+}
+
+async fn publisher(amq: &ActiveMq) -> Session {
+    let cfg = SessionConfig {
+        hosts: vec![amq.stomp.to_string()],
+        login: None,
+        passcode: None,
+        vhost: "localhost".into(),
+        client_id: None,
+        destination: "/queue/publisher.unused".into(),
+        subscription_name: None,
+        prefetch: 1,
+        heartbeat: Duration::ZERO,
+        timeout: Duration::from_secs(10),
+    };
+    Session::connect(&cfg, 0).await.expect("publisher connects")
+}
+
+async fn publish(amq: &ActiveMq, bodies: &[String]) {
+    let mut p = publisher(amq).await;
+    for b in bodies {
+        p.publish(QUEUE, b.clone(), Duration::from_secs(10))
+            .await
+            .expect("publish");
+    }
+    p.disconnect(Duration::from_secs(10))
+        .await
+        .expect("disconnect");
+}
+
+#[tokio::test]
+async fn events_from_activemq_change_what_the_router_serves() {
+    let amq = ActiveMq::start();
+    let b = Backend::start().await;
+    let r = TestRouter::start_with_spi(e2e::tempdir("amq-live"), &spi(&amq), "").await;
+    publish(&amq, &[events::add_lb("myapp", "demo", b.addr)]).await;
+    r.wait_route("ha-myapp-demo.example.com").await;
+    assert_eq!(r.get("ha-myapp-demo.example.com", "/via-amq").await.0, 200);
+    assert_eq!(r.metric("spi_broker_connected").await, Some(1.0));
+    assert!(r.metric("spi_route_propagation_seconds_count").await >= Some(1.0));
+    // A redelivered duplicate changes nothing.
+    publish(&amq, &[events::add_lb("myapp", "demo", b.addr)]).await;
+    e2e::eventually("duplicate counted", Duration::from_secs(10), async || {
+        r.metric("spi_events_total{action=\"add_public_endpoint\",outcome=\"unchanged\"}")
+            .await
+            == Some(1.0)
+    })
+    .await;
+    // Removal takes effect too: with its only endpoint gone (and no alias) the app
+    // is back to "created, nothing announced", which has no route.
+    publish(&amq, &[events::remove_endpoint("myapp", "demo", b.addr)]).await;
+    e2e::eventually("member removed", Duration::from_secs(10), async || {
+        r.get("ha-myapp-demo.example.com", "/").await.0 == 404
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_poison_message_is_parked_and_the_next_one_still_applies() {
+    let amq = ActiveMq::start();
+    let b = Backend::start().await;
+    let root = e2e::tempdir("amq-poison");
+    let r = TestRouter::start_with_spi(root.clone(), &spi(&amq), "").await;
+    let poison =
+        std::fs::read_to_string(e2e::fixtures().join("92-synthetic-malformed-truncated.yaml"))
+            .expect("fixture");
+    publish(
+        &amq,
+        &[
+            events::add_lb("first", "demo", b.addr),
+            poison.clone(),
+            events::add_lb("second", "demo", b.addr),
+        ],
+    )
+    .await;
+    r.wait_route("ha-second-demo.example.com").await;
+    assert_eq!(r.get("ha-first-demo.example.com", "/").await.0, 200);
+    assert_eq!(r.metric("spi_dead_letters_total").await, Some(1.0));
+    let parked: Vec<_> = std::fs::read_dir(root.join("state/dead-letters"))
+        .expect("dead-letter dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    let body = parked
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .expect("parked body");
+    assert_eq!(
+        std::fs::read_to_string(body).expect("body"),
+        poison,
+        "kept byte for byte"
+    );
+    assert!(
+        parked
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".reason"))
+    );
+}
+
+#[tokio::test]
+async fn broker_restart_mid_stream_loses_nothing() {
+    let mut amq = ActiveMq::start();
+    let b = Backend::start().await;
+    let r = TestRouter::start_with_spi(e2e::tempdir("amq-restart"), &spi(&amq), "").await;
+    let bodies: Vec<String> = (0..20)
+        .map(|i| events::add_lb(&format!("app{i}"), "demo", b.addr))
+        .collect();
+    publish(&amq, &bodies).await;
+    // Restart at once, with most messages probably still queued.
+    amq.restart();
+    publish(&amq, &[events::add_lb("after", "demo", b.addr)]).await;
+    for i in 0..20 {
+        r.wait_route(&format!("ha-app{i}-demo.example.com")).await;
+    }
+    r.wait_route("ha-after-demo.example.com").await;
+    assert!(r.metric("spi_broker_reconnects_total").await >= Some(1.0));
+}
