@@ -96,7 +96,7 @@ pub struct Router {
 /// Where routing events come from.
 enum Source {
     Spool(Spool),
-    Stomp(SessionConfig, DeadLetters),
+    Stomp(Box<SessionConfig>, DeadLetters),
     None,
 }
 
@@ -149,7 +149,7 @@ impl Router {
                 let dead = DeadLetters::open(&dir)
                     .map_err(|source| StartError::DeadLetters { path: dir, source })?;
                 Source::Stomp(
-                    SessionConfig {
+                    Box::new(SessionConfig {
                         hosts: s.hosts.clone(),
                         login: s.login.clone(),
                         passcode,
@@ -160,7 +160,7 @@ impl Router {
                         prefetch: s.prefetch,
                         heartbeat: s.heartbeat,
                         timeout: s.timeout,
-                    },
+                    }),
                     dead,
                 )
             }
@@ -252,7 +252,7 @@ impl Router {
                     tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
                     let metrics = self.proxy.metrics.spi.source.clone();
                     Some(tokio::spawn(spi_consumer::stomp::source::run(
-                        session,
+                        *session,
                         self.consumer,
                         dead,
                         metrics,
