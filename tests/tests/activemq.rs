@@ -129,3 +129,44 @@ async fn broker_restart_mid_stream_loses_nothing() {
     r.wait_route("ha-after-demo.example.com").await;
     assert!(r.metric("spi_broker_reconnects_total").await >= Some(1.0));
 }
+
+#[tokio::test]
+async fn kill_9_then_restart_serves_at_once_and_loses_nothing() {
+    let amq = ActiveMq::start();
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("amq-kill9");
+    let cfg = dir.join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {}/state\nlisten:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             {}access_log:\n  format: json\n",
+            dir.display(),
+            spi(&amq)
+        ),
+    )
+    .expect("config");
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    publish(&amq, &[events::add_lb("before", "demo", b.addr)]).await;
+    e2e::eventually("first route", Duration::from_secs(15), async || {
+        router.status("ha-before-demo.example.com", "/").await == Some(200)
+    })
+    .await;
+    router.signal("KILL");
+    drop(router);
+    // Published while the router is dead.
+    publish(&amq, &[events::add_lb("during", "demo", b.addr)]).await;
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    // Served from state_dir at once: the very first request after start succeeds.
+    assert_eq!(
+        router.status("ha-before-demo.example.com", "/").await,
+        Some(200)
+    );
+    // And the event sent while it was down is applied once it reconnects.
+    e2e::eventually(
+        "missed event applied",
+        Duration::from_secs(15),
+        async || router.status("ha-during-demo.example.com", "/").await == Some(200),
+    )
+    .await;
+}

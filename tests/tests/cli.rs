@@ -1,10 +1,8 @@
 //! The `router` binary: configuration checking, SIGTERM, access log.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use e2e::{Backend, events};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("router.yaml");
@@ -83,42 +81,8 @@ async fn sigterm_drains_and_access_log_is_json() {
         events::add_lb("myapp", "demo", b.addr),
     )
     .expect("event");
-    let mut child = tokio::process::Command::new(e2e::bin("router"))
-        .arg("--config")
-        .arg(&cfg)
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn router");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
-    let stderr = child.stderr.take().expect("stderr");
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            } else {
-                panic!("not a JSON log line: {line}");
-            }
-        }
-    });
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("log line in time")
-            .expect("router still logging")
-    };
-    // Learn the bound port from the "listening" line.
-    let http = loop {
-        let v = next().await;
-        if v["message"] == "listening" && v["listener"] == "http" {
-            break v["addr"]
-                .as_str()
-                .expect("addr")
-                .parse::<std::net::SocketAddr>()
-                .expect("addr");
-        }
-    };
+    let mut router = e2e::process::RouterProcess::start(&cfg).await;
+    let http = router.http;
     let host = "ha-myapp-demo.example.com";
     e2e::eventually("route", Duration::from_secs(10), async || {
         e2e::raw::status(
@@ -145,26 +109,21 @@ async fn sigterm_drains_and_access_log_is_json() {
         b.hits() > before
     })
     .await;
-    let pid = child.id().expect("pid").to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    router.signal("TERM");
     let resp = slow.await.expect("join");
     assert_eq!(
         e2e::raw::status(&resp),
         Some(200),
         "in-flight request finished after SIGTERM"
     );
-    let exit = tokio::time::timeout(Duration::from_secs(15), child.wait())
+    let exit = tokio::time::timeout(Duration::from_secs(15), router.child.wait())
         .await
         .expect("router exits after draining")
         .expect("wait");
     assert!(exit.success(), "{exit:?}");
     // One access line per request, with the fields operators need.
     let mut access = Vec::new();
-    while let Ok(v) = rx.try_recv() {
+    while let Ok(v) = router.logs.try_recv() {
         if v["target"] == "access" {
             access.push(v);
         }

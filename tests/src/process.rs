@@ -1,0 +1,93 @@
+//! The `router` binary as a child process, for what only a real process can show:
+//! signals, `kill -9`, restarts, log output.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+pub struct RouterProcess {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    /// Every log line (the config must set `access_log.format: json`).
+    pub logs: mpsc::UnboundedReceiver<serde_json::Value>,
+}
+
+impl RouterProcess {
+    /// Starts `router --config CONFIG` and waits for its "listening" lines.
+    pub async fn start(config: &Path) -> RouterProcess {
+        let mut child = Command::new(crate::bin("router"))
+            .arg("--config")
+            .arg(config)
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn router");
+        let (tx, mut logs) = mpsc::unbounded_channel::<serde_json::Value>();
+        let stderr = child.stderr.take().expect("stderr");
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str(&line) {
+                    Ok(v) => {
+                        let _ = tx.send(v);
+                    }
+                    Err(_) => panic!("not a JSON log line: {line}"),
+                }
+            }
+        });
+        let (mut http, mut admin) = (None, None);
+        while http.is_none() || admin.is_none() {
+            let v = tokio::time::timeout(Duration::from_secs(20), logs.recv())
+                .await
+                .expect("router logs in time")
+                .expect("router running");
+            if v["message"] == "listening" {
+                let addr: SocketAddr = v["addr"].as_str().expect("addr").parse().expect("addr");
+                match v["listener"].as_str() {
+                    Some("http") => http = Some(addr),
+                    Some("admin") => admin = Some(addr),
+                    _ => {}
+                }
+            }
+        }
+        RouterProcess {
+            child,
+            http: http.expect("http"),
+            admin,
+            logs,
+        }
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().expect("running").to_string()
+    }
+
+    /// Sends a signal (`TERM`, `KILL`, ...) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &self.pid()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// A raw HTTP/1.1 GET with `Connection: close`; the status code, if any.
+    pub async fn status(&self, host: &str, path: &str) -> Option<u16> {
+        crate::raw::status(
+            &crate::raw::exchange(
+                self.http,
+                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+                Duration::from_secs(10),
+            )
+            .await,
+        )
+    }
+}
