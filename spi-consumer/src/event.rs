@@ -158,6 +158,40 @@ impl RoutingEvent {
     }
 }
 
+impl fmt::Display for RoutingEvent {
+    /// One line for operators; never shows keys or pass phrases.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let app = self.app();
+        write!(f, "{} {}-{}", self.action(), app.name, app.namespace)?;
+        match self {
+            RoutingEvent::CreateApplication { scalable, ha, .. } => {
+                write!(f, " scalable={scalable:?} ha={ha:?}")
+            }
+            RoutingEvent::DeleteApplication { .. } => Ok(()),
+            RoutingEvent::AddPublicEndpoint { endpoint, .. } => write!(
+                f,
+                " {} types={} protocols={} cartridge={}",
+                endpoint.key(),
+                endpoint.types.join(","),
+                endpoint.protocols.join(","),
+                endpoint.port_name.as_deref().unwrap_or("-")
+            ),
+            RoutingEvent::RemovePublicEndpoint { address, port, .. } => {
+                write!(f, " {}", endpoint_key(address, *port))
+            }
+            RoutingEvent::AddAlias { alias, .. }
+            | RoutingEvent::RemoveAlias { alias, .. }
+            | RoutingEvent::RemoveSsl { alias, .. } => write!(f, " {alias}"),
+            RoutingEvent::AddSsl { alias, bundle, .. } => write!(
+                f,
+                " {alias} certificates={} key_encrypted={}",
+                bundle.certificate_pem.matches("BEGIN CERTIFICATE").count(),
+                bundle.pass_phrase.is_some()
+            ),
+        }
+    }
+}
+
 /// What a message turned out to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decoded {
@@ -215,8 +249,13 @@ pub enum DecodeError {
 pub fn decode(body: &[u8]) -> Result<Decoded, DecodeError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| DecodeError::Syntax(format!("body is not UTF-8: {e}")))?;
-    let raw: RawEvent =
-        serde_saphyr::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
+    // The parser's message ends with an excerpt of the input; the input may hold a
+    // private key, and this message reaches logs and .reason files: keep line one.
+    let raw: RawEvent = serde_saphyr::from_str(text).map_err(|e| {
+        let full = e.to_string();
+        let first = full.lines().next().unwrap_or("").trim();
+        DecodeError::Syntax(first.strip_prefix("error: ").unwrap_or(first).to_string())
+    })?;
     raw.into_decoded()
 }
 

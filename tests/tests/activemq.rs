@@ -170,3 +170,76 @@ async fn kill_9_then_restart_serves_at_once_and_loses_nothing() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn replay_and_echo_tools_round_trip_fixtures() {
+    let amq = ActiveMq::start();
+    let dir = e2e::tempdir("replay");
+    let names = [
+        "01-create_application.yaml",
+        "03-add_public_endpoint-load_balancer.yaml",
+        "10-add_ssl-pass_phrase.yaml",
+        "92-synthetic-malformed-truncated.yaml",
+    ];
+    for n in names {
+        std::fs::copy(e2e::fixtures().join(n), dir.join(n)).expect("copy fixture");
+    }
+    let host = amq.stomp.to_string();
+    let replay = tokio::process::Command::new(e2e::bin("spi-consumer"))
+        .args([
+            "replay",
+            &dir.display().to_string(),
+            "--host",
+            &host,
+            "--destination",
+            "/queue/echo.test",
+        ])
+        .output()
+        .await
+        .expect("replay runs");
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let echo = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(e2e::bin("spi-consumer"))
+            .args([
+                "echo",
+                "--host",
+                &host,
+                "--destination",
+                "/queue/echo.test",
+                "--count",
+                "4",
+            ])
+            .output(),
+    )
+    .await
+    .expect("echo exits after 4 messages")
+    .expect("echo runs");
+    assert!(
+        echo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&echo.stderr)
+    );
+    let out = String::from_utf8_lossy(&echo.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(
+        lines[0].starts_with("create_application myapp-demo"),
+        "{out}"
+    );
+    assert!(lines[1].contains("10.0.0.11:38032"), "{out}");
+    assert!(
+        lines[2].contains("add_ssl myapp-demo secure.example.net"),
+        "{out}"
+    );
+    assert!(lines[3].starts_with("undecodable:"), "{out}");
+    // Never a secret on screen.
+    assert!(
+        !out.contains("correct-horse-battery") && !out.contains("PRIVATE KEY"),
+        "{out}"
+    );
+}
