@@ -63,7 +63,7 @@ pub struct Consumer<P> {
 impl<P: Publish> Consumer<P> {
     /// Loads the saved state and publishes all of it, so the router serves what it
     /// served before a restart before any source has answered.
-    pub fn start(store: Store, mut publisher: P, metrics: Metrics) -> Result<Self, StoreError> {
+    pub fn start(mut store: Store, mut publisher: P, metrics: Metrics) -> Result<Self, StoreError> {
         let state = store.load()?;
         let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
         publisher.publish(&state, &all);
@@ -139,7 +139,7 @@ impl<P: Publish> Consumer<P> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.store.save(&self.state) {
+        if let Err(e) = self.store.save(&self.state, &self.pending) {
             self.metrics.persist_failures.inc();
             return Err(e);
         }

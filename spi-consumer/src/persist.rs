@@ -1,29 +1,40 @@
-//! Durable routing state in `state_dir`: a snapshot written atomically and fsynced.
+//! Durable routing state in `state_dir`: a snapshot plus an append-only journal.
 //!
 //! An event is acknowledged (spool file moved to `done/`, broker message ACKed) only
 //! after [`Store::save`] returned, so a crash at any point loses nothing: either the
-//! snapshot has the change, or the event is delivered again and applied again
-//! (applying is idempotent).
+//! disk has the change, or the event is delivered again and applied again (applying
+//! is idempotent).
 //!
-//! Write protocol: write `state.json.tmp`, fsync it, rename it over `state.json`,
-//! fsync the directory. A reader sees the old file or the new one, never half of one.
+//! - `state.json`: a snapshot of every app, written to a temp file, fsynced, renamed
+//!   into place, directory fsynced. A reader sees the old file or the new one.
+//! - `journal.jsonl`: one line per changed app since the snapshot, holding the app's
+//!   whole new state (or its deletion), appended and fsynced per save. Saving costs
+//!   the size of what changed, not of the table. Replaying lines in order over the
+//!   snapshot gives the state back; a last line cut short by a crash is ignored (its
+//!   event was never acknowledged, so it comes again).
+//! - When the journal passes [`COMPACT_AFTER`] lines, a new snapshot is written and
+//!   the journal emptied. A crash in between is harmless: replaying full app states in
+//!   order over a newer snapshot ends in the same state.
 //!
-//! Scope: one whole snapshot per save. That is cheap for the thousands of apps of a
-//! typical installation; an append-only journal for very large tables is future work.
-//! The file holds certificates and private keys, so it is created mode 0600.
+//! Both files hold certificates and private keys: created mode 0600, in a 0700 dir.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{App, RoutingState};
+use crate::state::{App, AppKey, RoutingState};
 
 /// The snapshot's format version; bump it with a migration when the layout changes.
 const FORMAT: u32 = 1;
-const FILE: &str = "state.json";
+const SNAPSHOT: &str = "state.json";
+const JOURNAL: &str = "journal.jsonl";
+/// Journal lines before the state is compacted into a new snapshot. At a typical
+/// 1–2 KB per app line this bounds the journal to a few tens of MB.
+pub const COMPACT_AFTER: usize = 20_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -33,7 +44,7 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
-    #[error("{path}: not a routing-state snapshot: {reason}")]
+    #[error("{path}: not a routing-state file: {reason}")]
     Corrupt { path: PathBuf, reason: String },
 }
 
@@ -43,10 +54,21 @@ struct Snapshot<A> {
     apps: Vec<A>,
 }
 
+/// One journal line.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Entry<A> {
+    Put { app: A },
+    Del { key: AppKey },
+}
+
 /// The state directory.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
+    journal: Option<File>,
+    lines: usize,
+    compact_after: usize,
 }
 
 impl Store {
@@ -60,68 +82,174 @@ impl Store {
         fs::create_dir_all(&dir).map_err(io)?;
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io)?;
-        Ok(Store { dir })
+        Ok(Store {
+            dir,
+            journal: None,
+            lines: 0,
+            compact_after: COMPACT_AFTER,
+        })
+    }
+
+    /// Compacts after `lines` journal lines instead of [`COMPACT_AFTER`] (tests).
+    pub fn with_compaction(mut self, lines: usize) -> Store {
+        self.compact_after = lines.max(1);
+        self
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    fn path(&self) -> PathBuf {
-        self.dir.join(FILE)
-    }
-
-    /// Loads the last saved state; an absent snapshot is an empty state.
-    pub fn load(&self) -> Result<RoutingState, StoreError> {
-        let path = self.path();
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(RoutingState::new()),
+    /// Loads the snapshot and replays the journal; nothing saved is an empty state.
+    pub fn load(&mut self) -> Result<RoutingState, StoreError> {
+        let path = self.dir.join(SNAPSHOT);
+        let mut state = match fs::read(&path) {
+            Ok(bytes) => {
+                let snap: Snapshot<App> =
+                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                if snap.format != FORMAT {
+                    return Err(StoreError::Corrupt {
+                        path,
+                        reason: format!("format {} is not supported (want {FORMAT})", snap.format),
+                    });
+                }
+                RoutingState::from_apps(snap.apps)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => RoutingState::new(),
             Err(source) => return Err(StoreError::Io { path, source }),
         };
-        let snap: Snapshot<App> =
-            serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-        if snap.format != FORMAT {
-            return Err(StoreError::Corrupt {
-                path,
-                reason: format!("format {} is not supported (want {FORMAT})", snap.format),
-            });
-        }
-        Ok(RoutingState::from_apps(snap.apps))
+        self.lines = self.replay(&mut state)?;
+        Ok(state)
     }
 
-    /// Makes `state` durable.
-    pub fn save(&self, state: &RoutingState) -> Result<(), StoreError> {
-        let path = self.path();
-        let tmp = self.dir.join(format!("{FILE}.tmp"));
-        let io = |p: &Path| {
-            let p = p.to_path_buf();
-            move |source| StoreError::Io { path: p, source }
+    fn replay(&self, state: &mut RoutingState) -> Result<usize, StoreError> {
+        let path = self.dir.join(JOURNAL);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => return Err(StoreError::Io { path, source }),
         };
-        let snap = Snapshot {
+        let mut lines = io::BufReader::new(file).split(b'\n').peekable();
+        let mut n = 0;
+        while let Some(line) = lines.next() {
+            let line = line.map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let last = lines.peek().is_none();
+            match serde_json::from_slice::<Entry<App>>(&line) {
+                Ok(Entry::Put { app }) => state.put(app),
+                Ok(Entry::Del { key }) => state.remove(&key),
+                // A crash while appending leaves a torn last line; its event was never
+                // acknowledged and will be delivered again.
+                Err(_) if last => {
+                    tracing::warn!(file = %path.display(), "ignoring a torn last journal line");
+                    break;
+                }
+                Err(e) => {
+                    return Err(StoreError::Corrupt {
+                        path,
+                        reason: format!("line {}: {e}", n + 1),
+                    });
+                }
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Makes the changes to the apps in `changed` durable (`state` is the state after
+    /// them). Costs the size of the changed apps, except when it compacts.
+    pub fn save(
+        &mut self,
+        state: &RoutingState,
+        changed: &BTreeSet<AppKey>,
+    ) -> Result<(), StoreError> {
+        if changed.is_empty() {
+            return Ok(());
+        }
+        if self.lines + changed.len() > self.compact_after {
+            return self.compact(state);
+        }
+        let path = self.dir.join(JOURNAL);
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut buf = Vec::with_capacity(1024 * changed.len());
+        for key in changed {
+            let entry = match state.app(key) {
+                Some(app) => serde_json::to_vec(&Entry::Put { app: &**app }),
+                None => serde_json::to_vec(&Entry::<&App>::Del { key: key.clone() }),
+            };
+            buf.extend(entry.map_err(|e| io(io::Error::other(e)))?);
+            buf.push(b'\n');
+        }
+        let journal = match &mut self.journal {
+            Some(f) => f,
+            None => {
+                let f = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(io)?;
+                // The file's creation must be durable too.
+                sync_dir(&self.dir)?;
+                self.journal.insert(f)
+            }
+        };
+        journal.write_all(&buf).map_err(io)?;
+        journal.sync_data().map_err(io)?;
+        self.lines += changed.len();
+        Ok(())
+    }
+
+    /// Writes a full snapshot, then empties the journal.
+    pub fn compact(&mut self, state: &RoutingState) -> Result<(), StoreError> {
+        let snapshot = Snapshot {
             format: FORMAT,
             apps: state.apps().map(|(_, a)| &**a).collect(),
         };
-        let bytes = serde_json::to_vec(&snap).map_err(|e| StoreError::Io {
-            path: tmp.clone(),
+        let bytes = serde_json::to_vec(&snapshot).map_err(|e| StoreError::Io {
+            path: self.dir.join(SNAPSHOT),
             source: io::Error::other(e),
         })?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
-        f.write_all(&bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        drop(f);
-        fs::rename(&tmp, &path).map_err(io(&path))?;
-        sync_dir(&self.dir)
+        replace_file(&self.dir, SNAPSHOT, &bytes)?;
+        self.journal = None;
+        replace_file(&self.dir, JOURNAL, b"")?;
+        self.lines = 0;
+        tracing::debug!(
+            apps = state.len(),
+            "routing state compacted into a snapshot"
+        );
+        Ok(())
     }
+}
+
+/// Atomically replaces `dir/name` with `bytes` (temp file, fsync, rename, dir fsync).
+fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    f.write_all(bytes).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(io(&path))?;
+    sync_dir(dir)
 }
 
 /// Makes a rename or create in `dir` durable.
@@ -135,54 +263,4 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::{Decoded, decode};
-
-    fn tempdir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("spi-store-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        dir
-    }
-
-    #[test]
-    fn save_then_load_round_trips() {
-        let dir = tempdir("rt");
-        let store = Store::open(&dir).expect("open");
-        assert!(store.load().expect("empty load").is_empty());
-        let mut state = RoutingState::new();
-        for name in crate::fixtures::all().iter().filter(|n| n.as_str() < "11") {
-            if let Ok(Decoded::Event(e)) = decode(&crate::fixtures::fixture(name)) {
-                state.apply(&e);
-            }
-        }
-        store.save(&state).expect("save");
-        assert_eq!(store.load().expect("load"), state);
-        assert!(!dir.join("state.json.tmp").exists());
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(dir.join(FILE))
-            .expect("meta")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600, "holds private keys");
-        let _ = fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn corrupt_snapshot_is_a_clear_error() {
-        let dir = tempdir("bad");
-        let store = Store::open(&dir).expect("open");
-        fs::write(dir.join(FILE), b"{\"format\": 1, \"apps\": [").expect("write");
-        let err = store.load().expect_err("corrupt");
-        assert!(err.to_string().contains("state.json"), "{err}");
-        fs::write(dir.join(FILE), b"{\"format\": 99, \"apps\": []}").expect("write");
-        assert!(
-            store
-                .load()
-                .expect_err("future")
-                .to_string()
-                .contains("format 99")
-        );
-        let _ = fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

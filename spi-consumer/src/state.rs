@@ -151,6 +151,20 @@ impl RoutingState {
         RoutingState { apps }
     }
 
+    /// Sets an app's whole state (journal replay).
+    pub(crate) fn put(&mut self, app: App) {
+        let key = AppKey {
+            name: app.name.to_ascii_lowercase(),
+            namespace: app.namespace.to_ascii_lowercase(),
+        };
+        self.apps.insert(key, Arc::new(app));
+    }
+
+    /// Forgets an app (journal replay).
+    pub(crate) fn remove(&mut self, key: &AppKey) {
+        self.apps.remove(key);
+    }
+
     /// Applies one event. Idempotent: applying the same event twice changes nothing
     /// the second time.
     pub fn apply(&mut self, event: &RoutingEvent) -> Applied {

@@ -1,0 +1,161 @@
+use super::*;
+use crate::event::{Decoded, decode};
+use crate::state::Applied;
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spi-store-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Applies fixtures in order, saving after each like the consumer does.
+fn apply_and_save(store: &mut Store, state: &mut RoutingState, names: &[String]) {
+    for name in names {
+        if let Ok(Decoded::Event(e)) = decode(&crate::fixtures::fixture(name))
+            && let Applied::Changed(key) = state.apply(&e)
+        {
+            store.save(state, &BTreeSet::from([key])).expect("save");
+        }
+    }
+}
+
+fn fixtures_below(limit: &str) -> Vec<String> {
+    crate::fixtures::all()
+        .into_iter()
+        .filter(|n| n.as_str() < limit)
+        .collect()
+}
+
+#[test]
+fn journal_replays_to_the_same_state() {
+    let dir = tempdir("journal");
+    let mut store = Store::open(&dir).expect("open");
+    assert!(store.load().expect("empty").is_empty());
+    let mut state = RoutingState::new();
+    apply_and_save(&mut store, &mut state, &fixtures_below("19"));
+    assert!(!dir.join(SNAPSHOT).exists(), "no compaction yet");
+    let lines = fs::read_to_string(dir.join(JOURNAL))
+        .expect("journal")
+        .lines()
+        .count();
+    assert!(lines >= 18, "one line per change: {lines}");
+    assert_eq!(
+        Store::open(&dir).expect("open").load().expect("load"),
+        state
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(dir.join(JOURNAL))
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "holds private keys");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn deletions_replay_too() {
+    let dir = tempdir("delete");
+    let mut store = Store::open(&dir).expect("open");
+    let mut state = RoutingState::new();
+    apply_and_save(&mut store, &mut state, &fixtures_below("23"));
+    assert!(state.is_empty());
+    assert!(
+        Store::open(&dir)
+            .expect("open")
+            .load()
+            .expect("load")
+            .is_empty()
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compaction_writes_a_snapshot_and_empties_the_journal() {
+    let dir = tempdir("compact");
+    let mut store = Store::open(&dir).expect("open").with_compaction(5);
+    let mut state = RoutingState::new();
+    apply_and_save(&mut store, &mut state, &fixtures_below("19"));
+    assert!(dir.join(SNAPSHOT).exists());
+    let lines = fs::read_to_string(dir.join(JOURNAL))
+        .expect("journal")
+        .lines()
+        .count();
+    assert!(lines <= 5, "{lines}");
+    assert_eq!(
+        Store::open(&dir).expect("open").load().expect("load"),
+        state
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_torn_last_line_is_ignored_but_a_corrupt_middle_is_an_error() {
+    let dir = tempdir("torn");
+    let mut store = Store::open(&dir).expect("open");
+    let mut state = RoutingState::new();
+    apply_and_save(&mut store, &mut state, &fixtures_below("04"));
+    let good = fs::read(dir.join(JOURNAL)).expect("journal");
+    // A crash mid-append: half a line at the end.
+    let mut torn = good.clone();
+    torn.extend_from_slice(b"{\"op\":\"put\",\"app\":{\"name\":\"x");
+    fs::write(dir.join(JOURNAL), &torn).expect("write");
+    assert_eq!(
+        Store::open(&dir).expect("open").load().expect("load"),
+        state
+    );
+    // Damage before the end is not a crash artefact: refuse to guess.
+    let mut bad = b"not json\n".to_vec();
+    bad.extend_from_slice(&good);
+    fs::write(dir.join(JOURNAL), &bad).expect("write");
+    let err = Store::open(&dir)
+        .expect("open")
+        .load()
+        .expect_err("corrupt");
+    assert!(
+        err.to_string()
+            .contains("journal.jsonl: not a routing-state file: line 1"),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupt_or_future_snapshot_is_a_clear_error() {
+    let dir = tempdir("bad");
+    let mut store = Store::open(&dir).expect("open");
+    fs::write(dir.join(SNAPSHOT), b"{\"format\": 1, \"apps\": [").expect("write");
+    let err = store.load().expect_err("corrupt");
+    assert!(err.to_string().contains("state.json"), "{err}");
+    fs::write(dir.join(SNAPSHOT), b"{\"format\": 99, \"apps\": []}").expect("write");
+    assert!(
+        store
+            .load()
+            .expect_err("future")
+            .to_string()
+            .contains("format 99")
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_state_dir_written_by_format_1_still_loads() {
+    // Frozen file: if this breaks, write a migration, do not edit the fixture.
+    let dir = tempdir("v1");
+    fs::create_dir_all(&dir).expect("dir");
+    fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/state-v1/state.json"),
+        dir.join(SNAPSHOT),
+    )
+    .expect("copy");
+    let state = Store::open(&dir).expect("open").load().expect("load");
+    let app = state
+        .app(&AppKey {
+            name: "myapp".into(),
+            namespace: "demo".into(),
+        })
+        .expect("app");
+    assert_eq!(app.name, "MyApp");
+    assert_eq!(app.endpoints["10.0.0.11:38032"].types, ["load_balancer"]);
+    assert!(app.aliases.contains("www.example.net"));
+    let _ = fs::remove_dir_all(&dir);
+}
