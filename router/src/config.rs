@@ -122,6 +122,19 @@ pub struct StompConfig {
     /// The STOMP `host` header.
     #[serde(default = "default_vhost")]
     pub vhost: String,
+    /// STOMP over TLS.
+    pub tls: Option<StompTls>,
+}
+
+/// TLS to the broker: its CA, and our certificate if it asks for one.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StompTls {
+    pub ca_file: PathBuf,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Verify this name instead of the host of each `host:port`.
+    pub server_name: Option<String>,
 }
 
 /// Connections to members.
@@ -388,6 +401,11 @@ impl Config {
                     "spi.stomp.destination",
                     "must start with /queue/ or /topic/".into(),
                 ));
+            }
+            if let Some(tls) = &stomp.tls
+                && tls.cert_file.is_some() != tls.key_file.is_some()
+            {
+                return Err(("spi.stomp.tls", "cert_file and key_file go together".into()));
             }
             if stomp.subscription_name.is_some() && stomp.client_id.is_none() {
                 return Err((

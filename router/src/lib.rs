@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arc_swap::ArcSwap;
 use spi_consumer::deadletter::DeadLetters;
 use spi_consumer::stomp::SessionConfig;
+use spi_consumer::stomp::tls::{TlsClient, TlsFiles};
 use spi_consumer::{Consumer, Spool, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -73,6 +74,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("spi.stomp.tls: {0}")]
+    StompTls(#[from] spi_consumer::stomp::tls::TlsError),
     #[error("dead-letter directory {path}: {source}")]
     DeadLetters {
         path: PathBuf,
@@ -160,6 +163,18 @@ impl Router {
                         prefetch: s.prefetch,
                         heartbeat: s.heartbeat,
                         timeout: s.timeout,
+                        tls: s
+                            .tls
+                            .as_ref()
+                            .map(|t| {
+                                TlsClient::load(&TlsFiles {
+                                    ca_file: t.ca_file.clone(),
+                                    cert_file: t.cert_file.clone(),
+                                    key_file: t.key_file.clone(),
+                                    server_name: t.server_name.clone(),
+                                })
+                            })
+                            .transpose()?,
                     }),
                     dead,
                 )

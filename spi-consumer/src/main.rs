@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use spi_consumer::event::{Decoded, decode};
+use spi_consumer::stomp::tls::{TlsClient, TlsFiles};
 use spi_consumer::stomp::{Session, SessionConfig};
 
 #[derive(Parser)]
@@ -62,6 +63,14 @@ struct Broker {
     /// File whose first line is the passcode.
     #[arg(long)]
     passcode_file: Option<PathBuf>,
+    /// STOMP over TLS: the CA bundle that signs the broker's certificate.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Client certificate chain and key, if the broker asks for one.
+    #[arg(long, requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    #[arg(long, requires = "cert_file")]
+    key_file: Option<PathBuf>,
 }
 
 impl Broker {
@@ -88,6 +97,15 @@ impl Broker {
             prefetch: 1,
             heartbeat: Duration::from_secs(5),
             timeout: Duration::from_secs(10),
+            tls: match &self.ca_file {
+                Some(ca) => Some(TlsClient::load(&TlsFiles {
+                    ca_file: ca.clone(),
+                    cert_file: self.cert_file.clone(),
+                    key_file: self.key_file.clone(),
+                    server_name: None,
+                })?),
+                None => None,
+            },
         })
     }
 }

@@ -9,8 +9,16 @@ use std::time::{Duration, Instant};
 
 pub struct ActiveMq {
     pub stomp: std::net::SocketAddr,
+    /// STOMP over TLS, when started with [`ActiveMq::start_tls`].
+    pub stomp_tls: Option<std::net::SocketAddr>,
     pub base: PathBuf,
     child: Option<Child>,
+}
+
+/// PKCS12 stores for the broker's TLS connector (password `changeit`).
+pub struct BrokerTls {
+    pub keystore: PathBuf,
+    pub truststore: PathBuf,
 }
 
 const JAR: &str = "/usr/share/activemq/bin/activemq.jar";
@@ -25,6 +33,16 @@ fn free_port() -> u16 {
 impl ActiveMq {
     /// Starts a broker and waits until its STOMP port accepts connections.
     pub fn start() -> ActiveMq {
+        ActiveMq::start_with(None)
+    }
+
+    /// Also listens for STOMP over TLS, requiring a client certificate signed by the
+    /// truststore's CA.
+    pub fn start_tls(tls: BrokerTls) -> ActiveMq {
+        ActiveMq::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<BrokerTls>) -> ActiveMq {
         assert!(
             std::path::Path::new(JAR).exists(),
             "{JAR} is missing: apt-get install activemq (tests/run.sh does)"
@@ -32,6 +50,21 @@ impl ActiveMq {
         let base = crate::tempdir("activemq");
         let stomp_port = free_port();
         let openwire_port = free_port();
+        let tls_port = free_port();
+        let (ssl_context, ssl_connector) = match &tls {
+            Some(t) => (
+                format!(
+                    r#"<sslContext><sslContext keyStore="file:{}" keyStorePassword="changeit" keyStoreType="PKCS12"
+        trustStore="file:{}" trustStorePassword="changeit" trustStoreType="PKCS12"/></sslContext>"#,
+                    t.keystore.display(),
+                    t.truststore.display()
+                ),
+                format!(
+                    r#"<transportConnector name="stomp+ssl" uri="stomp+ssl://127.0.0.1:{tls_port}?needClientAuth=true&amp;transport.closeAsync=false"/>"#
+                ),
+            ),
+            None => (String::new(), String::new()),
+        };
         std::fs::create_dir_all(base.join("conf")).expect("conf");
         std::fs::create_dir_all(base.join("data")).expect("data");
         std::fs::write(
@@ -45,9 +78,11 @@ impl ActiveMq {
   <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="test"
           schedulerSupport="false" dataDirectory="${{activemq.data}}">
     <persistenceAdapter><kahaDB directory="${{activemq.data}}/kahadb"/></persistenceAdapter>
+    {ssl_context}
     <transportConnectors>
       <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire_port}"/>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}?transport.closeAsync=false"/>
+      {ssl_connector}
     </transportConnectors>
   </broker>
 </beans>
@@ -65,6 +100,9 @@ impl ActiveMq {
         .expect("log4j");
         let mut amq = ActiveMq {
             stomp: format!("127.0.0.1:{stomp_port}").parse().expect("addr"),
+            stomp_tls: tls
+                .as_ref()
+                .map(|_| format!("127.0.0.1:{tls_port}").parse().expect("addr")),
             base,
             child: None,
         };
@@ -110,7 +148,12 @@ impl ActiveMq {
             .expect("java runs (apt-get install activemq)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(90);
-        while std::net::TcpStream::connect(self.stomp).is_err() {
+        let ports = [Some(self.stomp), self.stomp_tls];
+        while ports
+            .iter()
+            .flatten()
+            .any(|p| std::net::TcpStream::connect(p).is_err())
+        {
             assert!(
                 Instant::now() < deadline,
                 "ActiveMQ did not open {} in 90 s; see {}/console.log",

@@ -14,6 +14,7 @@
 pub mod activemq;
 pub mod backend;
 pub mod events;
+pub mod pki;
 pub mod process;
 pub mod raw;
 pub mod router;

@@ -27,6 +27,7 @@ async fn publisher(amq: &ActiveMq) -> Session {
         prefetch: 1,
         heartbeat: Duration::ZERO,
         timeout: Duration::from_secs(10),
+        tls: None,
     };
     Session::connect(&cfg, 0).await.expect("publisher connects")
 }
@@ -242,4 +243,29 @@ async fn replay_and_echo_tools_round_trip_fixtures() {
         !out.contains("correct-horse-battery") && !out.contains("PRIVATE KEY"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn router_consumes_over_tls_when_configured() {
+    use e2e::pki;
+    let dir = e2e::tempdir("router-tls");
+    let ca = pki::Ca::new("Routing test CA");
+    let amq = ActiveMq::start_tls(e2e::activemq::BrokerTls {
+        keystore: pki::pkcs12_keystore(&dir, &ca.leaf(&["127.0.0.1"]), &ca.pem),
+        truststore: pki::pkcs12_truststore(&dir, &ca.pem),
+    });
+    std::fs::write(dir.join("ca.crt"), &ca.pem).expect("ca");
+    let (cert, key) = pki::write_leaf(&dir, "router-a", &ca.leaf(&["router-a"]));
+    let spi = format!(
+        "spi:\n  source: stomp\n  stomp:\n    hosts: [\"{}\"]\n    destination: {QUEUE}\n    tls:\n      ca_file: {}\n      cert_file: {}\n      key_file: {}\n",
+        amq.stomp_tls.expect("tls port"),
+        dir.join("ca.crt").display(),
+        cert.display(),
+        key.display()
+    );
+    let b = Backend::start().await;
+    let r = TestRouter::start_with_spi(dir.join("router"), &spi, "").await;
+    publish(&amq, &[events::add_lb("secure", "demo", b.addr)]).await;
+    r.wait_route("ha-secure-demo.example.com").await;
+    assert_eq!(r.get("ha-secure-demo.example.com", "/").await.0, 200);
 }

@@ -17,6 +17,7 @@ fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
         prefetch: 1,
         heartbeat: Duration::from_millis(1000),
         timeout: Duration::from_secs(10),
+        tls: None,
     }
 }
 
@@ -137,5 +138,74 @@ async fn heart_beats_keep_an_idle_session_alive_and_a_dead_broker_is_noticed() {
             Err(StompError::Closed | StompError::HeartBeatLost(_) | StompError::Frame(_))
         ),
         "{end:?}"
+    );
+}
+
+#[tokio::test]
+async fn stomp_over_tls_with_a_private_ca_and_a_client_certificate() {
+    use e2e::pki;
+    use spi_consumer::stomp::tls::{TlsClient, TlsFiles};
+    let dir = e2e::tempdir("stomp-tls");
+    let ca = pki::Ca::new("Routing test CA");
+    let broker_leaf = ca.leaf(&["127.0.0.1", "localhost"]);
+    let amq = ActiveMq::start_tls(e2e::activemq::BrokerTls {
+        keystore: pki::pkcs12_keystore(&dir, &broker_leaf, &ca.pem),
+        truststore: pki::pkcs12_truststore(&dir, &ca.pem),
+    });
+    let tls_addr = amq.stomp_tls.expect("tls port").to_string();
+    std::fs::write(dir.join("ca.crt"), &ca.pem).expect("ca");
+    let (cert, key) = pki::write_leaf(&dir, "router-a", &ca.leaf(&["router-a"]));
+    let files = TlsFiles {
+        ca_file: dir.join("ca.crt"),
+        cert_file: Some(cert),
+        key_file: Some(key),
+        server_name: None,
+    };
+    let q = "/queue/routinginfo.tls";
+    publish(&amq, q, &["over-tls"]).await;
+
+    let mut cfg = config(&amq, q);
+    cfg.hosts = vec![tls_addr.clone()];
+    cfg.tls = Some(TlsClient::load(&files).expect("tls files"));
+    let mut s = Session::connect(&cfg, 0)
+        .await
+        .expect("TLS session with client cert");
+    let m = next(&mut s).await;
+    assert_eq!(&m.body[..], b"over-tls");
+    s.ack(&m).await.expect("ack");
+    s.disconnect(Duration::from_secs(10))
+        .await
+        .expect("disconnect");
+
+    // A broker certificate from another CA is refused.
+    let other = pki::Ca::new("Somebody else");
+    std::fs::write(dir.join("other.crt"), &other.pem).expect("other ca");
+    let mut wrong = cfg.clone();
+    wrong.tls = Some(
+        TlsClient::load(&TlsFiles {
+            ca_file: dir.join("other.crt"),
+            ..files.clone()
+        })
+        .expect("load"),
+    );
+    let err = Session::connect(&wrong, 0)
+        .await
+        .err()
+        .expect("untrusted broker refused");
+    assert!(matches!(err, StompError::Tls { .. }), "{err}");
+
+    // Without a client certificate the broker refuses us.
+    let mut anonymous = cfg.clone();
+    anonymous.tls = Some(
+        TlsClient::load(&TlsFiles {
+            cert_file: None,
+            key_file: None,
+            ..files
+        })
+        .expect("load"),
+    );
+    assert!(
+        Session::connect(&anonymous, 0).await.is_err(),
+        "client certificate required"
     );
 }

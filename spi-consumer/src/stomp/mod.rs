@@ -6,11 +6,13 @@
 //! - [`session`]: one connection to a broker: connect, subscribe, heart-beats,
 //!   acknowledgements. It speaks in frames and never touches bytes;
 //! - [`source`]: the event source: sessions kept up across failures, every message
-//!   applied and made durable before it is acknowledged.
+//!   applied and made durable before it is acknowledged;
+//! - [`tls`]: STOMP over TLS with a private CA and an optional client certificate.
 
 pub mod frame;
 pub mod session;
 pub mod source;
+pub mod tls;
 
 pub use frame::{Codec, Command, Frame, FrameError, Item, Limits};
 pub use session::{Message, Session, SessionConfig, StompError};

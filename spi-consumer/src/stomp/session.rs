@@ -16,11 +16,19 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
 use super::frame::{Codec, Command, Frame, FrameError, Item, Limits};
+use super::tls::{TlsClient, TlsError};
+
+/// The connection under a session: plain TCP or TLS.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+type Transport = Framed<Box<dyn Io>, Codec>;
 
 /// How to reach the broker and what to consume.
 #[derive(Clone, Debug)]
@@ -43,6 +51,8 @@ pub struct SessionConfig {
     pub heartbeat: Duration,
     /// For the TCP connect and for each answer the session waits for.
     pub timeout: Duration,
+    /// STOMP over TLS (verify the broker against a private CA; client certificate).
+    pub tls: Option<TlsClient>,
 }
 
 /// Why a session ended.
@@ -56,6 +66,14 @@ pub enum StompError {
     },
     #[error("no broker host configured")]
     NoHosts,
+    #[error("TLS with {host}: {source}")]
+    Tls {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    TlsConfig(#[from] TlsError),
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
     #[error("broker sent ERROR: {message}")]
@@ -85,7 +103,7 @@ pub struct Message {
 
 /// A connected, subscribed session.
 pub struct Session {
-    framed: Framed<TcpStream, Codec>,
+    framed: Transport,
     /// The broker's address we are connected to.
     pub host: String,
     /// Send a heart-beat after this long without sending (None: never).
@@ -127,7 +145,23 @@ impl Session {
                 source,
             })?;
         let _ = stream.set_nodelay(true);
-        let mut framed = Framed::new(stream, Codec::new(Limits::default()));
+        let io: Box<dyn Io> = match &config.tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let name = tls.name_for(host)?;
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let tls_stream =
+                    tokio::time::timeout(config.timeout, connector.connect(name, stream))
+                        .await
+                        .map_err(|_| StompError::Timeout("TLS handshake"))?
+                        .map_err(|source| StompError::Tls {
+                            host: host.to_string(),
+                            source,
+                        })?;
+                Box::new(tls_stream)
+            }
+        };
+        let mut framed = Framed::new(io, Codec::new(Limits::default()));
         let beat = config.heartbeat.as_millis().to_string();
         let mut connect = Frame::new(Command::Connect)
             .header("accept-version", "1.2")
@@ -282,7 +316,7 @@ impl Session {
 }
 
 async fn next_frame(
-    framed: &mut Framed<TcpStream, Codec>,
+    framed: &mut Transport,
     limit: Duration,
     what: &'static str,
 ) -> Result<Frame, StompError> {
