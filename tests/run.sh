@@ -5,13 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages the tests use: curl is a real client in the data-path tests; the
-# STOMP tests start a real ActiveMQ (Debian's package brings Java and its keytool);
+# broker tests start a real ActiveMQ (Debian's package brings Java and its keytool)
+# and a real RabbitMQ;
 # TLS tests make PKCS12 stores with openssl.
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need+=(activemq)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq

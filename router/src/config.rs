@@ -73,6 +73,7 @@ pub struct Spi {
     pub source: SourceKind,
     pub spool: Option<SpoolConfig>,
     pub stomp: Option<StompConfig>,
+    pub amqp: Option<AmqpConfig>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -83,6 +84,8 @@ pub enum SourceKind {
     Spool,
     /// ActiveMQ over STOMP 1.2.
     Stomp,
+    /// RabbitMQ over AMQP 0-9-1.
+    Amqp,
     /// No event source: serve the saved state only.
     None,
 }
@@ -124,6 +127,30 @@ pub struct StompConfig {
     pub vhost: String,
     /// STOMP over TLS.
     pub tls: Option<StompTls>,
+}
+
+/// The broker, for `spi.source: amqp` (RabbitMQ).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpConfig {
+    /// `amqp://user:pass@host:5672/%2f`, tried in turn. They may hold a password:
+    /// keep this file readable by the router only.
+    pub uris: Vec<String>,
+    /// A durable queue per router (declared if missing).
+    pub queue: String,
+    /// Bind the queue to this exchange, if set.
+    pub exchange: Option<String>,
+    #[serde(default = "default_routing_key")]
+    pub routing_key: String,
+    #[serde(default = "default_amqp_prefetch")]
+    pub prefetch: u16,
+}
+
+fn default_routing_key() -> String {
+    "#".into()
+}
+fn default_amqp_prefetch() -> u16 {
+    10
 }
 
 /// TLS to the broker: its CA, and our certificate if it asks for one.
@@ -412,6 +439,25 @@ impl Config {
                     "spi.stomp.subscription_name",
                     "a durable subscription needs spi.stomp.client_id".into(),
                 ));
+            }
+        }
+        if self.spi.source == SourceKind::Amqp {
+            let Some(amqp) = &self.spi.amqp else {
+                return Err((
+                    "spi.amqp",
+                    "spi.source is amqp, so spi.amqp is required".into(),
+                ));
+            };
+            if amqp.uris.is_empty()
+                || amqp
+                    .uris
+                    .iter()
+                    .any(|u| !(u.starts_with("amqp://") || u.starts_with("amqps://")))
+            {
+                return Err(("spi.amqp.uris", "list the brokers as amqp:// URIs".into()));
+            }
+            if amqp.queue.is_empty() {
+                return Err(("spi.amqp.queue", "name the router's queue".into()));
             }
         }
         if self.limits.max_header_bytes < 8192 {

@@ -100,6 +100,7 @@ pub struct Router {
 enum Source {
     Spool(Spool),
     Stomp(Box<SessionConfig>, DeadLetters),
+    Amqp(spi_consumer::amqp::AmqpConfig, DeadLetters),
     None,
 }
 
@@ -126,7 +127,24 @@ impl Router {
         // The saved state is served before any source answers.
         let store = Store::open(&config.state_dir)?;
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
+        let dead_letters = || {
+            let dir = config.state_dir.join("dead-letters");
+            DeadLetters::open(&dir).map_err(|source| StartError::DeadLetters { path: dir, source })
+        };
         let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
+            (SourceKind::Amqp, _, _) => match &config.spi.amqp {
+                Some(a) => Source::Amqp(
+                    spi_consumer::amqp::AmqpConfig {
+                        uris: a.uris.clone(),
+                        queue: a.queue.clone(),
+                        exchange: a.exchange.clone(),
+                        routing_key: a.routing_key.clone(),
+                        prefetch: a.prefetch,
+                    },
+                    dead_letters()?,
+                ),
+                None => Source::None,
+            },
             (SourceKind::Spool, Some(s), _) => {
                 Source::Spool(Spool::open(&s.path).map_err(|source| StartError::Spool {
                     path: s.path.clone(),
@@ -148,9 +166,7 @@ impl Router {
                     ),
                     None => None,
                 };
-                let dir = config.state_dir.join("dead-letters");
-                let dead = DeadLetters::open(&dir)
-                    .map_err(|source| StartError::DeadLetters { path: dir, source })?;
+                let dead = dead_letters()?;
                 Source::Stomp(
                     Box::new(SessionConfig {
                         hosts: s.hosts.clone(),
@@ -268,6 +284,17 @@ impl Router {
                     let metrics = self.proxy.metrics.spi.source.clone();
                     Some(tokio::spawn(spi_consumer::stomp::source::run(
                         *session,
+                        self.consumer,
+                        dead,
+                        metrics,
+                        stopped,
+                    )))
+                }
+                Source::Amqp(amqp, dead) => {
+                    tracing::info!(queue = %amqp.queue, "AMQP source started");
+                    let metrics = self.proxy.metrics.spi.source.clone();
+                    Some(tokio::spawn(spi_consumer::amqp::run(
+                        amqp,
                         self.consumer,
                         dead,
                         metrics,

@@ -5,16 +5,20 @@
 //! - [`persist`]: the state on disk, saved atomically before anything is acknowledged;
 //! - [`consumer`]: the decode → apply → persist → publish discipline every source uses;
 //! - [`deadletter`]: undecodable messages parked on disk with the reason;
+//! - [`ingest`]: what every broker source does with one message before acknowledging it;
 //! - [`spool`]: the spool-directory source (the embedded default, no broker needed);
 //! - [`stomp`]: the STOMP 1.2 client for ActiveMQ;
+//! - [`amqp`]: the AMQP 0-9-1 source for RabbitMQ (lapin);
 //! - [`metrics`]: Prometheus counters for all of the above.
 //!
 //! Turning the state into a route table is the router's job: this crate knows nothing
 //! of HTTP.
 
+pub mod amqp;
 pub mod consumer;
 pub mod deadletter;
 pub mod event;
+pub mod ingest;
 pub mod metrics;
 pub mod persist;
 pub mod spool;

@@ -20,7 +20,7 @@ pub struct Metrics {
     /// `spi_last_event_timestamp_seconds`: when the last message arrived.
     pub last_event: Gauge,
     /// Broker sources: connection state, reconnects, propagation time.
-    pub source: crate::stomp::source::SourceMetrics,
+    pub source: crate::ingest::SourceMetrics,
 }
 
 impl Metrics {
@@ -42,7 +42,7 @@ impl Metrics {
                 "spi_last_event_timestamp_seconds",
                 "Unix time the last routing event arrived",
             )?,
-            source: crate::stomp::source::SourceMetrics {
+            source: crate::ingest::SourceMetrics {
                 connected: IntGauge::new(
                     "spi_broker_connected",
                     "1 while subscribed to the broker",

@@ -9,13 +9,14 @@
 //!   its own temporary spool and state directories;
 //! - [`raw`]: send exact bytes and read the raw answer, for malformed requests;
 //! - [`events`]: routing-SPI event bodies pointing at local backends;
-//! - [`activemq`]: a real ActiveMQ broker on private ports.
+//! - [`activemq`], [`rabbitmq`]: real brokers on private ports.
 
 pub mod activemq;
 pub mod backend;
 pub mod events;
 pub mod pki;
 pub mod process;
+pub mod rabbitmq;
 pub mod raw;
 pub mod router;
 

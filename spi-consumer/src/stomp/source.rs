@@ -9,24 +9,12 @@
 //! 30 s, reset after a good session), moving on to the next host of the failover list.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use prometheus::{Histogram, IntCounter, IntGauge};
-
-use super::session::{Message, Session, SessionConfig, StompError};
-use crate::consumer::{Consumer, Disposition, Publish};
+use super::session::{Session, SessionConfig, StompError};
+use crate::consumer::{Consumer, Publish};
 use crate::deadletter::DeadLetters;
-
-/// Broker-side metrics of a source.
-#[derive(Clone)]
-pub struct SourceMetrics {
-    /// `spi_broker_connected`: 1 while subscribed.
-    pub connected: IntGauge,
-    /// `spi_broker_reconnects_total`.
-    pub reconnects: IntCounter,
-    /// `spi_route_propagation_seconds`: message received → change durable and live.
-    pub propagation: Histogram,
-}
+use crate::ingest::{self, IngestError, SourceMetrics};
 
 /// Runs until `stop` resolves (or the consumer panicked: then it logs and returns,
 /// and the router keeps serving its last table).
@@ -83,10 +71,8 @@ pub async fn run<P: Publish + 'static>(
 enum Ended {
     #[error(transparent)]
     Session(#[from] StompError),
-    #[error("cannot park an undecodable message: {0}")]
-    DeadLetter(std::io::Error),
-    #[error("cannot make the change durable: {0}")]
-    Persist(#[from] crate::persist::StoreError),
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
     #[error("the consumer panicked")]
     Panicked,
 }
@@ -103,50 +89,24 @@ async fn consume<P: Publish + 'static>(
             Ok(m) => m,
             Err(e) => return (Some(consumer), e.into()),
         };
-        // Applying fsyncs: off the runtime's threads, so requests never wait on disk.
-        let (dead2, metrics2) = (dead.clone(), metrics.clone());
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = apply(&mut consumer, &dead2, &metrics2, &message);
-            (consumer, message, r)
-        })
+        let (c, r) = ingest::ingest_off_thread(
+            consumer,
+            dead,
+            metrics,
+            message.message_id.clone(),
+            message.body.clone(),
+        )
         .await;
-        let message = match joined {
-            Ok((c, m, r)) => {
-                consumer = c;
-                if let Err(e) = r {
-                    // Not acknowledged: dropping the session makes the broker redeliver.
-                    return (Some(consumer), e);
-                }
-                m
-            }
-            Err(_) => return (None, Ended::Panicked),
+        let Some(c) = c else {
+            return (None, Ended::Panicked);
         };
+        consumer = c;
+        if let Err(e) = r {
+            // Not acknowledged: dropping the session makes the broker redeliver.
+            return (Some(consumer), e.into());
+        }
         if let Err(e) = session.ack(&message).await {
             return (Some(consumer), e.into());
         }
     }
-}
-
-/// Applies one message and makes it durable (blocking: fsync).
-fn apply<P: Publish>(
-    consumer: &mut Consumer<P>,
-    dead: &DeadLetters,
-    metrics: &SourceMetrics,
-    message: &Message,
-) -> Result<(), Ended> {
-    let received = Instant::now();
-    let disposition = consumer.handle(&message.body);
-    if let Disposition::DeadLetter(reason) = &disposition {
-        let path = dead
-            .park(&message.message_id, &message.body, &reason.to_string())
-            .map_err(Ended::DeadLetter)?;
-        tracing::warn!(message = %message.message_id, file = %path.display(), "message parked");
-    }
-    consumer.commit()?;
-    if matches!(disposition, Disposition::Applied) {
-        metrics
-            .propagation
-            .observe(received.elapsed().as_secs_f64());
-    }
-    Ok(())
 }

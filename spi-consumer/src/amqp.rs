@@ -1,0 +1,167 @@
+//! The AMQP 0-9-1 event source (RabbitMQ), with lapin.
+//!
+//! A durable queue per router, optionally bound to an exchange the broker publishes
+//! to; manual acknowledgements; a prefetch limit (`basic.qos`). Every delivery goes
+//! through [`crate::ingest`] and is acknowledged only once applied and durable. If
+//! that fails, or the connection drops, the channel is closed without acknowledging,
+//! so RabbitMQ requeues the message; the source reconnects with backoff (100 ms
+//! doubling to 30 s), rotating through its list of broker URIs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
+
+use crate::consumer::{Consumer, Publish};
+use crate::deadletter::DeadLetters;
+use crate::ingest::{self, IngestError, SourceMetrics};
+
+/// What to consume.
+#[derive(Clone, Debug)]
+pub struct AmqpConfig {
+    /// `amqp://user:pass@host:5672/%2f`, tried in turn.
+    pub uris: Vec<String>,
+    /// Declared durable if missing.
+    pub queue: String,
+    /// Bind the queue to this exchange (it must exist), if set.
+    pub exchange: Option<String>,
+    pub routing_key: String,
+    pub prefetch: u16,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("AMQP: {0}")]
+    Amqp(#[from] lapin::Error),
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    #[error("the broker cancelled the consumer")]
+    Cancelled,
+    #[error("the consumer panicked")]
+    Panicked,
+}
+
+/// Runs until `stop` resolves.
+pub async fn run<P: Publish + 'static>(
+    config: AmqpConfig,
+    consumer: Consumer<P>,
+    dead: DeadLetters,
+    metrics: SourceMetrics,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut consumer = Some(consumer);
+    let mut backoff = Duration::from_millis(100);
+    let mut turn = 0usize;
+    while let Some(c) = consumer.take() {
+        let Some(uri) = config.uris.get(turn % config.uris.len().max(1)) else {
+            tracing::error!("no AMQP URI configured; the AMQP source has stopped");
+            return;
+        };
+        let (c, ended) = tokio::select! {
+            _ = &mut stop => return,
+            r = session(uri, &config, c, &dead, &metrics, &mut backoff) => r,
+        };
+        metrics.connected.set(0);
+        // Never log the URI: it may carry a password.
+        tracing::warn!(error = %ended, retry_in = ?backoff, "AMQP session ended; reconnecting");
+        if matches!(ended, Ended::Panicked) {
+            tracing::error!("the event consumer panicked; the AMQP source has stopped");
+            return;
+        }
+        consumer = c;
+        metrics.reconnects.inc();
+        turn = turn.wrapping_add(1);
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// One connection: consume until something fails. Returns the consumer.
+async fn session<P: Publish + 'static>(
+    uri: &str,
+    config: &AmqpConfig,
+    mut consumer: Consumer<P>,
+    dead: &DeadLetters,
+    metrics: &SourceMetrics,
+    backoff: &mut Duration,
+) -> (Option<Consumer<P>>, Ended) {
+    let conn = match Connection::connect(uri, ConnectionProperties::default()).await {
+        Ok(c) => c,
+        Err(e) => return (Some(consumer), e.into()),
+    };
+    let mut deliveries = match subscribe(&conn, config).await {
+        Ok(d) => d,
+        Err(e) => return (Some(consumer), e.into()),
+    };
+    metrics.connected.set(1);
+    *backoff = Duration::from_millis(100);
+    tracing::info!(queue = %config.queue, "consuming from AMQP");
+    while let Some(delivery) = deliveries.next().await {
+        let delivery = match delivery {
+            Ok(d) => d,
+            Err(e) => return (Some(consumer), e.into()),
+        };
+        let id = format!("amqp-{}", delivery.delivery_tag);
+        let body = Bytes::from(delivery.data.clone());
+        let (c, r) = ingest::ingest_off_thread(consumer, dead, metrics, id, body).await;
+        let Some(c) = c else {
+            return (None, Ended::Panicked);
+        };
+        consumer = c;
+        if let Err(e) = r {
+            // Unacknowledged: closing the connection makes RabbitMQ requeue it.
+            let _ = conn.close(0, "cannot ingest".into()).await;
+            return (Some(consumer), e.into());
+        }
+        if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+            return (Some(consumer), e.into());
+        }
+    }
+    (Some(consumer), Ended::Cancelled)
+}
+
+async fn subscribe(
+    conn: &Connection,
+    config: &AmqpConfig,
+) -> Result<lapin::Consumer, lapin::Error> {
+    let channel = conn.create_channel().await?;
+    channel
+        .basic_qos(config.prefetch.max(1), BasicQosOptions::default())
+        .await?;
+    channel
+        .queue_declare(
+            config.queue.as_str().into(),
+            QueueDeclareOptions::durable(),
+            FieldTable::default(),
+        )
+        .await?;
+    if let Some(exchange) = &config.exchange {
+        channel
+            .queue_bind(
+                config.queue.as_str().into(),
+                exchange.as_str().into(),
+                config.routing_key.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    channel
+        .basic_consume(
+            config.queue.as_str().into(),
+            "router".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+}
