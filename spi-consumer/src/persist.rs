@@ -71,6 +71,18 @@ pub struct Store {
     compact_after: usize,
 }
 
+/// Appends `buf` and syncs; if that fails, cuts the file back to where it was, so a
+/// half-written line (a full disk) never sits in the middle of the journal.
+fn append(journal: &mut File, buf: &[u8]) -> io::Result<()> {
+    let before = journal.metadata()?.len();
+    let result = journal.write_all(buf).and_then(|()| journal.sync_data());
+    if result.is_err() {
+        let _ = journal.set_len(before);
+        let _ = journal.sync_data();
+    }
+    result
+}
+
 impl Store {
     /// Opens (creating if needed, mode 0700) the state directory.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Store, StoreError> {
@@ -202,8 +214,11 @@ impl Store {
                 self.journal.insert(f)
             }
         };
-        journal.write_all(&buf).map_err(io)?;
-        journal.sync_data().map_err(io)?;
+        if let Err(e) = append(journal, &buf) {
+            // Reopen next time: the handle's state after a failed write is unknown.
+            self.journal = None;
+            return Err(io(e));
+        }
         self.lines += changed.len();
         Ok(())
     }

@@ -269,3 +269,95 @@ async fn router_consumes_over_tls_when_configured() {
     r.wait_route("ha-secure-demo.example.com").await;
     assert_eq!(r.get("ha-secure-demo.example.com", "/").await.0, 200);
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped (needs root, as CI has).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(path).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(path)
+            .status()
+            .expect("mount runs")
+            .success();
+        assert!(ok, "mount tmpfs failed (root needed)");
+        SmallDisk(path.to_path_buf())
+    }
+
+    /// Writes until the disk is full; returns the filler's path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let chunk = vec![0u8; 16 * 1024];
+        while f.write_all(&chunk).and_then(|()| f.sync_all()).is_ok() {}
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_withholds_the_ack_and_the_broker_redelivers() {
+    let amq = ActiveMq::start();
+    let b = Backend::start().await;
+    let root = e2e::tempdir("disk-full");
+    let disk = SmallDisk::mount(&root.join("state"), "2m");
+    let r = TestRouter::start_with_spi(root.clone(), &spi(&amq), "").await;
+    publish(&amq, &[events::add_lb("before", "demo", b.addr)]).await;
+    r.wait_route("ha-before-demo.example.com").await;
+
+    let filler = disk.fill();
+    // A certificate event (~4.4 KB): more than the free part of the journal's last
+    // page, so the append really needs space (tmpfs allocates 4 KiB pages).
+    let big = std::fs::read_to_string(e2e::fixtures().join("08-add_ssl.yaml"))
+        .expect("fixture")
+        .replace(":app_name: myapp", ":app_name: during");
+    publish(&amq, &[big]).await;
+    e2e::eventually("save failed", Duration::from_secs(20), async || {
+        r.metric("spi_persist_failures_total").await >= Some(1.0)
+    })
+    .await;
+    // Not durable, so not live and not acknowledged.
+    assert_eq!(r.get("ha-during-demo.example.com", "/").await.0, 404);
+    assert!(!r.admin_get("/routes").await.1.contains("during"));
+
+    std::fs::remove_file(filler).expect("free the disk");
+    // The broker redelivers the unacknowledged message; now it sticks.
+    // (The app has a certificate and no member: known, so 503 rather than 404.)
+    e2e::eventually(
+        "redelivered and applied",
+        Duration::from_secs(60),
+        async || r.get("ha-during-demo.example.com", "/").await.0 == 503,
+    )
+    .await;
+    r.stop().await;
+    // The journal survived the episode intact: a restart serves both.
+    let r = TestRouter::start_with_spi(root, "spi:\n  source: none\n", "").await;
+    assert_eq!(r.get("ha-before-demo.example.com", "/").await.0, 200);
+    assert_eq!(r.get("ha-during-demo.example.com", "/").await.0, 503);
+    assert!(
+        r.admin_get("/routes")
+            .await
+            .1
+            .contains("\"www.example.net\""),
+        "certificate kept"
+    );
+    r.stop().await;
+    drop(disk);
+}
