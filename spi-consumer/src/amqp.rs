@@ -8,7 +8,6 @@
 //! doubling to 30 s), rotating through its list of broker URIs.
 
 use std::future::Future;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -20,7 +19,7 @@ use lapin::{Connection, ConnectionProperties};
 
 use crate::consumer::{Consumer, Publish};
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, IngestError, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, SourceMetrics};
 
 /// What to consume.
 #[derive(Clone, Debug)]
@@ -57,7 +56,7 @@ pub async fn run<P: Publish + 'static>(
 ) {
     tokio::pin!(stop);
     let mut consumer = Some(consumer);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::default();
     let mut turn = 0usize;
     while let Some(c) = consumer.take() {
         let Some(uri) = config.uris.get(turn % config.uris.len().max(1)) else {
@@ -70,7 +69,7 @@ pub async fn run<P: Publish + 'static>(
         };
         metrics.connected.set(0);
         // Never log the URI: it may carry a password.
-        tracing::warn!(error = %ended, retry_in = ?backoff, "AMQP session ended; reconnecting");
+        tracing::warn!(error = %ended,  "AMQP session ended; reconnecting");
         if matches!(ended, Ended::Panicked) {
             tracing::error!("the event consumer panicked; the AMQP source has stopped");
             return;
@@ -78,11 +77,11 @@ pub async fn run<P: Publish + 'static>(
         consumer = c;
         metrics.reconnects.inc();
         turn = turn.wrapping_add(1);
+        let delay = backoff.delay();
         tokio::select! {
             _ = &mut stop => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -93,7 +92,7 @@ async fn session<P: Publish + 'static>(
     mut consumer: Consumer<P>,
     dead: &DeadLetters,
     metrics: &SourceMetrics,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
 ) -> (Option<Consumer<P>>, Ended) {
     let conn = match Connection::connect(uri, ConnectionProperties::default()).await {
         Ok(c) => c,
@@ -104,7 +103,7 @@ async fn session<P: Publish + 'static>(
         Err(e) => return (Some(consumer), e.into()),
     };
     metrics.connected.set(1);
-    *backoff = Duration::from_millis(100);
+    backoff.reset();
     tracing::info!(queue = %config.queue, "consuming from AMQP");
     while let Some(delivery) = deliveries.next().await {
         let delivery = match delivery {

@@ -3,7 +3,7 @@
 //! source acknowledges it. Runs on the blocking pool (it fsyncs), so requests never
 //! wait on the disk.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prometheus::{Histogram, IntCounter, IntGauge};
@@ -75,4 +75,46 @@ pub fn ingest<P: Publish>(
             .observe(received.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+/// Reconnect delays of a source: 100 ms doubling to 30 s, back to 100 ms after a
+/// session that worked.
+#[derive(Debug)]
+pub struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff(Backoff::FIRST)
+    }
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(30);
+
+    /// The delay to wait now; the next one is twice as long.
+    pub fn delay(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Backoff::MAX);
+        now
+    }
+
+    pub fn reset(&mut self) {
+        self.0 = Backoff::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_caps_and_resets() {
+        let mut b = Backoff::default();
+        let seq: Vec<u128> = (0..11).map(|_| b.delay().as_millis()).collect();
+        assert_eq!(seq[..4], [100, 200, 400, 800]);
+        assert_eq!(seq[10], 30_000);
+        b.reset();
+        assert_eq!(b.delay(), Duration::from_millis(100));
+    }
 }

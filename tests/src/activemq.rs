@@ -164,6 +164,23 @@ impl ActiveMq {
         }
     }
 
+    /// A plain-TCP session to this broker consuming `destination` (prefetch 1).
+    pub fn session_config(&self, destination: &str) -> spi_consumer::stomp::SessionConfig {
+        spi_consumer::stomp::SessionConfig {
+            hosts: vec![self.stomp.to_string()],
+            login: None,
+            passcode: None,
+            vhost: "localhost".into(),
+            client_id: None,
+            destination: destination.into(),
+            subscription_name: None,
+            prefetch: 1,
+            heartbeat: Duration::from_millis(1000),
+            timeout: Duration::from_secs(10),
+            tls: None,
+        }
+    }
+
     /// Stops the broker (SIGTERM, then SIGKILL after 30 s) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, TestRouter, events};
-use spi_consumer::stomp::{Session, SessionConfig};
+use spi_consumer::stomp::Session;
 
 const QUEUE: &str = "/queue/routinginfo.router-a";
 
@@ -16,20 +16,9 @@ fn spi(amq: &ActiveMq) -> String {
 }
 
 async fn publisher(amq: &ActiveMq) -> Session {
-    let cfg = SessionConfig {
-        hosts: vec![amq.stomp.to_string()],
-        login: None,
-        passcode: None,
-        vhost: "localhost".into(),
-        client_id: None,
-        destination: "/queue/publisher.unused".into(),
-        subscription_name: None,
-        prefetch: 1,
-        heartbeat: Duration::ZERO,
-        timeout: Duration::from_secs(10),
-        tls: None,
-    };
-    Session::connect(&cfg, 0).await.expect("publisher connects")
+    Session::connect(&amq.session_config("/queue/publisher.unused"), 0)
+        .await
+        .expect("publisher connects")
 }
 
 async fn publish(amq: &ActiveMq, bodies: &[String]) {

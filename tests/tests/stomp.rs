@@ -6,19 +6,7 @@ use e2e::activemq::ActiveMq;
 use spi_consumer::stomp::{Session, SessionConfig, StompError};
 
 fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
-    SessionConfig {
-        hosts: vec![amq.stomp.to_string()],
-        login: None,
-        passcode: None,
-        vhost: "localhost".into(),
-        client_id: None,
-        destination: destination.into(),
-        subscription_name: None,
-        prefetch: 1,
-        heartbeat: Duration::from_millis(1000),
-        timeout: Duration::from_secs(10),
-        tls: None,
-    }
+    amq.session_config(destination)
 }
 
 async fn publish(amq: &ActiveMq, destination: &str, bodies: &[&str]) {

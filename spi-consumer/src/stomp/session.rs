@@ -212,7 +212,7 @@ impl Session {
     async fn request_receipt(&mut self, frame: Frame, limit: Duration) -> Result<(), StompError> {
         let id = format!("r{}", self.next_receipt);
         self.next_receipt += 1;
-        self.send(frame.header("receipt", id.clone())).await?;
+        self.write(frame.header("receipt", id.clone())).await?;
         let reply = next_frame(&mut self.framed, limit, "RECEIPT").await?;
         self.last_received = Instant::now();
         expect(&reply, Command::Receipt, "RECEIPT")?;
@@ -225,7 +225,7 @@ impl Session {
         Ok(())
     }
 
-    async fn send(&mut self, frame: Frame) -> Result<(), StompError> {
+    async fn write(&mut self, frame: Frame) -> Result<(), StompError> {
         self.framed.send(Item::Frame(frame)).await?;
         self.last_sent = Instant::now();
         Ok(())
@@ -282,14 +282,14 @@ impl Session {
 
     /// Acknowledges a message: the broker forgets it.
     pub async fn ack(&mut self, message: &Message) -> Result<(), StompError> {
-        self.send(Frame::new(Command::Ack).header("id", message.ack_id.clone()))
+        self.write(Frame::new(Command::Ack).header("id", message.ack_id.clone()))
             .await
     }
 
     /// Refuses a message: the broker redelivers it (or dead-letters it after its
     /// redelivery limit).
     pub async fn nack(&mut self, message: &Message) -> Result<(), StompError> {
-        self.send(Frame::new(Command::Nack).header("id", message.ack_id.clone()))
+        self.write(Frame::new(Command::Nack).header("id", message.ack_id.clone()))
             .await
     }
 
@@ -306,6 +306,20 @@ impl Session {
             .header("persistent", "true")
             .body(body);
         self.request_receipt(frame, limit).await
+    }
+
+    /// Publishes without waiting for a receipt, as the broker's own routing plugin
+    /// does (fire and forget; persistent).
+    pub async fn send(
+        &mut self,
+        destination: &str,
+        body: impl Into<bytes::Bytes>,
+    ) -> Result<(), StompError> {
+        let frame = Frame::new(Command::Send)
+            .header("destination", destination)
+            .header("persistent", "true")
+            .body(body);
+        self.write(frame).await
     }
 
     /// Ends the session cleanly (the broker has processed every ACK sent before).

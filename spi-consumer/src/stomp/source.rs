@@ -9,12 +9,11 @@
 //! 30 s, reset after a good session), moving on to the next host of the failover list.
 
 use std::future::Future;
-use std::time::Duration;
 
 use super::session::{Session, SessionConfig, StompError};
 use crate::consumer::{Consumer, Publish};
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, IngestError, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, SourceMetrics};
 
 /// Runs until `stop` resolves (or the consumer panicked: then it logs and returns,
 /// and the router keeps serving its last table).
@@ -27,7 +26,7 @@ pub async fn run<P: Publish + 'static>(
 ) {
     tokio::pin!(stop);
     let mut consumer = Some(consumer);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::default();
     let mut start = 0usize;
     while let Some(c) = consumer.take() {
         let connected = tokio::select! {
@@ -37,7 +36,7 @@ pub async fn run<P: Publish + 'static>(
         match connected {
             Ok(mut session) => {
                 metrics.connected.set(1);
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 let (c, ended) = tokio::select! {
                     _ = &mut stop => {
                         metrics.connected.set(0);
@@ -51,17 +50,17 @@ pub async fn run<P: Publish + 'static>(
                 consumer = c;
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "no broker reachable");
+                tracing::warn!(error = %e,  "no broker reachable");
                 consumer = Some(c);
             }
         }
         metrics.reconnects.inc();
         start = start.wrapping_add(1);
+        let delay = backoff.delay();
         tokio::select! {
             _ = &mut stop => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
     tracing::error!("the event consumer panicked; the STOMP source has stopped");
 }

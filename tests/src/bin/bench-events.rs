@@ -1,0 +1,259 @@
+//! `bench-events`: how fast routing events take effect (issue 3's benchmark).
+//!
+//! 1. Apply cost: one `add_public_endpoint` for a new app, through the routing state
+//!    and the route table (what runs per event besides the disk), at 1k, 10k and 100k
+//!    apps; then the same plus the fsynced journal append.
+//! 2. Propagation: a release router with 100k apps loaded from its state directory,
+//!    fed by a real ActiveMQ; events published at a fixed rate; for a sample of them,
+//!    the time from "publish sent" to the first 200 through the router for the new
+//!    host (polled every millisecond).
+//!
+//! Run with `bash bench/events.sh` (release build). Prints a Markdown report.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use e2e::activemq::ActiveMq;
+use e2e::{Backend, events};
+use router::backend::{PoolSettings, Registry};
+use router::metrics::Metrics;
+use router::table::{Builder, Naming, RouteTable};
+use spi_consumer::event::{Decoded, RoutingEvent, decode};
+use spi_consumer::state::{Applied, RoutingState};
+use spi_consumer::stomp::Session;
+use spi_consumer::{AppKey, Store};
+
+const QUEUE: &str = "/queue/routinginfo.bench";
+
+fn event(i: usize, addr: std::net::SocketAddr) -> RoutingEvent {
+    match decode(events::add_lb(&format!("app{i}"), "bench", addr).as_bytes()) {
+        Ok(Decoded::Event(e)) => e,
+        other => panic!("bad synthetic event: {other:?}"),
+    }
+}
+
+fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
+    let metrics = Metrics::new().expect("metrics");
+    let registry = Registry::new(
+        100,
+        PoolSettings {
+            max_idle: 4,
+            idle_timeout: Duration::from_secs(8),
+            opened: metrics.upstream_connections.clone(),
+        },
+    );
+    let live = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
+    let naming = Naming {
+        cloud_domain: "example.com".into(),
+        ha_prefix: "ha-".into(),
+        ha_suffix: String::new(),
+        app_dns: true,
+        endpoint_types: vec!["load_balancer".into()],
+    };
+    (
+        Builder::new(naming, Arc::new(registry), live.clone(), metrics),
+        live,
+    )
+}
+
+/// A state and table with `n` apps, built without timing.
+fn loaded(n: usize, addr: std::net::SocketAddr) -> (RoutingState, RouteTable, Builder) {
+    let (b, _) = builder();
+    let mut state = RoutingState::new();
+    for i in 0..n {
+        state.apply(&event(i, addr));
+    }
+    let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
+    let table = b.update(&RouteTable::default(), &state, &all);
+    (state, table, b)
+}
+
+fn apply_cost(sizes: &[usize]) {
+    let addr: std::net::SocketAddr = "10.0.0.1:38032".parse().expect("addr");
+    println!("## Apply cost per event\n");
+    println!(
+        "| apps loaded | state + table, µs/event (median of 5 × 2000) | + fsynced journal append, µs/event (200 events) |"
+    );
+    println!("|---|---|---|");
+    for &n in sizes {
+        let (mut state, mut table, b) = loaded(n, addr);
+        let mut next = n;
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            let evs: Vec<RoutingEvent> = (0..2000).map(|k| event(next + k, addr)).collect();
+            next += 2000;
+            let t = Instant::now();
+            for e in &evs {
+                if let Applied::Changed(k) = state.apply(e) {
+                    table = b.update(&table, &state, &BTreeSet::from([k]));
+                }
+            }
+            runs.push(t.elapsed().as_secs_f64() * 1e6 / evs.len() as f64);
+        }
+        runs.sort_by(f64::total_cmp);
+        let dir = e2e::tempdir("bench-store");
+        let mut store = Store::open(&dir).expect("store");
+        store.compact(&state).expect("snapshot");
+        let evs: Vec<RoutingEvent> = (0..200).map(|k| event(next + k, addr)).collect();
+        let t = Instant::now();
+        for e in &evs {
+            if let Applied::Changed(k) = state.apply(e) {
+                let changed = BTreeSet::from([k]);
+                store.save(&state, &changed).expect("save");
+                table = b.update(&table, &state, &changed);
+            }
+        }
+        let with_disk = t.elapsed().as_secs_f64() * 1e6 / evs.len() as f64;
+        let _ = std::fs::remove_dir_all(dir);
+        println!("| {n} | {:.1} | {:.1} |", runs[2], with_disk);
+        assert!(table.app_count() > n);
+    }
+    println!();
+}
+
+async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usize) {
+    let amq = ActiveMq::start();
+    let backend = Backend::start().await;
+    let root = e2e::tempdir("bench-prop");
+    // The routes a long-running router would have: a snapshot with `preload` apps.
+    {
+        let (state, _, _) = loaded(preload, backend.addr);
+        let mut store = Store::open(root.join("state")).expect("store");
+        store.compact(&state).expect("snapshot");
+    }
+    let cfg = root.join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {}/state\nlisten:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             spi:\n  source: stomp\n  stomp:\n    hosts: [\"{}\"]\n    destination: {QUEUE}\n    prefetch: 100\n\
+             access_log:\n  enabled: false\n  format: json\n",
+            root.display(),
+            amq.stomp
+        ),
+    )
+    .expect("config");
+    let started = Instant::now();
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    let first = format!("ha-app{}-bench.example.com", preload - 1);
+    assert_eq!(
+        router.status(&first, "/").await,
+        Some(200),
+        "preloaded routes served"
+    );
+    let ready = started.elapsed();
+
+    let mut publisher = Session::connect(&amq.session_config("/queue/bench.publisher"), 0)
+        .await
+        .expect("publisher");
+    let total = (rate * seconds) as usize;
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+    let mut pollers = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..total {
+        tick.tick().await;
+        let id = preload + i;
+        let sent = Instant::now();
+        if i % sample_every == 0 {
+            let http = router.http;
+            let host = format!("ha-app{id}-bench.example.com");
+            pollers.push(tokio::spawn(async move {
+                let deadline = sent + Duration::from_secs(30);
+                loop {
+                    let resp = e2e::raw::exchange(
+                        http,
+                        format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                            .as_bytes(),
+                        Duration::from_secs(5),
+                    )
+                    .await;
+                    if e2e::raw::status(&resp) == Some(200) {
+                        return Some(sent.elapsed());
+                    }
+                    if Instant::now() > deadline {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }));
+        }
+        let body = events::add_lb(&format!("app{id}"), "bench", backend.addr);
+        // Fire and forget, like the broker's routing plugin.
+        publisher.send(QUEUE, body).await.expect("publish");
+    }
+    let offered = total as f64 / t0.elapsed().as_secs_f64();
+    let mut lat: Vec<Duration> = Vec::new();
+    let mut lost = 0;
+    for p in pollers {
+        match p.await.expect("poller") {
+            Some(d) => lat.push(d),
+            None => lost += 1,
+        }
+    }
+    lat.sort();
+    let pct = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+    println!("## Propagation through ActiveMQ, {preload} apps loaded\n");
+    println!(
+        "Router (release, `worker_threads: 0`) started from a {preload}-app snapshot and served \
+         its first request {:.2} s after exec. {total} `add_public_endpoint` events published \
+         (persistent, no receipt, like the broker's plugin) at {offered:.0}/s; every {sample_every}th timed from \
+         \"publish sent\" to the first 200 through the router (1 ms polling, new connection \
+         per poll).\n",
+        ready.as_secs_f64()
+    );
+    println!("| samples | p50 ms | p90 ms | p99 ms | max ms | never routed |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {lost} |\n",
+        lat.len(),
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(1.0)
+    );
+    // The router's own view: message received -> change durable and live.
+    if let Some(admin) = router.admin {
+        let text = e2e::raw::exchange(
+            admin,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&text);
+        let bucket = |le: &str| -> f64 {
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(&format!(
+                        "spi_route_propagation_seconds_bucket{{le=\"{le}\"}} "
+                    ))
+                    .and_then(|v| v.trim().parse().ok())
+                })
+                .unwrap_or(0.0)
+        };
+        let all = bucket("+Inf").max(1.0);
+        println!(
+            "Router side (`spi_route_propagation_seconds`, received → durable and live, {all} events): \
+             ≤ 1 ms {:.1} %, ≤ 2 ms {:.1} %, ≤ 5 ms {:.1} %, ≤ 10 ms {:.1} %, ≤ 50 ms {:.1} %.\n",
+            100.0 * bucket("0.001") / all,
+            100.0 * bucket("0.002") / all,
+            100.0 * bucket("0.005") / all,
+            100.0 * bucket("0.01") / all,
+            100.0 * bucket("0.05") / all,
+        );
+    }
+    router.signal("TERM");
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    if quick {
+        apply_cost(&[1_000, 10_000]);
+        propagation(10_000, 200, 3, 10).await;
+    } else {
+        apply_cost(&[1_000, 10_000, 100_000]);
+        propagation(100_000, 1_000, 10, 20).await;
+    }
+}
