@@ -10,7 +10,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
 };
@@ -19,7 +19,7 @@ use lapin::{Connection, ConnectionProperties};
 
 use crate::consumer::{Consumer, Publish};
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, Backoff, IngestError, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, Received, SourceMetrics};
 
 /// What to consume.
 #[derive(Clone, Debug)]
@@ -105,24 +105,52 @@ async fn session<P: Publish + 'static>(
     metrics.connected.set(1);
     backoff.reset();
     tracing::info!(queue = %config.queue, "consuming from AMQP");
-    while let Some(delivery) = deliveries.next().await {
-        let delivery = match delivery {
-            Ok(d) => d,
-            Err(e) => return (Some(consumer), e.into()),
-        };
-        let id = format!("amqp-{}", delivery.delivery_tag);
-        let body = Bytes::from(delivery.data.clone());
-        let (c, r) = ingest::ingest_off_thread(consumer, dead, metrics, id, body).await;
+    // Group commit, as in the STOMP source: the first delivery, then whatever has
+    // already arrived, one save, then the acknowledgements.
+    while let Some(first) = deliveries.next().await {
+        let mut batch = vec![first];
+        while batch.len() < ingest::MAX_BATCH {
+            match deliveries.next().now_or_never() {
+                Some(Some(d)) => batch.push(d),
+                _ => break,
+            }
+        }
+        let mut ok = Vec::with_capacity(batch.len());
+        let mut failed = None;
+        for d in batch {
+            match d {
+                Ok(d) => ok.push(d),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let now = std::time::Instant::now();
+        let received = ok
+            .iter()
+            .map(|d| Received {
+                id: format!("amqp-{}", d.delivery_tag),
+                body: Bytes::from(d.data.clone()),
+                at: now,
+            })
+            .collect();
+        let (c, r) = ingest::ingest_off_thread(consumer, dead, metrics, received).await;
         let Some(c) = c else {
             return (None, Ended::Panicked);
         };
         consumer = c;
         if let Err(e) = r {
-            // Unacknowledged: closing the connection makes RabbitMQ requeue it.
+            // Unacknowledged: closing the connection makes RabbitMQ requeue them.
             let _ = conn.close(0, "cannot ingest".into()).await;
             return (Some(consumer), e.into());
         }
-        if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+        for d in &ok {
+            if let Err(e) = d.ack(BasicAckOptions::default()).await {
+                return (Some(consumer), e.into());
+            }
+        }
+        if let Some(e) = failed {
             return (Some(consumer), e.into());
         }
     }

@@ -31,18 +31,30 @@ pub enum IngestError {
     Persist(#[from] crate::persist::StoreError),
 }
 
-/// Ingests one message body on the blocking pool. The consumer is moved there and
+/// Most messages ingested together (group commit: one fsync and one publish for all).
+pub const MAX_BATCH: usize = 256;
+
+/// One received message, waiting to be ingested.
+#[derive(Debug)]
+pub struct Received {
+    /// For dead-letter file names and logs.
+    pub id: String,
+    pub body: Bytes,
+    /// When it arrived, for `spi_route_propagation_seconds`.
+    pub at: Instant,
+}
+
+/// Ingests a batch on the blocking pool (it fsyncs). The consumer is moved there and
 /// back; `None` means it panicked (a bug) and is gone.
 pub async fn ingest_off_thread<P: Publish + 'static>(
     mut consumer: Consumer<P>,
     dead: &DeadLetters,
     metrics: &SourceMetrics,
-    id: String,
-    body: Bytes,
+    batch: Vec<Received>,
 ) -> (Option<Consumer<P>>, Result<(), IngestError>) {
     let (dead, metrics) = (dead.clone(), metrics.clone());
     match tokio::task::spawn_blocking(move || {
-        let r = ingest(&mut consumer, &dead, &metrics, &id, &body);
+        let r = ingest(&mut consumer, &dead, &metrics, &batch);
         (consumer, r)
     })
     .await
@@ -52,27 +64,31 @@ pub async fn ingest_off_thread<P: Publish + 'static>(
     }
 }
 
-/// Applies one message and makes it durable (blocking: fsync).
+/// Applies a batch of messages and makes the result durable and live with one save
+/// (blocking: fsync). On error none of them may be acknowledged; applying them again
+/// after redelivery is harmless.
 pub fn ingest<P: Publish>(
     consumer: &mut Consumer<P>,
     dead: &DeadLetters,
     metrics: &SourceMetrics,
-    id: &str,
-    body: &[u8],
+    batch: &[Received],
 ) -> Result<(), IngestError> {
-    let received = Instant::now();
-    let disposition = consumer.handle(body);
-    if let Disposition::DeadLetter(reason) = &disposition {
-        let path = dead
-            .park(id, body, &reason.to_string())
-            .map_err(IngestError::DeadLetter)?;
-        tracing::warn!(message = %id, file = %path.display(), "message parked");
+    let mut applied = Vec::with_capacity(batch.len());
+    for m in batch {
+        match consumer.handle(&m.body) {
+            Disposition::DeadLetter(reason) => {
+                let path = dead
+                    .park(&m.id, &m.body, &reason.to_string())
+                    .map_err(IngestError::DeadLetter)?;
+                tracing::warn!(message = %m.id, file = %path.display(), "message parked");
+            }
+            Disposition::Applied => applied.push(m.at),
+            Disposition::Unchanged | Disposition::Ignored => {}
+        }
     }
     consumer.commit()?;
-    if matches!(disposition, Disposition::Applied) {
-        metrics
-            .propagation
-            .observe(received.elapsed().as_secs_f64());
+    for at in applied {
+        metrics.propagation.observe(at.elapsed().as_secs_f64());
     }
     Ok(())
 }

@@ -286,6 +286,20 @@ impl Session {
             .await
     }
 
+    /// Acknowledges several messages with one flush.
+    pub async fn ack_all(&mut self, messages: &[Message]) -> Result<(), StompError> {
+        for m in messages {
+            self.framed
+                .feed(Item::Frame(
+                    Frame::new(Command::Ack).header("id", m.ack_id.clone()),
+                ))
+                .await?;
+        }
+        self.framed.flush().await?;
+        self.last_sent = Instant::now();
+        Ok(())
+    }
+
     /// Refuses a message: the broker redelivers it (or dead-letters it after its
     /// redelivery limit).
     pub async fn nack(&mut self, message: &Message) -> Result<(), StompError> {

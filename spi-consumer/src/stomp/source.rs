@@ -9,11 +9,14 @@
 //! 30 s, reset after a good session), moving on to the next host of the failover list.
 
 use std::future::Future;
+use std::time::Instant;
+
+use futures_util::FutureExt;
 
 use super::session::{Session, SessionConfig, StompError};
 use crate::consumer::{Consumer, Publish};
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, Backoff, IngestError, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, Received, SourceMetrics};
 
 /// Runs until `stop` resolves (or the consumer panicked: then it logs and returns,
 /// and the router keeps serving its last table).
@@ -77,6 +80,10 @@ enum Ended {
 }
 
 /// Consumes until the session fails. Returns the consumer (unless it panicked).
+///
+/// Group commit: after the first message, whatever has already arrived (up to
+/// [`ingest::MAX_BATCH`]) is taken too, the batch is made durable with one save, then
+/// every message of it is acknowledged.
 async fn consume<P: Publish + 'static>(
     session: &mut Session,
     mut consumer: Consumer<P>,
@@ -84,18 +91,32 @@ async fn consume<P: Publish + 'static>(
     metrics: &SourceMetrics,
 ) -> (Option<Consumer<P>>, Ended) {
     loop {
-        let message = match session.next_message().await {
+        let first = match session.next_message().await {
             Ok(m) => m,
             Err(e) => return (Some(consumer), e.into()),
         };
-        let (c, r) = ingest::ingest_off_thread(
-            consumer,
-            dead,
-            metrics,
-            message.message_id.clone(),
-            message.body.clone(),
-        )
-        .await;
+        let mut messages = vec![first];
+        let mut failed = None;
+        while messages.len() < ingest::MAX_BATCH {
+            match session.next_message().now_or_never() {
+                Some(Ok(m)) => messages.push(m),
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    break;
+                }
+                None => break,
+            }
+        }
+        let now = Instant::now();
+        let batch = messages
+            .iter()
+            .map(|m| Received {
+                id: m.message_id.clone(),
+                body: m.body.clone(),
+                at: now,
+            })
+            .collect();
+        let (c, r) = ingest::ingest_off_thread(consumer, dead, metrics, batch).await;
         let Some(c) = c else {
             return (None, Ended::Panicked);
         };
@@ -104,7 +125,10 @@ async fn consume<P: Publish + 'static>(
             // Not acknowledged: dropping the session makes the broker redeliver.
             return (Some(consumer), e.into());
         }
-        if let Err(e) = session.ack(&message).await {
+        if let Err(e) = session.ack_all(&messages).await {
+            return (Some(consumer), e.into());
+        }
+        if let Some(e) = failed {
             return (Some(consumer), e.into());
         }
     }
