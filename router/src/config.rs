@@ -186,6 +186,9 @@ pub struct Upstream {
     /// Idle connections kept per member.
     #[serde(default = "default_max_idle")]
     pub max_idle_per_backend: usize,
+    /// `p2c` (least outstanding of two random members) or `round_robin`.
+    #[serde(default)]
+    pub balance: crate::balance::Balance,
 }
 
 impl Default for Upstream {
@@ -197,6 +200,7 @@ impl Default for Upstream {
             max_connections_per_backend: default_max_conns(),
             queue_timeout: default_queue_timeout(),
             max_idle_per_backend: default_max_idle(),
+            balance: crate::balance::Balance::default(),
         }
     }
 }

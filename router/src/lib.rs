@@ -8,6 +8,7 @@
 //! - [`upstream`]: the pooled client to members and what its errors mean;
 //! - [`body`]: streamed bodies, and what settles when a response ends;
 //! - [`table`]: the immutable route table behind `ArcSwap`, built from the routing state;
+//! - [`balance`]: choosing a member (power of two choices, or round robin);
 //! - [`backend`]: per-member runtime state (in-flight, limits) that survives swaps;
 //! - [`admin`], [`metrics`], [`access_log`]: what operators see;
 //! - [`config`]: the configuration file.
@@ -18,6 +19,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod backend;
+pub mod balance;
 pub mod body;
 pub mod config;
 pub mod headers;
@@ -122,6 +124,7 @@ impl Router {
             ha_suffix: config.ha_dns_suffix.clone(),
             app_dns: config.app_dns,
             endpoint_types: config.endpoint_types.clone(),
+            balance: config.upstream.balance,
         };
         let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone());
         // The saved state is served before any source answers.

@@ -14,13 +14,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use arc_swap::ArcSwap;
 use http::uri::Authority;
 use spi_consumer::{App, AppKey, Publish, RoutingState};
 
 use crate::backend::{Backend, Registry};
+use crate::balance::Balance;
 use crate::metrics::Metrics;
 
 /// One application's routing: its names and its members.
@@ -41,6 +42,7 @@ pub struct Route {
     pub certificates: Vec<String>,
     /// Round-robin cursor.
     next: AtomicUsize,
+    balance: Balance,
 }
 
 /// A member of a route: where to connect, and its shared runtime state.
@@ -64,15 +66,9 @@ pub struct EndpointInfo {
 }
 
 impl Route {
-    /// Picks the member for the next request (round robin).
+    /// Picks the member for the next request (see [`crate::balance`]).
     pub fn pick(&self) -> Option<&Member> {
-        match self.members.len() {
-            0 => None,
-            1 => self.members.first(),
-            n => self
-                .members
-                .get(self.next.fetch_add(1, Ordering::Relaxed) % n),
-        }
+        self.balance.pick(&self.members, &self.next)
     }
 }
 
@@ -139,6 +135,8 @@ pub struct Naming {
     pub ha_suffix: String,
     pub app_dns: bool,
     pub endpoint_types: Vec<String>,
+    /// How members are chosen (not naming, but decided at the same place).
+    pub balance: Balance,
 }
 
 impl Naming {
@@ -258,6 +256,7 @@ impl Builder {
             aliases: app.aliases.iter().cloned().collect(),
             certificates: app.certificates.keys().cloned().collect(),
             next: AtomicUsize::new(0),
+            balance: self.naming.balance,
         }
     }
 }

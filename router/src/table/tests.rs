@@ -11,6 +11,7 @@ fn naming(app_dns: bool) -> Naming {
         ha_suffix: "".into(),
         app_dns,
         endpoint_types: vec!["load_balancer".into()],
+        balance: crate::balance::Balance::RoundRobin,
     }
 }
 

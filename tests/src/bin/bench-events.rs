@@ -51,6 +51,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
         ha_suffix: String::new(),
         app_dns: true,
         endpoint_types: vec!["load_balancer".into()],
+        balance: router::balance::Balance::default(),
     };
     (
         Builder::new(naming, Arc::new(registry), live.clone(), metrics),

@@ -1,0 +1,91 @@
+//! Member choice through the real path: a hung member and a healthy one.
+
+use std::time::Duration;
+
+use e2e::{Backend, TestRouter, events};
+
+const HA: &str = "ha-myapp-demo.example.com";
+
+/// Accepts connections and reads requests but never answers: a stuck gear.
+async fn hung_member() -> std::net::SocketAddr {
+    use tokio::io::AsyncReadExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Sends 20 requests, 50 ms apart, each on its own task; returns how many timed out.
+async fn stuck_requests(balance: &str) -> usize {
+    let healthy = Backend::start().await;
+    let hung = hung_member().await;
+    let r = TestRouter::start(&format!(
+        "upstream:\n  response_timeout: 2s\n  balance: {balance}\n"
+    ))
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", healthy.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", hung));
+    r.wait_member(hung).await;
+    r.wait_member(healthy.addr).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let addr = r.http;
+        tasks.push(tokio::spawn(async move {
+            e2e::raw::status(
+                &e2e::raw::exchange(
+                    addr,
+                    format!("GET / HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n").as_bytes(),
+                    Duration::from_secs(10),
+                )
+                .await,
+            )
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut stuck = 0;
+    for t in tasks {
+        match t.await.expect("join") {
+            Some(200) => {}
+            Some(504) => stuck += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    stuck
+}
+
+#[tokio::test]
+async fn p2c_stops_sending_to_a_member_that_holds_requests() {
+    // Once the hung member holds a request, it loses every comparison with the
+    // healthy one (at most a tie or two at the very start).
+    let stuck = stuck_requests("p2c").await;
+    assert!(
+        stuck <= 2,
+        "p2c sent {stuck} of 20 requests to the hung member"
+    );
+}
+
+#[tokio::test]
+async fn round_robin_keeps_feeding_a_hung_member() {
+    // The contrast that makes the test above meaningful.
+    let stuck = stuck_requests("round_robin").await;
+    assert!(
+        stuck >= 8,
+        "round robin sent only {stuck} of 20 to the hung member"
+    );
+}
