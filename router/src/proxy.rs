@@ -4,8 +4,10 @@
 //! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
 //!    trailing dot stripped; none or malformed → 400;
 //! 2. **route**: one load of the live table; unknown host → 404;
-//! 3. **pick**: a member (round robin); none → 503;
-//! 4. **slot**: a free in-flight slot on that member, waiting briefly; none → 503;
+//! 3. **pick**: a member (see [`crate::balance`]); none → 503;
+//! 4. **slot and connection**: a free in-flight slot on that member (waiting briefly;
+//!    none → 503) and an idle or new connection. If that fails, nothing was sent: an
+//!    idempotent request tries once more on another member;
 //! 5. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
 //!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
 //!    (see [`crate::upstream`]);
@@ -53,6 +55,16 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// Nothing of the request reached a member: safe to try another one.
+    pub fn nothing_sent(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::Upstream(
+                UpstreamError::Connect | UpstreamError::ConnectTimeout | UpstreamError::Busy
+            )
+        )
+    }
+
     /// The one place errors become responses.
     pub fn response(&self) -> Response<ProxyBody> {
         let (status, text) = match self {
@@ -181,19 +193,12 @@ impl Proxy {
             .ok_or(ProxyError::NoRoute)?;
         // 3. pick
         let member: Member = route.pick().ok_or(ProxyError::NoMember)?.clone();
-        drop(route);
         if member.tls {
             // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
             return Err(self.fail(UpstreamError::TlsUnsupported));
         }
-        // 4. slot
-        let slot = member
-            .backend
-            .acquire(self.queue_timeout)
-            .await
-            .ok_or_else(|| self.fail(UpstreamError::Busy))?;
 
-        // 5. forward
+        // 5. forward (4, the slot and connection, once the request is ready)
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -212,8 +217,9 @@ impl Proxy {
         remove_hop_by_hop(&mut parts.headers, upgrade);
         set_forwarded(&mut parts.headers, &conn, &host);
 
-        let backend = &member.backend;
         if let Some(client_upgrade) = client_upgrade {
+            let backend = &member.backend;
+            let slot = self.slot(&member).await?;
             let up = self.connect(backend).await?;
             let req = Request::from_parts(parts, RequestBody::Stream(body));
             let response = match tokio::time::timeout(
@@ -228,10 +234,28 @@ impl Proxy {
             };
             return Ok(self.upgraded(response, client_upgrade, slot, backend.addr.clone()));
         }
-        let mut up = match backend.take_idle() {
-            Some(idle) => idle,
-            None => self.connect(backend).await?,
+        // 4. slot and connection. Nothing has reached a member yet, so an idempotent
+        // request whose member refused, timed out connecting or stayed full is tried
+        // once on another member (the least busy other one).
+        let (member, slot, mut up) = match self.checkout(&member).await {
+            Ok((slot, up)) => (member, slot, up),
+            Err(e) if e.nothing_sent() && idempotent(&parts.method) => {
+                let Some(other) = route
+                    .members
+                    .iter()
+                    .filter(|m| !m.tls && !Arc::ptr_eq(&m.backend, &member.backend))
+                    .min_by_key(|m| m.backend.in_flight())
+                else {
+                    return Err(e);
+                };
+                self.metrics.retries.inc();
+                let (slot, up) = self.checkout(other).await?;
+                (other.clone(), slot, up)
+            }
+            Err(e) => return Err(e),
         };
+        drop(route);
+        let backend = &member.backend;
         // Only a request that can be sent again exactly may be retried, and only if
         // the connection was a reused one (see SendError::closed_before_response).
         let replay =
@@ -311,6 +335,25 @@ impl Proxy {
             response: Response::from_parts(parts, ProxyBody::empty()),
             in_flight: None,
         }
+    }
+
+    /// A free in-flight slot on `member`, waiting at most `queue_timeout`.
+    async fn slot(&self, member: &Member) -> Result<InFlight, ProxyError> {
+        member
+            .backend
+            .acquire(self.queue_timeout)
+            .await
+            .ok_or_else(|| self.fail(UpstreamError::Busy))
+    }
+
+    /// A slot and a connection (an idle one if there is one) on `member`.
+    async fn checkout(&self, member: &Member) -> Result<(InFlight, Upstream), ProxyError> {
+        let slot = self.slot(member).await?;
+        let up = match member.backend.take_idle() {
+            Some(idle) => idle,
+            None => self.connect(&member.backend).await?,
+        };
+        Ok((slot, up))
     }
 
     async fn connect(&self, backend: &crate::backend::Backend) -> Result<Upstream, ProxyError> {

@@ -89,3 +89,27 @@ async fn round_robin_keeps_feeding_a_hung_member() {
         "round robin sent only {stuck} of 20 to the hung member"
     );
 }
+
+#[tokio::test]
+async fn idempotent_requests_move_to_another_member_when_one_refuses() {
+    let healthy = Backend::start().await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let r = TestRouter::start("upstream:\n  balance: round_robin\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", healthy.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", dead));
+    r.wait_member(dead).await;
+    r.wait_member(healthy.addr).await;
+    // Round robin sends every other request to the dead member first.
+    for _ in 0..10 {
+        assert_eq!(r.get(HA, "/").await.0, 200, "GET never sees the refusal");
+    }
+    assert!(r.metric("router_upstream_retries_total").await >= Some(4.0));
+    assert!(
+        r.metric("router_upstream_errors_total{kind=\"connect\"}")
+            .await
+            >= Some(4.0)
+    );
+}
