@@ -75,12 +75,9 @@ pub async fn run<P: Publish + 'static>(
             return;
         }
         consumer = c;
-        metrics.reconnects.inc();
         turn = turn.wrapping_add(1);
-        let delay = backoff.delay();
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !ingest::wait_to_reconnect(&mut backoff, &metrics, stop.as_mut()).await {
+            return;
         }
     }
 }

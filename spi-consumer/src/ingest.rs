@@ -93,6 +93,22 @@ pub fn ingest<P: Publish>(
     Ok(())
 }
 
+/// After a session ended: counts the reconnect and waits the next backoff delay.
+/// Returns false if `stop` resolved first (the source should return).
+pub async fn wait_to_reconnect<S: std::future::Future<Output = ()>>(
+    backoff: &mut Backoff,
+    metrics: &SourceMetrics,
+    stop: std::pin::Pin<&mut S>,
+) -> bool {
+    metrics.connected.set(0);
+    metrics.reconnects.inc();
+    let delay = backoff.delay();
+    tokio::select! {
+        _ = stop => false,
+        _ = tokio::time::sleep(delay) => true,
+    }
+}
+
 /// Reconnect delays of a source: 100 ms doubling to 30 s, back to 100 ms after a
 /// session that worked.
 #[derive(Debug)]

@@ -57,12 +57,9 @@ pub async fn run<P: Publish + 'static>(
                 consumer = Some(c);
             }
         }
-        metrics.reconnects.inc();
         start = start.wrapping_add(1);
-        let delay = backoff.delay();
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !ingest::wait_to_reconnect(&mut backoff, &metrics, stop.as_mut()).await {
+            return;
         }
     }
     tracing::error!("the event consumer panicked; the STOMP source has stopped");
