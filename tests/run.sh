@@ -12,6 +12,9 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# kill(1) (signals to the router and brokers by PID) and mount(8) (the full-disk test).
+[ -x /usr/bin/kill ] || [ -x /bin/kill ] || need+=(procps)
+command -v mount >/dev/null 2>&1 || need+=(mount)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need+=(activemq)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
 if [ ${#need[@]} -gt 0 ]; then
