@@ -6,12 +6,19 @@
 //! | `GET /readyz` | 200 once the state is loaded and the listeners are up; 503 before, and from the moment shutdown begins (so keepalived moves the VIP away first) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /routes` | the live route table as JSON: per app, its host names, members and endpoints (PEP 005's routing-table API) |
+//! | `GET /backends` | every member: health, in-flight requests, idle connections, rotate state, apps |
+//! | `POST /backends/{address:port}/rotate-out?timeout=2m` | no new requests for that member (persisted); answers once its in-flight requests have drained or the timeout (default 30s) passed, saying which |
+//! | `POST /backends/{address:port}/rotate-in` | takes new requests again at once (persisted) |
 //!
-//! Any other path is 404, any other method 405.
+//! Any other path is 404, a wrong method 405. Rotate state survives restarts until
+//! the opposite call; rotating out an address that is no member is a 404 (a typo
+//! must not be remembered), rotating one in always works.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -25,11 +32,17 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::backend::Registry;
 use crate::metrics::Metrics;
 use crate::table::{EndpointInfo, RouteTable};
 
+/// Longest rotate-out wait an operator may ask for.
+const MAX_DRAIN_WAIT: Duration = Duration::from_secs(3600);
+const DEFAULT_DRAIN_WAIT: Duration = Duration::from_secs(30);
+
 pub struct Admin {
     pub table: Arc<ArcSwap<RouteTable>>,
+    pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
 }
@@ -57,12 +70,42 @@ struct MemberDoc<'a> {
     tls: bool,
 }
 
+#[derive(Serialize)]
+struct BackendDoc<'a> {
+    address: &'a str,
+    health: &'static str,
+    rotate: &'static str,
+    in_flight: usize,
+    idle_connections: usize,
+    apps: &'a [String],
+}
+
+#[derive(Serialize)]
+struct RotateDoc<'a> {
+    address: &'a str,
+    rotate: &'static str,
+    /// Whether the address is a member of some route now.
+    member: bool,
+    /// rotate-out only: `drained` or `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'static str>,
+    in_flight: usize,
+    waited_ms: u128,
+}
+
 impl Admin {
-    fn handle(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path();
+        if let Some(rest) = path.strip_prefix("/backends/") {
+            if req.method() != Method::POST {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+            }
+            return self.rotate(rest, req.uri().query()).await;
+        }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
         }
-        match req.uri().path() {
+        match path {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Acquire) {
@@ -80,8 +123,110 @@ impl Admin {
                 r
             }
             "/routes" => self.routes(),
+            "/backends" => self.backends(),
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         }
+    }
+
+    fn backends(&self) -> Response<Full<Bytes>> {
+        let table = self.table.load_full();
+        let mut apps: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for r in table.routes() {
+            for m in &r.members {
+                apps.entry(&m.backend.addr)
+                    .or_default()
+                    .push(format!("{}-{}", r.name, r.namespace));
+            }
+        }
+        let live = self.registry.live();
+        let backends: Vec<BackendDoc> = live
+            .iter()
+            .map(|b| BackendDoc {
+                address: &b.addr,
+                health: b.health.get().as_str(),
+                rotate: if b.rotated_out() { "out" } else { "in" },
+                in_flight: b.in_flight(),
+                idle_connections: b.idle_count(),
+                apps: apps.get(&*b.addr).map_or(&[], |v| v.as_slice()),
+            })
+            .collect();
+        // Rotated out but not a member now (removed, or not announced yet).
+        let absent: Vec<String> = self
+            .registry
+            .rotated_out()
+            .into_iter()
+            .filter(|a| !live.iter().any(|b| *b.addr == **a))
+            .collect();
+        json(&serde_json::json!({
+            "backends": backends,
+            "rotated_out_absent": absent,
+        }))
+    }
+
+    /// `{address:port}/rotate-out` or `{address:port}/rotate-in`.
+    async fn rotate(&self, rest: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+        let Some((raw, action)) = rest.rsplit_once('/') else {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        };
+        let out = match action {
+            "rotate-out" => true,
+            "rotate-in" => false,
+            _ => return text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+        let Some(addr) = percent_decode(raw).filter(|a| valid_member_address(a)) else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "the member is written address:port, e.g. 10.0.0.1:35531\n",
+            );
+        };
+        let mut wait = DEFAULT_DRAIN_WAIT;
+        for (k, v) in query.unwrap_or("").split('&').filter_map(|p| p.split_once('=')) {
+            if k == "timeout" {
+                match humantime::parse_duration(v) {
+                    Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
+                    _ => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            "timeout is a duration such as 90s or 2m, at most 1h\n",
+                        );
+                    }
+                }
+            }
+        }
+        if out && self.registry.find(&addr).is_none() {
+            return text(
+                StatusCode::NOT_FOUND,
+                &format!("{addr} is not a member of any route\n"),
+            );
+        }
+        let backend = match self.registry.rotate(&addr, out) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(member = %addr, error = %e, "cannot persist rotate state");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("rotate state not saved, nothing changed: {e}\n"),
+                );
+            }
+        };
+        tracing::info!(member = %addr, rotate = if out { "out" } else { "in" }, "rotated by operator");
+        let start = Instant::now();
+        let result = match (&backend, out) {
+            (Some(b), true) => Some(if b.drain(wait).await {
+                "drained"
+            } else {
+                "timeout"
+            }),
+            _ => None,
+        };
+        json(&RotateDoc {
+            address: &addr,
+            rotate: if out { "out" } else { "in" },
+            member: backend.is_some(),
+            result,
+            in_flight: backend.as_ref().map_or(0, |b| b.in_flight()),
+            waited_ms: start.elapsed().as_millis(),
+        })
     }
 
     fn routes(&self) -> Response<Full<Bytes>> {
@@ -108,17 +253,7 @@ impl Admin {
                 })
                 .collect(),
         };
-        match serde_json::to_vec_pretty(&doc) {
-            Ok(json) => {
-                let mut r = Response::new(Full::new(Bytes::from(json)));
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    header::HeaderValue::from_static("application/json"),
-                );
-                r
-            }
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n")),
-        }
+        json(&doc)
     }
 
     /// Serves until `stop` turns true.
@@ -138,14 +273,63 @@ impl Admin {
             let admin = self.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
-                    let r = admin.handle(&req);
-                    async move { Ok::<_, Infallible>(r) }
+                    let admin = admin.clone();
+                    async move { Ok::<_, Infallible>(admin.handle(&req).await) }
                 });
                 let _ = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
         }
+    }
+}
+
+fn json<T: Serialize>(doc: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(doc) {
+        Ok(json) => {
+            let mut r = Response::new(Full::new(Bytes::from(json)));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n")),
+    }
+}
+
+/// `%3A` and friends, for clients that escape the `:` or brackets of an address.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `host:port` as members are announced: an IP literal or a DNS name, and a port.
+fn valid_member_address(a: &str) -> bool {
+    if a.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    match a.rsplit_once(':') {
+        Some((host, port)) => {
+            port.parse::<u16>().is_ok()
+                && !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+        }
+        None => false,
     }
 }
 
@@ -162,4 +346,21 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 /// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_addresses() {
+        assert_eq!(percent_decode("10.0.0.1%3A80").as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(percent_decode("%zz"), None);
+        for good in ["10.0.0.1:80", "[::1]:8080", "node1.example.com:35531"] {
+            assert!(valid_member_address(good), "{good}");
+        }
+        for bad in ["10.0.0.1", "10.0.0.1:99999", ":80", "a b:80", "x:y"] {
+            assert!(!valid_member_address(bad), "{bad}");
+        }
+    }
 }

@@ -26,23 +26,61 @@ pub enum Balance {
 }
 
 impl Balance {
-    /// Picks from `members`; `cursor` is the route's round-robin position.
-    pub fn pick<'a>(self, members: &'a [Member], cursor: &AtomicUsize) -> Option<&'a Member> {
-        match members.len() {
+    /// Picks from `members` among those [eligible](crate::backend::Backend::eligible);
+    /// `cursor` is the route's round-robin position. If none is eligible and
+    /// `fail_open` is set, picks among all members not rotated out: when every
+    /// member looks down, the checks are more likely wrong than every gear (a bad
+    /// check path, a network blip), and trying beats a certain 503.
+    pub fn pick<'a>(
+        self,
+        members: &'a [Member],
+        cursor: &AtomicUsize,
+        fail_open: bool,
+    ) -> Option<&'a Member> {
+        if let Some(m) = self.pick_among(members, cursor, |m| m.backend.eligible()) {
+            return Some(m);
+        }
+        if fail_open {
+            return self.pick_among(members, cursor, |m| !m.backend.rotated_out());
+        }
+        None
+    }
+
+    fn pick_among<'a>(
+        self,
+        members: &'a [Member],
+        cursor: &AtomicUsize,
+        ok: impl Fn(&Member) -> bool,
+    ) -> Option<&'a Member> {
+        let n = members.len();
+        match n {
             0 => None,
-            1 => members.first(),
-            n => match self {
-                Balance::RoundRobin => members.get(cursor.fetch_add(1, Ordering::Relaxed) % n),
+            1 => members.first().filter(|m| ok(m)),
+            _ => match self {
+                Balance::RoundRobin => {
+                    let start = cursor.fetch_add(1, Ordering::Relaxed);
+                    (0..n)
+                        .filter_map(|i| members.get((start + i) % n))
+                        .find(|m| ok(m))
+                }
                 Balance::P2c => {
                     let a = random_below(n);
                     // A second, different member: offset by 1..n.
                     let b = (a + 1 + random_below(n - 1)) % n;
                     let (ma, mb) = (members.get(a)?, members.get(b)?);
-                    Some(if mb.backend.in_flight() < ma.backend.in_flight() {
-                        mb
-                    } else {
-                        ma
-                    })
+                    match (ok(ma), ok(mb)) {
+                        (true, true) => Some(if mb.backend.in_flight() < ma.backend.in_flight() {
+                            mb
+                        } else {
+                            ma
+                        }),
+                        // Some members are out: the least busy of the others. Rare,
+                        // and routes have few members, so a scan is fine.
+                        _ => members
+                            .iter()
+                            .filter(|m| ok(m))
+                            .min_by_key(|m| m.backend.in_flight()),
+                    }
                 }
             },
         }
@@ -64,7 +102,7 @@ thread_local! {
 }
 
 /// A number in `0..n` (n > 0); uniform enough for load balancing.
-fn random_below(n: usize) -> usize {
+pub(crate) fn random_below(n: usize) -> usize {
     RNG.with(|s| {
         let mut x = s.get();
         x ^= x >> 12;
@@ -89,7 +127,7 @@ mod tests {
             .map(|i| {
                 let addr = format!("10.0.0.{i}:80");
                 Member {
-                    backend: r.get(&addr),
+                    backend: r.member(&addr),
                     authority: addr.parse().expect("authority"),
                     tls: false,
                 }
@@ -105,7 +143,7 @@ mod tests {
         let picked: Vec<String> = (0..6)
             .map(|_| {
                 Balance::RoundRobin
-                    .pick(&ms, &cursor)
+                    .pick(&ms, &cursor, true)
                     .expect("m")
                     .backend
                     .addr
@@ -132,7 +170,7 @@ mod tests {
         }
         let cursor = AtomicUsize::new(0);
         for _ in 0..100 {
-            let m = Balance::P2c.pick(&ms, &cursor).expect("member");
+            let m = Balance::P2c.pick(&ms, &cursor, true).expect("member");
             assert!(
                 Arc::ptr_eq(&m.backend, &ms[1].backend),
                 "always the idle one"
@@ -146,7 +184,7 @@ mod tests {
         let cursor = AtomicUsize::new(0);
         let mut counts = std::collections::HashMap::new();
         for _ in 0..4000 {
-            let m = Balance::P2c.pick(&ms, &cursor).expect("member");
+            let m = Balance::P2c.pick(&ms, &cursor, true).expect("member");
             *counts.entry(m.backend.addr.to_string()).or_insert(0) += 1;
         }
         assert_eq!(counts.len(), 4, "{counts:?}");
@@ -154,6 +192,33 @@ mod tests {
             counts.values().all(|c| *c > 500),
             "roughly even: {counts:?}"
         );
+    }
+
+    #[test]
+    fn down_members_are_skipped_unless_all_are_down() {
+        let (ms, r) = members(3);
+        for _ in 0..3 {
+            ms[0].backend.record_failure();
+        }
+        r.rotate(&ms[1].backend.addr, true).expect("rotate");
+        let cursor = AtomicUsize::new(0);
+        for balance in [Balance::P2c, Balance::RoundRobin] {
+            for _ in 0..50 {
+                let m = balance.pick(&ms, &cursor, true).expect("member");
+                assert!(Arc::ptr_eq(&m.backend, &ms[2].backend), "{balance:?}");
+            }
+        }
+        // All out: fail open goes to the down one (never the rotated-out one)...
+        for _ in 0..3 {
+            ms[2].backend.record_failure();
+        }
+        for _ in 0..50 {
+            let m = Balance::P2c.pick(&ms, &cursor, true).expect("fail open");
+            assert!(!Arc::ptr_eq(&m.backend, &ms[1].backend));
+        }
+        // ...and without fail open, nothing.
+        assert!(Balance::P2c.pick(&ms, &cursor, false).is_none());
+        assert!(Balance::RoundRobin.pick(&ms, &cursor, false).is_none());
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct Config {
     #[serde(default)]
     pub upstream: Upstream,
     #[serde(default)]
+    pub health: HealthConfig,
+    #[serde(default)]
     pub limits: Limits,
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     #[serde(default = "default_grace", with = "humantime_serde")]
@@ -203,6 +205,117 @@ impl Default for Upstream {
             balance: crate::balance::Balance::default(),
         }
     }
+}
+
+/// Member health: active checks, passive ejection, what to do when all are down.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Active checks of every member (down members are probed even when off).
+    #[serde(default = "yes")]
+    pub checks: bool,
+    /// Path of the HTTP check (`GET`).
+    #[serde(default = "default_check_path")]
+    pub path: String,
+    /// Statuses that pass: classes (`2xx`) or codes (`401`).
+    #[serde(default = "default_check_statuses")]
+    pub statuses: Vec<String>,
+    #[serde(default = "default_check_interval", with = "humantime_serde")]
+    pub interval: Duration,
+    #[serde(default = "default_check_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Each interval varies by up to ± this, so checks drift apart.
+    #[serde(default = "default_check_jitter", with = "humantime_serde")]
+    pub jitter: Duration,
+    /// Passes in a row that bring a down member back.
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    /// Failures in a row that take a member down.
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+    /// A new member gets no traffic until its first check passes.
+    #[serde(default = "yes")]
+    pub gate_new: bool,
+    /// Connect failures or resets in a row that eject a member at once; 0 = off.
+    #[serde(default = "default_passive_failures")]
+    pub passive_failures: u32,
+    /// With every member of an app down, send to them anyway (else 503).
+    #[serde(default = "yes")]
+    pub fail_open: bool,
+    /// Host header of HTTP checks; default: the app's name `<app>-<ns>.<cloud_domain>`.
+    pub host: Option<String>,
+    /// Keep gears awake: send HTTP checks to this port of the member's address (the
+    /// node's front end, usually 80) so that the platform's idler sees traffic.
+    pub keep_awake_port: Option<u16>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> HealthConfig {
+        HealthConfig {
+            checks: true,
+            path: default_check_path(),
+            statuses: default_check_statuses(),
+            interval: default_check_interval(),
+            timeout: default_check_timeout(),
+            jitter: default_check_jitter(),
+            rise: default_rise(),
+            fall: default_fall(),
+            gate_new: true,
+            passive_failures: default_passive_failures(),
+            fail_open: true,
+            host: None,
+            keep_awake_port: None,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// The checker's settings (call after [`Config::parse`] validated them).
+    pub fn settings(&self) -> crate::health::Settings {
+        crate::health::Settings {
+            active: self.checks,
+            path: self.path.clone(),
+            statuses: self
+                .statuses
+                .iter()
+                .filter_map(|s| crate::health::StatusMatch::parse(s))
+                .collect(),
+            interval: self.interval,
+            timeout: self.timeout,
+            jitter: self.jitter,
+            rise: self.rise,
+            fall: self.fall,
+            gate_new: self.gate_new,
+            passive_failures: self.passive_failures,
+            host: self.host.clone(),
+            keep_awake_port: self.keep_awake_port,
+        }
+    }
+}
+
+fn default_check_path() -> String {
+    "/".into()
+}
+fn default_check_statuses() -> Vec<String> {
+    vec!["2xx".into(), "3xx".into(), "401".into()]
+}
+fn default_check_interval() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_check_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_check_jitter() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_rise() -> u32 {
+    2
+}
+fn default_fall() -> u32 {
+    3
+}
+fn default_passive_failures() -> u32 {
+    3
 }
 
 /// Protections of the listeners against clients.
@@ -476,7 +589,48 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        let h = &self.health;
+        if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err((
+                "health.path",
+                "must be an origin-form path such as /health".into(),
+            ));
+        }
+        if h.statuses.is_empty() {
+            return Err(("health.statuses", "list at least one status".into()));
+        }
+        if let Some(bad) = h
+            .statuses
+            .iter()
+            .find(|s| crate::health::StatusMatch::parse(s).is_none())
+        {
+            return Err((
+                "health.statuses",
+                format!("{bad:?} is neither a class like 2xx nor a code like 401"),
+            ));
+        }
+        if h.rise == 0 || h.fall == 0 {
+            let field = if h.rise == 0 {
+                "health.rise"
+            } else {
+                "health.fall"
+            };
+            return Err((field, "must be at least 1".into()));
+        }
+        if h.timeout > h.interval {
+            return Err((
+                "health.timeout",
+                "must not be longer than health.interval".into(),
+            ));
+        }
+        if let Some(host) = &h.host
+            && (host.is_empty() || host.bytes().any(|b| b <= b' ' || b == 0x7f))
+        {
+            return Err(("health.host", "must be a host name".into()));
+        }
         for (field, d) in [
+            ("health.interval", h.interval),
+            ("health.timeout", h.timeout),
             ("upstream.connect_timeout", self.upstream.connect_timeout),
             ("upstream.response_timeout", self.upstream.response_timeout),
             (

@@ -9,7 +9,9 @@
 //! - [`body`]: streamed bodies, and what settles when a response ends;
 //! - [`table`]: the immutable route table behind `ArcSwap`, built from the routing state;
 //! - [`balance`]: choosing a member (power of two choices, or round robin);
-//! - [`backend`]: per-member runtime state (in-flight, limits) that survives swaps;
+//! - [`backend`]: per-member runtime state (in-flight, limits, health, rotate state)
+//!   that survives swaps; [`health`]: checks and ejection; [`rotate`]: the
+//!   operator's rotated-out members, persisted;
 //! - [`admin`], [`metrics`], [`access_log`]: what operators see;
 //! - [`config`]: the configuration file.
 //!
@@ -23,9 +25,11 @@ pub mod balance;
 pub mod body;
 pub mod config;
 pub mod headers;
+pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod proxy;
+pub mod rotate;
 pub mod table;
 pub mod upstream;
 
@@ -44,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::Admin;
-use crate::backend::{PoolSettings, Registry};
+use crate::backend::{PoolSettings, Registry, RegistryConfig};
 use crate::config::{Config, SourceKind};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -78,6 +82,8 @@ pub enum StartError {
     },
     #[error("spi.stomp.tls: {0}")]
     StompTls(#[from] spi_consumer::stomp::tls::TlsError),
+    #[error("rotate state: {0}")]
+    Rotate(#[from] rotate::RotateError),
     #[error("dead-letter directory {path}: {source}")]
     DeadLetters {
         path: PathBuf,
@@ -110,14 +116,20 @@ impl Router {
     pub async fn bind(config: Config) -> Result<Router, StartError> {
         let metrics = Arc::new(Metrics::new()?);
         let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
-        let registry = Arc::new(Registry::new(
-            config.upstream.max_connections_per_backend,
-            PoolSettings {
+        // The state directory holds the routing state and the rotate state.
+        let store = Store::open(&config.state_dir)?;
+        let registry = Arc::new(Registry::new(RegistryConfig {
+            max_in_flight: config.upstream.max_connections_per_backend,
+            pool: PoolSettings {
                 max_idle: config.upstream.max_idle_per_backend,
                 idle_timeout: config.upstream.idle_timeout,
                 opened: metrics.upstream_connections.clone(),
             },
-        ));
+            health: config.health.settings(),
+            metrics: metrics.health.clone(),
+            rotate: rotate::RotateStore::open(&config.state_dir)?,
+            checkers: Some(tokio::runtime::Handle::current()),
+        }));
         let naming = Naming {
             cloud_domain: config.cloud_domain.to_ascii_lowercase(),
             ha_prefix: config.ha_dns_prefix.clone(),
@@ -125,10 +137,10 @@ impl Router {
             app_dns: config.app_dns,
             endpoint_types: config.endpoint_types.clone(),
             balance: config.upstream.balance,
+            fail_open: config.health.fail_open,
         };
         let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone());
         // The saved state is served before any source answers.
-        let store = Store::open(&config.state_dir)?;
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
         let dead_letters = || {
             let dir = config.state_dir.join("dead-letters");
@@ -228,6 +240,7 @@ impl Router {
         });
         let admin_api = Arc::new(Admin {
             table,
+            registry: registry.clone(),
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
         });

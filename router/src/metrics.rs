@@ -67,6 +67,9 @@ pub struct Metrics {
     pub routes: IntGauge,
     pub apps: IntGauge,
     pub table_updates: IntCounter,
+    pub health: HealthMetrics,
+    /// Requests that waited for a slot on a full member.
+    pub queue_waits: IntCounter,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -106,7 +109,7 @@ impl Metrics {
             .collect();
         let retries = IntCounter::new(
             "router_upstream_retries_total",
-            "Idempotent requests sent again after the connection closed before a response",
+            "Idempotent requests sent again: on another member when nothing reached the first, or on a new connection when a reused one closed before a response",
         )?;
         let upstream_connections = IntCounter::new(
             "router_upstream_connections_opened_total",
@@ -140,8 +143,16 @@ impl Metrics {
         registry.register(Box::new(routes.clone()))?;
         registry.register(Box::new(apps.clone()))?;
         registry.register(Box::new(table_updates.clone()))?;
+        let health = HealthMetrics::new(&registry)?;
+        let queue_waits = IntCounter::new(
+            "router_upstream_queue_waits_total",
+            "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
+        )?;
+        registry.register(Box::new(queue_waits.clone()))?;
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
+            health,
+            queue_waits,
             registry,
             by_class,
             duration,
@@ -177,5 +188,90 @@ impl Metrics {
         prometheus::TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# error encoding metrics: {e}\n"))
+    }
+}
+
+/// Member health: `router_backend_up` is labelled by member address, so its series
+/// count is the member count (a series is removed when its member leaves every
+/// table); the rest have fixed labels.
+#[derive(Clone)]
+pub struct HealthMetrics {
+    up: IntGaugeVec,
+    checks: [IntCounter; 2],
+    check_duration: Histogram,
+    ejections: IntCounterVec,
+    pub recoveries: IntCounter,
+}
+
+impl HealthMetrics {
+    fn new(registry: &Registry) -> prometheus::Result<HealthMetrics> {
+        let up = IntGaugeVec::new(
+            Opts::new(
+                "router_backend_up",
+                "1 if the member takes new requests by health, 0 if down or not checked yet",
+            ),
+            &["backend"],
+        )?;
+        let checks = IntCounterVec::new(
+            Opts::new("router_health_checks_total", "Active checks, by result"),
+            &["result"],
+        )?;
+        let check_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "router_health_check_duration_seconds",
+                "Time an active check took (failures included)",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+        )?;
+        let ejections = IntCounterVec::new(
+            Opts::new(
+                "router_backend_ejections_total",
+                "Members taken out of service, by what noticed (check, passive)",
+            ),
+            &["reason"],
+        )?;
+        let recoveries = IntCounter::new(
+            "router_backend_recoveries_total",
+            "Down members that passed their checks and came back",
+        )?;
+        registry.register(Box::new(up.clone()))?;
+        registry.register(Box::new(checks.clone()))?;
+        registry.register(Box::new(check_duration.clone()))?;
+        registry.register(Box::new(ejections.clone()))?;
+        registry.register(Box::new(recoveries.clone()))?;
+        Ok(HealthMetrics {
+            checks: ["pass", "fail"].map(|r| checks.with_label_values(&[r])),
+            up,
+            check_duration,
+            ejections,
+            recoveries,
+        })
+    }
+
+    /// Unregistered metrics, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn detached() -> HealthMetrics {
+        HealthMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
+    }
+
+    pub fn observe(&self, took: std::time::Duration, outcome: &crate::health::Outcome) {
+        self.check_duration.observe(took.as_secs_f64());
+        let i = usize::from(*outcome != crate::health::Outcome::Pass);
+        self.checks[i].inc();
+    }
+
+    pub fn set_up(&self, backend: &str, up: bool) {
+        self.up.with_label_values(&[backend]).set(i64::from(up));
+    }
+
+    pub fn ejected(&self, reason: &str) {
+        self.ejections.with_label_values(&[reason]).inc();
+    }
+
+    /// Drops the series of a member that left every table.
+    pub fn forget(&self, backend: &str) {
+        let _ = self.up.remove_label_values(&[backend]);
     }
 }

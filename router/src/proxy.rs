@@ -229,7 +229,7 @@ impl Proxy {
             .await
             {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => return Err(self.fail(e.kind())),
+                Ok(Err(e)) => return Err(self.failed(backend, e.kind())),
                 Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
             };
             return Ok(self.upgraded(response, client_upgrade, slot, backend.addr.clone()));
@@ -243,7 +243,9 @@ impl Proxy {
                 let Some(other) = route
                     .members
                     .iter()
-                    .filter(|m| !m.tls && !Arc::ptr_eq(&m.backend, &member.backend))
+                    .filter(|m| {
+                        !m.tls && m.backend.eligible() && !Arc::ptr_eq(&m.backend, &member.backend)
+                    })
                     .min_by_key(|m| m.backend.in_flight())
                 else {
                     return Err(e);
@@ -284,9 +286,10 @@ impl Proxy {
             Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
             Err(Some(e)) => {
                 tracing::debug!(error = %e, "upstream request failed");
-                return Err(self.fail(e.kind()));
+                return Err(self.failed(backend, e.kind()));
             }
         };
+        backend.record_success();
 
         // 6. respond
         let (mut parts, body) = response.into_parts();
@@ -339,6 +342,9 @@ impl Proxy {
 
     /// A free in-flight slot on `member`, waiting at most `queue_timeout`.
     async fn slot(&self, member: &Member) -> Result<InFlight, ProxyError> {
+        if member.backend.full() {
+            self.metrics.queue_waits.inc();
+        }
         member
             .backend
             .acquire(self.queue_timeout)
@@ -361,7 +367,7 @@ impl Proxy {
             .await
             .map_err(|e| {
                 tracing::debug!(error = %e, "upstream connect failed");
-                self.fail(e.kind())
+                self.failed(backend, e.kind())
             })
     }
 
@@ -377,6 +383,18 @@ impl Proxy {
             Ok(Err(e)) => Err(Some(e)),
             Err(_) => Err(None),
         }
+    }
+
+    /// An error that says something about the member's health: connection
+    /// failures and resets count towards passive ejection.
+    fn failed(&self, backend: &crate::backend::Backend, kind: UpstreamError) -> ProxyError {
+        if matches!(
+            kind,
+            UpstreamError::Connect | UpstreamError::ConnectTimeout | UpstreamError::Reset
+        ) {
+            backend.record_failure();
+        }
+        self.fail(kind)
     }
 
     fn fail(&self, kind: UpstreamError) -> ProxyError {

@@ -22,6 +22,7 @@ use spi_consumer::{App, AppKey, Publish, RoutingState};
 
 use crate::backend::{Backend, Registry};
 use crate::balance::Balance;
+use crate::health::Probe;
 use crate::metrics::Metrics;
 
 /// One application's routing: its names and its members.
@@ -43,6 +44,7 @@ pub struct Route {
     /// Round-robin cursor.
     next: AtomicUsize,
     balance: Balance,
+    fail_open: bool,
 }
 
 /// A member of a route: where to connect, and its shared runtime state.
@@ -68,7 +70,7 @@ pub struct EndpointInfo {
 impl Route {
     /// Picks the member for the next request (see [`crate::balance`]).
     pub fn pick(&self) -> Option<&Member> {
-        self.balance.pick(&self.members, &self.next)
+        self.balance.pick(&self.members, &self.next, self.fail_open)
     }
 }
 
@@ -137,6 +139,8 @@ pub struct Naming {
     pub endpoint_types: Vec<String>,
     /// How members are chosen (not naming, but decided at the same place).
     pub balance: Balance,
+    /// With every member down, send to them anyway (`health.fail_open`).
+    pub fail_open: bool,
 }
 
 impl Naming {
@@ -223,14 +227,24 @@ impl Builder {
             let mut routed = self.naming.routed(&ep.types);
             if routed {
                 match addr.parse::<Authority>() {
-                    Ok(authority) => members.push(Member {
-                        backend: self.registry.get(addr),
-                        authority,
-                        tls: ep
-                            .protocols
-                            .iter()
-                            .any(|p| matches!(p.as_str(), "https" | "wss" | "tls")),
-                    }),
+                    Ok(authority) => {
+                        let has = |names: &[&str]| {
+                            ep.protocols.iter().any(|p| names.contains(&p.as_str()))
+                        };
+                        let tls = has(&["https", "wss", "tls"]);
+                        // HTTP checks for plain HTTP members (no protocols listed
+                        // means the default, http); TCP for TLS and anything else.
+                        let http = !tls && (ep.protocols.is_empty() || has(&["http", "ws"]));
+                        let backend = self.registry.get(addr, || Probe {
+                            tcp_only: !http,
+                            host: Some(Arc::from(self.naming.app_name(key))),
+                        });
+                        members.push(Member {
+                            backend,
+                            authority,
+                            tls,
+                        })
+                    }
                     Err(e) => {
                         tracing::warn!(app = %key, member = %addr, error = %e, "member address is not usable; not routed");
                         routed = false;
@@ -257,6 +271,7 @@ impl Builder {
             certificates: app.certificates.keys().cloned().collect(),
             next: AtomicUsize::new(0),
             balance: self.naming.balance,
+            fail_open: self.naming.fail_open,
         }
     }
 }

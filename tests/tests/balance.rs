@@ -97,7 +97,12 @@ async fn idempotent_requests_move_to_another_member_when_one_refuses() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr")
     };
-    let r = TestRouter::start("upstream:\n  balance: round_robin\n").await;
+    // Health off: this is about the retry alone (with it on, the dead member
+    // would be out after its first check or third refusal; see health.rs).
+    let r = TestRouter::start(
+        "upstream:\n  balance: round_robin\nhealth:\n  checks: false\n  passive_failures: 0\n",
+    )
+    .await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", healthy.addr));
     r.drop_event("02.yaml", &events::add_lb("myapp", "demo", dead));
     r.wait_member(dead).await;

@@ -141,3 +141,29 @@ fn stomp_source_is_validated() {
     assert_eq!(stomp.prefetch, 10);
     assert_eq!(stomp.heartbeat, Duration::from_secs(2));
 }
+
+#[test]
+fn health_defaults_and_errors() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    let s = c.health.settings();
+    assert!(s.active && s.gate_new && c.health.fail_open);
+    assert_eq!((s.rise, s.fall, s.passive_failures), (2, 3, 3));
+    assert_eq!(s.statuses.len(), 3);
+    let with = |block: &str| format!("{GOOD}health:\n{block}");
+    let e = err(&with("  statuses: [2xx, 7xx]\n"));
+    assert_eq!(e.field, "health.statuses", "{e}");
+    assert!(e.message.contains("7xx"), "{e}");
+    let e = err(&with("  path: health\n"));
+    assert_eq!((e.line, e.field.as_str()), (Some(14), "health.path"), "{e}");
+    let e = err(&with("  fall: 0\n"));
+    assert_eq!(e.field, "health.fall", "{e}");
+    let e = err(&with("  interval: 1s\n  timeout: 2s\n"));
+    assert_eq!(e.field, "health.timeout", "{e}");
+    let c = Config::parse(
+        &with("  checks: false\n  keep_awake_port: 80\n  host: www.example.com\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert!(!c.health.checks);
+    assert_eq!(c.health.keep_awake_port, Some(80));
+}

@@ -12,6 +12,7 @@ fn naming(app_dns: bool) -> Naming {
         app_dns,
         endpoint_types: vec!["load_balancer".into()],
         balance: crate::balance::Balance::RoundRobin,
+        fail_open: true,
     }
 }
 

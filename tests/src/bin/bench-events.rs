@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, events};
-use router::backend::{PoolSettings, Registry};
+use router::backend::{PoolSettings, Registry, RegistryConfig};
 use router::metrics::Metrics;
 use router::table::{Builder, Naming, RouteTable};
 use spi_consumer::event::{Decoded, RoutingEvent, decode};
@@ -36,14 +36,19 @@ fn event(i: usize, addr: std::net::SocketAddr) -> RoutingEvent {
 
 fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
     let metrics = Metrics::new().expect("metrics");
-    let registry = Registry::new(
-        100,
-        PoolSettings {
+    let registry = Registry::new(RegistryConfig {
+        max_in_flight: 100,
+        pool: PoolSettings {
             max_idle: 4,
             idle_timeout: Duration::from_secs(8),
             opened: metrics.upstream_connections.clone(),
         },
-    );
+        health: router::health::Settings::default(),
+        metrics: metrics.health.clone(),
+        rotate: router::rotate::RotateStore::in_memory(),
+        // No checkers: this measures the apply path only.
+        checkers: None,
+    });
     let live = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
     let naming = Naming {
         cloud_domain: "example.com".into(),
@@ -52,6 +57,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
         app_dns: true,
         endpoint_types: vec!["load_balancer".into()],
         balance: router::balance::Balance::default(),
+        fail_open: true,
     };
     (
         Builder::new(naming, Arc::new(registry), live.clone(), metrics),
