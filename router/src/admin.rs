@@ -180,7 +180,11 @@ impl Admin {
             );
         };
         let mut wait = DEFAULT_DRAIN_WAIT;
-        for (k, v) in query.unwrap_or("").split('&').filter_map(|p| p.split_once('=')) {
+        for (k, v) in query
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|p| p.split_once('='))
+        {
             if k == "timeout" {
                 match humantime::parse_duration(v) {
                     Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
@@ -354,7 +358,10 @@ mod tests {
 
     #[test]
     fn member_addresses() {
-        assert_eq!(percent_decode("10.0.0.1%3A80").as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(
+            percent_decode("10.0.0.1%3A80").as_deref(),
+            Some("10.0.0.1:80")
+        );
         assert_eq!(percent_decode("%zz"), None);
         for good in ["10.0.0.1:80", "[::1]:8080", "node1.example.com:35531"] {
             assert!(valid_member_address(good), "{good}");

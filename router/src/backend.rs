@@ -433,7 +433,10 @@ pub(crate) mod tests {
         };
         tokio::task::yield_now().await;
         drop(slot);
-        assert!(waiter.await.expect("join"), "drained once the request ended");
+        assert!(
+            waiter.await.expect("join"),
+            "drained once the request ended"
+        );
     }
 
     #[test]

@@ -97,7 +97,9 @@ impl StatusMatch {
             return (1..=5).contains(&c).then_some(StatusMatch::Class(c));
         }
         let code: u16 = s.parse().ok()?;
-        (100..=599).contains(&code).then_some(StatusMatch::Code(code))
+        (100..=599)
+            .contains(&code)
+            .then_some(StatusMatch::Code(code))
     }
 
     pub fn matches(self, status: u16) -> bool {
@@ -277,11 +279,7 @@ async fn check_inner(addr: &str, probe: &Probe, s: &Settings) -> Outcome {
         return Outcome::Pass;
     }
     let _ = stream.set_nodelay(true);
-    let host = s
-        .host
-        .as_deref()
-        .or(probe.host.as_deref())
-        .unwrap_or(addr);
+    let host = s.host.as_deref().or(probe.host.as_deref()).unwrap_or(addr);
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: router-health-check\r\nAccept: */*\r\nConnection: close\r\n\r\n",
         s.path
@@ -335,7 +333,10 @@ mod tests {
 
     #[test]
     fn status_line() {
-        assert_eq!(parse_status(b"HTTP/1.1 503 Service Unavailable\r\n"), Some(503));
+        assert_eq!(
+            parse_status(b"HTTP/1.1 503 Service Unavailable\r\n"),
+            Some(503)
+        );
         assert_eq!(parse_status(b"HTTP/1.0 200 OK"), Some(200));
         assert_eq!(parse_status(b"SSH-2.0-OpenSSH"), None);
         assert_eq!(parse_status(b"HTTP/1.1 9"), None);
@@ -356,7 +357,10 @@ mod tests {
         let s = Settings::default();
         for _ in 0..1000 {
             let d = next_delay(&s);
-            assert!(d >= s.interval - s.jitter && d <= s.interval + s.jitter, "{d:?}");
+            assert!(
+                d >= s.interval - s.jitter && d <= s.interval + s.jitter,
+                "{d:?}"
+            );
             assert!(first_delay(&s, true) < s.interval);
             assert!(first_delay(&s, false) < Duration::from_millis(100));
         }

@@ -12,8 +12,10 @@
 //!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
 //!    (see [`crate::upstream`]);
 //!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
-//!    request without a body whose connection closed before any response byte is
-//!    sent once more;
+//!    request without a body whose reused connection closed before any response
+//!    byte is sent once more (on a new connection, or on another member if that one
+//!    now refuses). Connection failures and resets count towards the member's
+//!    passive ejection (see [`crate::health`]);
 //! 6. **respond**: stream the member's response back (minus hop-by-hop headers); a
 //!    `101 Switching Protocols` becomes a byte tunnel between the two upgraded
 //!    connections (WebSocket).
@@ -37,7 +39,7 @@ use crate::backend::InFlight;
 use crate::body::{Completion, ProxyBody};
 use crate::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
 use crate::metrics::{Metrics, UpstreamError};
-use crate::table::{Member, RouteTable, normalize_host};
+use crate::table::{Member, Route, RouteTable, normalize_host};
 use crate::upstream::{Lease, RequestBody, SendError, Settings, Upstream};
 
 /// Why a request got no answer from a member.
@@ -237,50 +239,59 @@ impl Proxy {
         // 4. slot and connection. Nothing has reached a member yet, so an idempotent
         // request whose member refused, timed out connecting or stayed full is tried
         // once on another member (the least busy other one).
-        let (member, slot, mut up) = match self.checkout(&member).await {
+        let (mut member, mut slot, mut up) = match self.checkout(&member).await {
             Ok((slot, up)) => (member, slot, up),
             Err(e) if e.nothing_sent() && idempotent(&parts.method) => {
-                let Some(other) = route
-                    .members
-                    .iter()
-                    .filter(|m| {
-                        !m.tls && m.backend.eligible() && !Arc::ptr_eq(&m.backend, &member.backend)
-                    })
-                    .min_by_key(|m| m.backend.in_flight())
-                else {
-                    return Err(e);
-                };
+                let other = other_member(&route, &member).ok_or(e)?;
                 self.metrics.retries.inc();
-                let (slot, up) = self.checkout(other).await?;
-                (other.clone(), slot, up)
+                let (slot, up) = self.checkout(&other).await?;
+                (other, slot, up)
             }
             Err(e) => return Err(e),
         };
-        drop(route);
-        let backend = &member.backend;
-        // Only a request that can be sent again exactly may be retried, and only if
-        // the connection was a reused one (see SendError::closed_before_response).
-        let replay =
-            (up.reused() && idempotent(&parts.method) && body.is_end_stream()).then(|| {
-                (
-                    parts.method.clone(),
-                    parts.uri.clone(),
-                    parts.headers.clone(),
-                )
-            });
+        // Only a request that can be sent again exactly may be retried.
+        let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| {
+            (
+                parts.method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+            )
+        });
         let first = Request::from_parts(parts, RequestBody::Stream(body));
-        let mut result = self.send(&mut up, &backend.addr, first).await;
+        let mut result = self.send(&mut up, &member.backend.addr, first).await;
         if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
             && e.closed_before_response()
         {
             self.metrics.retries.inc();
-            up = self.connect(backend).await?;
+            // A reused connection closed under us is usually the member's keep-alive
+            // timeout: a new connection to it. A fresh one closed (or a refused
+            // reconnect) means the member is going away: another member.
+            let fresh = if e.on_reused() {
+                self.connect(&member.backend).await
+            } else {
+                Err(self.failed(&member.backend, UpstreamError::Reset))
+            };
+            up = match fresh {
+                Ok(up) => up,
+                Err(e)
+                    if e.nothing_sent()
+                        || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
+                {
+                    let other = other_member(&route, &member).ok_or(e)?;
+                    let (s, u) = self.checkout(&other).await?;
+                    (member, slot) = (other, s);
+                    u
+                }
+                Err(e) => return Err(e),
+            };
             let mut again = Request::new(RequestBody::Empty);
             *again.method_mut() = method;
             *again.uri_mut() = uri;
             *again.headers_mut() = headers;
-            result = self.send(&mut up, &backend.addr, again).await;
+            result = self.send(&mut up, &member.backend.addr, again).await;
         }
+        drop(route);
+        let backend = &member.backend;
         let response = match result {
             Ok(r) => r,
             Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
@@ -401,6 +412,16 @@ impl Proxy {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }
+}
+
+/// The least busy eligible member of `route` other than `not`, for a retry.
+fn other_member(route: &Route, not: &Member) -> Option<Member> {
+    route
+        .members
+        .iter()
+        .filter(|m| !m.tls && m.backend.eligible() && !Arc::ptr_eq(&m.backend, &not.backend))
+        .min_by_key(|m| m.backend.in_flight())
+        .cloned()
 }
 
 /// The host the client addressed: `:authority` for h2 and absolute-form requests

@@ -119,15 +119,22 @@ impl SendError {
         }
     }
 
-    /// A pooled connection that the member closed before sending any response byte:
-    /// the one failure after which an idempotent request may be sent again.
+    /// The member closed the connection before sending any response byte: the one
+    /// failure after which an idempotent request may be sent again (as nginx's
+    /// default `proxy_next_upstream error` does).
     pub fn closed_before_response(&self) -> bool {
         match self {
-            SendError::Http { reused, source, .. } => {
-                *reused && (source.is_incomplete_message() || source.is_canceled())
+            SendError::Http { source, .. } => {
+                source.is_incomplete_message() || source.is_canceled()
             }
             _ => false,
         }
+    }
+
+    /// The connection had served a request before: its close was likely the
+    /// member's keep-alive timeout, not the member dying.
+    pub fn on_reused(&self) -> bool {
+        matches!(self, SendError::Http { reused: true, .. })
     }
 }
 

@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -77,7 +77,19 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// Requests answered.
     pub hits: Arc<AtomicUsize>,
+    seen: Arc<Seen>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What the backend counts besides hits, and how it misbehaves on demand.
+#[derive(Default)]
+struct Seen {
+    /// Requests that came through the router (they carry X-Forwarded-For).
+    proxied: AtomicUsize,
+    /// Host headers of the router's health checks.
+    check_hosts: std::sync::Mutex<Vec<String>>,
+    /// Answer every request with this status (0: behave).
+    forced_status: AtomicU16,
 }
 
 impl Drop for Backend {
@@ -91,21 +103,44 @@ impl Backend {
         Backend::start_on("127.0.0.1:0".parse().expect("addr")).await
     }
 
+    /// Listens on `addr`. Dropping the backend closes the listener *and* every open
+    /// connection, like a gear that died.
     pub async fn start_on(addr: SocketAddr) -> Backend {
         let listener = TcpListener::bind(addr).await.expect("bind backend");
         let addr = listener.local_addr().expect("addr");
         let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
+        let seen = Arc::new(Seen::default());
+        let (h, s) = (hits.clone(), seen.clone());
         let task = tokio::spawn(async move {
+            // Connections live in this set: aborting the task aborts them all.
+            let mut conns = tokio::task::JoinSet::new();
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
+                let stream = tokio::select! {
+                    r = listener.accept() => match r {
+                        Ok((stream, _)) => stream,
+                        Err(_) => continue,
+                    },
+                    Some(_) = conns.join_next() => continue,
                 };
-                let hits = h.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
+                let (hits, seen) = (h.clone(), s.clone());
+                conns.spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
                         hits.fetch_add(1, Ordering::Relaxed);
-                        handle(req, addr.port())
+                        let h = req.headers();
+                        if h.contains_key("x-forwarded-for") {
+                            seen.proxied.fetch_add(1, Ordering::Relaxed);
+                        } else if h
+                            .get(header::USER_AGENT)
+                            .is_some_and(|v| v == "router-health-check")
+                            && let Some(host) = h.get(header::HOST)
+                        {
+                            let host = String::from_utf8_lossy(host.as_bytes()).into_owned();
+                            if let Ok(mut v) = seen.check_hosts.lock() {
+                                v.push(host);
+                            }
+                        }
+                        let forced = seen.forced_status.load(Ordering::Relaxed);
+                        handle(req, addr.port(), forced)
                     });
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -114,17 +149,45 @@ impl Backend {
                 });
             }
         });
-        Backend { addr, hits, task }
+        Backend {
+            addr,
+            hits,
+            seen,
+            task,
+        }
     }
 
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::Relaxed)
     }
+
+    /// Requests that came through the router (health checks excluded).
+    pub fn proxied(&self) -> usize {
+        self.seen.proxied.load(Ordering::Relaxed)
+    }
+
+    /// Host headers the router's health checks carried.
+    pub fn check_hosts(&self) -> Vec<String> {
+        self.seen
+            .check_hosts
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Answer everything with `status` from now on (0: behave again).
+    pub fn force_status(&self, status: u16) {
+        self.seen.forced_status.store(status, Ordering::Relaxed);
+    }
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-async fn handle(mut req: Request<Incoming>, port: u16) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    mut req: Request<Incoming>,
+    port: u16,
+    forced: u16,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let param = |name: &str| -> u64 {
@@ -156,6 +219,7 @@ async fn handle(mut req: Request<Incoming>, port: u16) -> Result<Response<Body>,
     let status = path
         .strip_prefix("/status/")
         .and_then(|s| s.parse().ok())
+        .or((forced != 0).then_some(forced))
         .and_then(|s| StatusCode::from_u16(s).ok())
         .unwrap_or(StatusCode::OK);
 

@@ -149,6 +149,45 @@ impl TestRouter {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
+    /// POST to the admin API (empty body); returns status and body.
+    pub async fn admin_post(&self, path: &str) -> (u16, String) {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let req = Request::post(format!("http://{}{}", self.admin, path))
+            .body(Empty::new())
+            .expect("request");
+        let resp = client.request(req).await.expect("admin POST");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The member's entry in `GET /backends`, if it is listed.
+    pub async fn backend_state(&self, addr: SocketAddr) -> Option<serde_json::Value> {
+        let (_, body) = self.admin_get("/backends").await;
+        let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let want = addr.to_string();
+        doc["backends"]
+            .as_array()?
+            .iter()
+            .find(|b| b["address"] == want.as_str())
+            .cloned()
+    }
+
+    /// Waits until the member's health is `health` (`up`, `down`, `unknown`).
+    pub async fn wait_health(&self, addr: SocketAddr, health: &str) {
+        crate::eventually(
+            &format!("member {addr} {health}"),
+            Duration::from_secs(10),
+            async || {
+                self.backend_state(addr)
+                    .await
+                    .is_some_and(|b| b["health"] == health)
+            },
+        )
+        .await;
+    }
+
     /// The value of one metric sample line (`name{labels}`) from `/metrics`.
     pub async fn metric(&self, sample: &str) -> Option<f64> {
         let (_, text) = self.admin_get("/metrics").await;

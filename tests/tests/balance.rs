@@ -35,8 +35,10 @@ async fn hung_member() -> std::net::SocketAddr {
 async fn stuck_requests(balance: &str) -> usize {
     let healthy = Backend::start().await;
     let hung = hung_member().await;
+    // Checks off: this is about balancing alone (a check would find the hung
+    // member out; see tests/health.rs).
     let r = TestRouter::start(&format!(
-        "upstream:\n  response_timeout: 2s\n  balance: {balance}\n"
+        "upstream:\n  response_timeout: 2s\n  balance: {balance}\nhealth:\n  checks: false\n"
     ))
     .await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", healthy.addr));
@@ -117,4 +119,57 @@ async fn idempotent_requests_move_to_another_member_when_one_refuses() {
             .await
             >= Some(4.0)
     );
+}
+
+#[tokio::test]
+async fn a_full_member_queues_briefly_then_answers_503() {
+    let a = Backend::start().await;
+    let r = std::sync::Arc::new(
+        TestRouter::start(
+            "upstream:\n  max_connections_per_backend: 2\n  queue_timeout: 700ms\nhealth:\n  checks: false\n",
+        )
+        .await,
+    );
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.wait_member(a.addr).await;
+    let fill = |ms: u64| {
+        (0..2)
+            .map(|_| {
+                let r = r.clone();
+                tokio::spawn(async move { r.get(HA, &format!("/slow?ms={ms}")).await.0 })
+            })
+            .collect::<Vec<_>>()
+    };
+    let full = async || {
+        e2e::eventually("two in flight", Duration::from_secs(5), async || {
+            r.backend_state(a.addr)
+                .await
+                .is_some_and(|s| s["in_flight"] == 2)
+        })
+        .await
+    };
+    // Slots free within the queue wait: the third request is served.
+    let short = fill(300);
+    full().await;
+    assert_eq!(r.get(HA, "/").await.0, 200, "waited for a slot");
+    assert!(r.metric("router_upstream_queue_waits_total").await >= Some(1.0));
+    for t in short {
+        assert_eq!(t.await.expect("join"), 200);
+    }
+    // They don't: 503 after the wait, and the member never saw a third request.
+    let long = fill(2500);
+    full().await;
+    let before = a.proxied();
+    let (status, body) = r.get(HA, "/").await;
+    assert_eq!(status, 503);
+    assert_eq!(&body[..], b"application backend is at capacity\n");
+    assert_eq!(a.proxied(), before);
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"busy\"}")
+            .await,
+        Some(1.0)
+    );
+    for t in long {
+        assert_eq!(t.await.expect("join"), 200);
+    }
 }

@@ -1,0 +1,341 @@
+//! Member health, draining and rotate-out/in, through real sockets: real backends that
+//! die, come back or answer 503, and the router's admin API.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use e2e::router::TestRouter;
+use e2e::{Backend, events};
+
+const HA: &str = "ha-myapp-demo.example.com";
+
+/// Fast checks: down after 2 × 200 ms, back after 2 passes.
+const FAST: &str =
+    "health:\n  interval: 200ms\n  timeout: 150ms\n  jitter: 20ms\n  fall: 2\n  rise: 2\n";
+
+/// GETs in a loop from `clients` tasks until `stop`; every status seen.
+fn load(
+    r: &Arc<TestRouter>,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<u16>>> {
+    (0..clients)
+        .map(|_| {
+            let (r, stop) = (r.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    seen.push(r.get(HA, "/").await.0);
+                }
+                seen
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_member_is_ejected_without_client_errors_and_used_again_after_rise() {
+    let a = Backend::start().await;
+    let b = Backend::start().await;
+    let b_addr = b.addr;
+    let r = Arc::new(TestRouter::start(FAST).await);
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(a.addr, "up").await;
+    r.wait_health(b_addr, "up").await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(&r, 4, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(b.proxied() > 0, "both members take traffic at first");
+
+    // Kill b: listener and open connections go at once.
+    let killed = Instant::now();
+    drop(b);
+    r.wait_health(b_addr, "down").await;
+    let ejected_after = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Back on the same address: used again once `rise` checks passed.
+    let b = Backend::start_on(b_addr).await;
+    r.wait_health(b_addr, "up").await;
+    eventually_proxied(&b).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut statuses = Vec::new();
+    for c in clients {
+        statuses.extend(c.await.expect("join"));
+    }
+    let errors: Vec<&u16> = statuses.iter().filter(|s| **s != 200).collect();
+    assert!(statuses.len() > 50, "load ran: {} requests", statuses.len());
+    assert!(
+        errors.is_empty(),
+        "idempotent requests never fail: {errors:?}"
+    );
+    // Passive detection ejects on the first refusals under load; the checks alone
+    // would take interval × fall = 400 ms. Generous bound for a loaded CI host.
+    assert!(
+        ejected_after < Duration::from_millis(400 + 1500),
+        "ejected after {ejected_after:?}"
+    );
+    let ejections = r
+        .metric("router_backend_ejections_total{reason=\"passive\"}")
+        .await
+        .unwrap_or(0.0)
+        + r.metric("router_backend_ejections_total{reason=\"check\"}")
+            .await
+            .unwrap_or(0.0);
+    assert!(ejections >= 1.0, "ejection counted");
+    assert!(r.metric("router_backend_recoveries_total").await >= Some(1.0));
+    assert_eq!(
+        r.metric(&format!("router_backend_up{{backend=\"{b_addr}\"}}"))
+            .await,
+        Some(1.0)
+    );
+}
+
+async fn eventually_proxied(b: &Backend) {
+    let before = b.proxied();
+    e2e::eventually(
+        "traffic to the recovered member",
+        Duration::from_secs(10),
+        async || b.proxied() > before,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn checks_alone_eject_within_interval_times_fall() {
+    // No traffic at all: only the active checks can notice.
+    let a = Backend::start().await;
+    let b = Backend::start().await;
+    let b_addr = b.addr;
+    let r = TestRouter::start(FAST).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(b_addr, "up").await;
+    let killed = Instant::now();
+    drop(b);
+    r.wait_health(b_addr, "down").await;
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_millis(2 * 220 + 1500),
+        "interval × fall plus slack; took {took:?}"
+    );
+    assert_eq!(
+        r.metric("router_backend_ejections_total{reason=\"check\"}")
+            .await,
+        Some(1.0)
+    );
+    assert!(
+        r.metric("router_health_checks_total{result=\"fail\"}")
+            .await
+            >= Some(2.0)
+    );
+}
+
+#[tokio::test]
+async fn a_new_member_that_fails_its_checks_never_gets_traffic() {
+    let good = Backend::start().await;
+    let bad = Backend::start().await;
+    bad.force_status(503);
+    let r = TestRouter::start(FAST).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", good.addr));
+    r.wait_health(good.addr, "up").await;
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", bad.addr));
+    r.wait_member(bad.addr).await;
+    // From the moment it is a member: unknown (gated), then down.
+    for _ in 0..40 {
+        assert_eq!(r.get(HA, "/").await.0, 200);
+    }
+    r.wait_health(bad.addr, "down").await;
+    for _ in 0..20 {
+        assert_eq!(r.get(HA, "/").await.0, 200);
+    }
+    assert_eq!(bad.proxied(), 0, "the failing member got no request");
+    assert!(bad.hits() >= 2, "it was checked");
+    // It starts passing: used after `rise`.
+    bad.force_status(0);
+    r.wait_health(bad.addr, "up").await;
+    for _ in 0..40 {
+        r.get(HA, "/").await;
+    }
+    assert!(bad.proxied() > 0, "used once healthy");
+}
+
+#[tokio::test]
+async fn all_members_down_fails_open_by_default_and_503_when_configured() {
+    for (fail_open, expect_member_answer) in [(true, true), (false, false)] {
+        let a = Backend::start().await;
+        let b = Backend::start().await;
+        a.force_status(500);
+        b.force_status(500);
+        let extra = format!("{FAST}  fail_open: {fail_open}\n");
+        let r = TestRouter::start(&extra).await;
+        r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+        r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+        r.wait_health(a.addr, "down").await;
+        r.wait_health(b.addr, "down").await;
+        let (status, body) = r.get(HA, "/anything").await;
+        if expect_member_answer {
+            // The members' own 500 (their JSON echo): the request reached one.
+            assert_eq!(status, 500);
+            assert!(body.starts_with(b"{"), "{body:?}");
+            assert_eq!(a.proxied() + b.proxied(), 1);
+        } else {
+            assert_eq!(status, 503);
+            assert_eq!(&body[..], b"application has no available backend\n");
+            assert_eq!(a.proxied() + b.proxied(), 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_removed_member_finishes_its_slow_request() {
+    let a = Backend::start().await;
+    let b = Backend::start().await;
+    let r = Arc::new(TestRouter::start(FAST).await);
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.wait_health(a.addr, "up").await;
+    // Only a is a member: the slow request goes there.
+    let slow = {
+        let r = r.clone();
+        tokio::spawn(async move { r.get(HA, "/slow?ms=1500").await })
+    };
+    e2e::eventually(
+        "slow request in flight",
+        Duration::from_secs(5),
+        async || {
+            r.backend_state(a.addr)
+                .await
+                .is_some_and(|s| s["in_flight"] == 1)
+        },
+    )
+    .await;
+    // Gear move: b added, a removed, while a's request runs.
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.drop_event("03.yaml", &events::remove_endpoint("myapp", "demo", a.addr));
+    e2e::eventually(
+        "a removed from the route",
+        Duration::from_secs(5),
+        async || {
+            let routes = r.admin_get("/routes").await.1;
+            !routes.contains(&format!("\"address\": \"{}\"", a.addr))
+        },
+    )
+    .await;
+    r.wait_health(b.addr, "up").await;
+    let before = a.proxied();
+    for _ in 0..10 {
+        assert_eq!(r.get(HA, "/").await.0, 200);
+    }
+    assert_eq!(a.proxied(), before, "no new request to the removed member");
+    let (status, body) = slow.await.expect("join");
+    assert_eq!(status, 200, "the in-flight request finished: {body:?}");
+    let echo = e2e::Echo::parse(&body);
+    assert_eq!(echo.port, a.addr.port());
+}
+
+/// Starts a GET of `/slow?ms=` and returns once `addr` holds it.
+async fn slow_request(
+    r: &Arc<TestRouter>,
+    addr: std::net::SocketAddr,
+    ms: u64,
+) -> tokio::task::JoinHandle<u16> {
+    let slow = {
+        let r = r.clone();
+        tokio::spawn(async move { r.get(HA, &format!("/slow?ms={ms}")).await.0 })
+    };
+    e2e::eventually("in flight", Duration::from_secs(5), async || {
+        r.backend_state(addr)
+            .await
+            .is_some_and(|s| s["in_flight"] == 1)
+    })
+    .await;
+    slow
+}
+
+#[tokio::test]
+async fn rotate_out_drains_or_times_out_rotate_in_restores_and_survives_restart() {
+    let a = Backend::start().await;
+    let root = e2e::tempdir("rotate");
+    let r = Arc::new(TestRouter::start_in(root.clone(), FAST).await);
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.wait_health(a.addr, "up").await;
+    let out = format!("/backends/{}/rotate-out", a.addr);
+    let back = format!("/backends/{}/rotate-in", a.addr);
+
+    // 1. Drained: the slow request ends before the timeout.
+    let slow = slow_request(&r, a.addr, 800).await;
+    let (status, body) = r.admin_post(&format!("{out}?timeout=10s")).await;
+    assert_eq!(status, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(doc["result"], "drained", "{body}");
+    assert_eq!(doc["in_flight"], 0);
+    assert!(doc["waited_ms"].as_u64() >= Some(300), "it waited: {body}");
+    assert_eq!(slow.await.expect("join"), 200);
+    // No new traffic: the only member is out (fail-open never uses rotated-out ones).
+    let before = a.proxied();
+    assert_eq!(r.get(HA, "/").await.0, 503);
+    assert_eq!(a.proxied(), before);
+
+    // 2. Rotate in: traffic at once.
+    let (status, body) = r.admin_post(&back).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(r.get(HA, "/").await.0, 200);
+
+    // 3. Timeout: the request outlives the wait; the answer says so.
+    let slow = slow_request(&r, a.addr, 2000).await;
+    let (_, body) = r.admin_post(&format!("{out}?timeout=200ms")).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(doc["result"], "timeout", "{body}");
+    assert_eq!(doc["in_flight"], 1);
+    assert_eq!(
+        slow.await.expect("join"),
+        200,
+        "a rotated-out member's request finishes"
+    );
+
+    // 4. The rotate state survives a restart.
+    let state = r.backend_state(a.addr).await.expect("listed");
+    assert_eq!(state["rotate"], "out");
+    let r = Arc::into_inner(r).expect("sole owner");
+    r.stop().await;
+    let r = TestRouter::start_in(root, FAST).await;
+    r.wait_member(a.addr).await;
+    let state = r.backend_state(a.addr).await.expect("listed");
+    assert_eq!(state["rotate"], "out", "{state}");
+    assert_eq!(r.get(HA, "/").await.0, 503);
+    assert_eq!(r.admin_post(&back).await.0, 200);
+    assert_eq!(r.get(HA, "/").await.0, 200);
+
+    // Bad calls.
+    assert_eq!(
+        r.admin_post("/backends/10.9.9.9:80/rotate-out").await.0,
+        404
+    );
+    assert_eq!(r.admin_post("/backends/nonsense/rotate-out").await.0, 400);
+    assert_eq!(r.admin_post(&format!("{out}?timeout=soon")).await.0, 400);
+    assert_eq!(r.admin_get(&out).await.0, 405);
+}
+
+#[tokio::test]
+async fn keep_awake_checks_go_to_the_front_end_with_the_app_host() {
+    let gear = Backend::start().await;
+    let front = Backend::start().await;
+    let extra = format!("{FAST}  keep_awake_port: {}\n", front.addr.port());
+    let r = TestRouter::start(&extra).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", gear.addr));
+    r.wait_health(gear.addr, "up").await;
+    let hosts = front.check_hosts();
+    assert!(!hosts.is_empty(), "the front end was checked");
+    assert!(
+        hosts.iter().all(|h| h == "myapp-demo.example.com"),
+        "{hosts:?}"
+    );
+    assert!(
+        gear.check_hosts().is_empty(),
+        "not the gear's port directly"
+    );
+}
