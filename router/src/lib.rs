@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod rotate;
 pub mod table;
+pub mod tls;
 pub mod upstream;
 
 use std::future::Future;

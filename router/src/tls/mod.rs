@@ -1,0 +1,10 @@
+//! TLS: client-facing termination with SNI certificate selection, session tickets
+//! that both routers of a pair can decrypt, and re-encryption towards members.
+//!
+//! - [`keys`]: certificates and keys in every format the broker sends;
+//! - [`store`]: the live SNI name → certificate map (arc-swapped, like the route
+//!   table) and the resolver rustls asks during each handshake;
+//! - [`tickets`]: session-ticket keys derived from a shared secret file;
+//! - [`server`]: the rustls server configuration and the handshake metrics.
+
+pub mod keys;
