@@ -68,6 +68,7 @@ pub struct Metrics {
     pub apps: IntGauge,
     pub table_updates: IntCounter,
     pub health: HealthMetrics,
+    pub tls: TlsMetrics,
     /// Requests that waited for a slot on a full member.
     pub queue_waits: IntCounter,
     /// The consumer's own metrics, in the same registry.
@@ -144,6 +145,7 @@ impl Metrics {
         registry.register(Box::new(apps.clone()))?;
         registry.register(Box::new(table_updates.clone()))?;
         let health = HealthMetrics::new(&registry)?;
+        let tls = TlsMetrics::new(&registry)?;
         let queue_waits = IntCounter::new(
             "router_upstream_queue_waits_total",
             "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
@@ -152,6 +154,7 @@ impl Metrics {
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
             health,
+            tls,
             queue_waits,
             registry,
             by_class,
@@ -273,5 +276,91 @@ impl HealthMetrics {
     /// Drops the series of a member that left every table.
     pub fn forget(&self, backend: &str) {
         let _ = self.up.remove_label_values(&[backend]);
+    }
+}
+
+/// TLS: handshakes, failures by reason, certificates. The expiry gauge is labelled
+/// by alias, so its series count is the number of alias certificates (plus one for
+/// the default certificate, `alias="default"`); each is removed with its certificate.
+#[derive(Clone)]
+pub struct TlsMetrics {
+    handshakes: IntCounterVec,
+    failures: IntCounterVec,
+    pub certificates: IntGauge,
+    certificate_errors: IntCounterVec,
+    expiry: IntGaugeVec,
+}
+
+impl TlsMetrics {
+    fn new(registry: &Registry) -> prometheus::Result<TlsMetrics> {
+        let handshakes = IntCounterVec::new(
+            Opts::new(
+                "router_tls_handshakes_total",
+                "Completed client handshakes, by kind (full, resumed)",
+            ),
+            &["kind"],
+        )?;
+        let failures = IntCounterVec::new(
+            Opts::new(
+                "router_tls_handshake_failures_total",
+                "Failed client handshakes, by reason",
+            ),
+            &["reason"],
+        )?;
+        let certificates = IntGauge::new(
+            "router_tls_certificates",
+            "Alias certificates loaded (the default certificate not counted)",
+        )?;
+        let certificate_errors = IntCounterVec::new(
+            Opts::new(
+                "router_tls_certificate_errors_total",
+                "Certificates or keys rejected, by reason (the previous one stays in service)",
+            ),
+            &["reason"],
+        )?;
+        let expiry = IntGaugeVec::new(
+            Opts::new(
+                "router_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of each loaded certificate, by alias (alert on this minus time())",
+            ),
+            &["alias"],
+        )?;
+        registry.register(Box::new(handshakes.clone()))?;
+        registry.register(Box::new(failures.clone()))?;
+        registry.register(Box::new(certificates.clone()))?;
+        registry.register(Box::new(certificate_errors.clone()))?;
+        registry.register(Box::new(expiry.clone()))?;
+        Ok(TlsMetrics {
+            handshakes,
+            failures,
+            certificates,
+            certificate_errors,
+            expiry,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn detached() -> TlsMetrics {
+        TlsMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
+    }
+
+    pub fn handshake(&self, kind: &str) {
+        self.handshakes.with_label_values(&[kind]).inc();
+    }
+
+    pub fn handshake_failed(&self, reason: &str) {
+        self.failures.with_label_values(&[reason]).inc();
+    }
+
+    pub fn certificate_error(&self, reason: &str) {
+        self.certificate_errors.with_label_values(&[reason]).inc();
+    }
+
+    pub fn set_expiry(&self, alias: &str, not_after: i64) {
+        self.expiry.with_label_values(&[alias]).set(not_after);
+    }
+
+    pub fn forget_expiry(&self, alias: &str) {
+        let _ = self.expiry.remove_label_values(&[alias]);
     }
 }

@@ -5,6 +5,11 @@
 //! - [`store`]: the live SNI name → certificate map (arc-swapped, like the route
 //!   table) and the resolver rustls asks during each handshake;
 //! - [`tickets`]: session-ticket keys derived from a shared secret file;
-//! - [`server`]: the rustls server configuration and the handshake metrics.
+//! - [`server`]: the rustls server configuration and the handshake metrics;
+//! - [`client`]: TLS towards `ssl_to_gear` members.
 
 pub mod keys;
+pub mod client;
+pub mod server;
+pub mod store;
+pub mod tickets;

@@ -1,0 +1,356 @@
+//! The live certificates: SNI name → certified key, swapped whole with `ArcSwap` like
+//! the route table, so a handshake reads them with one atomic load and no lock.
+//!
+//! [`CertIndex`] is the writer. It follows the routing state: when an app changes,
+//! its aliases' certificates are loaded (only the ones whose PEM changed) and the
+//! next [`Certs`] is published. Two rules protect clients:
+//!
+//! - **A bad certificate never replaces a good one.** A key that does not load (DSA,
+//!   wrong pass phrase, not matching its certificate...) is logged with its reason and
+//!   counted; the alias keeps the certificate it had, if any.
+//! - **No window without a certificate during a replacement.** The broker replaces a
+//!   certificate with `remove_ssl` then `add_ssl`. A certificate removed while its
+//!   alias stays is kept for `tls.replace_grace` (default 10 s): if the new one
+//!   arrives in time, handshakes go from the old certificate straight to the new
+//!   one. Removing the alias (or the app) removes its certificate at once.
+//!
+//! The maps are persistent (`imbl`), so publishing after one change costs O(log n)
+//! whatever the number of certificates.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use spi_consumer::event::CertBundle;
+use spi_consumer::{AppKey, RoutingState};
+
+use crate::metrics::TlsMetrics;
+use crate::tls::keys;
+
+/// What handshakes see.
+#[derive(Clone, Debug, Default)]
+pub struct Certs {
+    by_name: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl Certs {
+    /// The certificate for an SNI name (lower-case): the alias's own, else the default.
+    pub fn for_name(&self, name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
+        name.and_then(|n| self.by_name.get(n))
+            .or(self.default.as_ref())
+    }
+
+    /// Whether `name` has a certificate of its own (not the default).
+    pub fn has_own(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    pub fn has_default(&self) -> bool {
+        self.default.is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// The rustls side: picks the certificate for each handshake.
+#[derive(Debug)]
+pub struct SniResolver {
+    pub live: Arc<ArcSwap<Certs>>,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let certs = self.live.load();
+        match hello.server_name() {
+            Some(name) if name.bytes().any(|b| b.is_ascii_uppercase()) => certs
+                .for_name(Some(&name.to_ascii_lowercase()))
+                .cloned(),
+            name => certs.for_name(name).cloned(),
+        }
+    }
+}
+
+struct Entry {
+    app: AppKey,
+    fingerprint: u64,
+    key: Arc<CertifiedKey>,
+}
+
+/// The writer of [`Certs`].
+pub struct CertIndex {
+    live: Arc<ArcSwap<Certs>>,
+    current: Certs,
+    entries: HashMap<String, Entry>,
+    /// Certificates removed while their alias stays, and when they go.
+    pending: HashMap<String, Instant>,
+    provider: Arc<CryptoProvider>,
+    metrics: TlsMetrics,
+    replace_grace: Duration,
+}
+
+impl CertIndex {
+    pub fn new(
+        default: Option<Arc<CertifiedKey>>,
+        provider: Arc<CryptoProvider>,
+        metrics: TlsMetrics,
+        replace_grace: Duration,
+    ) -> CertIndex {
+        let current = Certs {
+            by_name: imbl::HashMap::new(),
+            default,
+        };
+        CertIndex {
+            live: Arc::new(ArcSwap::from_pointee(current.clone())),
+            current,
+            entries: HashMap::new(),
+            pending: HashMap::new(),
+            provider,
+            metrics,
+            replace_grace,
+        }
+    }
+
+    /// The map handshakes read.
+    pub fn live(&self) -> Arc<ArcSwap<Certs>> {
+        self.live.clone()
+    }
+
+    /// Follows the state for the apps in `changed`, then publishes.
+    pub fn update(&mut self, state: &RoutingState, changed: &BTreeSet<AppKey>, now: Instant) {
+        for key in changed {
+            let app = state.app(key);
+            let want: Vec<(&String, &CertBundle)> = app
+                .map(|a| {
+                    a.certificates
+                        .iter()
+                        .filter(|(alias, _)| a.aliases.contains(*alias))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (alias, bundle) in &want {
+                self.put(key, alias, bundle);
+            }
+            let had: Vec<String> = self
+                .entries
+                .iter()
+                .filter(|(alias, e)| e.app == *key && !want.iter().any(|(a, _)| *a == *alias))
+                .map(|(alias, _)| alias.clone())
+                .collect();
+            for alias in had {
+                let alias_stays = app.is_some_and(|a| a.aliases.contains(&alias));
+                if alias_stays && !self.replace_grace.is_zero() {
+                    self.pending
+                        .entry(alias)
+                        .or_insert(now + self.replace_grace);
+                } else {
+                    self.remove(&alias);
+                }
+            }
+        }
+        self.purge_before(now);
+        self.publish();
+    }
+
+    /// Drops certificates whose replacement grace has passed; run periodically.
+    pub fn purge(&mut self, now: Instant) {
+        if self.purge_before(now) {
+            self.publish();
+        }
+    }
+
+    fn purge_before(&mut self, now: Instant) -> bool {
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(a, _)| a.clone())
+            .collect();
+        for alias in &due {
+            tracing::info!(alias = %alias, "certificate removed (no replacement arrived)");
+            self.remove(alias);
+        }
+        !due.is_empty()
+    }
+
+    fn put(&mut self, app: &AppKey, alias: &str, bundle: &CertBundle) {
+        let fingerprint = fingerprint(bundle);
+        if self
+            .entries
+            .get(alias)
+            .is_some_and(|e| e.fingerprint == fingerprint)
+        {
+            self.pending.remove(alias);
+            return;
+        }
+        match keys::load(
+            &bundle.certificate_pem,
+            &bundle.private_key_pem,
+            bundle.pass_phrase.as_deref(),
+            &self.provider,
+        ) {
+            Ok(loaded) => {
+                self.metrics.set_expiry(alias, loaded.not_after);
+                self.current
+                    .by_name
+                    .insert(Arc::from(alias), loaded.key.clone());
+                self.entries.insert(
+                    alias.to_string(),
+                    Entry {
+                        app: app.clone(),
+                        fingerprint,
+                        key: loaded.key,
+                    },
+                );
+                self.pending.remove(alias);
+                tracing::info!(app = %app, alias = %alias, "certificate loaded");
+            }
+            Err(e) => {
+                self.metrics.certificate_error(e.reason());
+                let kept = self.entries.contains_key(alias);
+                tracing::warn!(
+                    app = %app, alias = %alias, reason = e.reason(), error = %e,
+                    previous_kept = kept,
+                    "certificate rejected"
+                );
+            }
+        }
+    }
+
+    fn remove(&mut self, alias: &str) {
+        self.pending.remove(alias);
+        if self.entries.remove(alias).is_some() {
+            self.current.by_name.remove(alias);
+            self.metrics.forget_expiry(alias);
+        }
+    }
+
+    fn publish(&mut self) {
+        self.metrics.certificates.set(self.current.by_name.len() as i64);
+        self.live.store(Arc::new(self.current.clone()));
+    }
+
+    /// The certified key in service for `alias` (tests and the admin API).
+    pub fn key_for(&self, alias: &str) -> Option<&Arc<CertifiedKey>> {
+        self.entries.get(alias).map(|e| &e.key)
+    }
+}
+
+fn fingerprint(b: &CertBundle) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    b.certificate_pem.hash(&mut h);
+    b.private_key_pem.hash(&mut h);
+    b.pass_phrase.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spi_consumer::event::{Decoded, decode};
+
+    fn apply(state: &mut RoutingState, index: &mut CertIndex, name: &str, now: Instant) {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/spi-events")
+            .join(name);
+        let Ok(Decoded::Event(e)) = decode(&std::fs::read(path).expect("fixture")) else {
+            panic!("{name}");
+        };
+        changed(state, index, &e, now);
+    }
+
+    fn changed(
+        state: &mut RoutingState,
+        index: &mut CertIndex,
+        e: &spi_consumer::event::RoutingEvent,
+        now: Instant,
+    ) {
+        if let spi_consumer::state::Applied::Changed(k) = state.apply(e) {
+            index.update(state, &BTreeSet::from([k]), now);
+        }
+    }
+
+    fn index() -> CertIndex {
+        CertIndex::new(
+            None,
+            Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+            TlsMetrics::detached(),
+            Duration::from_secs(10),
+        )
+    }
+
+    #[test]
+    fn follows_the_fixtures_with_a_grace_on_removal() {
+        let mut s = RoutingState::new();
+        let mut ix = index();
+        let t0 = Instant::now();
+        for f in [
+            "01-create_application.yaml",
+            "07-add_alias.yaml",
+            "08-add_ssl.yaml",
+            "09-add_alias-secure.yaml",
+            "10-add_ssl-pass_phrase.yaml",
+        ] {
+            apply(&mut s, &mut ix, f, t0);
+        }
+        let live = ix.live();
+        assert!(live.load().has_own("www.example.net"));
+        assert!(live.load().has_own("secure.example.net"));
+        // remove_ssl: still served during the grace...
+        apply(&mut s, &mut ix, "11-remove_ssl.yaml", t0);
+        assert!(live.load().has_own("www.example.net"), "kept during grace");
+        ix.purge(t0 + Duration::from_secs(11));
+        assert!(!live.load().has_own("www.example.net"), "gone after it");
+        // delete_application: at once.
+        apply(&mut s, &mut ix, "22-delete_application.yaml", t0);
+        assert!(live.load().is_empty());
+    }
+
+    #[test]
+    fn replacement_within_grace_has_no_gap_and_bad_keys_keep_the_old() {
+        let mut s = RoutingState::new();
+        let mut ix = index();
+        let t0 = Instant::now();
+        for f in ["01-create_application.yaml", "07-add_alias.yaml", "08-add_ssl.yaml"] {
+            apply(&mut s, &mut ix, f, t0);
+        }
+        let live = ix.live();
+        let old = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
+        apply(&mut s, &mut ix, "11-remove_ssl.yaml", t0);
+        // A bad replacement (wrong pass phrase) for the same alias: rejected, old kept.
+        let bad = std::fs::read_to_string(
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures/spi-events/10-add_ssl-pass_phrase.yaml"),
+        )
+        .expect("fixture")
+        .replace("secure.example.net", "www.example.net")
+        .replace("correct-horse-battery", "wrong-pass");
+        let Ok(Decoded::Event(e)) = decode(bad.as_bytes()) else {
+            panic!("decodes")
+        };
+        changed(&mut s, &mut ix, &e, t0);
+        let now = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
+        assert!(Arc::ptr_eq(&old, &now), "the old certificate stays in service");
+        // The good replacement (fixture 10's pair, under this alias).
+        let good = bad.replace("wrong-pass", "correct-horse-battery");
+        let Ok(Decoded::Event(e)) = decode(good.as_bytes()) else {
+            panic!("decodes")
+        };
+        changed(&mut s, &mut ix, &e, t0 + Duration::from_secs(1));
+        let new = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
+        assert!(!Arc::ptr_eq(&old, &new), "replaced");
+        ix.purge(t0 + Duration::from_secs(60));
+        assert!(live.load().has_own("www.example.net"), "the new one is not purged");
+    }
+}

@@ -1,0 +1,237 @@
+//! Session tickets that both routers of a pair can decrypt, so clients resume after
+//! the virtual IP moves.
+//!
+//! Both routers read the same secret file (`tls.session_ticket_key_file`, e.g.
+//! `openssl rand 48 > ticket.key`, copied to both hosts, mode 0600). Ticket keys
+//! are derived from it per period (`tls.session_ticket_rotation`, default 1 h):
+//! `key(e) = SHA-256("router session ticket v1" ‖ e ‖ secret)` for period number `e`.
+//! Tickets are sealed with AES-256-GCM under the current period's key and opened
+//! under the previous, current or next one (one period of lifetime, and tolerance
+//! for clocks that disagree a little between the two hosts). So keys rotate by
+//! themselves, in step on both routers, and a stolen ticket key is useless after
+//! two periods. Replacing the file rotates the secret itself: it is re-read when
+//! its modification time changes (checked by [`SharedTicketer::reload`]).
+//!
+//! A ticket is `"RT1" ‖ e (8 bytes) ‖ nonce (12 bytes) ‖ sealed state ‖ tag`; the
+//! first 11 bytes are authenticated as associated data. The sealing is aws-lc-rs's
+//! AEAD (the same library rustls uses here); nothing cryptographic is ours.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::digest::{SHA256, digest};
+use rustls::server::ProducesTickets;
+
+const MAGIC: &[u8; 3] = b"RT1";
+const HEADER: usize = 3 + 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TicketKeyError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: holds {len} bytes; at least 32 random bytes are needed (openssl rand 48 > FILE)")]
+    TooShort { path: PathBuf, len: usize },
+}
+
+/// Tickets from a shared secret file, with keys rotating every period.
+pub struct SharedTicketer {
+    path: PathBuf,
+    secret: ArcSwap<Vec<u8>>,
+    modified: Mutex<Option<SystemTime>>,
+    period: Duration,
+}
+
+impl std::fmt::Debug for SharedTicketer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedTicketer")
+            .field("path", &self.path)
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedTicketer {
+    pub fn open(path: &Path, period: Duration) -> Result<SharedTicketer, TicketKeyError> {
+        let (secret, modified) = read_secret(path)?;
+        Ok(SharedTicketer {
+            path: path.to_path_buf(),
+            secret: ArcSwap::from_pointee(secret),
+            modified: Mutex::new(modified),
+            period: period.max(Duration::from_secs(1)),
+        })
+    }
+
+    /// Re-reads the file if it changed. A broken new file is logged and the old
+    /// secret stays.
+    pub fn reload(&self) {
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        let mut seen = self.modified.lock().unwrap_or_else(|p| p.into_inner());
+        if modified.is_none() || modified == *seen {
+            return;
+        }
+        match read_secret(&self.path) {
+            Ok((secret, m)) => {
+                self.secret.store(std::sync::Arc::new(secret));
+                *seen = m;
+                tracing::info!(file = %self.path.display(), "session ticket secret reloaded");
+            }
+            Err(e) => tracing::error!(error = %e, "session ticket secret not reloaded"),
+        }
+    }
+
+    fn epoch_at(&self, t: SystemTime) -> u64 {
+        let secs = t
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        secs / self.period.as_secs().max(1)
+    }
+
+    fn key(&self, epoch: u64) -> Option<LessSafeKey> {
+        let secret = self.secret.load();
+        let mut input = Vec::with_capacity(32 + 8 + secret.len());
+        input.extend_from_slice(b"router session ticket v1");
+        input.extend_from_slice(&epoch.to_be_bytes());
+        input.extend_from_slice(&secret);
+        let d = digest(&SHA256, &input);
+        UnboundKey::new(&AES_256_GCM, d.as_ref())
+            .ok()
+            .map(LessSafeKey::new)
+    }
+
+    fn seal(&self, plain: &[u8], now: SystemTime) -> Option<Vec<u8>> {
+        let epoch = self.epoch_at(now);
+        let key = self.key(epoch)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).ok()?;
+        let mut out = Vec::with_capacity(HEADER + NONCE_LEN + plain.len() + 16);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&epoch.to_be_bytes());
+        let aad: [u8; HEADER] = out.as_slice().try_into().ok()?;
+        out.extend_from_slice(&nonce);
+        let mut body = plain.to_vec();
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut body,
+        )
+        .ok()?;
+        out.extend_from_slice(&body);
+        Some(out)
+    }
+
+    fn unseal(&self, ticket: &[u8], now: SystemTime) -> Option<Vec<u8>> {
+        let header: [u8; HEADER] = ticket.get(..HEADER)?.try_into().ok()?;
+        if &header[..3] != MAGIC {
+            return None;
+        }
+        let epoch = u64::from_be_bytes(header[3..].try_into().ok()?);
+        let current = self.epoch_at(now);
+        if epoch + 1 < current || epoch > current + 1 {
+            return None;
+        }
+        let nonce: [u8; NONCE_LEN] = ticket.get(HEADER..HEADER + NONCE_LEN)?.try_into().ok()?;
+        let mut body = ticket.get(HEADER + NONCE_LEN..)?.to_vec();
+        let key = self.key(epoch)?;
+        let plain = key
+            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(header), &mut body)
+            .ok()?;
+        Some(plain.to_vec())
+    }
+}
+
+impl ProducesTickets for SharedTicketer {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn lifetime(&self) -> u32 {
+        u32::try_from(self.period.as_secs()).unwrap_or(u32::MAX)
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.seal(plain, SystemTime::now())
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        self.unseal(cipher, SystemTime::now())
+    }
+}
+
+fn read_secret(path: &Path) -> Result<(Vec<u8>, Option<SystemTime>), TicketKeyError> {
+    let io = |source| TicketKeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    if bytes.len() < 32 {
+        return Err(TicketKeyError::TooShort {
+            path: path.to_path_buf(),
+            len: bytes.len(),
+        });
+    }
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    Ok((bytes, modified))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticketer(secret: &[u8], tag: &str) -> (SharedTicketer, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tickets-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ticket.key");
+        std::fs::write(&path, secret).expect("write");
+        (
+            SharedTicketer::open(&path, Duration::from_secs(3600)).expect("open"),
+            dir,
+        )
+    }
+
+    #[test]
+    fn two_routers_with_one_secret_open_each_others_tickets() {
+        let (a, da) = ticketer(&[7u8; 48], "a");
+        let (b, db) = ticketer(&[7u8; 48], "b");
+        let (other, dc) = ticketer(&[8u8; 48], "c");
+        let now = SystemTime::now();
+        let t = a.seal(b"session state", now).expect("seal");
+        assert_eq!(b.unseal(&t, now).as_deref(), Some(&b"session state"[..]));
+        assert_eq!(other.unseal(&t, now), None, "another secret cannot open it");
+        // One period later still fine (rotation), two periods later not.
+        let hour = Duration::from_secs(3600);
+        assert!(b.unseal(&t, now + hour).is_some());
+        assert!(b.unseal(&t, now + 2 * hour + Duration::from_secs(1)).is_none());
+        // Tampering is detected; garbage is refused, never a panic.
+        let mut bad = t.clone();
+        if let Some(last) = bad.last_mut() {
+            *last ^= 1;
+        }
+        assert_eq!(b.unseal(&bad, now), None);
+        for junk in [&b""[..], b"RT1", b"RT1\0\0\0\0\0\0\0\0", &[0u8; 100]] {
+            assert_eq!(b.unseal(junk, now), None);
+        }
+        for d in [da, db, dc] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn short_secret_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tickets-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("k");
+        std::fs::write(&path, b"too short").expect("write");
+        let e = SharedTicketer::open(&path, Duration::from_secs(60)).expect_err("short");
+        assert!(e.to_string().contains("at least 32"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
