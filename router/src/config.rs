@@ -30,6 +30,9 @@ pub struct Config {
     pub endpoint_types: Vec<String>,
     #[serde(default)]
     pub listen: Listen,
+    /// Client-facing TLS (for `listen.https`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// Where the routing state is kept (mode 0700: it holds private keys).
     pub state_dir: PathBuf,
     #[serde(default)]
@@ -55,6 +58,8 @@ pub struct Config {
 pub struct Listen {
     /// Plain HTTP (HTTP/1.1 and h2 with prior knowledge).
     pub http: Option<SocketAddr>,
+    /// HTTPS (TLS 1.2/1.3, h2 or HTTP/1.1 by ALPN); off unless set.
+    pub https: Option<SocketAddr>,
     /// Health, readiness, metrics and the routes API. Keep it on loopback.
     pub admin: Option<SocketAddr>,
 }
@@ -63,6 +68,7 @@ impl Default for Listen {
     fn default() -> Listen {
         Listen {
             http: Some(SocketAddr::from(([0, 0, 0, 0], 80))),
+            https: None,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
         }
     }
@@ -166,6 +172,83 @@ pub struct StompTls {
     pub server_name: Option<String>,
 }
 
+/// Client-facing TLS.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM chain served when no alias certificate matches the SNI name (normally the
+    /// `*.<cloud_domain>` wildcard, which covers the HA names), and without SNI.
+    pub default_cert: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#1, PKCS#8 or SEC1; may be encrypted).
+    pub default_key: Option<PathBuf>,
+    /// A file whose first line is the pass phrase of an encrypted `default_key`.
+    pub default_key_pass_file: Option<PathBuf>,
+    /// Secret shared by both routers of the pair (at least 32 random bytes) from
+    /// which session-ticket keys are derived, so clients resume after failover.
+    pub session_ticket_key_file: Option<PathBuf>,
+    /// How often the ticket key changes (tickets live one to two periods).
+    #[serde(default = "default_ticket_rotation", with = "humantime_serde")]
+    pub session_ticket_rotation: Duration,
+    /// Session resumption at all (without a key file: this router's memory only).
+    #[serde(default = "yes")]
+    pub resumption: bool,
+    /// A removed certificate whose alias stays is served this long, so that the
+    /// broker's `remove_ssl` + `add_ssl` replacement leaves no gap.
+    #[serde(default = "default_replace_grace", with = "humantime_serde")]
+    pub replace_grace: Duration,
+    /// Answer plain HTTP for hosts that have a certificate with a redirect to HTTPS
+    /// (301 for GET/HEAD, 308 otherwise).
+    #[serde(default)]
+    pub redirect_http: bool,
+    /// Time a client has to finish its TLS handshake.
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TlsConfig {
+    fn default() -> TlsConfig {
+        TlsConfig {
+            default_cert: None,
+            default_key: None,
+            default_key_pass_file: None,
+            session_ticket_key_file: None,
+            session_ticket_rotation: default_ticket_rotation(),
+            resumption: true,
+            replace_grace: default_replace_grace(),
+            redirect_http: false,
+            handshake_timeout: default_header_timeout(),
+        }
+    }
+}
+
+fn default_ticket_rotation() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_replace_grace() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// TLS towards `ssl_to_gear` members.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// PEM bundle of the CAs that sign the members' certificates (default: the
+    /// system bundle).
+    pub ca_file: Option<PathBuf>,
+    /// Check the member's certificate. `false` encrypts without authenticating.
+    #[serde(default = "yes")]
+    pub verify: bool,
+}
+
+impl Default for UpstreamTls {
+    fn default() -> UpstreamTls {
+        UpstreamTls {
+            ca_file: None,
+            verify: true,
+        }
+    }
+}
+
 /// Connections to members.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -191,6 +274,9 @@ pub struct Upstream {
     /// `p2c` (least outstanding of two random members) or `round_robin`.
     #[serde(default)]
     pub balance: crate::balance::Balance,
+    /// TLS towards members that expect it.
+    #[serde(default)]
+    pub tls: UpstreamTls,
 }
 
 impl Default for Upstream {
@@ -203,6 +289,7 @@ impl Default for Upstream {
             queue_timeout: default_queue_timeout(),
             max_idle_per_backend: default_max_idle(),
             balance: crate::balance::Balance::default(),
+            tls: UpstreamTls::default(),
         }
     }
 }
@@ -588,6 +675,27 @@ impl Config {
                 "upstream.max_connections_per_backend",
                 "must be at least 1".into(),
             ));
+        }
+        let t = &self.tls;
+        if t.default_cert.is_some() != t.default_key.is_some() {
+            let field = if t.default_cert.is_some() {
+                "tls.default_key"
+            } else {
+                "tls.default_cert"
+            };
+            return Err((
+                field,
+                "tls.default_cert and tls.default_key go together".into(),
+            ));
+        }
+        if self.tls.redirect_http && self.listen.https.is_none() {
+            return Err((
+                "tls.redirect_http",
+                "redirecting to HTTPS needs listen.https".into(),
+            ));
+        }
+        if t.session_ticket_rotation < Duration::from_secs(60) {
+            return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
         }
         let h = &self.health;
         if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f) {

@@ -37,8 +37,8 @@ pub mod upstream;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use spi_consumer::deadletter::DeadLetters;
@@ -54,6 +54,8 @@ use crate::config::{Config, SourceKind};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::table::{Builder, Naming, RouteTable};
+use crate::tls::store::{CertIndex, SniResolver};
+use crate::tls::tickets::SharedTicketer;
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,18 @@ pub enum StartError {
     },
     #[error("spi.stomp.tls: {0}")]
     StompTls(#[from] spi_consumer::stomp::tls::TlsError),
+    #[error("{field} {path}: {message}")]
+    DefaultCert {
+        field: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("tls.session_ticket_key_file: {0}")]
+    TicketKey(#[from] tls::tickets::TicketKeyError),
+    #[error("upstream.tls: {0}")]
+    MemberTls(#[from] tls::client::ClientTlsError),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
     #[error("rotate state: {0}")]
     Rotate(#[from] rotate::RotateError),
     #[error("dead-letter directory {path}: {source}")]
@@ -97,7 +111,10 @@ pub enum StartError {
 pub struct Router {
     config: Config,
     http: TcpListener,
+    https: Option<(TcpListener, listener::TlsListener)>,
     admin: Option<TcpListener>,
+    certs: Arc<Mutex<CertIndex>>,
+    ticketer: Option<Arc<SharedTicketer>>,
     proxy: Arc<Proxy>,
     admin_api: Arc<Admin>,
     registry: Arc<Registry>,
@@ -140,7 +157,28 @@ impl Router {
             balance: config.upstream.balance,
             fail_open: config.health.fail_open,
         };
-        let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone());
+        // TLS: the default certificate must load, or the router does not start.
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let default_cert = load_default_cert(&config.tls, &provider)?;
+        if let Some(l) = &default_cert {
+            metrics.tls.set_expiry("default", l.not_after);
+        }
+        let certs = Arc::new(Mutex::new(CertIndex::new(
+            default_cert.map(|l| l.key),
+            provider.clone(),
+            metrics.tls.clone(),
+            config.tls.replace_grace,
+        )));
+        let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
+        let ticketer = match &config.tls.session_ticket_key_file {
+            Some(path) if config.tls.resumption => Some(Arc::new(SharedTicketer::open(
+                path,
+                config.tls.session_ticket_rotation,
+            )?)),
+            _ => None,
+        };
+        let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone())
+            .with_certs(certs.clone());
         // The saved state is served before any source answers.
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
         let dead_letters = || {
@@ -227,9 +265,52 @@ impl Router {
             .admin
             .map(|a| bind("listen.admin", a))
             .transpose()?;
+        let https = match config.listen.https {
+            Some(addr) => {
+                if config.tls.default_cert.is_none() {
+                    tracing::warn!(
+                        "listen.https without tls.default_cert: clients without SNI, or with a name that has no alias certificate, fail the handshake"
+                    );
+                }
+                let resumption = match &ticketer {
+                    _ if !config.tls.resumption => tls::server::Resumption::Off,
+                    Some(t) => tls::server::Resumption::Shared(t.clone()),
+                    None => tls::server::Resumption::Local,
+                };
+                let acceptor = tls::server::acceptor(
+                    Arc::new(SniResolver {
+                        live: live_certs.clone(),
+                    }),
+                    provider.clone(),
+                    resumption,
+                )?;
+                Some((
+                    bind("listen.https", addr)?,
+                    listener::TlsListener {
+                        acceptor,
+                        handshake_timeout: config.tls.handshake_timeout,
+                    },
+                ))
+            }
+            None => None,
+        };
+        let member_tls = tls::client::connector(
+            config.upstream.tls.ca_file.as_deref(),
+            config.upstream.tls.verify,
+            provider,
+        )?;
+        let redirect = match (&https, config.tls.redirect_http) {
+            (Some((l, _)), true) => Some(proxy::Redirect {
+                https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
+                certs: live_certs,
+            }),
+            _ => None,
+        };
 
         let proxy = Arc::new(Proxy {
             table: table.clone(),
+            member_tls: Some(member_tls),
+            redirect,
             upstream: upstream::Settings {
                 connect_timeout: config.upstream.connect_timeout,
                 idle_timeout: config.upstream.idle_timeout,
@@ -248,7 +329,10 @@ impl Router {
         Ok(Router {
             config,
             http,
+            https,
             admin,
+            certs,
+            ticketer,
             proxy,
             admin_api,
             registry,
@@ -264,6 +348,11 @@ impl Router {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
+    /// The bound address of the HTTPS listener, if there is one.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
@@ -273,6 +362,7 @@ impl Router {
         let (stop_tx, stop_rx) = watch::channel(false);
         for (what, addr) in [
             ("http", Some(self.http_addr())),
+            ("https", self.https_addr()),
             ("admin", self.admin_addr()),
         ] {
             if let Some(addr) = addr {
@@ -326,18 +416,33 @@ impl Router {
         let admin_task = self
             .admin
             .map(|l| tokio::spawn(self.admin_api.clone().serve(l, admin_stop_rx)));
+        let https_task = self.https.map(|(l, tls)| {
+            tokio::spawn(listener::serve(
+                l,
+                "https",
+                Some(tls),
+                self.proxy.clone(),
+                self.config.limits.clone(),
+                stop_rx.clone(),
+                self.config.shutdown_grace,
+            ))
+        });
         let http_task = tokio::spawn(listener::serve(
             self.http,
             "http",
-            false,
+            None,
             self.proxy,
             self.config.limits.clone(),
             stop_rx.clone(),
             self.config.shutdown_grace,
         ));
-        // Idle member connections are closed once older than the idle timeout.
+        // Idle member connections are closed once older than the idle timeout;
+        // certificates past their replacement grace go; the ticket secret is
+        // re-read if its file changed.
         let sweeper = {
             let registry = self.registry.clone();
+            let certs = self.certs.clone();
+            let ticketer = self.ticketer.clone();
             let period =
                 (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100));
             tokio::spawn(async move {
@@ -345,6 +450,13 @@ impl Router {
                 loop {
                     tick.tick().await;
                     registry.sweep();
+                    certs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .purge(std::time::Instant::now());
+                    if let Some(t) = &ticketer {
+                        t.reload();
+                    }
                 }
             })
         };
@@ -356,6 +468,9 @@ impl Router {
         self.admin_api.ready.store(false, Ordering::Release);
         let _ = stop_tx.send(true);
         let _ = http_task.await;
+        if let Some(t) = https_task {
+            let _ = t.await;
+        }
         if let Some(t) = source_task {
             let _ = t.await;
         }
@@ -366,4 +481,53 @@ impl Router {
         }
         tracing::info!("stopped");
     }
+}
+
+/// `tls.default_cert` and `tls.default_key` (and the pass phrase file), loaded.
+fn load_default_cert(
+    tls: &config::TlsConfig,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<Option<tls::keys::Loaded>, StartError> {
+    let (Some(cert), Some(key)) = (&tls.default_cert, &tls.default_key) else {
+        return Ok(None);
+    };
+    let read = |field: &'static str, path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| StartError::DefaultCert {
+            field,
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    };
+    let cert_pem = read("tls.default_cert", cert)?;
+    let key_pem = read("tls.default_key", key)?;
+    let pass = match &tls.default_key_pass_file {
+        Some(p) => Some(
+            read("tls.default_key_pass_file", p)?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        ),
+        None => None,
+    };
+    tls::keys::load(&cert_pem, &key_pem, pass.as_deref(), provider)
+        .map(Some)
+        .map_err(|e| {
+            let field = match e {
+                tls::keys::CertError::NoCertificate | tls::keys::CertError::BadCertificate(_) => {
+                    "tls.default_cert"
+                }
+                _ => "tls.default_key",
+            };
+            let path = if field == "tls.default_cert" {
+                cert
+            } else {
+                key
+            };
+            StartError::DefaultCert {
+                field,
+                path: path.clone(),
+                message: e.to_string(),
+            }
+        })
 }

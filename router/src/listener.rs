@@ -7,6 +7,10 @@
 //! port), enforces the header size and count limits (431) and the request-head read
 //! timeout (slowloris), and hands upgraded connections back for tunnelling.
 //!
+//! A TLS listener does the handshake in the connection's task (never in the accept
+//! loop), within `tls.handshake_timeout`, then serves the same way; ALPN picks h2 or
+//! HTTP/1.1.
+//!
 //! On shutdown the loop stops accepting, every connection is told to finish (HTTP/1
 //! closes after the in-flight response, h2 sends GOAWAY) and the listener waits for
 //! them up to the grace period.
@@ -37,11 +41,19 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// TLS on a listener.
+#[derive(Clone)]
+pub struct TlsListener {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub handshake_timeout: Duration,
+}
+
 /// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
     name: &'static str,
-    https: bool,
+    tls: Option<TlsListener>,
     proxy: Arc<Proxy>,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -84,21 +96,53 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         accepted.inc();
         open.inc();
-        let conn = ClientConn::new(peer.ip(), local_port, https);
-        let proxy = proxy.clone();
-        let service = service_fn(move |req| proxy.clone().serve(conn.clone(), req));
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some());
+        let service = {
+            let proxy = proxy.clone();
+            service_fn(move |req| proxy.clone().serve(conn.clone(), req))
+        };
         let open = open.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
+        let ended = move |e: Option<Box<dyn std::error::Error + Send + Sync>>| {
+            if let Some(e) = e {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }
             open.dec();
             drop(slot);
-        });
+        };
+        match &tls {
+            None => {
+                let connection = graceful.watch(
+                    builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned(),
+                );
+                tokio::spawn(async move { ended(connection.await.err()) });
+            }
+            Some(tls) => {
+                // The handshake runs in the connection's task; only then can the
+                // connection be watched for shutdown.
+                let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
+                let metrics = proxy.metrics.tls.clone();
+                tokio::spawn(async move {
+                    let Some(stream) = crate::tls::server::handshake(
+                        &tls.acceptor,
+                        stream,
+                        tls.handshake_timeout,
+                        &metrics,
+                    )
+                    .await
+                    else {
+                        return ended(None);
+                    };
+                    let connection = watcher.watch(
+                        builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .into_owned(),
+                    );
+                    ended(connection.await.err());
+                });
+            }
+        }
     }
     drop(listener);
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");

@@ -23,8 +23,8 @@ pub enum UpstreamError {
     Reset,
     /// The member answered with something that is not HTTP.
     Protocol,
-    /// The member expects TLS, which this router does not speak to members yet.
-    TlsUnsupported,
+    /// The TLS handshake with a member failed (or its certificate was refused).
+    Tls,
     /// The member had no free slot within `upstream.queue_timeout`.
     Busy,
 }
@@ -36,7 +36,7 @@ impl UpstreamError {
         UpstreamError::ResponseTimeout,
         UpstreamError::Reset,
         UpstreamError::Protocol,
-        UpstreamError::TlsUnsupported,
+        UpstreamError::Tls,
         UpstreamError::Busy,
     ];
 
@@ -47,7 +47,7 @@ impl UpstreamError {
             UpstreamError::ResponseTimeout => "response_timeout",
             UpstreamError::Reset => "reset",
             UpstreamError::Protocol => "protocol",
-            UpstreamError::TlsUnsupported => "tls_unsupported",
+            UpstreamError::Tls => "tls",
             UpstreamError::Busy => "busy",
         }
     }

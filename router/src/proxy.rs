@@ -40,7 +40,8 @@ use crate::body::{Completion, ProxyBody};
 use crate::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
 use crate::metrics::{Metrics, UpstreamError};
 use crate::table::{Member, Route, RouteTable, normalize_host};
-use crate::upstream::{Lease, RequestBody, SendError, Settings, Upstream};
+use crate::tls::store::Certs;
+use crate::upstream::{Lease, MemberTls, RequestBody, SendError, Settings, Upstream};
 
 /// Why a request got no answer from a member.
 #[derive(Debug)]
@@ -90,9 +91,7 @@ impl ProxyError {
                 UpstreamError::Connect
                 | UpstreamError::Reset
                 | UpstreamError::Protocol
-                | UpstreamError::TlsUnsupported => {
-                    (StatusCode::BAD_GATEWAY, "application backend failed\n")
-                }
+                | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
             },
         };
         let mut resp = Response::new(ProxyBody::full(text));
@@ -110,11 +109,50 @@ impl ProxyError {
 /// Everything the request path needs, shared by all connections.
 pub struct Proxy {
     pub table: Arc<ArcSwap<RouteTable>>,
+    /// TLS towards `ssl_to_gear` members.
+    pub member_tls: Option<tokio_rustls::TlsConnector>,
+    /// Plain HTTP → HTTPS for hosts with a certificate (`tls.redirect_http`).
+    pub redirect: Option<Redirect>,
     pub upstream: Settings,
     pub metrics: Arc<Metrics>,
     pub response_timeout: Duration,
     pub queue_timeout: Duration,
     pub access_log: bool,
+}
+
+/// Redirects plain HTTP to HTTPS for the hosts that have a certificate: an alias
+/// with its own, or an app's generated names when a default (wildcard) certificate
+/// is configured.
+pub struct Redirect {
+    pub https_port: u16,
+    pub certs: Arc<ArcSwap<Certs>>,
+}
+
+impl Redirect {
+    fn covers(&self, route: &Route, name: &str) -> bool {
+        let certs = self.certs.load();
+        certs.has_own(name) || (certs.has_default() && !route.aliases.iter().any(|a| a == name))
+    }
+
+    /// 301 for GET and HEAD, 308 otherwise (keeps the method and body).
+    fn response<B>(&self, req: &Request<B>, name: &str) -> Response<ProxyBody> {
+        let port = match self.https_port {
+            443 => String::new(),
+            p => format!(":{p}"),
+        };
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let status = if matches!(*req.method(), Method::GET | Method::HEAD) {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::PERMANENT_REDIRECT
+        };
+        let mut resp = Response::new(ProxyBody::empty());
+        *resp.status_mut() = status;
+        if let Ok(v) = HeaderValue::from_str(&format!("https://{name}{port}{path}")) {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
+        resp
+    }
 }
 
 /// What forwarding produced besides the response.
@@ -193,12 +231,20 @@ impl Proxy {
             .lookup(&name)
             .cloned()
             .ok_or(ProxyError::NoRoute)?;
+        // Plain HTTP for a host with a certificate: to HTTPS, if so configured.
+        if !conn.https
+            && let Some(redirect) = &self.redirect
+            && redirect.covers(&route, &name)
+        {
+            return Ok(Forwarded {
+                response: redirect.response(&req, &name),
+                in_flight: None,
+            });
+        }
         // 3. pick
         let member: Member = route.pick().ok_or(ProxyError::NoMember)?.clone();
-        if member.tls {
-            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
-            return Err(self.fail(UpstreamError::TlsUnsupported));
-        }
+        // The name TLS members are asked for (SNI) and verified against.
+        let sni: Arc<str> = Arc::from(&*name);
 
         // 5. forward (4, the slot and connection, once the request is ready)
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
@@ -222,7 +268,7 @@ impl Proxy {
         if let Some(client_upgrade) = client_upgrade {
             let backend = &member.backend;
             let slot = self.slot(&member).await?;
-            let up = self.connect(backend).await?;
+            let up = self.connect(&member, &sni).await?;
             let req = Request::from_parts(parts, RequestBody::Stream(body));
             let response = match tokio::time::timeout(
                 self.response_timeout,
@@ -239,12 +285,12 @@ impl Proxy {
         // 4. slot and connection. Nothing has reached a member yet, so an idempotent
         // request whose member refused, timed out connecting or stayed full is tried
         // once on another member (the least busy other one).
-        let (mut member, mut slot, mut up) = match self.checkout(&member).await {
+        let (mut member, mut slot, mut up) = match self.checkout(&member, &sni).await {
             Ok((slot, up)) => (member, slot, up),
             Err(e) if e.nothing_sent() && idempotent(&parts.method) => {
                 let other = other_member(&route, &member).ok_or(e)?;
                 self.metrics.retries.inc();
-                let (slot, up) = self.checkout(&other).await?;
+                let (slot, up) = self.checkout(&other, &sni).await?;
                 (other, slot, up)
             }
             Err(e) => return Err(e),
@@ -267,7 +313,7 @@ impl Proxy {
             // timeout: a new connection to it. A fresh one closed (or a refused
             // reconnect) means the member is going away: another member.
             let fresh = if e.on_reused() {
-                self.connect(&member.backend).await
+                self.connect(&member, &sni).await
             } else {
                 Err(self.failed(&member.backend, UpstreamError::Reset))
             };
@@ -278,7 +324,7 @@ impl Proxy {
                         || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
                 {
                     let other = other_member(&route, &member).ok_or(e)?;
-                    let (s, u) = self.checkout(&other).await?;
+                    let (s, u) = self.checkout(&other, &sni).await?;
                     (member, slot) = (other, s);
                     u
                 }
@@ -363,22 +409,40 @@ impl Proxy {
             .ok_or_else(|| self.fail(UpstreamError::Busy))
     }
 
-    /// A slot and a connection (an idle one if there is one) on `member`.
-    async fn checkout(&self, member: &Member) -> Result<(InFlight, Upstream), ProxyError> {
+    /// A slot and a connection (an idle one if there is one) on `member`. A TLS
+    /// member's idle connection is used only if it was made for the same name.
+    async fn checkout(
+        &self,
+        member: &Member,
+        sni: &Arc<str>,
+    ) -> Result<(InFlight, Upstream), ProxyError> {
         let slot = self.slot(member).await?;
-        let up = match member.backend.take_idle() {
+        let idle = member
+            .backend
+            .take_idle()
+            .filter(|up| !member.tls || up.sni() == Some(&**sni));
+        let up = match idle {
             Some(idle) => idle,
-            None => self.connect(&member.backend).await?,
+            None => self.connect(member, sni).await?,
         };
         Ok((slot, up))
     }
 
-    async fn connect(&self, backend: &crate::backend::Backend) -> Result<Upstream, ProxyError> {
-        Upstream::connect(backend, self.upstream)
+    async fn connect(&self, member: &Member, sni: &Arc<str>) -> Result<Upstream, ProxyError> {
+        let tls = match (&self.member_tls, member.tls) {
+            (Some(connector), true) => Some(MemberTls {
+                connector,
+                host: sni,
+            }),
+            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
+            (None, true) => return Err(self.fail(UpstreamError::Tls)),
+            (_, false) => None,
+        };
+        Upstream::connect(&member.backend, self.upstream, tls)
             .await
             .map_err(|e| {
                 tracing::debug!(error = %e, "upstream connect failed");
-                self.failed(backend, e.kind())
+                self.failed(&member.backend, e.kind())
             })
     }
 

@@ -168,6 +168,8 @@ pub struct Builder {
     registry: Arc<Registry>,
     live: Arc<ArcSwap<RouteTable>>,
     metrics: Metrics,
+    /// The alias certificates follow the same changes (see [`crate::tls::store`]).
+    certs: Option<Arc<std::sync::Mutex<crate::tls::store::CertIndex>>>,
 }
 
 impl Builder {
@@ -182,7 +184,17 @@ impl Builder {
             registry,
             live,
             metrics,
+            certs: None,
         }
+    }
+
+    /// Also keeps `certs` in step with the state.
+    pub fn with_certs(
+        mut self,
+        certs: Arc<std::sync::Mutex<crate::tls::store::CertIndex>>,
+    ) -> Builder {
+        self.certs = Some(certs);
+        self
     }
 
     /// The next table: `table` with the apps in `changed` rebuilt from `state`.
@@ -278,6 +290,14 @@ impl Builder {
 
 impl Publish for Builder {
     fn publish(&mut self, state: &RoutingState, changed: &BTreeSet<AppKey>) {
+        // Certificates first: a new alias is routable only once its certificate is.
+        if let Some(certs) = &self.certs {
+            certs.lock().unwrap_or_else(|p| p.into_inner()).update(
+                state,
+                changed,
+                std::time::Instant::now(),
+            );
+        }
         let current = self.live.load_full();
         let next = self.update(&current, state, changed);
         self.metrics.routes.set(next.host_count() as i64);

@@ -21,6 +21,10 @@
 //! byte may be sent once more (the proxy decides: idempotent requests only).
 //!
 //! Upgrades (WebSocket) take a fresh connection of their own and never return it.
+//!
+//! Members that expect TLS (`ssl_to_gear`) get it here too: a [`MemberIo`] is either
+//! the TCP stream or a rustls client stream over it, with SNI = the request's host.
+//! Such a connection is reused only for the same host name.
 
 use std::io;
 use std::net::SocketAddr;
@@ -75,11 +79,83 @@ impl Body for RequestBody {
     }
 }
 
-type Io = TokioIo<TcpStream>;
+/// The byte stream to a member: plain TCP or TLS over it.
+pub enum MemberIo {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for MemberIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            MemberIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for MemberIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MemberIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            MemberIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MemberIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MemberIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MemberIo::Plain(s) => s.is_write_vectored(),
+            MemberIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            MemberIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            MemberIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+type Io = TokioIo<MemberIo>;
+
+/// TLS towards a member: the connector and the name to ask for and verify.
+pub struct MemberTls<'a> {
+    pub connector: &'a tokio_rustls::TlsConnector,
+    pub host: &'a str,
+}
 
 /// One HTTP/1.1 connection to a member.
 pub struct Upstream {
     sender: SendRequest<RequestBody>,
+    /// The TLS server name, for TLS members: reused only for the same host.
+    sni: Option<Arc<str>>,
     /// Boxed once per connection: it is large, and connections move between the
     /// pool, requests and bodies.
     conn: Box<Connection<Io, RequestBody>>,
@@ -98,6 +174,12 @@ pub enum SendError {
     },
     #[error("connect to {addr}: timed out")]
     ConnectTimeout { addr: Arc<str> },
+    #[error("TLS to {addr}: {source}")]
+    Tls {
+        addr: Arc<str>,
+        #[source]
+        source: io::Error,
+    },
     #[error("member {addr}: {source}")]
     Http {
         addr: Arc<str>,
@@ -114,6 +196,7 @@ impl SendError {
         match self {
             SendError::Connect { .. } => UpstreamError::Connect,
             SendError::ConnectTimeout { .. } => UpstreamError::ConnectTimeout,
+            SendError::Tls { .. } => UpstreamError::Tls,
             SendError::Http { source, .. } if source.is_parse() => UpstreamError::Protocol,
             SendError::Http { .. } => UpstreamError::Reset,
         }
@@ -146,8 +229,13 @@ pub struct Settings {
 }
 
 impl Upstream {
-    /// Opens a new connection to `backend`.
-    pub async fn connect(backend: &Backend, settings: Settings) -> Result<Upstream, SendError> {
+    /// Opens a new connection to `backend`, with TLS if `tls` is given. The connect
+    /// timeout covers the TLS handshake too.
+    pub async fn connect(
+        backend: &Backend,
+        settings: Settings,
+        tls: Option<MemberTls<'_>>,
+    ) -> Result<Upstream, SendError> {
         let addr = backend.addr.clone();
         let target: SocketAddr = match backend.socket_addr {
             Some(a) => a,
@@ -158,19 +246,32 @@ impl Upstream {
                 });
             }
         };
-        let stream = match tokio::time::timeout(
-            settings.connect_timeout,
-            TcpStream::connect(target),
-        )
-        .await
-        {
+        let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => return Err(SendError::Connect { addr, source }),
             Err(_) => return Err(SendError::ConnectTimeout { addr }),
         };
         let _ = stream.set_nodelay(true);
+        let (io, sni) = match tls {
+            None => (MemberIo::Plain(stream), None),
+            Some(tls) => {
+                let name =
+                    rustls::pki_types::ServerName::try_from(tls.host.to_string()).map_err(|e| {
+                        SendError::Tls {
+                            addr: addr.clone(),
+                            source: io::Error::new(io::ErrorKind::InvalidInput, e),
+                        }
+                    })?;
+                match tokio::time::timeout_at(deadline, tls.connector.connect(name, stream)).await {
+                    Ok(Ok(s)) => (MemberIo::Tls(Box::new(s)), Some(Arc::from(tls.host))),
+                    Ok(Err(source)) => return Err(SendError::Tls { addr, source }),
+                    Err(_) => return Err(SendError::ConnectTimeout { addr }),
+                }
+            }
+        };
         let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|source| SendError::Http {
                 addr,
@@ -180,9 +281,15 @@ impl Upstream {
         backend.opened();
         Ok(Upstream {
             sender,
+            sni,
             conn: Box::new(conn),
             idle_since: None,
         })
+    }
+
+    /// The TLS server name this connection was made for (`None`: plain TCP).
+    pub fn sni(&self) -> Option<&str> {
+        self.sni.as_deref()
     }
 
     /// Whether this connection had served a request before.

@@ -106,6 +106,45 @@ impl Backend {
     /// Listens on `addr`. Dropping the backend closes the listener *and* every open
     /// connection, like a gear that died.
     pub async fn start_on(addr: SocketAddr) -> Backend {
+        Backend::serve(addr, None).await
+    }
+
+    /// An HTTPS backend (a gear with `ssl_to_gear`) with this certificate and key.
+    /// It records the SNI names clients sent.
+    pub async fn start_tls(
+        leaf: &crate::pki::Leaf,
+    ) -> (Backend, Arc<std::sync::Mutex<Vec<String>>>) {
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("cert");
+        let key =
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+        let snis = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let b = Backend::serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some((acceptor, snis.clone())),
+        )
+        .await;
+        (b, snis)
+    }
+
+    async fn serve(
+        addr: SocketAddr,
+        tls: Option<(
+            tokio_rustls::TlsAcceptor,
+            Arc<std::sync::Mutex<Vec<String>>>,
+        )>,
+    ) -> Backend {
         let listener = TcpListener::bind(addr).await.expect("bind backend");
         let addr = listener.local_addr().expect("addr");
         let hits = Arc::new(AtomicUsize::new(0));
@@ -123,6 +162,7 @@ impl Backend {
                     Some(_) = conns.join_next() => continue,
                 };
                 let (hits, seen) = (h.clone(), s.clone());
+                let tls = tls.clone();
                 conns.spawn(async move {
                     let service = service_fn(move |req: Request<Incoming>| {
                         hits.fetch_add(1, Ordering::Relaxed);
@@ -142,10 +182,28 @@ impl Backend {
                         let forced = seen.forced_status.load(Ordering::Relaxed);
                         handle(req, addr.port(), forced)
                     });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .with_upgrades()
-                        .await;
+                    match tls {
+                        None => {
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .with_upgrades()
+                                .await;
+                        }
+                        Some((acceptor, snis)) => {
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            if let (Some(name), Ok(mut v)) =
+                                (stream.get_ref().1.server_name(), snis.lock())
+                            {
+                                v.push(name.to_string());
+                            }
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .with_upgrades()
+                                .await;
+                        }
+                    }
                 });
             }
         });

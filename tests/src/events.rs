@@ -49,3 +49,40 @@ pub fn fixture_at(name: &str, from: &str, addr: SocketAddr) -> String {
         &format!(":public_port: '{}'", addr.port()),
     )
 }
+
+/// `add_public_endpoint` of a load_balancer that expects TLS (`ssl_to_gear`, like
+/// fixture 42: protocols `https` and `wss`).
+pub fn add_tls_lb(app: &str, ns: &str, addr: SocketAddr) -> String {
+    add_lb(app, ns, addr).replace(
+        ":protocols:\n- http\n- ws\n",
+        ":protocols:\n- https\n- wss\n",
+    )
+}
+
+/// `add_ssl` for `alias`, PEM as literal blocks (as Ruby 2.x writes them).
+pub fn add_ssl(
+    app: &str,
+    ns: &str,
+    alias: &str,
+    cert_pem: &str,
+    key_pem: &str,
+    pass: Option<&str>,
+) -> String {
+    let block = |pem: &str| {
+        pem.trim_end()
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "---\n:action: :add_ssl\n:app_name: {app}\n:namespace: {ns}\n:alias: {alias}\n\
+         :ssl: |\n{}:private_key: |\n{}:pass_phrase: {}\n",
+        block(cert_pem),
+        block(key_pem),
+        pass.unwrap_or("")
+    )
+}
+
+pub fn remove_ssl(app: &str, ns: &str, alias: &str) -> String {
+    format!("---\n:action: :remove_ssl\n:app_name: {app}\n:namespace: {ns}\n:alias: {alias}\n")
+}

@@ -19,6 +19,7 @@ pub mod process;
 pub mod rabbitmq;
 pub mod raw;
 pub mod router;
+pub mod tlsclient;
 
 pub use backend::{Backend, Echo};
 pub use router::TestRouter;

@@ -15,6 +15,8 @@ use tokio::sync::oneshot;
 
 pub struct TestRouter {
     pub http: SocketAddr,
+    /// The HTTPS listener, when the configuration has `listen.https`.
+    pub https: Option<SocketAddr>,
     pub admin: SocketAddr,
     pub spool: PathBuf,
     pub state: PathBuf,
@@ -41,18 +43,34 @@ impl TestRouter {
 
     /// Starts with the given `spi:` section (e.g. a STOMP source).
     pub async fn start_with_spi(root: PathBuf, spi: &str, extra: &str) -> TestRouter {
+        TestRouter::start_full(root, spi, extra, false).await
+    }
+
+    /// Also listens for HTTPS (`extra` carries the `tls:` section).
+    pub async fn start_https(root: PathBuf, extra: &str) -> TestRouter {
+        let spool = root.join("spool");
+        let spi = format!(
+            "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
+            spool.display()
+        );
+        TestRouter::start_full(root, &spi, extra, true).await
+    }
+
+    async fn start_full(root: PathBuf, spi: &str, extra: &str, https: bool) -> TestRouter {
         let spool = root.join("spool");
         let state = root.join("state");
+        let https_line = if https { "  https: 127.0.0.1:0\n" } else { "" };
         let yaml = format!(
             "cloud_domain: example.com\n\
              state_dir: {state}\n\
-             listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n{https_line}\
              {spi}{extra}",
             state = state.display(),
         );
         let config = Config::parse(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         let router = router::Router::bind(config).await.expect("bind");
         let http = router.http_addr();
+        let https = router.https_addr();
         let admin = router.admin_addr().expect("admin");
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(router.run(async move {
@@ -60,6 +78,7 @@ impl TestRouter {
         }));
         let r = TestRouter {
             http,
+            https,
             admin,
             spool,
             state,

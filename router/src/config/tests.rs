@@ -167,3 +167,22 @@ fn health_defaults_and_errors() {
     assert!(!c.health.checks);
     assert_eq!(c.health.keep_awake_port, Some(80));
 }
+
+#[test]
+fn tls_keys_go_together_and_redirect_needs_https() {
+    let e = err(&format!(
+        "{GOOD}tls:\n  default_cert: /etc/router/wild.pem\n"
+    ));
+    assert_eq!(e.field, "tls.default_key", "{e}");
+    let e = err(&format!("{GOOD}tls:\n  redirect_http: true\n"));
+    assert_eq!(e.field, "tls.redirect_http", "{e}");
+    let text = GOOD
+        .replace(
+            "  admin: 127.0.0.1:0\n",
+            "  admin: 127.0.0.1:0\n  https: 127.0.0.1:0\n",
+        )
+        .replace("upstream:\n", "upstream:\n  tls:\n    verify: false\n")
+        + "tls:\n  default_cert: /c.pem\n  default_key: /k.pem\n  redirect_http: true\n";
+    let c = Config::parse(&text, "r.yaml").expect("valid");
+    assert!(c.listen.https.is_some() && c.tls.redirect_http && !c.upstream.tls.verify);
+}

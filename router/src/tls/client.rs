@@ -62,9 +62,7 @@ pub fn connector(
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     } else {
-        tracing::warn!(
-            "upstream.tls.verify is false: TLS members' certificates are not checked"
-        );
+        tracing::warn!("upstream.tls.verify is false: TLS members' certificates are not checked");
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoCertificateCheck(provider)))
@@ -97,7 +95,12 @@ impl ServerCertVerifier for NoCertificateCheck {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -106,7 +109,12 @@ impl ServerCertVerifier for NoCertificateCheck {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -8,8 +8,8 @@
 //! - [`server`]: the rustls server configuration and the handshake metrics;
 //! - [`client`]: TLS towards `ssl_to_gear` members.
 
-pub mod keys;
 pub mod client;
+pub mod keys;
 pub mod server;
 pub mod store;
 pub mod tickets;

@@ -74,9 +74,9 @@ impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let certs = self.live.load();
         match hello.server_name() {
-            Some(name) if name.bytes().any(|b| b.is_ascii_uppercase()) => certs
-                .for_name(Some(&name.to_ascii_lowercase()))
-                .cloned(),
+            Some(name) if name.bytes().any(|b| b.is_ascii_uppercase()) => {
+                certs.for_name(Some(&name.to_ascii_lowercase())).cloned()
+            }
             name => certs.for_name(name).cloned(),
         }
     }
@@ -237,7 +237,9 @@ impl CertIndex {
     }
 
     fn publish(&mut self) {
-        self.metrics.certificates.set(self.current.by_name.len() as i64);
+        self.metrics
+            .certificates
+            .set(self.current.by_name.len() as i64);
         self.live.store(Arc::new(self.current.clone()));
     }
 
@@ -322,11 +324,19 @@ mod tests {
         let mut s = RoutingState::new();
         let mut ix = index();
         let t0 = Instant::now();
-        for f in ["01-create_application.yaml", "07-add_alias.yaml", "08-add_ssl.yaml"] {
+        for f in [
+            "01-create_application.yaml",
+            "07-add_alias.yaml",
+            "08-add_ssl.yaml",
+        ] {
             apply(&mut s, &mut ix, f, t0);
         }
         let live = ix.live();
-        let old = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
+        let old = live
+            .load()
+            .for_name(Some("www.example.net"))
+            .cloned()
+            .expect("cert");
         apply(&mut s, &mut ix, "11-remove_ssl.yaml", t0);
         // A bad replacement (wrong pass phrase) for the same alias: rejected, old kept.
         let bad = std::fs::read_to_string(
@@ -340,17 +350,31 @@ mod tests {
             panic!("decodes")
         };
         changed(&mut s, &mut ix, &e, t0);
-        let now = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
-        assert!(Arc::ptr_eq(&old, &now), "the old certificate stays in service");
+        let now = live
+            .load()
+            .for_name(Some("www.example.net"))
+            .cloned()
+            .expect("cert");
+        assert!(
+            Arc::ptr_eq(&old, &now),
+            "the old certificate stays in service"
+        );
         // The good replacement (fixture 10's pair, under this alias).
         let good = bad.replace("wrong-pass", "correct-horse-battery");
         let Ok(Decoded::Event(e)) = decode(good.as_bytes()) else {
             panic!("decodes")
         };
         changed(&mut s, &mut ix, &e, t0 + Duration::from_secs(1));
-        let new = live.load().for_name(Some("www.example.net")).cloned().expect("cert");
+        let new = live
+            .load()
+            .for_name(Some("www.example.net"))
+            .cloned()
+            .expect("cert");
         assert!(!Arc::ptr_eq(&old, &new), "replaced");
         ix.purge(t0 + Duration::from_secs(60));
-        assert!(live.load().has_own("www.example.net"), "the new one is not purged");
+        assert!(
+            live.load().has_own("www.example.net"),
+            "the new one is not purged"
+        );
     }
 }

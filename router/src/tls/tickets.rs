@@ -36,7 +36,9 @@ pub enum TicketKeyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: holds {len} bytes; at least 32 random bytes are needed (openssl rand 48 > FILE)")]
+    #[error(
+        "{path}: holds {len} bytes; at least 32 random bytes are needed (openssl rand 48 > FILE)"
+    )]
     TooShort { path: PathBuf, len: usize },
 }
 
@@ -142,7 +144,11 @@ impl SharedTicketer {
         let mut body = ticket.get(HEADER + NONCE_LEN..)?.to_vec();
         let key = self.key(epoch)?;
         let plain = key
-            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(header), &mut body)
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(header),
+                &mut body,
+            )
             .ok()?;
         Some(plain.to_vec())
     }
@@ -209,7 +215,10 @@ mod tests {
         // One period later still fine (rotation), two periods later not.
         let hour = Duration::from_secs(3600);
         assert!(b.unseal(&t, now + hour).is_some());
-        assert!(b.unseal(&t, now + 2 * hour + Duration::from_secs(1)).is_none());
+        assert!(
+            b.unseal(&t, now + 2 * hour + Duration::from_secs(1))
+                .is_none()
+        );
         // Tampering is detected; garbage is refused, never a panic.
         let mut bad = t.clone();
         if let Some(last) = bad.last_mut() {

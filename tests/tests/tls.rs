@@ -1,0 +1,584 @@
+//! HTTPS through real TLS clients (rustls, curl, openssl s_client) with rcgen
+//! certificates and the fixtures' certificates.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::pki::{Ca, Leaf, write_leaf};
+use e2e::router::TestRouter;
+use e2e::tlsclient::{client_config, connect, der_of, get, http1, peer_leaf, run};
+use e2e::{Backend, Echo, events};
+
+const HA: &str = "ha-myapp-demo.example.com";
+const ALIAS: &str = "www.shop.test";
+
+/// A CA, the `*.example.com` default certificate written to files, and the
+/// configuration that serves it.
+struct Pki {
+    ca: Ca,
+    wildcard: Leaf,
+    dir: PathBuf,
+    ca_file: PathBuf,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = e2e::tempdir("pki");
+        let ca = Ca::new("Router Test CA");
+        let wildcard = ca.leaf(&["*.example.com"]);
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, &ca.pem).expect("write CA");
+        Pki {
+            ca,
+            wildcard,
+            dir,
+            ca_file,
+        }
+    }
+
+    fn tls_section(&self, extra: &str) -> String {
+        let (c, k) = write_leaf(&self.dir, "wildcard", &self.wildcard);
+        format!(
+            "tls:\n  default_cert: {}\n  default_key: {}\n{extra}",
+            c.display(),
+            k.display()
+        )
+    }
+}
+
+/// A router with HTTPS, one app with a backend, and the alias `www.shop.test` with
+/// `alias_leaf` as its certificate.
+async fn router_with_alias(pki: &Pki, alias_leaf: &Leaf, extra: &str) -> (TestRouter, Backend) {
+    let backend = Backend::start().await;
+    let r = TestRouter::start_https(e2e::tempdir("tls"), &pki.tls_section(extra)).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", backend.addr));
+    r.drop_event("02.yaml", &events::add_alias("myapp", "demo", ALIAS));
+    r.drop_event(
+        "03.yaml",
+        &events::add_ssl(
+            "myapp",
+            "demo",
+            ALIAS,
+            &alias_leaf.cert_pem,
+            &alias_leaf.key_pem,
+            None,
+        ),
+    );
+    r.wait_spool_empty().await;
+    r.wait_route(ALIAS).await;
+    e2e::eventually(
+        "alias certificate loaded",
+        Duration::from_secs(5),
+        async || r.metric("router_tls_certificates").await == Some(1.0),
+    )
+    .await;
+    (r, backend)
+}
+
+fn https(r: &TestRouter) -> std::net::SocketAddr {
+    r.https.expect("https listener")
+}
+
+#[tokio::test]
+async fn sni_picks_the_alias_certificate_the_wildcard_or_the_default() {
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+
+    let s = connect(https(&r), ALIAS, &config)
+        .await
+        .expect("alias handshake");
+    assert_eq!(
+        peer_leaf(&s),
+        der_of(&alias_leaf.cert_pem),
+        "the alias's own"
+    );
+    let s = connect(https(&r), HA, &config).await.expect("HA handshake");
+    assert_eq!(
+        peer_leaf(&s),
+        der_of(&pki.wildcard.cert_pem),
+        "the wildcard"
+    );
+    // Upper case SNI is the same name.
+    let s = connect(https(&r), "WWW.Shop.Test", &config)
+        .await
+        .expect("mixed case");
+    assert_eq!(peer_leaf(&s), der_of(&alias_leaf.cert_pem));
+
+    // No SNI at all: openssl s_client -noservername gets the default.
+    let addr = https(&r).to_string();
+    let (_, out) = run(
+        "openssl",
+        &["s_client", "-connect", &addr, "-noservername", "-showcerts"],
+    )
+    .await;
+    assert!(
+        out.contains("CN = *.example.com") || out.contains("CN=*.example.com"),
+        "{out}"
+    );
+    // With -servername: the alias, verified against our CA.
+    let ca = pki.ca_file.display().to_string();
+    let (_, out) = run(
+        "openssl",
+        &[
+            "s_client",
+            "-connect",
+            &addr,
+            "-servername",
+            ALIAS,
+            "-CAfile",
+            &ca,
+            "-verify_return_error",
+        ],
+    )
+    .await;
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    assert!(
+        out.contains(&format!("CN = {ALIAS}")) || out.contains(&format!("CN={ALIAS}")),
+        "{out}"
+    );
+
+    assert!(r.metric("router_tls_handshakes_total{kind=\"full\"}").await >= Some(4.0));
+    let expiry = r
+        .metric(&format!(
+            "router_tls_certificate_expiry_timestamp_seconds{{alias=\"{ALIAS}\"}}"
+        ))
+        .await
+        .expect("expiry gauge");
+    assert!(expiry > 1.7e9, "{expiry}");
+}
+
+#[tokio::test]
+async fn curl_gets_h2_and_http1_by_alpn_with_forwarded_proto_https() {
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
+    let port = https(&r).port();
+    let resolve = format!("{ALIAS}:{port}:127.0.0.1");
+    let url = format!("https://{ALIAS}:{port}/hello?x=1");
+    let ca = pki.ca_file.display().to_string();
+    for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let (ok, out) = run(
+            "curl",
+            &[
+                "-sS",
+                flag,
+                "--cacert",
+                &ca,
+                "--resolve",
+                &resolve,
+                "-w",
+                "\n%{http_version}",
+                &url,
+            ],
+        )
+        .await;
+        assert!(ok, "{out}");
+        let (body, got) = out.rsplit_once('\n').expect("version line");
+        assert_eq!(got, version, "{flag}");
+        let echo = Echo::parse(body.as_bytes());
+        assert_eq!(echo.target, "/hello?x=1");
+        assert_eq!(echo.header("x-forwarded-proto"), Some("https"));
+        assert_eq!(
+            echo.header("x-forwarded-port"),
+            Some(port.to_string().as_str())
+        );
+        assert_eq!(
+            echo.header("host"),
+            Some(format!("{ALIAS}:{port}").as_str())
+        );
+    }
+    // A plain HTTP request on the TLS port is a handshake failure, counted.
+    let _ = e2e::raw::exchange(
+        https(&r),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    e2e::eventually("failure counted", Duration::from_secs(5), async || {
+        r.metric("router_tls_handshake_failures_total{reason=\"protocol\"}")
+            .await
+            >= Some(1.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn certificates_change_live_without_a_gap_and_open_connections_stay() {
+    let pki = Pki::new();
+    let first = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &first, "  replace_grace: 2s\n").await;
+    let r = Arc::new(r);
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    // A connection opened with the first certificate.
+    let open = connect(https(&r), ALIAS, &config).await.expect("handshake");
+    assert_eq!(peer_leaf(&open), der_of(&first.cert_pem));
+    let mut open = http1(open).await;
+    assert_eq!(get(&mut open, ALIAS, "/").await.0, 200);
+
+    // Handshakes in a loop while the broker replaces the certificate.
+    let second = pki.ca.leaf(&[ALIAS]);
+    let watcher = {
+        let (r, config) = (r.clone(), config.clone());
+        let (a, b) = (der_of(&first.cert_pem), der_of(&second.cert_pem));
+        tokio::spawn(async move {
+            let mut seen_second = 0;
+            for _ in 0..400 {
+                let s = connect(https(&r), ALIAS, &config)
+                    .await
+                    .expect("every handshake succeeds");
+                let leaf = peer_leaf(&s);
+                assert!(
+                    leaf == a || leaf == b,
+                    "never the default (wildcard) certificate"
+                );
+                if leaf == b {
+                    seen_second += 1;
+                    if seen_second > 5 {
+                        return true;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            false
+        })
+    };
+    r.drop_event("04.yaml", &events::remove_ssl("myapp", "demo", ALIAS));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.drop_event(
+        "05.yaml",
+        &events::add_ssl(
+            "myapp",
+            "demo",
+            ALIAS,
+            &second.cert_pem,
+            &second.key_pem,
+            None,
+        ),
+    );
+    assert!(
+        watcher.await.expect("join"),
+        "the new certificate took over"
+    );
+    // The old connection still works.
+    assert_eq!(get(&mut open, ALIAS, "/").await.0, 200);
+
+    // Removal alone: after the grace, the default certificate (which does not cover
+    // the alias: a strict client refuses it).
+    r.drop_event("06.yaml", &events::remove_ssl("myapp", "demo", ALIAS));
+    e2e::eventually("certificate gone", Duration::from_secs(10), async || {
+        r.metric("router_tls_certificates").await == Some(0.0)
+    })
+    .await;
+    assert!(
+        connect(https(&r), ALIAS, &config).await.is_err(),
+        "wildcard does not cover it"
+    );
+    assert_eq!(get(&mut open, ALIAS, "/").await.0, 200, "still open");
+}
+
+/// Writes a fixture's body with the app renamed to ours.
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(e2e::fixtures().join(name)).expect("fixture")
+}
+
+#[tokio::test]
+async fn fixture_certificates_with_a_pass_phrase_and_bad_keys_keep_the_previous() {
+    let pki = Pki::new();
+    let backend = Backend::start().await;
+    let r = TestRouter::start_https(e2e::tempdir("tls"), &pki.tls_section("")).await;
+    r.drop_event("00.yaml", &events::add_lb("myapp", "demo", backend.addr));
+    for f in [
+        "01-create_application.yaml",
+        "09-add_alias-secure.yaml",
+        "10-add_ssl-pass_phrase.yaml",
+    ] {
+        r.drop_event(f, &fixture(f));
+    }
+    r.wait_spool_empty().await;
+    e2e::eventually("fixture 10 loaded", Duration::from_secs(5), async || {
+        r.metric("router_tls_certificates").await == Some(1.0)
+    })
+    .await;
+    let test_ca = e2e::fixtures().join("test-ca.crt").display().to_string();
+    let addr = https(&r).to_string();
+    let verify = async |name: &str| {
+        run(
+            "openssl",
+            &[
+                "s_client",
+                "-connect",
+                &addr,
+                "-servername",
+                name,
+                "-CAfile",
+                &test_ca,
+                "-verify_return_error",
+            ],
+        )
+        .await
+    };
+    let (_, out) = verify("secure.example.net").await;
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+
+    // Each bad key is rejected with its reason; the fixture's certificate stays.
+    let good = fixture("10-add_ssl-pass_phrase.yaml");
+    let other = pki.ca.leaf(&["secure.example.net"]);
+    let dsa = dsa_key_pem(&pki.dir).await;
+    let cases = [
+        (
+            "wrong_pass_phrase",
+            good.replace("correct-horse-battery", "battery-staple"),
+        ),
+        (
+            "key_mismatch",
+            events::add_ssl(
+                "myapp",
+                "demo",
+                "secure.example.net",
+                &other.cert_pem,
+                &pki.wildcard.key_pem,
+                None,
+            ),
+        ),
+        (
+            "unsupported_key",
+            events::add_ssl(
+                "myapp",
+                "demo",
+                "secure.example.net",
+                &other.cert_pem,
+                &dsa,
+                None,
+            ),
+        ),
+    ];
+    for (i, (reason, body)) in cases.iter().enumerate() {
+        r.drop_event(&format!("2{i}.yaml"), body);
+        let sample = format!("router_tls_certificate_errors_total{{reason=\"{reason}\"}}");
+        e2e::eventually(reason, Duration::from_secs(5), async || {
+            r.metric(&sample).await == Some(1.0)
+        })
+        .await;
+        let (_, out) = verify("secure.example.net").await;
+        assert!(
+            out.contains("Verify return code: 0 (ok)"),
+            "{reason}: previous kept: {out}"
+        );
+    }
+}
+
+async fn dsa_key_pem(dir: &Path) -> String {
+    let params = dir.join("dsa.params");
+    let key = dir.join("dsa.key");
+    let p = params.display().to_string();
+    let k = key.display().to_string();
+    assert!(run("openssl", &["dsaparam", "-out", &p, "2048"]).await.0);
+    assert!(run("openssl", &["gendsa", "-out", &k, &p]).await.0);
+    let (ok, pem) = run("openssl", &["dsa", "-in", &k]).await;
+    assert!(ok, "{pem}");
+    pem.lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let key_file = pki.dir.join("ticket.key");
+    std::fs::write(&key_file, [42u8; 48]).expect("ticket key");
+    let extra = format!("  session_ticket_key_file: {}\n", key_file.display());
+    let (a, _ba) = router_with_alias(&pki, &alias_leaf, &extra).await;
+    let (b, _bb) = router_with_alias(&pki, &alias_leaf, &extra).await;
+
+    // TLS 1.3, rustls client: a ticket from A resumes on B.
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    let s = connect(https(&a), ALIAS, &config).await.expect("A");
+    let mut s = http1(s).await;
+    assert_eq!(
+        get(&mut s, ALIAS, "/").await.0,
+        200,
+        "reads the tickets too"
+    );
+    let resumed = connect(https(&b), ALIAS, &config).await.expect("B");
+    assert_eq!(
+        resumed.get_ref().1.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed),
+        "resumed on the other router"
+    );
+    assert_eq!(
+        b.metric("router_tls_handshakes_total{kind=\"resumed\"}")
+            .await,
+        Some(1.0)
+    );
+
+    // TLS 1.2, openssl s_client: the session saved from A is reused on B.
+    let sess = pki.dir.join("sess.pem").display().to_string();
+    let ca = pki.ca_file.display().to_string();
+    let (a_addr, b_addr) = (https(&a).to_string(), https(&b).to_string());
+    let (_, out) = run(
+        "openssl",
+        &[
+            "s_client",
+            "-tls1_2",
+            "-connect",
+            &a_addr,
+            "-servername",
+            ALIAS,
+            "-CAfile",
+            &ca,
+            "-sess_out",
+            &sess,
+        ],
+    )
+    .await;
+    assert!(out.contains("New, TLSv1.2"), "{out}");
+    let (_, out) = run(
+        "openssl",
+        &[
+            "s_client",
+            "-tls1_2",
+            "-connect",
+            &b_addr,
+            "-servername",
+            ALIAS,
+            "-CAfile",
+            &ca,
+            "-sess_in",
+            &sess,
+        ],
+    )
+    .await;
+    assert!(out.contains("Reused, TLSv1.2"), "{out}");
+
+    // A router with another secret cannot resume them.
+    let other_key = pki.dir.join("other.key");
+    std::fs::write(&other_key, [7u8; 48]).expect("key");
+    let (c, _bc) = router_with_alias(
+        &pki,
+        &alias_leaf,
+        &format!("  session_ticket_key_file: {}\n", other_key.display()),
+    )
+    .await;
+    let (_, out) = run(
+        "openssl",
+        &[
+            "s_client",
+            "-tls1_2",
+            "-connect",
+            &https(&c).to_string(),
+            "-servername",
+            ALIAS,
+            "-CAfile",
+            &ca,
+            "-sess_in",
+            &sess,
+        ],
+    )
+    .await;
+    assert!(out.contains("New, TLSv1.2"), "{out}");
+}
+
+#[tokio::test]
+async fn websocket_over_tls() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    let stream = connect(https(&r), ALIAS, &config).await.expect("handshake");
+    let (mut ws, resp) = tokio_tungstenite::client_async(format!("wss://{ALIAS}/chat"), stream)
+        .await
+        .expect("upgrade over TLS");
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("over tls")).await.expect("send");
+    let back = ws.next().await.expect("message").expect("ok");
+    assert_eq!(back.into_text().expect("text").as_str(), "over tls");
+}
+
+#[tokio::test]
+async fn re_encrypts_to_tls_members_with_sni_and_verification() {
+    let pki = Pki::new();
+    // The gear's certificate names the app's host, signed by our CA.
+    let gear_leaf = pki.ca.leaf(&[HA, "myapp-demo.example.com"]);
+    let (gear, snis) = Backend::start_tls(&gear_leaf).await;
+    let ca = pki.ca_file.display();
+    let extra = format!("upstream:\n  tls:\n    ca_file: {ca}\nhealth:\n  checks: false\n");
+    let r = TestRouter::start(&extra).await;
+    r.drop_event("01.yaml", &events::add_tls_lb("myapp", "demo", gear.addr));
+    r.wait_member(gear.addr).await;
+    let (status, body) = r.get(HA, "/secure").await;
+    assert_eq!(status, 200, "{body:?}");
+    assert_eq!(Echo::parse(&body).target, "/secure");
+    assert_eq!(
+        snis.lock().expect("snis").as_slice(),
+        [HA],
+        "SNI is the request's host"
+    );
+    // Kept alive for the same host.
+    assert_eq!(r.get(HA, "/again").await.0, 200);
+    assert_eq!(
+        r.metric("router_upstream_connections_opened_total").await,
+        Some(1.0)
+    );
+
+    // A gear whose certificate our CA did not sign: refused (502), counted.
+    let rogue_ca = Ca::new("Rogue CA");
+    let (rogue, _) = Backend::start_tls(&rogue_ca.leaf(&[HA])).await;
+    let r2 = TestRouter::start(&extra).await;
+    r2.drop_event("01.yaml", &events::add_tls_lb("myapp", "demo", rogue.addr));
+    r2.wait_member(rogue.addr).await;
+    assert_eq!(r2.get(HA, "/").await.0, 502);
+    assert_eq!(
+        r2.metric("router_upstream_errors_total{kind=\"tls\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(rogue.proxied(), 0);
+    // Verification off (explicit): encrypted, not authenticated.
+    let r3 =
+        TestRouter::start("upstream:\n  tls:\n    verify: false\nhealth:\n  checks: false\n").await;
+    r3.drop_event("01.yaml", &events::add_tls_lb("myapp", "demo", rogue.addr));
+    r3.wait_member(rogue.addr).await;
+    assert_eq!(r3.get(HA, "/").await.0, 200);
+}
+
+#[tokio::test]
+async fn plain_http_redirects_to_https_for_hosts_with_a_certificate() {
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "  redirect_http: true\n").await;
+    // An alias without a certificate is served over plain HTTP as before.
+    r.drop_event(
+        "09.yaml",
+        &events::add_alias("myapp", "demo", "plain.shop.test"),
+    );
+    r.wait_route("plain.shop.test").await;
+    let port = https(&r).port();
+
+    let ask = async |method: &str, host: &str| {
+        let req = format!(
+            "{method} /a/b?c=d HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let raw = e2e::raw::exchange(r.http, req.as_bytes(), Duration::from_secs(5)).await;
+        String::from_utf8_lossy(&raw).into_owned()
+    };
+    let get = ask("GET", ALIAS).await;
+    assert!(get.starts_with("HTTP/1.1 301"), "{get}");
+    assert!(
+        get.to_ascii_lowercase()
+            .contains(&format!("location: https://{ALIAS}:{port}/a/b?c=d")),
+        "{get}"
+    );
+    let post = ask("POST", ALIAS).await;
+    assert!(post.starts_with("HTTP/1.1 308"), "{post}");
+    // The HA name is covered by the wildcard default certificate.
+    assert!(ask("GET", HA).await.starts_with("HTTP/1.1 301"));
+    let plain = ask("GET", "plain.shop.test").await;
+    assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
+}
