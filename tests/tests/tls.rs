@@ -420,39 +420,9 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
     let sess = pki.dir.join("sess.pem").display().to_string();
     let ca = pki.ca_file.display().to_string();
     let (a_addr, b_addr) = (https(&a).to_string(), https(&b).to_string());
-    let (_, out) = run(
-        "openssl",
-        &[
-            "s_client",
-            "-tls1_2",
-            "-connect",
-            &a_addr,
-            "-servername",
-            ALIAS,
-            "-CAfile",
-            &ca,
-            "-sess_out",
-            &sess,
-        ],
-    )
-    .await;
+    let out = s_client_tls12(&a_addr, &ca, "-sess_out", &sess).await;
     assert!(out.contains("New, TLSv1.2"), "{out}");
-    let (_, out) = run(
-        "openssl",
-        &[
-            "s_client",
-            "-tls1_2",
-            "-connect",
-            &b_addr,
-            "-servername",
-            ALIAS,
-            "-CAfile",
-            &ca,
-            "-sess_in",
-            &sess,
-        ],
-    )
-    .await;
+    let out = s_client_tls12(&b_addr, &ca, "-sess_in", &sess).await;
     assert!(out.contains("Reused, TLSv1.2"), "{out}");
 
     // A router with another secret cannot resume them.
@@ -464,23 +434,26 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
         &format!("  session_ticket_key_file: {}\n", other_key.display()),
     )
     .await;
-    let (_, out) = run(
-        "openssl",
-        &[
-            "s_client",
-            "-tls1_2",
-            "-connect",
-            &https(&c).to_string(),
-            "-servername",
-            ALIAS,
-            "-CAfile",
-            &ca,
-            "-sess_in",
-            &sess,
-        ],
-    )
-    .await;
+    let out = s_client_tls12(&https(&c).to_string(), &ca, "-sess_in", &sess).await;
     assert!(out.contains("New, TLSv1.2"), "{out}");
+}
+
+/// `openssl s_client -tls1_2` to the alias, saving (`-sess_out`) or offering
+/// (`-sess_in`) a session.
+async fn s_client_tls12(addr: &str, ca: &str, sess_flag: &str, sess: &str) -> String {
+    let args = [
+        "s_client",
+        "-tls1_2",
+        "-connect",
+        addr,
+        "-servername",
+        ALIAS,
+        "-CAfile",
+        ca,
+        sess_flag,
+        sess,
+    ];
+    run("openssl", &args).await.1
 }
 
 #[tokio::test]
