@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""TLS benchmark: our router vs haproxy 2.6 vs nginx 1.22 with the same ECDSA P-256
+certificate, same backend, same run (method: ../shared/reference/baseline.md, Table 3).
+
+Per round, for each proxy:
+  - full TLS 1.3 handshakes: h2load --h1 -t1 -c50 -n N with Connection: close against a
+    listener that cannot resume (router tls.resumption: false; haproxy no-tls-tickets +
+    tune.ssl.cachesize 0; nginx ssl_session_tickets off + ssl_session_cache off);
+  - resumed handshakes: the same against listeners that resume (router with a shared
+    ticket key file; haproxy and nginx defaults);
+  - HTTPS keep-alive: wrk -t1 -c64 over TLS.
+Proxy CPU per handshake or request comes from /proc/PID/stat (utime+stime), warm-up
+excluded. Then, router only: the full-handshake rate with SNI = an alias whose own
+certificate is loaded, with 1 alias certificate vs --certs (100k) loaded.
+
+usage: bench/tls.py [--rounds N] [--handshakes N] [--duration S] [--certs N] [--pin]
+
+Everything listens on 127.0.0.1; every process started here is stopped by PID."""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("bench_http", os.path.join(ROOT, "bench", "http.py"))
+H = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(H)
+
+P = {"backend": 18080, "haproxy": 18443, "haproxy_full": 18445, "nginx": 18444, "nginx_full": 18446,
+     "router": 18447, "router_full": 18448, "router_http": 18083, "router_full_http": 18084,
+     "router_admin": 18093, "router_full_admin": 18094,
+     "certs_https": 18449, "certs_http": 18085, "certs_admin": 18095}
+HOST = H.HOST
+
+
+def proxies_config(d):
+    write = H.write
+    temp = "\n".join(f"  {k}_temp_path {d}/tmp-{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    loc = "location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
+    write(f"{d}/nginx-tls.conf", f"""
+worker_processes 1;
+pid {d}/nginx-tls.pid;
+error_log {d}/nginx-tls.err warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  keepalive_requests 100000;
+{temp}
+  upstream backend {{ server 127.0.0.1:{P['backend']}; keepalive 64; keepalive_requests 100000; }}
+  server {{
+    listen 127.0.0.1:{P['nginx']} ssl backlog=4096;
+    ssl_certificate {d}/tls.crt;
+    ssl_certificate_key {d}/tls.key;
+    ssl_protocols TLSv1.3;
+    {loc}
+  }}
+  server {{
+    listen 127.0.0.1:{P['nginx_full']} ssl backlog=4096;
+    ssl_certificate {d}/tls.crt;
+    ssl_certificate_key {d}/tls.key;
+    ssl_protocols TLSv1.3;
+    ssl_session_tickets off;
+    ssl_session_cache off;
+    {loc}
+  }}
+}}
+""")
+    write(f"{d}/haproxy-tls.cfg", f"""
+global
+    maxconn 9000
+    nbthread 1
+    tune.ssl.cachesize 0
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    option http-keep-alive
+frontend fe_tls
+    bind 127.0.0.1:{P['haproxy']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1
+    default_backend be
+frontend fe_tls_noresume
+    bind 127.0.0.1:{P['haproxy_full']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1 no-tls-tickets
+    default_backend be
+backend be
+    http-reuse always
+    server s1 127.0.0.1:{P['backend']}
+""")
+    with open(f"{d}/ticket.key", "wb") as f:
+        f.write(os.urandom(48))
+    for name, https, http, admin, tls_extra, spool in (
+        ("router", P["router"], P["router_http"], P["router_admin"],
+         f"  session_ticket_key_file: {d}/ticket.key\n", "spool"),
+        ("router-full", P["router_full"], P["router_full_http"], P["router_full_admin"],
+         "  resumption: false\n", "spool-full"),
+    ):
+        os.makedirs(f"{d}/{spool}", exist_ok=True)
+        shutil.copy(f"{d}/spool/01-bench.yaml", f"{d}/{spool}/01-bench.yaml")
+        write(f"{d}/{name}.yaml", f"""
+cloud_domain: example.com
+state_dir: {d}/state-{name}
+worker_threads: 1
+listen:
+  http: 127.0.0.1:{http}
+  https: 127.0.0.1:{https}
+  admin: 127.0.0.1:{admin}
+tls:
+  default_cert: {d}/tls.crt
+  default_key: {d}/tls.key
+{tls_extra}spi:
+  source: spool
+  spool:
+    path: {d}/{spool}
+health:
+  checks: false
+access_log:
+  enabled: false
+""")
+
+
+def h2load(url, n, conns, connect_to=None, authority=HOST):
+    args = ["h2load", "--h1", "-t1", f"-c{conns}", f"-n{n}", "-H", "Connection: close",
+            "-H", f":authority: {authority}"]
+    if connect_to:
+        args.append(f"--connect-to={connect_to}")
+    out = subprocess.run(args + [url], capture_output=True, text=True).stdout
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
+    took = re.search(r"finished in ([\d.]+)(ms|s),", out)
+    resumed = re.search(r"TLS Protocol: \S+\nServer Temp Key.*", out)
+    status = re.search(r"status codes: (\d+) 2xx", out)
+    if not done or not took:
+        sys.exit(f"h2load output not understood:\n{out}")
+    secs = float(took.group(1)) / (1000 if took.group(2) == "ms" else 1)
+    return {"done": int(done.group(1)), "ok": int(done.group(2)), "failed": int(done.group(3)),
+            "ok2xx": int(status.group(1)) if status else 0, "seconds": secs, "raw": out if resumed is None else ""}
+
+
+def measure(pid, fn):
+    before, t = H.stat_ticks(pid), time.time()
+    r = fn()
+    r["cpu_s"] = (H.stat_ticks(pid) - before) / H.HZ
+    r["wall"] = time.time() - t
+    return r
+
+
+def wrk_https(port, seconds):
+    out = subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "-H", f"Host: {HOST}", f"https://127.0.0.1:{port}/"],
+                         capture_output=True, text=True).stdout
+    req = int(re.search(r"(\d+) requests in", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"requests": req, "non2xx": int(non2xx.group(1)) if non2xx else 0}
+
+
+def wait_https(port, sni_host=None, limit=60):
+    deadline = time.time() + limit
+    host = sni_host or HOST
+    while time.time() < deadline:
+        r = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--resolve",
+                            f"{host}:{port}:127.0.0.1", f"https://{host}:{port}/"], capture_output=True, text=True)
+        if r.stdout == "200":
+            return
+        time.sleep(0.2)
+    sys.exit(f"https port {port} never answered 200 for {host}")
+
+
+def certs_phase(d, router_bin, counts, handshakes, rounds):
+    """Router only: full-handshake cost with SNI = an alias that has its own
+    certificate, with 1 vs N alias certificates loaded (resumption off)."""
+    results = {}
+    for n in counts:
+        state = f"{d}/certs-{n}"
+        t = time.time()
+        subprocess.run([os.path.join(ROOT, "target/release/bench-certs"), state, str(n),
+                        f"127.0.0.1:{P['backend']}"], check=True, stderr=subprocess.DEVNULL)
+        gen = time.time() - t
+        H.write(f"{d}/certs-{n}.yaml", f"""
+cloud_domain: example.com
+state_dir: {state}
+worker_threads: 1
+listen:
+  http: 127.0.0.1:{P['certs_http']}
+  https: 127.0.0.1:{P['certs_https']}
+  admin: 127.0.0.1:{P['certs_admin']}
+tls:
+  default_cert: {d}/tls.crt
+  default_key: {d}/tls.key
+  resumption: false
+spi:
+  source: none
+health:
+  checks: false
+access_log:
+  enabled: false
+""")
+        t = time.time()
+        proc = subprocess.Popen([router_bin, "--config", f"{d}/certs-{n}.yaml"],
+                                stdout=subprocess.DEVNULL, stderr=open(f"{d}/certs-{n}.log", "w"))
+        try:
+            alias = f"alias{n // 2}.bench.test"
+            wait_https(P["certs_https"], alias, limit=600)
+            ready = time.time() - t
+            rss = int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{proc.pid}/status").read()).group(1))
+            url = f"https://{alias}:{P['certs_https']}/"
+            connect_to = f"127.0.0.1:{P['certs_https']}"
+            h2load(url, 1000, 50, connect_to, alias)
+            runs = []
+            for _ in range(rounds):
+                r = measure(proc.pid, lambda: h2load(url, handshakes, 50, connect_to, alias))
+                r["us_per_hs"] = r["cpu_s"] / r["ok"] * 1e6
+                r["rate"] = r["ok"] / r["seconds"]
+                runs.append(r)
+                print(f"certs={n:>6} full handshakes {r['rate']:>7.0f}/s  router cpu {r['us_per_hs']:6.1f} us/hs  "
+                      f"failed {r['failed']}", flush=True)
+            results[n] = {"runs": runs, "generate_s": gen, "ready_s": ready, "rss_kb": rss}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--handshakes", type=int, default=5000)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--certs", type=int, default=100000)
+    ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; clients and backend on CPU 0")
+    args = ap.parse_args()
+
+    router_bin = os.path.join(ROOT, "target/release/router")
+    d = tempfile.mkdtemp(prefix="router-tls-bench-")
+    for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        os.makedirs(f"{d}/tmp-{k}", exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", f"{d}/tls.key", "-out", f"{d}/tls.crt", "-days", "2", "-subj", "/CN=router.test",
+                    "-addext", "subjectAltName=DNS:router.test,IP:127.0.0.1"], check=True, capture_output=True)
+    with open(f"{d}/tls.pem", "w") as f:
+        f.write(open(f"{d}/tls.crt").read() + open(f"{d}/tls.key").read())
+    H.configs(d)
+    proxies_config(d)
+    procs = {}
+    results = {}
+    try:
+        procs["backend"] = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
+                                            stderr=subprocess.DEVNULL)
+        procs["nginx"] = subprocess.Popen(["nginx", "-c", f"{d}/nginx-tls.conf", "-p", d, "-g", "daemon off;"],
+                                          stderr=subprocess.DEVNULL)
+        procs["haproxy"] = subprocess.Popen(["haproxy", "-W", "-db", "-f", f"{d}/haproxy-tls.cfg"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs["router"] = subprocess.Popen([router_bin, "--config", f"{d}/router.yaml"],
+                                           stdout=subprocess.DEVNULL, stderr=open(f"{d}/router.log", "w"))
+        procs["router_full"] = subprocess.Popen([router_bin, "--config", f"{d}/router-full.yaml"],
+                                                stdout=subprocess.DEVNULL, stderr=open(f"{d}/router-full.log", "w"))
+        H.wait_port(P["backend"])
+        for p in ("haproxy", "haproxy_full", "nginx", "nginx_full", "router", "router_full"):
+            wait_https(P[p])
+        if args.pin:
+            H.pin(procs["backend"].pid, {0})
+            for name in ("nginx", "haproxy", "router", "router_full"):
+                H.pin(procs[name].pid, {1})
+            os.sched_setaffinity(0, {0})
+
+        targets = ["router", "haproxy", "nginx"]
+        results = {t: {"full": [], "resumed": [], "keepalive": []} for t in targets}
+        for rnd in range(args.rounds):
+            order = targets[rnd % 3:] + targets[:rnd % 3]
+            for t in order:
+                full_pid = procs["router_full" if t == "router" else t].pid
+                pid = procs[t].pid
+                for kind, port, ppid in (("full", P[f"{t}_full"], full_pid), ("resumed", P[t], pid)):
+                    url = f"https://127.0.0.1:{port}/"
+                    h2load(url, 1000, 50)
+                    r = measure(ppid, lambda: h2load(url, args.handshakes, 50))
+                    r["us_per_hs"] = r["cpu_s"] / max(r["ok"], 1) * 1e6
+                    r["rate"] = r["ok"] / r["seconds"]
+                    results[t][kind].append(r)
+                    print(f"round {rnd} {t:8} {kind:8} {r['rate']:>7.0f}/s  proxy cpu {r['us_per_hs']:6.1f} us/hs  "
+                          f"2xx {r['ok2xx']} failed {r['failed']}", flush=True)
+                wrk_https(P[t], 3)
+                r = measure(pid, lambda: wrk_https(P[t], args.duration))
+                r["us_per_req"] = r["cpu_s"] / r["requests"] * 1e6
+                r["rps"] = r["requests"] / r["wall"]
+                results[t]["keepalive"].append(r)
+                print(f"round {rnd} {t:8} https keep-alive {r['rps']:>8.0f} req/s  proxy cpu {r['us_per_req']:5.1f} us/req  "
+                      f"non2xx {r['non2xx']}", flush=True)
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    certs = {}
+    procs = {}
+    try:
+        procs["backend"] = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
+                                            stderr=subprocess.DEVNULL)
+        H.wait_port(P["backend"])
+        certs = certs_phase(d, router_bin, [1, args.certs], args.handshakes, args.rounds)
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=15)
+        shutil.rmtree(d, ignore_errors=True)
+
+    med = statistics.median
+    mode = "pinned (proxy CPU1; clients+backend CPU0)" if args.pin else "unpinned (all share 2 cores)"
+    print()
+    print(f"TLS 1.3, ECDSA P-256, {args.rounds} rounds, {mode}; h2load --h1 -t1 -c50 -n{args.handshakes} "
+          f"(Connection: close); wrk -t1 -c64 -d{args.duration}s over TLS")
+    print()
+    print("| target | full handshakes/s | proxy CPU µs per full handshake (+1 request) | resumed/s | µs per resumed | "
+          "HTTPS keep-alive req/s | proxy CPU µs/req |")
+    print("|---|---|---|---|---|---|---|")
+    summary = {}
+    for t in results:
+        f, r, k = results[t]["full"], results[t]["resumed"], results[t]["keepalive"]
+        rng = lambda xs: f"{med(xs):.0f} [{min(xs):.0f}–{max(xs):.0f}]"
+        summary[t] = {"full_us": med([x["us_per_hs"] for x in f]), "resumed_us": med([x["us_per_hs"] for x in r]),
+                      "keepalive_us": med([x["us_per_req"] for x in k])}
+        print(f"| {t} | {rng([x['rate'] for x in f])} | {rng([x['us_per_hs'] for x in f])} | "
+              f"{rng([x['rate'] for x in r])} | {rng([x['us_per_hs'] for x in r])} | "
+              f"{rng([x['rps'] for x in k])} | {med([x['us_per_req'] for x in k]):.1f} "
+              f"[{min(x['us_per_req'] for x in k):.1f}–{max(x['us_per_req'] for x in k):.1f}] |")
+    print()
+    for p in ("haproxy", "nginx"):
+        if p in summary and "router" in summary:
+            print(f"router vs {p}: CPU per full handshake {summary['router']['full_us'] / summary[p]['full_us']:.2f}x, "
+                  f"per resumed {summary['router']['resumed_us'] / summary[p]['resumed_us']:.2f}x, "
+                  f"per keep-alive request {summary['router']['keepalive_us'] / summary[p]['keepalive_us']:.2f}x")
+    print()
+    print("| alias certificates loaded | full handshakes/s (SNI = an alias) | router CPU µs per handshake | "
+          "start to first HTTPS 200 | RSS |")
+    print("|---|---|---|---|---|")
+    for n, c in certs.items():
+        rates = [x["rate"] for x in c["runs"]]
+        us = [x["us_per_hs"] for x in c["runs"]]
+        print(f"| {n} | {med(rates):.0f} [{min(rates):.0f}–{max(rates):.0f}] | {med(us):.1f} | {c['ready_s']:.1f} s | "
+              f"{c['rss_kb'] / 1024:.0f} MiB |")
+    if len(certs) == 2:
+        a, b = (certs[n] for n in certs)
+        print(f"\nrate with {args.certs} certificates / rate with 1: "
+              f"{med([x['rate'] for x in b['runs']]) / med([x['rate'] for x in a['runs']]):.2f}; "
+              f"CPU per handshake ratio {med([x['us_per_hs'] for x in b['runs']]) / med([x['us_per_hs'] for x in a['runs']]):.2f}")
+    with open(os.path.join(ROOT, "bench", "last-tls.json"), "w") as f:
+        json.dump({"args": vars(args), "results": results, "summary": summary,
+                   "certs": {str(k): v for k, v in certs.items()}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
