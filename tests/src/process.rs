@@ -13,6 +13,8 @@ use tokio::sync::mpsc;
 pub struct RouterProcess {
     pub child: Child,
     pub http: SocketAddr,
+    /// Set when the config has `listen.https` (logged before the admin listener).
+    pub https: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     /// Every log line (the config must set `access_log.format: json`).
     pub logs: mpsc::UnboundedReceiver<serde_json::Value>,
@@ -41,7 +43,7 @@ impl RouterProcess {
                 }
             }
         });
-        let (mut http, mut admin) = (None, None);
+        let (mut http, mut https, mut admin) = (None, None, None);
         while http.is_none() || admin.is_none() {
             let v = tokio::time::timeout(Duration::from_secs(20), logs.recv())
                 .await
@@ -51,6 +53,7 @@ impl RouterProcess {
                 let addr: SocketAddr = v["addr"].as_str().expect("addr").parse().expect("addr");
                 match v["listener"].as_str() {
                     Some("http") => http = Some(addr),
+                    Some("https") => https = Some(addr),
                     Some("admin") => admin = Some(addr),
                     _ => {}
                 }
@@ -59,6 +62,7 @@ impl RouterProcess {
         RouterProcess {
             child,
             http: http.expect("http"),
+            https,
             admin,
             logs,
         }
@@ -76,6 +80,20 @@ impl RouterProcess {
             .expect("kill")
             .success();
         assert!(ok, "kill -{name} failed");
+    }
+
+    /// The value of one sample line (`name{labels}`) of the admin `/metrics`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let raw = crate::raw::exchange(
+            self.admin?,
+            b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await;
+        String::from_utf8_lossy(&raw).lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == sample).then(|| value.parse().ok())?
+        })
     }
 
     /// A raw HTTP/1.1 GET with `Connection: close`; the status code, if any.

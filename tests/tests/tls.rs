@@ -391,20 +391,21 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
     let alias_leaf = pki.ca.leaf(&[ALIAS]);
     let key_file = pki.dir.join("ticket.key");
     std::fs::write(&key_file, [42u8; 48]).expect("ticket key");
-    let extra = format!("  session_ticket_key_file: {}\n", key_file.display());
-    let (a, _ba) = router_with_alias(&pki, &alias_leaf, &extra).await;
-    let (b, _bb) = router_with_alias(&pki, &alias_leaf, &extra).await;
+    // Two router processes (the binary), as the two hosts of the pair.
+    let (a, _ba) = router_process(&pki, &alias_leaf, &key_file).await;
+    let (b, _bb) = router_process(&pki, &alias_leaf, &key_file).await;
+    let (a_https, b_https) = (a.https.expect("A https"), b.https.expect("B https"));
 
     // TLS 1.3, rustls client: a ticket from A resumes on B.
     let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
-    let s = connect(https(&a), ALIAS, &config).await.expect("A");
+    let s = connect(a_https, ALIAS, &config).await.expect("A");
     let mut s = http1(s).await;
     assert_eq!(
         get(&mut s, ALIAS, "/").await.0,
         200,
         "reads the tickets too"
     );
-    let resumed = connect(https(&b), ALIAS, &config).await.expect("B");
+    let resumed = connect(b_https, ALIAS, &config).await.expect("B");
     assert_eq!(
         resumed.get_ref().1.handshake_kind(),
         Some(rustls::HandshakeKind::Resumed),
@@ -419,7 +420,7 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
     // TLS 1.2, openssl s_client: the session saved from A is reused on B.
     let sess = pki.dir.join("sess.pem").display().to_string();
     let ca = pki.ca_file.display().to_string();
-    let (a_addr, b_addr) = (https(&a).to_string(), https(&b).to_string());
+    let (a_addr, b_addr) = (a_https.to_string(), b_https.to_string());
     let out = s_client_tls12(&a_addr, &ca, "-sess_out", &sess).await;
     assert!(out.contains("New, TLSv1.2"), "{out}");
     let out = s_client_tls12(&b_addr, &ca, "-sess_in", &sess).await;
@@ -436,6 +437,58 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
     .await;
     let out = s_client_tls12(&https(&c).to_string(), &ca, "-sess_in", &sess).await;
     assert!(out.contains("New, TLSv1.2"), "{out}");
+}
+
+/// The `router` binary with HTTPS, the shared ticket key, one app with a backend
+/// and the alias with its certificate (events in its spool before it starts).
+async fn router_process(
+    pki: &Pki,
+    alias_leaf: &Leaf,
+    ticket_key: &Path,
+) -> (e2e::process::RouterProcess, Backend) {
+    let backend = Backend::start().await;
+    let root = e2e::tempdir("tls-process");
+    let spool = root.join("spool");
+    std::fs::create_dir_all(&spool).expect("spool");
+    let events = [
+        events::add_lb("myapp", "demo", backend.addr),
+        events::add_alias("myapp", "demo", ALIAS),
+        events::add_ssl(
+            "myapp",
+            "demo",
+            ALIAS,
+            &alias_leaf.cert_pem,
+            &alias_leaf.key_pem,
+            None,
+        ),
+    ];
+    for (i, e) in events.iter().enumerate() {
+        std::fs::write(spool.join(format!("0{i}.yaml")), e).expect("event");
+    }
+    let config = root.join("router.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {root}/state\n\
+             listen:\n  http: 127.0.0.1:0\n  https: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             {tls}  session_ticket_key_file: {key}\n\
+             spi:\n  source: spool\n  spool:\n    path: {spool}\n    interval: 20ms\n\
+             health:\n  checks: false\naccess_log:\n  format: json\n",
+            root = root.display(),
+            tls = pki.tls_section(""),
+            key = ticket_key.display(),
+            spool = spool.display(),
+        ),
+    )
+    .expect("config");
+    let p = e2e::process::RouterProcess::start(&config).await;
+    e2e::eventually(
+        "alias certificate loaded",
+        Duration::from_secs(10),
+        async || p.metric("router_tls_certificates").await == Some(1.0),
+    )
+    .await;
+    (p, backend)
 }
 
 /// `openssl s_client -tls1_2` to the alias, saving (`-sess_out`) or offering

@@ -83,6 +83,7 @@ impl ResolvesServerCert for SniResolver {
 }
 
 struct Entry {
+    /// The app that owns the alias.
     app: AppKey,
     fingerprint: u64,
     key: Arc<CertifiedKey>,
@@ -93,6 +94,9 @@ pub struct CertIndex {
     live: Arc<ArcSwap<Certs>>,
     current: Certs,
     entries: HashMap<String, Entry>,
+    /// The aliases with a certificate, per app: an app's change costs its own
+    /// aliases, never a scan of every certificate.
+    by_app: HashMap<AppKey, BTreeSet<String>>,
     /// Certificates removed while their alias stays, and when they go.
     pending: HashMap<String, Instant>,
     provider: Arc<CryptoProvider>,
@@ -115,6 +119,7 @@ impl CertIndex {
             live: Arc::new(ArcSwap::from_pointee(current.clone())),
             current,
             entries: HashMap::new(),
+            by_app: HashMap::new(),
             pending: HashMap::new(),
             provider,
             metrics,
@@ -143,10 +148,12 @@ impl CertIndex {
                 self.put(key, alias, bundle);
             }
             let had: Vec<String> = self
-                .entries
-                .iter()
-                .filter(|(alias, e)| e.app == *key && !want.iter().any(|(a, _)| *a == *alias))
-                .map(|(alias, _)| alias.clone())
+                .by_app
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter(|alias| !want.iter().any(|(a, _)| *a == *alias))
+                .cloned()
                 .collect();
             for alias in had {
                 let alias_stays = app.is_some_and(|a| a.aliases.contains(&alias));
@@ -205,7 +212,7 @@ impl CertIndex {
                 self.current
                     .by_name
                     .insert(Arc::from(alias), loaded.key.clone());
-                self.entries.insert(
+                let previous = self.entries.insert(
                     alias.to_string(),
                     Entry {
                         app: app.clone(),
@@ -213,6 +220,14 @@ impl CertIndex {
                         key: loaded.key,
                     },
                 );
+                // An alias that moved to another app leaves the old app's list.
+                if let Some(p) = previous.filter(|p| p.app != *app) {
+                    self.unlist(&p.app, alias);
+                }
+                self.by_app
+                    .entry(app.clone())
+                    .or_default()
+                    .insert(alias.to_string());
                 self.pending.remove(alias);
                 tracing::info!(app = %app, alias = %alias, "certificate loaded");
             }
@@ -230,9 +245,19 @@ impl CertIndex {
 
     fn remove(&mut self, alias: &str) {
         self.pending.remove(alias);
-        if self.entries.remove(alias).is_some() {
+        if let Some(e) = self.entries.remove(alias) {
+            self.unlist(&e.app, alias);
             self.current.by_name.remove(alias);
             self.metrics.forget_expiry(alias);
+        }
+    }
+
+    fn unlist(&mut self, app: &AppKey, alias: &str) {
+        if let Some(set) = self.by_app.get_mut(app) {
+            set.remove(alias);
+            if set.is_empty() {
+                self.by_app.remove(app);
+            }
         }
     }
 

@@ -39,7 +39,14 @@ fn main() {
         apply(&mut state, &events::add_alias(&app, "bench", &alias));
         apply(
             &mut state,
-            &events::add_ssl(&app, "bench", &alias, &cert.pem(), &key.serialize_pem(), None),
+            &events::add_ssl(
+                &app,
+                "bench",
+                &alias,
+                &cert.pem(),
+                &key.serialize_pem(),
+                None,
+            ),
         );
     }
     let mut store = Store::open(dir.as_str()).expect("state dir");
