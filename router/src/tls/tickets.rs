@@ -86,7 +86,11 @@ impl SharedTicketer {
                 *seen = m;
                 tracing::info!(file = %self.path.display(), "session ticket secret reloaded");
             }
-            Err(e) => tracing::error!(error = %e, "session ticket secret not reloaded"),
+            Err(e) => {
+                // Logged once per change of the file, not on every check.
+                *seen = modified;
+                tracing::error!(error = %e, "session ticket secret not reloaded; the previous one stays");
+            }
         }
     }
 
@@ -231,6 +235,40 @@ mod tests {
         for d in [da, db, dc] {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+
+    #[test]
+    fn a_replaced_secret_file_is_picked_up_and_a_broken_one_ignored() {
+        let (t, dir) = ticketer(&[1u8; 48], "reload");
+        let now = SystemTime::now();
+        let old = t.seal(b"state", now).expect("seal");
+        let path = dir.join("ticket.key");
+        // A broken file (too short) keeps the old secret.
+        std::fs::write(&path, b"short").expect("write");
+        set_mtime_later(&path);
+        t.reload();
+        assert!(t.unseal(&old, now).is_some(), "old secret still in use");
+        // A new secret: old tickets no longer open, new ones do.
+        std::fs::write(&path, [2u8; 48]).expect("write");
+        set_mtime_later(&path);
+        t.reload();
+        assert!(t.unseal(&old, now).is_none());
+        let new = t.seal(b"state", now).expect("seal");
+        assert!(t.unseal(&new, now).is_some());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Moves the file's mtime forward, so a rewrite within the clock's granularity
+    /// still counts as a change.
+    fn set_mtime_later(path: &Path) {
+        static BUMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = BUMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(path)
+            .expect("open");
+        f.set_modified(SystemTime::now() + Duration::from_secs(10 * n))
+            .expect("mtime");
     }
 
     #[test]
