@@ -277,8 +277,9 @@ async fn check_inner(addr: &str, probe: &Probe, s: &Settings) -> Outcome {
     };
     // Close with a reset, as haproxy does for its checks: thousands of checks a
     // second would otherwise leave tens of thousands of sockets in TIME_WAIT here,
-    // and the kernel's search for a free source port grows with them.
-    let _ = stream.set_linger(Some(Duration::ZERO));
+    // and the kernel's search for a free source port grows with them. (A zero
+    // linger never blocks on close: the reset is sent at once.)
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
     if probe.tcp_only {
         return Outcome::Pass;
     }
