@@ -202,16 +202,32 @@ impl SendError {
         }
     }
 
-    /// The member closed the connection before sending any response byte: the one
-    /// failure after which an idempotent request may be sent again (as nginx's
-    /// default `proxy_next_upstream error` does).
+    /// The member closed or reset the connection before sending any response byte:
+    /// the one failure after which an idempotent request may be sent again (as
+    /// nginx's default `proxy_next_upstream error` does). A garbled response or a
+    /// timeout is not one of them.
     pub fn closed_before_response(&self) -> bool {
-        match self {
-            SendError::Http { source, .. } => {
-                source.is_incomplete_message() || source.is_canceled()
-            }
-            _ => false,
+        let SendError::Http { source, .. } = self else {
+            return false;
+        };
+        if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
+            return true;
         }
+        // A reset while writing the request or waiting for the head.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(source);
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                return matches!(
+                    io.kind(),
+                    io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::ConnectionAborted
+                );
+            }
+            cause = e.source();
+        }
+        false
     }
 
     /// The connection had served a request before: its close was likely the
