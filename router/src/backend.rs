@@ -54,6 +54,9 @@ pub struct Backend {
     failures: AtomicU32,
     /// Woken when the last in-flight request of a rotated-out member ends.
     drained: Notify,
+    /// Wakes this member's checker when it is ejected or freed: with active checks
+    /// off, the checker sleeps on this instead of waking every interval.
+    pub(crate) wake: Arc<Notify>,
     shared: Arc<Shared>,
 }
 
@@ -168,6 +171,7 @@ impl Backend {
         if was != Health::Down && self.health.transition(was, Health::Down) {
             self.failures.store(0, Ordering::Relaxed);
             self.shared.metrics.ejected("passive");
+            self.wake.notify_one();
             self.shared.metrics.set_up(&self.addr, false);
             tracing::warn!(member = %self.addr, failures = n, "member is down (connection failures)");
         }
@@ -239,6 +243,7 @@ impl Drop for InFlight {
 impl Drop for Backend {
     fn drop(&mut self) {
         self.shared.metrics.forget(&self.addr);
+        self.wake.notify_one();
     }
 }
 
@@ -346,6 +351,7 @@ impl Registry {
             rotated_out: AtomicBool::new(self.rotate.contains(addr)),
             failures: AtomicU32::new(0),
             drained: Notify::new(),
+            wake: Arc::new(Notify::new()),
             shared: self.shared.clone(),
         });
         self.shared
@@ -360,6 +366,7 @@ impl Registry {
             let first = health::first_delay(settings, Instant::now() < self.startup_until);
             rt.spawn(health::run(
                 Arc::downgrade(&backend),
+                backend.wake.clone(),
                 settings.clone(),
                 self.shared.metrics.clone(),
                 first,

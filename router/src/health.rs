@@ -14,7 +14,8 @@
 //!   cost 10k/interval small connections per second, never a burst.
 //! - **Passive ejection**: `health.passive_failures` connect failures or resets in a
 //!   row take a member down at once, between checks; the checks then bring it back
-//!   after `rise` passes (a down member is probed even when active checks are off).
+//!   after `rise` passes (a down member is probed even when active checks are off;
+//!   until then its checker sleeps without waking).
 //!
 //! State lives in the member's [`Backend`](crate::backend::Backend) (outside the route
 //! table) so it survives table swaps. Transitions use compare-and-swap: a check that
@@ -175,6 +176,7 @@ pub enum Outcome {
 /// The checker of one member; ends when the member is gone from every table.
 pub async fn run(
     member: Weak<Backend>,
+    wake: Arc<tokio::sync::Notify>,
     settings: Arc<Settings>,
     metrics: HealthMetrics,
     first: Duration,
@@ -189,7 +191,13 @@ pub async fn run(
             // Changed behind our back (passive ejection): count afresh.
             (passes, fails, seen) = (0, 0, now);
         }
-        if settings.active || now == Health::Down {
+        if !settings.active && now != Health::Down {
+            // Nothing to probe until a passive ejection (or the member is freed).
+            drop(b);
+            wake.notified().await;
+            continue;
+        }
+        {
             let (addr, probe) = (b.addr.clone(), b.probe.clone());
             drop(b); // a check must not keep a removed member alive
             let start = Instant::now();

@@ -339,3 +339,55 @@ async fn keep_awake_checks_go_to_the_front_end_with_the_app_host() {
         "not the gear's port directly"
     );
 }
+
+#[tokio::test]
+async fn with_checks_off_a_passively_ejected_member_is_probed_back() {
+    let a = Backend::start().await;
+    let b = Backend::start().await;
+    let b_addr = b.addr;
+    let r = TestRouter::start(
+        "health:\n  checks: false\n  interval: 200ms\n  timeout: 150ms\n  jitter: 20ms\n  rise: 2\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(b_addr, "up").await;
+    assert_eq!(
+        r.metric("router_health_checks_total{result=\"pass\"}")
+            .await,
+        Some(0.0),
+        "no active checks"
+    );
+    drop(b);
+    // Only traffic can notice: refusals eject it.
+    e2e::eventually("passive ejection", Duration::from_secs(10), async || {
+        assert_eq!(r.get(HA, "/").await.0, 200, "retried on the other member");
+        r.backend_state(b_addr)
+            .await
+            .is_some_and(|s| s["health"] == "down")
+    })
+    .await;
+    // Probed while down, so it comes back by itself.
+    let b = Backend::start_on(b_addr).await;
+    r.wait_health(b_addr, "up").await;
+    assert!(
+        r.metric("router_health_checks_total{result=\"pass\"}")
+            .await
+            >= Some(2.0)
+    );
+    assert_eq!(
+        r.metric("router_backend_ejections_total{reason=\"passive\"}")
+            .await,
+        Some(1.0)
+    );
+    e2e::eventually(
+        "traffic to the recovered member",
+        Duration::from_secs(10),
+        async || {
+            r.get(HA, "/").await;
+            b.proxied() > 0
+        },
+    )
+    .await;
+    drop(a);
+}
