@@ -197,46 +197,44 @@ pub async fn run(
             wake.notified().await;
             continue;
         }
-        {
-            let (addr, probe) = (b.addr.clone(), b.probe.clone());
-            drop(b); // a check must not keep a removed member alive
-            let start = Instant::now();
-            let outcome = check(&addr, &probe, &settings).await;
-            metrics.observe(start.elapsed(), &outcome);
-            let Some(b) = member.upgrade() else { return };
-            match outcome {
-                Outcome::Pass => {
-                    (passes, fails) = (passes + 1, 0);
-                    // A new member comes up on its first pass; a down one after `rise`.
-                    let up = match seen {
-                        Health::Unknown => true,
-                        Health::Down => passes >= settings.rise,
-                        Health::Up => false,
-                    };
-                    if up && b.health.transition(seen, Health::Up) {
-                        if seen == Health::Down {
-                            metrics.recoveries.inc();
-                            tracing::info!(member = %addr, "member is up again");
-                        }
-                        metrics.set_up(&addr, true);
+        let (addr, probe) = (b.addr.clone(), b.probe.clone());
+        drop(b); // a check must not keep a removed member alive
+        let start = Instant::now();
+        let outcome = check(&addr, &probe, &settings).await;
+        metrics.observe(start.elapsed(), &outcome);
+        let Some(b) = member.upgrade() else { return };
+        match outcome {
+            Outcome::Pass => {
+                (passes, fails) = (passes + 1, 0);
+                // A new member comes up on its first pass; a down one after `rise`.
+                let up = match seen {
+                    Health::Unknown => true,
+                    Health::Down => passes >= settings.rise,
+                    Health::Up => false,
+                };
+                if up && b.health.transition(seen, Health::Up) {
+                    if seen == Health::Down {
+                        metrics.recoveries.inc();
+                        tracing::info!(member = %addr, "member is up again");
                     }
-                }
-                Outcome::Fail(why) => {
-                    (passes, fails) = (0, fails + 1);
-                    if seen != Health::Down
-                        && fails >= settings.fall
-                        && b.health.transition(seen, Health::Down)
-                    {
-                        if seen == Health::Up {
-                            metrics.ejected("check");
-                            tracing::warn!(member = %addr, reason = why, "member is down (health check)");
-                        }
-                        metrics.set_up(&addr, false);
-                    }
+                    metrics.set_up(&addr, true);
                 }
             }
-            seen = b.health.get();
+            Outcome::Fail(why) => {
+                (passes, fails) = (0, fails + 1);
+                if seen != Health::Down
+                    && fails >= settings.fall
+                    && b.health.transition(seen, Health::Down)
+                {
+                    if seen == Health::Up {
+                        metrics.ejected("check");
+                        tracing::warn!(member = %addr, reason = why, "member is down (health check)");
+                    }
+                    metrics.set_up(&addr, false);
+                }
+            }
         }
+        seen = b.health.get();
         tokio::time::sleep(next_delay(&settings)).await;
     }
 }
