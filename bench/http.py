@@ -34,40 +34,10 @@ def write(path, text):
         f.write(text)
 
 
-def configs(d):
-    temp = "\n".join(f"  {k}_temp_path {d}/tmp-{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    write(f"{d}/backend.conf", f"""
-worker_processes 1;
-pid {d}/backend.pid;
-error_log {d}/backend.err warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  keepalive_requests 100000;
-{temp}
-  server {{
-    listen 127.0.0.1:{PORTS['backend']} backlog=4096;
-    location / {{ default_type text/plain; return 200 "{BODY[:-1]}\\n"; }}
-  }}
-}}
-""")
-    write(f"{d}/nginx-proxy.conf", f"""
-worker_processes 1;
-pid {d}/nginx-proxy.pid;
-error_log {d}/nginx-proxy.err warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  keepalive_requests 100000;
-{temp}
-  upstream backend {{ server 127.0.0.1:{PORTS['backend']}; keepalive 64; keepalive_requests 100000; }}
-  server {{
-    listen 127.0.0.1:{PORTS['nginx']} backlog=4096;
-    location / {{ proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }}
-  }}
-}}
-""")
-    write(f"{d}/haproxy.cfg", f"""
+TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+UPSTREAM = f"upstream backend {{ server 127.0.0.1:{PORTS['backend']}; keepalive 64; keepalive_requests 100000; }}"
+PROXY_PASS = 'location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }'
+HAPROXY_HEAD = """
 global
     maxconn 9000
     nbthread 1
@@ -77,6 +47,47 @@ defaults
     timeout client 30s
     timeout server 30s
     option http-keep-alive
+"""
+
+
+def workdir(prefix):
+    """A fresh directory with nginx's temp directories in it."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    for k in TEMP_KINDS:
+        os.makedirs(f"{d}/tmp-{k}", exist_ok=True)
+    return d
+
+
+def nginx_conf(d, name, body):
+    """`d/name.conf`: one worker, no access log, long keep-alive, then `body` in http {}."""
+    temp = "\n".join(f"  {k}_temp_path {d}/tmp-{k};" for k in TEMP_KINDS)
+    write(f"{d}/{name}.conf", f"""
+worker_processes 1;
+pid {d}/{name}.pid;
+error_log {d}/{name}.err warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  keepalive_requests 100000;
+{temp}
+{body}
+}}
+""")
+
+
+def configs(d):
+    nginx_conf(d, "backend", f"""
+  server {{
+    listen 127.0.0.1:{PORTS['backend']} backlog=4096;
+    location / {{ default_type text/plain; return 200 "{BODY[:-1]}\\n"; }}
+  }}""")
+    nginx_conf(d, "nginx-proxy", f"""
+  {UPSTREAM}
+  server {{
+    listen 127.0.0.1:{PORTS['nginx']} backlog=4096;
+    {PROXY_PASS}
+  }}""")
+    write(f"{d}/haproxy.cfg", HAPROXY_HEAD + f"""
 frontend fe_http
     bind 127.0.0.1:{PORTS['haproxy']}
     default_backend be
@@ -195,9 +206,7 @@ def main():
     router_bin = os.path.join(ROOT, "target/release/router")
     if not os.path.exists(router_bin):
         sys.exit("build first: cargo build --release -p router")
-    d = tempfile.mkdtemp(prefix="router-bench-")
-    for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        os.makedirs(f"{d}/tmp-{k}", exist_ok=True)
+    d = workdir("router-bench-")
     configs(d)
     router_config(d, args.router_threads)
     procs = {}

@@ -27,7 +27,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,25 +42,14 @@ HOST = H.HOST
 
 
 def proxies_config(d):
-    write = H.write
-    temp = "\n".join(f"  {k}_temp_path {d}/tmp-{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    loc = "location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
-    write(f"{d}/nginx-tls.conf", f"""
-worker_processes 1;
-pid {d}/nginx-tls.pid;
-error_log {d}/nginx-tls.err warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  keepalive_requests 100000;
-{temp}
-  upstream backend {{ server 127.0.0.1:{P['backend']}; keepalive 64; keepalive_requests 100000; }}
+    H.nginx_conf(d, "nginx-tls", f"""
+  {H.UPSTREAM}
   server {{
     listen 127.0.0.1:{P['nginx']} ssl backlog=4096;
     ssl_certificate {d}/tls.crt;
     ssl_certificate_key {d}/tls.key;
     ssl_protocols TLSv1.3;
-    {loc}
+    {H.PROXY_PASS}
   }}
   server {{
     listen 127.0.0.1:{P['nginx_full']} ssl backlog=4096;
@@ -70,21 +58,11 @@ http {{
     ssl_protocols TLSv1.3;
     ssl_session_tickets off;
     ssl_session_cache off;
-    {loc}
-  }}
-}}
-""")
-    write(f"{d}/haproxy-tls.cfg", f"""
-global
-    maxconn 9000
-    nbthread 1
-    tune.ssl.cachesize 0
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    option http-keep-alive
+    {H.PROXY_PASS}
+  }}""")
+    # No server-side session cache: with no-tls-tickets nothing can resume there.
+    head = H.HAPROXY_HEAD.replace("    nbthread 1\n", "    nbthread 1\n    tune.ssl.cachesize 0\n")
+    H.write(f"{d}/haproxy-tls.cfg", head + f"""
 frontend fe_tls
     bind 127.0.0.1:{P['haproxy']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1
     default_backend be
@@ -105,7 +83,7 @@ backend be
     ):
         os.makedirs(f"{d}/{spool}", exist_ok=True)
         shutil.copy(f"{d}/spool/01-bench.yaml", f"{d}/{spool}/01-bench.yaml")
-        write(f"{d}/{name}.yaml", f"""
+        H.write(f"{d}/{name}.yaml", f"""
 cloud_domain: example.com
 state_dir: {d}/state-{name}
 worker_threads: 1
@@ -241,9 +219,7 @@ def main():
     args = ap.parse_args()
 
     router_bin = os.path.join(ROOT, "target/release/router")
-    d = tempfile.mkdtemp(prefix="router-tls-bench-")
-    for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        os.makedirs(f"{d}/tmp-{k}", exist_ok=True)
+    d = H.workdir("router-tls-bench-")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                     "-keyout", f"{d}/tls.key", "-out", f"{d}/tls.crt", "-days", "2", "-subj", "/CN=router.test",
                     "-addext", "subjectAltName=DNS:router.test,IP:127.0.0.1"], check=True, capture_output=True)

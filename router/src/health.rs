@@ -135,25 +135,9 @@ pub struct Settings {
 }
 
 impl Default for Settings {
+    /// The defaults of `health.*` (one source: the configuration's).
     fn default() -> Settings {
-        Settings {
-            active: true,
-            path: "/".into(),
-            statuses: vec![
-                StatusMatch::Class(2),
-                StatusMatch::Class(3),
-                StatusMatch::Code(401),
-            ],
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(2),
-            jitter: Duration::from_millis(500),
-            rise: 2,
-            fall: 3,
-            gate_new: true,
-            passive_failures: 3,
-            host: None,
-            keep_awake_port: None,
-        }
+        crate::config::HealthConfig::default().settings()
     }
 }
 

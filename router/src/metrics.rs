@@ -284,7 +284,8 @@ impl HealthMetrics {
 /// the default certificate, `alias="default"`); each is removed with its certificate.
 #[derive(Clone)]
 pub struct TlsMetrics {
-    handshakes: IntCounterVec,
+    /// `router_tls_handshakes_total{kind}`: full, resumed (resolved once).
+    handshakes: [IntCounter; 2],
     failures: IntCounterVec,
     pub certificates: IntGauge,
     certificate_errors: IntCounterVec,
@@ -331,7 +332,7 @@ impl TlsMetrics {
         registry.register(Box::new(certificate_errors.clone()))?;
         registry.register(Box::new(expiry.clone()))?;
         Ok(TlsMetrics {
-            handshakes,
+            handshakes: ["full", "resumed"].map(|k| handshakes.with_label_values(&[k])),
             failures,
             certificates,
             certificate_errors,
@@ -344,8 +345,8 @@ impl TlsMetrics {
         TlsMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
     }
 
-    pub fn handshake(&self, kind: &str) {
-        self.handshakes.with_label_values(&[kind]).inc();
+    pub fn handshake(&self, resumed: bool) {
+        self.handshakes[usize::from(resumed)].inc();
     }
 
     pub fn handshake_failed(&self, reason: &str) {

@@ -244,7 +244,7 @@ impl Proxy {
         // 3. pick
         let member: Member = route.pick().ok_or(ProxyError::NoMember)?.clone();
         // The name TLS members are asked for (SNI) and verified against.
-        let sni: Arc<str> = Arc::from(&*name);
+        let sni: &str = &name;
 
         // 5. forward (4, the slot and connection, once the request is ready)
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
@@ -268,7 +268,7 @@ impl Proxy {
         if let Some(client_upgrade) = client_upgrade {
             let backend = &member.backend;
             let slot = self.slot(&member).await?;
-            let up = self.connect(&member, &sni).await?;
+            let up = self.connect(&member, sni).await?;
             let req = Request::from_parts(parts, RequestBody::Stream(body));
             let response = match tokio::time::timeout(
                 self.response_timeout,
@@ -285,12 +285,12 @@ impl Proxy {
         // 4. slot and connection. Nothing has reached a member yet, so an idempotent
         // request whose member refused, timed out connecting or stayed full is tried
         // once on another member (the least busy other one).
-        let (mut member, mut slot, mut up) = match self.checkout(&member, &sni).await {
+        let (mut member, mut slot, mut up) = match self.checkout(&member, sni).await {
             Ok((slot, up)) => (member, slot, up),
             Err(e) if e.nothing_sent() && idempotent(&parts.method) => {
                 let other = other_member(&route, &member).ok_or(e)?;
                 self.metrics.retries.inc();
-                let (slot, up) = self.checkout(&other, &sni).await?;
+                let (slot, up) = self.checkout(&other, sni).await?;
                 (other, slot, up)
             }
             Err(e) => return Err(e),
@@ -313,7 +313,7 @@ impl Proxy {
             // timeout: a new connection to it. A fresh one closed (or a refused
             // reconnect) means the member is going away: another member.
             let fresh = if e.on_reused() {
-                self.connect(&member, &sni).await
+                self.connect(&member, sni).await
             } else {
                 Err(self.failed(&member.backend, UpstreamError::Reset))
             };
@@ -324,7 +324,7 @@ impl Proxy {
                         || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
                 {
                     let other = other_member(&route, &member).ok_or(e)?;
-                    let (s, u) = self.checkout(&other, &sni).await?;
+                    let (s, u) = self.checkout(&other, sni).await?;
                     (member, slot) = (other, s);
                     u
                 }
@@ -414,13 +414,13 @@ impl Proxy {
     async fn checkout(
         &self,
         member: &Member,
-        sni: &Arc<str>,
+        sni: &str,
     ) -> Result<(InFlight, Upstream), ProxyError> {
         let slot = self.slot(member).await?;
         let idle = member
             .backend
             .take_idle()
-            .filter(|up| !member.tls || up.sni() == Some(&**sni));
+            .filter(|up| !member.tls || up.sni() == Some(sni));
         let up = match idle {
             Some(idle) => idle,
             None => self.connect(member, sni).await?,
@@ -428,7 +428,7 @@ impl Proxy {
         Ok((slot, up))
     }
 
-    async fn connect(&self, member: &Member, sni: &Arc<str>) -> Result<Upstream, ProxyError> {
+    async fn connect(&self, member: &Member, sni: &str) -> Result<Upstream, ProxyError> {
         let tls = match (&self.member_tls, member.tls) {
             (Some(connector), true) => Some(MemberTls {
                 connector,

@@ -86,3 +86,14 @@ pub fn add_ssl(
 pub fn remove_ssl(app: &str, ns: &str, alias: &str) -> String {
     format!("---\n:action: :remove_ssl\n:app_name: {app}\n:namespace: {ns}\n:alias: {alias}\n")
 }
+
+/// Decodes a synthetic event and applies it to `state` (benchmark tools that build a
+/// state directly).
+pub fn apply(state: &mut spi_consumer::RoutingState, yaml: &str) {
+    match spi_consumer::event::decode(yaml.as_bytes()) {
+        Ok(spi_consumer::event::Decoded::Event(e)) => {
+            state.apply(&e);
+        }
+        other => panic!("bad synthetic event: {other:?}"),
+    }
+}

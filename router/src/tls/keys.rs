@@ -214,38 +214,27 @@ fn decrypt_legacy(data: &[u8], dek_info: &str, pass: &str) -> Result<Vec<u8>, Ce
     let key = evp_bytes_to_key(pass.as_bytes(), salt, key_len);
     let mut buf = data.to_vec();
     let plain = match cipher {
-        "AES-128-CBC" => cbc::Decryptor::<aes::Aes128>::new_from_slices(&key, &iv)
-            .ok()
-            .and_then(|d| {
-                d.decrypt_padded_mut::<Pkcs7>(&mut buf)
-                    .ok()
-                    .map(<[u8]>::len)
-            }),
-        "AES-192-CBC" => cbc::Decryptor::<aes::Aes192>::new_from_slices(&key, &iv)
-            .ok()
-            .and_then(|d| {
-                d.decrypt_padded_mut::<Pkcs7>(&mut buf)
-                    .ok()
-                    .map(<[u8]>::len)
-            }),
-        "AES-256-CBC" => cbc::Decryptor::<aes::Aes256>::new_from_slices(&key, &iv)
-            .ok()
-            .and_then(|d| {
-                d.decrypt_padded_mut::<Pkcs7>(&mut buf)
-                    .ok()
-                    .map(<[u8]>::len)
-            }),
-        _ => cbc::Decryptor::<des::TdesEde3>::new_from_slices(&key, &iv)
-            .ok()
-            .and_then(|d| {
-                d.decrypt_padded_mut::<Pkcs7>(&mut buf)
-                    .ok()
-                    .map(<[u8]>::len)
-            }),
+        "AES-128-CBC" => cbc_decrypt::<aes::Aes128>(&key, &iv, &mut buf),
+        "AES-192-CBC" => cbc_decrypt::<aes::Aes192>(&key, &iv, &mut buf),
+        "AES-256-CBC" => cbc_decrypt::<aes::Aes256>(&key, &iv, &mut buf),
+        _ => cbc_decrypt::<des::TdesEde3>(&key, &iv, &mut buf),
     };
     let len = plain.ok_or(CertError::WrongPassPhrase)?;
     buf.truncate(len);
     Ok(buf)
+}
+
+/// CBC decryption in place with PKCS#7 padding; the plaintext's length, or `None`
+/// if the key or IV does not fit or the padding is wrong (a wrong pass phrase).
+fn cbc_decrypt<C>(key: &[u8], iv: &[u8], buf: &mut [u8]) -> Option<usize>
+where
+    C: cbc::cipher::BlockDecryptMut + cbc::cipher::BlockCipher + cbc::cipher::KeyInit,
+{
+    cbc::Decryptor::<C>::new_from_slices(key, iv)
+        .ok()?
+        .decrypt_padded_mut::<Pkcs7>(buf)
+        .ok()
+        .map(<[u8]>::len)
 }
 
 /// `EVP_BytesToKey(MD5, salt, pass, count = 1)`: D_i = MD5(D_{i-1} || pass || salt).

@@ -61,11 +61,8 @@ pub async fn handshake(
 ) -> Option<TlsStream<TcpStream>> {
     match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => {
-            let kind = match tls.get_ref().1.handshake_kind() {
-                Some(rustls::HandshakeKind::Resumed) => "resumed",
-                _ => "full",
-            };
-            metrics.handshake(kind);
+            let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            metrics.handshake(resumed);
             Some(tls)
         }
         Ok(Err(e)) => {

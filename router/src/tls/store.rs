@@ -86,7 +86,6 @@ struct Entry {
     /// The app that owns the alias.
     app: AppKey,
     fingerprint: u64,
-    key: Arc<CertifiedKey>,
 }
 
 /// The writer of [`Certs`].
@@ -209,15 +208,12 @@ impl CertIndex {
         ) {
             Ok(loaded) => {
                 self.metrics.set_expiry(alias, loaded.not_after);
-                self.current
-                    .by_name
-                    .insert(Arc::from(alias), loaded.key.clone());
+                self.current.by_name.insert(Arc::from(alias), loaded.key);
                 let previous = self.entries.insert(
                     alias.to_string(),
                     Entry {
                         app: app.clone(),
                         fingerprint,
-                        key: loaded.key,
                     },
                 );
                 // An alias that moved to another app leaves the old app's list.
@@ -267,11 +263,6 @@ impl CertIndex {
             .set(self.current.by_name.len() as i64);
         self.live.store(Arc::new(self.current.clone()));
     }
-
-    /// The certified key in service for `alias` (tests and the admin API).
-    pub fn key_for(&self, alias: &str) -> Option<&Arc<CertifiedKey>> {
-        self.entries.get(alias).map(|e| &e.key)
-    }
 }
 
 fn fingerprint(b: &CertBundle) -> u64 {
@@ -287,25 +278,33 @@ mod tests {
     use super::*;
     use spi_consumer::event::{Decoded, decode};
 
-    fn apply(state: &mut RoutingState, index: &mut CertIndex, name: &str, now: Instant) {
+    fn fixture(name: &str) -> String {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/spi-events")
             .join(name);
-        let Ok(Decoded::Event(e)) = decode(&std::fs::read(path).expect("fixture")) else {
-            panic!("{name}");
-        };
-        changed(state, index, &e, now);
+        std::fs::read_to_string(path).expect("fixture")
     }
 
-    fn changed(
-        state: &mut RoutingState,
-        index: &mut CertIndex,
-        e: &spi_consumer::event::RoutingEvent,
-        now: Instant,
-    ) {
-        if let spi_consumer::state::Applied::Changed(k) = state.apply(e) {
+    /// Applies one event (YAML text) to the state, then the index follows.
+    fn apply_text(state: &mut RoutingState, index: &mut CertIndex, yaml: &str, now: Instant) {
+        let Ok(Decoded::Event(e)) = decode(yaml.as_bytes()) else {
+            panic!("not an event: {yaml:.60}");
+        };
+        if let spi_consumer::state::Applied::Changed(k) = state.apply(&e) {
             index.update(state, &BTreeSet::from([k]), now);
         }
+    }
+
+    fn apply(state: &mut RoutingState, index: &mut CertIndex, name: &str, now: Instant) {
+        apply_text(state, index, &fixture(name), now);
+    }
+
+    /// The certificate handshakes for `name` get now.
+    fn served(live: &ArcSwap<Certs>, name: &str) -> Arc<CertifiedKey> {
+        live.load()
+            .for_name(Some(name))
+            .cloned()
+            .expect("a certificate")
     }
 
     fn index() -> CertIndex {
@@ -357,45 +356,24 @@ mod tests {
             apply(&mut s, &mut ix, f, t0);
         }
         let live = ix.live();
-        let old = live
-            .load()
-            .for_name(Some("www.example.net"))
-            .cloned()
-            .expect("cert");
+        let old = served(&live, "www.example.net");
         apply(&mut s, &mut ix, "11-remove_ssl.yaml", t0);
         // A bad replacement (wrong pass phrase) for the same alias: rejected, old kept.
-        let bad = std::fs::read_to_string(
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../fixtures/spi-events/10-add_ssl-pass_phrase.yaml"),
-        )
-        .expect("fixture")
-        .replace("secure.example.net", "www.example.net")
-        .replace("correct-horse-battery", "wrong-pass");
-        let Ok(Decoded::Event(e)) = decode(bad.as_bytes()) else {
-            panic!("decodes")
-        };
-        changed(&mut s, &mut ix, &e, t0);
-        let now = live
-            .load()
-            .for_name(Some("www.example.net"))
-            .cloned()
-            .expect("cert");
+        let bad = fixture("10-add_ssl-pass_phrase.yaml")
+            .replace("secure.example.net", "www.example.net")
+            .replace("correct-horse-battery", "wrong-pass");
+        apply_text(&mut s, &mut ix, &bad, t0);
         assert!(
-            Arc::ptr_eq(&old, &now),
+            Arc::ptr_eq(&old, &served(&live, "www.example.net")),
             "the old certificate stays in service"
         );
         // The good replacement (fixture 10's pair, under this alias).
         let good = bad.replace("wrong-pass", "correct-horse-battery");
-        let Ok(Decoded::Event(e)) = decode(good.as_bytes()) else {
-            panic!("decodes")
-        };
-        changed(&mut s, &mut ix, &e, t0 + Duration::from_secs(1));
-        let new = live
-            .load()
-            .for_name(Some("www.example.net"))
-            .cloned()
-            .expect("cert");
-        assert!(!Arc::ptr_eq(&old, &new), "replaced");
+        apply_text(&mut s, &mut ix, &good, t0 + Duration::from_secs(1));
+        assert!(
+            !Arc::ptr_eq(&old, &served(&live, "www.example.net")),
+            "replaced"
+        );
         ix.purge(t0 + Duration::from_secs(60));
         assert!(
             live.load().has_own("www.example.net"),

@@ -6,17 +6,7 @@
 use std::net::SocketAddr;
 
 use e2e::events;
-use spi_consumer::event::{Decoded, decode};
 use spi_consumer::{RoutingState, Store};
-
-fn apply(state: &mut RoutingState, yaml: &str) {
-    match decode(yaml.as_bytes()) {
-        Ok(Decoded::Event(e)) => {
-            state.apply(&e);
-        }
-        other => panic!("bad synthetic event: {other:?}"),
-    }
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -35,9 +25,9 @@ fn main() {
             .expect("params")
             .self_signed(&key)
             .expect("cert");
-        apply(&mut state, &events::add_lb(&app, "bench", backend));
-        apply(&mut state, &events::add_alias(&app, "bench", &alias));
-        apply(
+        events::apply(&mut state, &events::add_lb(&app, "bench", backend));
+        events::apply(&mut state, &events::add_alias(&app, "bench", &alias));
+        events::apply(
             &mut state,
             &events::add_ssl(
                 &app,

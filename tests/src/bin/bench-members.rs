@@ -3,7 +3,6 @@
 //! benchmark (bench/health.py, which listens on those ports).
 
 use e2e::events;
-use spi_consumer::event::{Decoded, decode};
 use spi_consumer::{RoutingState, Store};
 
 fn main() {
@@ -17,12 +16,10 @@ fn main() {
     let mut state = RoutingState::new();
     for i in 0..n {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], base + i));
-        match decode(events::add_lb(&format!("app{i}"), "bench", addr).as_bytes()) {
-            Ok(Decoded::Event(e)) => {
-                state.apply(&e);
-            }
-            other => panic!("bad synthetic event: {other:?}"),
-        }
+        events::apply(
+            &mut state,
+            &events::add_lb(&format!("app{i}"), "bench", addr),
+        );
     }
     let mut store = Store::open(dir.as_str()).expect("state dir");
     store.compact(&state).expect("snapshot");
