@@ -5,7 +5,6 @@
 //! errors (a typo must not silently fall back to a default), and every error names
 //! the file, the line and the field: `router.yaml:7: listen.http: invalid socket address`.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -515,63 +514,21 @@ fn default_header_timeout() -> Duration {
     Duration::from_secs(10)
 }
 
-/// A configuration error: where it is and what is wrong.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub file: String,
-    /// 1-based; `None` when the error is about the file as a whole.
-    pub line: Option<u64>,
-    /// Dotted path of the field (`listen.http`), or empty.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-        }
-        if !self.field.is_empty() {
-            write!(f, ": {}", self.field)?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
+pub use config_file::ConfigError;
 
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: file.clone(),
-            line: None,
-            field: String::new(),
-            message: e.to_string(),
-        })?;
-        Config::parse(&text, &file)
+        let text = config_file::read_text(path)?;
+        Config::parse(&text, &path.display().to_string())
     }
 
     /// Parses and validates configuration text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_saphyr::from_str(text).map_err(|e| {
-            let line = e.location().map(|l| l.line());
-            let field = line
-                .and_then(|l| field_at_line(text, l as usize))
-                .unwrap_or_default();
-            ConfigError {
-                file: file.into(),
-                line,
-                field,
-                message: first_line_message(&e.to_string()),
-            }
-        })?;
-        config.validate().map_err(|(path, message)| ConfigError {
-            file: file.into(),
-            line: line_of(text, path).map(|l| l as u64),
-            field: path.into(),
-            message,
-        })?;
+        let config: Config = config_file::from_yaml(text, file)?;
+        config
+            .validate()
+            .map_err(|(path, message)| ConfigError::at_yaml_field(text, file, path, message))?;
         Ok(config)
     }
 
@@ -752,60 +709,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// serde-saphyr's message is `error: line L column C: MESSAGE` followed by a source
-/// excerpt; keep the message.
-fn first_line_message(full: &str) -> String {
-    let first = full.lines().next().unwrap_or(full);
-    let rest = first.strip_prefix("error: ").unwrap_or(first);
-    match rest.split_once(": ") {
-        Some((loc, msg)) if loc.starts_with("line ") => msg.to_string(),
-        _ => rest.to_string(),
-    }
-}
-
-/// The dotted key path of the block-style mapping key on `line` (1-based), found by
-/// walking up to less-indented keys.
-fn field_at_line(text: &str, line: usize) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let (indent, key) = key_of(lines.get(line.checked_sub(1)?)?)?;
-    let mut path = vec![key];
-    let mut want = indent;
-    for l in lines[..line - 1].iter().rev() {
-        if want == 0 {
-            break;
-        }
-        if let Some((i, k)) = key_of(l)
-            && i < want
-        {
-            path.push(k);
-            want = i;
-        }
-    }
-    path.reverse();
-    Some(path.join("."))
-}
-
-/// The line (1-based) where the dotted `path` is written, if it is.
-fn line_of(text: &str, path: &str) -> Option<usize> {
-    let want: Vec<&str> = path.split('.').collect();
-    (1..=text.lines().count())
-        .find(|&n| field_at_line(text, n).is_some_and(|p| p.split('.').eq(want.iter().copied())))
-}
-
-/// `(indent, key)` of a `key: ...` line, skipping comments and list items.
-fn key_of(line: &str) -> Option<(usize, &str)> {
-    let trimmed = line.trim_start();
-    if trimmed.starts_with('#') || trimmed.starts_with('-') {
-        return None;
-    }
-    let (key, _) = trimmed.split_once(':')?;
-    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
-    if key.is_empty() || key.contains(' ') {
-        return None;
-    }
-    Some((line.len() - trimmed.len(), key))
 }
 
 #[cfg(test)]

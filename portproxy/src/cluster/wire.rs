@@ -1,0 +1,72 @@
+//! The line protocol between Simplenetes proxies (the JS proxy's, portproxy.md §5.4):
+//!
+//! ```text
+//! client → server:  PROXY TCP4 1.2.3.4 1.2.3.4 123 <clusterPort>\r\n
+//! server → client:  SENDPROXY=true\r\n | SENDPROXY=false\r\n   then raw bytes both ways
+//!                   BUSY\r\n then close                          (every target at maxConn)
+//!                   close without a byte                         (no such port here)
+//! ```
+//!
+//! We also answer `SENDPROXY=v2` for targets that want a v2 header; a JS peer would
+//! take it as "no header", so use `v2` targets only where every proxy is ours. Unlike
+//! the JS client, any other answer is a failure (next host), not a success.
+
+use crate::proxy_protocol::Version;
+
+/// The request line a client proxy sends (the JS proxy's dummy addresses: only the
+/// last field is read).
+pub fn request(cluster_port: u16) -> String {
+    format!("PROXY TCP4 1.2.3.4 1.2.3.4 123 {cluster_port}\r\n")
+}
+
+/// The longest answer line we wait for.
+pub const MAX_ANSWER: usize = 64;
+
+/// A server's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Accepted(Option<Version>),
+    Busy,
+}
+
+pub fn encode(a: Answer) -> &'static [u8] {
+    match a {
+        Answer::Accepted(None) => b"SENDPROXY=false\r\n",
+        Answer::Accepted(Some(Version::V1)) => b"SENDPROXY=true\r\n",
+        Answer::Accepted(Some(Version::V2)) => b"SENDPROXY=v2\r\n",
+        Answer::Busy => b"BUSY\r\n",
+    }
+}
+
+/// Parses an answer line (without its CRLF); `None` for anything unknown.
+pub fn decode(line: &[u8]) -> Option<Answer> {
+    match line {
+        b"SENDPROXY=false" => Some(Answer::Accepted(None)),
+        b"SENDPROXY=true" => Some(Answer::Accepted(Some(Version::V1))),
+        b"SENDPROXY=v2" => Some(Answer::Accepted(Some(Version::V2))),
+        b"BUSY" => Some(Answer::Busy),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_round_trip_and_unknown_lines_are_failures() {
+        for a in [
+            Answer::Accepted(None),
+            Answer::Accepted(Some(Version::V1)),
+            Answer::Accepted(Some(Version::V2)),
+            Answer::Busy,
+        ] {
+            let line = encode(a);
+            assert_eq!(decode(&line[..line.len() - 2]), Some(a));
+        }
+        for junk in [&b"OK"[..], b"", b"SENDPROXY=TRUE", b"BUSY ", b"go ahead"] {
+            assert_eq!(decode(junk), None);
+        }
+        assert_eq!(request(61000), "PROXY TCP4 1.2.3.4 1.2.3.4 123 61000\r\n");
+    }
+}

@@ -1,0 +1,29 @@
+//! The node TCP port proxy.
+//!
+//! One program, two modes that a node may run alone or together:
+//!
+//! - **gear** (OpenShift): a durable table `public port → gear ip:port`, changed by the
+//!   operator CLI (`portproxy add|remove|remove-uid|show|allocate`) over a local admin
+//!   socket; each mapping is one listener on the node's public address.
+//! - **cluster** (Simplenetes): `proxy.conf`, `hosts.conf` and `portmappings.conf`,
+//!   one listener per cluster port plus the proxy port that peer proxies talk to, wire
+//!   compatible with the deployed JavaScript proxy.
+//!
+//! The life of a connection, in module order:
+//! accepted (`gear::listener`, `cluster::ports`, `cluster::peer`) → admitted
+//! (`limits`: global cap) → target chosen (`gear::table` lookup, or `cluster::route`
+//! over the hosts with the `cluster::wire` handshake) → PROXY header expected, stripped,
+//! passed or added (`proxy_protocol`) → bytes relayed both ways (`relay`).
+//!
+//! The update paths never touch a connection: `gear::admin` changes the table (persisted
+//! by `gear::store` before the answer), `cluster::reload` swaps whole parsed tables
+//! (`cluster::files`) and diffs the listener set.
+
+pub mod cluster;
+pub mod config;
+pub mod gear;
+pub mod limits;
+pub mod metrics;
+pub mod proxy_protocol;
+pub mod relay;
+pub mod server;

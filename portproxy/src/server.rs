@@ -1,0 +1,212 @@
+//! What every listener shares: admission, accept loop, target connect, relay
+//! bookkeeping, and the daemon's start and graceful stop.
+//!
+//! A connection's life: `accept_loop` accepts and admits it (a permit from
+//! `limits`), counts it and spawns the mode's handler on the shared `TaskTracker`;
+//! the handler picks a target, `connect`s, and calls `relay_and_count`. Shutdown:
+//! listeners stop, open connections get `shutdown_grace` to finish, then `kill`
+//! cuts the rest.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Limits;
+use crate::limits::Admission;
+use crate::metrics::{Metrics, Mode};
+use crate::relay::{self, RelayError};
+
+/// State every connection handler can reach.
+pub struct Shared {
+    pub limits: Limits,
+    pub metrics: Metrics,
+    pub admission: Admission,
+    /// Every connection task, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Cancelled when the shutdown grace is over: open connections are cut.
+    pub kill: CancellationToken,
+}
+
+impl Shared {
+    pub fn new(limits: Limits, metrics: Metrics) -> Arc<Shared> {
+        Arc::new(Shared {
+            admission: Admission::new(limits.max_connections),
+            limits,
+            metrics,
+            tracker: TaskTracker::new(),
+            kill: CancellationToken::new(),
+        })
+    }
+}
+
+/// Accepts on `listener` forever, admitting each connection and running `handle` on
+/// it in its own task. Drop (abort) the task to stop listening; the connections it
+/// started are not affected.
+pub async fn accept_loop<F, Fut>(listener: TcpListener, shared: Arc<Shared>, mode: Mode, handle: F)
+where
+    F: Fn(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let m = shared.metrics.mode(mode).clone();
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or a transient error: count, say
+                // so at most once per pause, and back off instead of spinning.
+                shared.metrics.accept_errors.inc();
+                tracing::warn!(error = %e, "accept failed; pausing 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(permit) = shared.admission.try_admit() else {
+            shared
+                .metrics
+                .rejected
+                .with_label_values(&["max_connections"])
+                .inc();
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        m.total.inc();
+        let fut = handle(stream, peer);
+        let kill = shared.kill.clone();
+        let open = m.open.clone();
+        shared.tracker.spawn(async move {
+            let _slot = Slot::new(permit, open);
+            tokio::select! {
+                () = fut => {}
+                () = kill.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// Holds a connection's permit and its `open` gauge for the task's life.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    open: prometheus::IntGauge,
+}
+
+impl Slot {
+    fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> Slot {
+        open.inc();
+        Slot {
+            _permit: permit,
+            open,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Connects to a target within the connect timeout (TCP_NODELAY on).
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// Relays, then counts how it ended. On an error both sockets are closed with a reset,
+/// so a failure on one side reaches the other as a failure, not as a clean EOF.
+pub async fn relay_and_count(
+    shared: &Shared,
+    mode: Mode,
+    client: &mut TcpStream,
+    target: &mut TcpStream,
+    guard_first_chunk: bool,
+) {
+    let m = shared.metrics.mode(mode);
+    let r = relay::relay(
+        client,
+        target,
+        relay::Options {
+            idle: shared.limits.idle_timeout,
+            counters: &m.bytes,
+            guard_first_chunk,
+        },
+    )
+    .await;
+    match r {
+        Ok(t) => tracing::debug!(mode = mode.as_str(), up = t.up, down = t.down, "relay done"),
+        Err(RelayError::Idle) => m.idle_timeouts.inc(),
+        Err(e) => {
+            match &e {
+                RelayError::ProxyHeaderRefused => {
+                    shared
+                        .metrics
+                        .proxy_protocol_rejects
+                        .with_label_values(&["untrusted"])
+                        .inc();
+                }
+                RelayError::Client(_) => m.client_errors.inc(),
+                RelayError::Target(_) => m.target_errors.inc(),
+                RelayError::Idle => {}
+            }
+            tracing::debug!(mode = mode.as_str(), error = %e, "relay ended with an error");
+            reset(client);
+            reset(target);
+        }
+    }
+}
+
+/// Makes the coming close a reset (zero linger).
+pub fn reset(s: &TcpStream) {
+    let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+}
+
+/// Binds a listener the way every mode wants it: SO_REUSEADDR (a restart must not wait
+/// for TIME_WAIT), non-blocking, a backlog of 1024.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    TcpListener::from_std(s.into())
+}
+
+/// Raises the open-files soft limit to the hard limit (tens of thousands of listeners
+/// need it); returns the limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return want.rlim_cur;
+            }
+        }
+    }
+    lim.rlim_cur
+}
