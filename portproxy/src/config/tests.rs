@@ -1,1 +1,72 @@
+use super::*;
 
+const GOOD: &str = "\
+state_dir: /tmp/pp
+admin_socket: /tmp/pp/admin.sock
+metrics: 127.0.0.1:0
+limits:
+  max_connections: 100
+  idle_timeout: 30s
+gear:
+  bind: 127.0.0.1
+  ports: 40000-40100
+cluster:
+  proxy_conf: /etc/sns/proxy.conf
+  trusted_sources: [10.0.0.5/32]
+";
+
+fn err(text: &str) -> ConfigError {
+    Config::parse(text, "pp.yaml").expect_err("must be rejected")
+}
+
+#[test]
+fn good_config_parses_with_defaults() {
+    let c = Config::parse(GOOD, "pp.yaml").expect("valid");
+    assert_eq!(c.limits.max_connections, 100);
+    assert_eq!(c.limits.connect_timeout, Duration::from_secs(10));
+    let g = c.gear.expect("gear");
+    assert_eq!(g.ports, PortRange(40000..=40100));
+    assert_eq!(
+        g.allowed_targets,
+        vec!["127.0.0.0/8".parse::<IpNet>().expect("net")]
+    );
+    assert_eq!(g.allocation.ports_per_user, 5);
+    let cl = c.cluster.expect("cluster");
+    assert_eq!(cl.peer_timeout, Duration::from_secs(3));
+    assert!(cl.peers_from_hosts_only);
+}
+
+#[test]
+fn errors_name_line_and_field() {
+    let e = err("gear:\n  ports: 40000-30000\n");
+    assert_eq!((e.line, e.field.as_str()), (Some(2), "gear.ports"), "{e}");
+    let e = err("gear:\n  bnid: 1.2.3.4\n");
+    assert_eq!(e.line, Some(2), "{e}");
+    let e = err("limits:\n  max_connections: 0\ngear: {}\n");
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(2), "limits.max_connections"),
+        "{e}"
+    );
+    let e = err("state_dir: /x\n");
+    assert!(e.to_string().contains("nothing to do"), "{e}");
+    let e = err("gear:\n  allocation:\n    wraparound_uid: 0\n");
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(3), "gear.allocation.wraparound_uid"),
+        "{e}"
+    );
+    let e = err("gear:\n  ports: 80-90\n");
+    assert_eq!(e.field, "gear.ports", "{e}");
+}
+
+#[test]
+fn strict_numbers() {
+    assert_eq!(strict_port("1"), Ok(1));
+    assert_eq!(strict_port("65535"), Ok(65535));
+    for bad in ["", "0", "65536", "+1", "-1", "01", "1a", " 1", "1.0"] {
+        assert!(strict_port(bad).is_err(), "{bad}");
+    }
+    assert_eq!(strict_u32("4294967295"), Ok(u32::MAX));
+    assert!(strict_u32("4294967296").is_err());
+}
