@@ -141,8 +141,8 @@ pub struct ClusterConfig {
     /// (e.g. the ingress). From anyone else a PROXY header is refused.
     #[serde(default)]
     pub trusted_sources: Vec<IpNet>,
-    /// Accept peer-proxy connections only from the hosts of `hosts.conf` (and
-    /// `trusted_sources`, and loopback).
+    /// Accept peer-proxy connections only from the hosts of `hosts.conf` and
+    /// `trusted_sources` (a host reaching itself comes from its own address).
     #[serde(default = "yes")]
     pub peers_from_hosts_only: bool,
 }

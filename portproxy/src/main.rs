@@ -254,13 +254,13 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
     tracing::info!(admin_socket = %config.admin_socket.display(), "portproxy ready");
 
     wait_for_stop().await;
-    tracing::info!(grace = ?config.shutdown_grace, open = shared.admission.open(), "stopping: no new connections; draining");
     if let Some(g) = &gear {
         g.stop_listening().await;
     }
     if let Some(c) = &cluster {
-        c.stop_listening();
+        c.stop_listening().await;
     }
+    tracing::info!(grace = ?config.shutdown_grace, open = shared.admission.open(), "stopped listening; draining open connections");
     let _ = std::fs::remove_file(&config.admin_socket);
     drain(&shared, config.shutdown_grace).await;
     Ok(())

@@ -55,6 +55,8 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let m = shared.metrics.mode(mode).clone();
+    // The gauge follows the task: down however the listener ends (aborted, dropped).
+    let _listening = Gauged::new(m.listeners.clone());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -94,22 +96,31 @@ where
 /// Holds a connection's permit and its `open` gauge for the task's life.
 struct Slot {
     _permit: OwnedSemaphorePermit,
-    open: prometheus::IntGauge,
+    _open: Gauged,
 }
 
 impl Slot {
     fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> Slot {
-        open.inc();
         Slot {
             _permit: permit,
-            open,
+            _open: Gauged::new(open),
         }
     }
 }
 
-impl Drop for Slot {
+/// One unit of a gauge, given back on drop.
+pub struct Gauged(prometheus::IntGauge);
+
+impl Gauged {
+    pub fn new(g: prometheus::IntGauge) -> Gauged {
+        g.inc();
+        Gauged(g)
+    }
+}
+
+impl Drop for Gauged {
     fn drop(&mut self) {
-        self.open.dec();
+        self.0.dec();
     }
 }
 

@@ -15,6 +15,7 @@ pub mod activemq;
 pub mod backend;
 pub mod events;
 pub mod pki;
+pub mod portproxy;
 pub mod process;
 pub mod rabbitmq;
 pub mod raw;

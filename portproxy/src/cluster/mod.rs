@@ -77,7 +77,7 @@ pub struct Cluster {
     pub live: ArcSwap<Live>,
     counters: Counters,
     ports: ports::Listeners,
-    peer_task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    peer_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// The three files read and checked together.
@@ -231,16 +231,17 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Stops every listener (shutdown).
-    pub fn stop_listening(&self) {
-        self.ports.stop_all();
-        if let Some(p) = self
+    /// Stops every listener (shutdown); returns once their sockets are closed.
+    pub async fn stop_listening(&self) {
+        self.ports.stop_all().await;
+        let peer = self
             .peer_task
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(p) = peer {
             p.abort();
+            let _ = p.await;
         }
     }
 }

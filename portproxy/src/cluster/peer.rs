@@ -1,7 +1,7 @@
 //! The proxy port: peer proxies (and this host's own, when it is not short-cut) ask
 //! for one of our cluster ports with the `wire` request line.
 //!
-//! Only hosts of `hosts.conf`, `trusted_sources` and loopback may connect (unless
+//! Only hosts of `hosts.conf` and `trusted_sources` may connect (unless
 //! `peers_from_hosts_only: false`); others are closed at once and counted
 //! (`rejected{reason="untrusted_peer"}`). The request line must come within
 //! `peer_timeout` and be a valid PROXY v1 line (107 bytes at most); its destination
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 use super::Cluster;
 use super::route::{Pick, pick_local};
@@ -20,10 +20,8 @@ use crate::metrics::Mode;
 use crate::proxy_protocol::header::{self, Inspect, V1_MAX};
 use crate::server;
 
-pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> AbortHandle {
+pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
     let shared = cluster.shared.clone();
-    shared.metrics.mode(Mode::Peer).listeners.inc();
-    let gauge = shared.metrics.mode(Mode::Peer).listeners.clone();
     let task = tokio::spawn(server::accept_loop(
         listener,
         shared,
@@ -33,12 +31,7 @@ pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> AbortHandle {
             async move { serve(&cluster, s, peer).await }
         },
     ));
-    let abort = task.abort_handle();
-    tokio::spawn(async move {
-        let _ = task.await;
-        gauge.dec();
-    });
-    abort
+    task
 }
 
 async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 use super::Cluster;
 use super::route::route;
@@ -35,7 +35,7 @@ use crate::server;
 /// The cluster-port listeners by port.
 #[derive(Default)]
 pub struct Listeners {
-    map: Mutex<HashMap<u16, AbortHandle>>,
+    map: Mutex<HashMap<u16, JoinHandle<()>>>,
 }
 
 impl Listeners {
@@ -48,7 +48,6 @@ impl Listeners {
             let keep = want.contains(port);
             if !keep {
                 h.abort();
-                m.listeners.dec();
             }
             keep
         });
@@ -70,8 +69,7 @@ impl Listeners {
                             async move { serve(&c, s, peer, port).await }
                         },
                     ));
-                    map.insert(port, task.abort_handle());
-                    m.listeners.inc();
+                    map.insert(port, task);
                 }
                 Err(e) => {
                     failed += 1;
@@ -88,10 +86,17 @@ impl Listeners {
         (map.len(), failed)
     }
 
-    pub fn stop_all(&self) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, h) in map.drain() {
+    /// Stops every listener; returns once their sockets are closed.
+    pub async fn stop_all(&self) {
+        let handles: Vec<JoinHandle<()>> = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.drain().map(|(_, h)| h).collect()
+        };
+        for h in &handles {
             h.abort();
+        }
+        for h in handles {
+            let _ = h.await;
         }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::GearConfig;
@@ -69,8 +69,17 @@ struct State {
 
 /// One mapping's listener and the token that ends its connections after a removal.
 struct Listening {
-    accept: AbortHandle,
+    accept: JoinHandle<()>,
     drain: CancellationToken,
+}
+
+impl Listening {
+    /// Stops accepting; returns once the socket is closed.
+    async fn close(self) -> CancellationToken {
+        self.accept.abort();
+        let _ = self.accept.await;
+        self.drain
+    }
 }
 
 impl Gear {
@@ -135,6 +144,12 @@ impl Gear {
         &self,
         pairs: &[(u16, SocketAddr)],
     ) -> Result<Vec<(u16, SocketAddr)>, OpError> {
+        // A mapping onto its own public socket would connect to itself forever.
+        if let Some(&(port, _)) = pairs.iter().find(|(p, t)| {
+            t.port() == *p && (self.cfg.bind.is_unspecified() || t.ip() == self.cfg.bind)
+        }) {
+            return Err(RuleError::Loop(port).into());
+        }
         let mut st = self.state.lock().await;
         let new = st.table.plan_add(pairs)?;
         if new.is_empty() {
@@ -171,8 +186,7 @@ impl Gear {
         self.save(&table)?;
         for &(port, target) in &removed {
             if let Some(l) = st.listening.remove(&port) {
-                l.accept.abort();
-                let drain = l.drain;
+                let drain = l.close().await;
                 let grace = self.cfg.drain_grace;
                 tokio::spawn(async move {
                     tokio::time::sleep(grace).await;
@@ -203,7 +217,7 @@ impl Gear {
     pub async fn stop_listening(&self) {
         let mut st = self.state.lock().await;
         for (_, l) in st.listening.drain() {
-            l.accept.abort();
+            l.close().await;
         }
     }
 
@@ -239,15 +253,10 @@ impl Gear {
                 }
             },
         ));
-        self.shared.metrics.mode(Mode::Gear).listeners.inc();
-        let gauge = self.shared.metrics.mode(Mode::Gear).listeners.clone();
-        // The gauge follows the task: it goes down however the listener ends.
-        let accept = task.abort_handle();
-        tokio::spawn(async move {
-            let _ = task.await;
-            gauge.dec();
-        });
-        Listening { accept, drain }
+        Listening {
+            accept: task,
+            drain,
+        }
     }
 
     fn update_gauges(&self, st: &State) {

@@ -25,6 +25,8 @@ pub enum RuleError {
     Conflict { port: u16, existing: SocketAddr },
     #[error("port {0} appears twice with different targets")]
     Twice(u16),
+    #[error("port {0} would forward to itself")]
+    Loop(u16),
 }
 
 /// What may be mapped.
