@@ -22,7 +22,7 @@ use crate::server;
 
 pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
     let shared = cluster.shared.clone();
-    let task = tokio::spawn(server::accept_loop(
+    tokio::spawn(server::accept_loop(
         listener,
         shared,
         Mode::Peer,
@@ -30,8 +30,7 @@ pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
             let cluster = cluster.clone();
             async move { serve(&cluster, s, peer).await }
         },
-    ));
-    task
+    ))
 }
 
 async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) {
