@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # System packages the tests use: curl is a real client in the data-path tests; the
 # broker tests start a real ActiveMQ (Debian's package brings Java and its keytool)
 # and a real RabbitMQ;
-# TLS tests make PKCS12 stores with openssl.
+# TLS tests make PKCS12 stores with openssl; haproxy is a PROXY-protocol peer.
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
@@ -17,6 +17,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v mount >/dev/null 2>&1 || need+=(mount)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need+=(activemq)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+# haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq

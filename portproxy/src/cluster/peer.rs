@@ -36,8 +36,7 @@ pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
 async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) {
     let live = cluster.live.load_full();
     let metrics = &cluster.shared.metrics;
-    if cluster.cfg.peers_from_hosts_only && !peer.ip().is_loopback() && !live.is_trusted(peer.ip())
-    {
+    if cluster.cfg.peers_from_hosts_only && !live.is_trusted(peer.ip()) {
         metrics
             .rejected
             .with_label_values(&["untrusted_peer"])

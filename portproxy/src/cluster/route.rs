@@ -10,11 +10,11 @@
 //! pod's replicas), full ones are skipped (then the answer is BUSY if nothing else
 //! connects), and the first that connects wins.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::Live;
 use super::table::ActiveSlot;
@@ -112,25 +112,26 @@ pub async fn route(
                 Pick::Busy | Pick::NotHere => continue,
             }
         }
-        let label = match tokio::time::timeout(peer_timeout, ask(host, cluster_port)).await {
-            Ok(Ok(Asked::Accepted(stream, send_proxy, early))) => {
-                metrics.peer_answers.with_label_values(&["ok"]).inc();
-                return Some(Routed {
-                    stream,
-                    send_proxy,
-                    early,
-                    slot: None,
-                });
-            }
-            Ok(Ok(Asked::Busy)) => "busy",
-            Ok(Ok(Asked::NotHere)) => "not_here",
-            Ok(Err(e)) => {
-                tracing::debug!(%host, cluster_port, error = %e, "peer proxy failed");
-                "error"
-            }
-            // The socket is dropped with the timed-out future: closed, not leaked.
-            Err(_) => "timeout",
-        };
+        let label =
+            match tokio::time::timeout(peer_timeout, ask(live.bind_ip, host, cluster_port)).await {
+                Ok(Ok(Asked::Accepted(stream, send_proxy, early))) => {
+                    metrics.peer_answers.with_label_values(&["ok"]).inc();
+                    return Some(Routed {
+                        stream,
+                        send_proxy,
+                        early,
+                        slot: None,
+                    });
+                }
+                Ok(Ok(Asked::Busy)) => "busy",
+                Ok(Ok(Asked::NotHere)) => "not_here",
+                Ok(Err(e)) => {
+                    tracing::debug!(%host, cluster_port, error = %e, "peer proxy failed");
+                    "error"
+                }
+                // The socket is dropped with the timed-out future: closed, not leaked.
+                Err(_) => "timeout",
+            };
         metrics.peer_answers.with_label_values(&[label]).inc();
     }
     None
@@ -142,9 +143,19 @@ enum Asked {
     NotHere,
 }
 
-/// One peer: connect, ask for the port, read the one-line answer.
-async fn ask(host: SocketAddr, cluster_port: u16) -> std::io::Result<Asked> {
-    let mut s = TcpStream::connect(host).await?;
+/// One peer: connect (from our `HOST` address when it is a specific one, so the peer
+/// recognises us as a host of its `hosts.conf`), ask for the port, read the one-line
+/// answer.
+async fn ask(from: IpAddr, host: SocketAddr, cluster_port: u16) -> std::io::Result<Asked> {
+    let sock = if host.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if !from.is_unspecified() && from.is_ipv4() == host.is_ipv4() {
+        sock.bind(SocketAddr::new(from, 0))?;
+    }
+    let mut s = sock.connect(host).await?;
     let _ = s.set_nodelay(true);
     s.write_all(wire::request(cluster_port).as_bytes()).await?;
     let mut buf = Vec::with_capacity(wire::MAX_ANSWER);
