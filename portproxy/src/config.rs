@@ -125,7 +125,8 @@ impl SendProxy {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
-    /// The Simplenetes `proxy.conf` (which names `hosts.conf` and `portmappings.conf`).
+    /// The Simplenetes `proxy.conf` (which names `hosts.conf` and `portmappings.conf`);
+    /// relative to this file's directory unless absolute.
     pub proxy_conf: PathBuf,
     /// How often the three files are looked at (any change is also picked up on SIGHUP).
     #[serde(default = "default_reload_interval", with = "humantime_serde")]
@@ -201,10 +202,17 @@ pub fn strict_u32(s: &str) -> Result<u32, String> {
 // === impl Config ===
 
 impl Config {
-    /// Reads and validates a configuration file.
+    /// Reads and validates a configuration file. A relative `cluster.proxy_conf` is
+    /// relative to this file's directory (as `proxy.conf`'s own paths are to it).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = config_file::read_text(path)?;
-        Config::parse(&text, &path.display().to_string())
+        let mut config = Config::parse(&text, &path.display().to_string())?;
+        if let Some(c) = config.cluster.as_mut()
+            && c.proxy_conf.is_relative()
+        {
+            c.proxy_conf = path.parent().unwrap_or(Path::new(".")).join(&c.proxy_conf);
+        }
+        Ok(config)
     }
 
     /// Parses and validates configuration text; `file` names it in errors.
