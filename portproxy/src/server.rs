@@ -133,8 +133,8 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStrea
     Ok(s)
 }
 
-/// Relays, then counts how it ended. On an error both sockets are closed with a reset,
-/// so a failure on one side reaches the other as a failure, not as a clean EOF.
+/// Relays, then counts how it ended. On an error the other socket is closed with a
+/// reset, so a failure on one side reaches the other as a failure, not as a clean EOF.
 pub async fn relay_and_count(
     shared: &Shared,
     mode: Mode,
@@ -157,6 +157,8 @@ pub async fn relay_and_count(
         Ok(t) => tracing::debug!(mode = mode.as_str(), up = t.up, down = t.down, "relay done"),
         Err(RelayError::Idle) => m.idle_timeouts.inc(),
         Err(e) => {
+            // The side that failed is already broken; the other learns of it by a
+            // reset, not by a clean EOF.
             match &e {
                 RelayError::ProxyHeaderRefused => {
                     shared
@@ -164,14 +166,20 @@ pub async fn relay_and_count(
                         .proxy_protocol_rejects
                         .with_label_values(&["untrusted"])
                         .inc();
+                    reset(client);
+                    reset(target);
                 }
-                RelayError::Client(_) => m.client_errors.inc(),
-                RelayError::Target(_) => m.target_errors.inc(),
+                RelayError::Client(_) => {
+                    m.client_errors.inc();
+                    reset(target);
+                }
+                RelayError::Target(_) => {
+                    m.target_errors.inc();
+                    reset(client);
+                }
                 RelayError::Idle => {}
             }
             tracing::debug!(mode = mode.as_str(), error = %e, "relay ended with an error");
-            reset(client);
-            reset(target);
         }
     }
 }
