@@ -70,3 +70,15 @@ fn strict_numbers() {
     assert_eq!(strict_u32("4294967295"), Ok(u32::MAX));
     assert!(strict_u32("4294967296").is_err());
 }
+
+#[test]
+fn the_shipped_example_and_its_simplenetes_files_are_valid() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/examples/portproxy/portproxy.yaml");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = c.cluster.expect("the example turns cluster mode on");
+    let loaded =
+        crate::cluster::load(&cluster, &Default::default()).unwrap_or_else(|(_, e)| panic!("{e}"));
+    assert_eq!(loaded.live.hosts.len(), 2);
+    assert_eq!(loaded.live.table.items(), 2);
+}
