@@ -17,6 +17,9 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v mount >/dev/null 2>&1 || need+=(mount)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need+=(activemq)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+# keepalived and iproute2 run the HA-pair tests in network namespaces they create.
+command -v keepalived >/dev/null 2>&1 || [ -x /usr/sbin/keepalived ] || need+=(keepalived)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
 # haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then

@@ -13,6 +13,8 @@ pub struct ActiveMq {
     pub stomp_tls: Option<std::net::SocketAddr>,
     pub base: PathBuf,
     child: Option<Child>,
+    /// The network namespace it runs in (its ports are reachable there only).
+    netns: Option<String>,
 }
 
 /// PKCS12 stores for the broker's TLS connector (password `changeit`).
@@ -42,14 +44,26 @@ impl ActiveMq {
         ActiveMq::start_with(Some(tls))
     }
 
+    /// Starts a broker inside network namespace `ns`, listening on `ip` (STOMP 61613,
+    /// OpenWire 61616: the namespace is ours alone).
+    pub fn start_in_netns(ns: &str, ip: &str) -> ActiveMq {
+        ActiveMq::start_full(None, Some((ns.to_string(), ip.to_string())))
+    }
+
     fn start_with(tls: Option<BrokerTls>) -> ActiveMq {
+        ActiveMq::start_full(tls, None)
+    }
+
+    fn start_full(tls: Option<BrokerTls>, netns: Option<(String, String)>) -> ActiveMq {
         assert!(
             std::path::Path::new(JAR).exists(),
             "{JAR} is missing: apt-get install activemq (tests/run.sh does)"
         );
         let base = crate::tempdir("activemq");
-        let stomp_port = free_port();
-        let openwire_port = free_port();
+        let (host, stomp_port, openwire_port) = match &netns {
+            Some((_, ip)) => (ip.clone(), 61613, 61616),
+            None => ("127.0.0.1".to_string(), free_port(), free_port()),
+        };
         let tls_port = free_port();
         let (ssl_context, ssl_connector) = match &tls {
             Some(t) => (
@@ -80,8 +94,8 @@ impl ActiveMq {
     <persistenceAdapter><kahaDB directory="${{activemq.data}}/kahadb"/></persistenceAdapter>
     {ssl_context}
     <transportConnectors>
-      <transportConnector name="openwire" uri="tcp://127.0.0.1:{openwire_port}"/>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:{stomp_port}?transport.closeAsync=false"/>
+      <transportConnector name="openwire" uri="tcp://{host}:{openwire_port}"/>
+      <transportConnector name="stomp" uri="stomp://{host}:{stomp_port}?transport.closeAsync=false"/>
       {ssl_connector}
     </transportConnectors>
   </broker>
@@ -99,12 +113,13 @@ impl ActiveMq {
         )
         .expect("log4j");
         let mut amq = ActiveMq {
-            stomp: format!("127.0.0.1:{stomp_port}").parse().expect("addr"),
+            stomp: format!("{host}:{stomp_port}").parse().expect("addr"),
             stomp_tls: tls
                 .as_ref()
                 .map(|_| format!("127.0.0.1:{tls_port}").parse().expect("addr")),
             base,
             child: None,
+            netns: netns.map(|(ns, _)| ns),
         };
         amq.launch();
         amq
@@ -113,7 +128,15 @@ impl ActiveMq {
     fn launch(&mut self) {
         let b = self.base.display().to_string();
         let log = std::fs::File::create(self.base.join("console.log")).expect("log");
-        let child = Command::new("java")
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "java"]);
+                c
+            }
+            None => Command::new("java"),
+        };
+        let child = cmd
             .args(["-Xms64m", "-Xmx256m", "--add-reads=java.xml=java.logging"])
             .args([
                 "--add-opens",
@@ -149,11 +172,17 @@ impl ActiveMq {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(90);
         let ports = [Some(self.stomp), self.stomp_tls];
-        while ports
-            .iter()
-            .flatten()
-            .any(|p| std::net::TcpStream::connect(p).is_err())
-        {
+        let netns = self.netns.clone();
+        let open = |p: &std::net::SocketAddr| match &netns {
+            None => std::net::TcpStream::connect(p).is_ok(),
+            Some(ns) => Command::new("ip")
+                .args(["netns", "exec", ns, "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{}/{}", p.ip(), p.port()))
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+        };
+        while ports.iter().flatten().any(|p| !open(p)) {
             assert!(
                 Instant::now() < deadline,
                 "ActiveMQ did not open {} in 90 s; see {}/console.log",
