@@ -79,6 +79,19 @@ impl ActiveMq {
             ),
             None => (String::new(), String::new()),
         };
+        // In a namespace (the HA pair): deploy/activemq's composite topic, which copies
+        // every event published to `routinginfo` into each router's queue.
+        let fan_out = if netns.is_some() {
+            let snippet = std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/activemq/activemq-routers.xml"),
+            )
+            .expect("deploy/activemq/activemq-routers.xml");
+            let start = snippet.find("<destinationInterceptors>").expect("interceptors in the snippet");
+            let end = snippet.find("</destinationInterceptors>").expect("interceptors end") + "</destinationInterceptors>".len();
+            snippet[start..end].to_string()
+        } else {
+            String::new()
+        };
         std::fs::create_dir_all(base.join("conf")).expect("conf");
         std::fs::create_dir_all(base.join("data")).expect("data");
         std::fs::write(
@@ -92,6 +105,7 @@ impl ActiveMq {
   <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="test"
           schedulerSupport="false" dataDirectory="${{activemq.data}}">
     <persistenceAdapter><kahaDB directory="${{activemq.data}}/kahadb"/></persistenceAdapter>
+    {fan_out}
     {ssl_context}
     <transportConnectors>
       <transportConnector name="openwire" uri="tcp://{host}:{openwire_port}"/>

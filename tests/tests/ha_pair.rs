@@ -174,16 +174,17 @@ impl Pair {
         self.keepalived[i] = Some(child);
     }
 
-    /// Publishes `event` (persistent) to both routers' queues, from the broker's namespace.
+    /// Publishes `event` (persistent) once to the topic `routinginfo`, as the platform
+    /// does; deploy/activemq's composite topic copies it into each router's queue.
     fn publish(&self, event: &str) {
-        for name in NAMES {
+        {
             let script = format!(
                 "import socket,sys\n\
                  s=socket.create_connection(('{MQ_IP}',61613),5)\n\
                  s.sendall(b'CONNECT\\naccept-version:1.2\\nhost:localhost\\n\\n\\x00')\n\
                  assert s.recv(4096).startswith(b'CONNECTED')\n\
                  body=sys.stdin.buffer.read()\n\
-                 s.sendall(b'SEND\\ndestination:/queue/routinginfo.router-{name}\\npersistent:true\\nreceipt:1\\ncontent-length:'+str(len(body)).encode()+b'\\n\\n'+body+b'\\x00')\n\
+                 s.sendall(b'SEND\\ndestination:/topic/routinginfo\\npersistent:true\\nreceipt:1\\ncontent-length:'+str(len(body)).encode()+b'\\n\\n'+body+b'\\x00')\n\
                  assert b'RECEIPT' in s.recv(4096)\n"
             );
             let mut p = self
@@ -201,7 +202,7 @@ impl Pair {
                 .expect("event");
             assert!(
                 p.wait().expect("wait").success(),
-                "publish to router-{name}"
+                "publish to /topic/routinginfo"
             );
         }
     }
