@@ -20,6 +20,9 @@ command -v mount >/dev/null 2>&1 || need+=(mount)
 # keepalived and iproute2 run the HA-pair tests in network namespaces they create.
 command -v keepalived >/dev/null 2>&1 || [ -x /usr/sbin/keepalived ] || need+=(keepalived)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
+# promtool checks the alert rules; systemd-analyze the units (tests/tests/deploy.rs).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then

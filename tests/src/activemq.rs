@@ -83,11 +83,17 @@ impl ActiveMq {
         // every event published to `routinginfo` into each router's queue.
         let fan_out = if netns.is_some() {
             let snippet = std::fs::read_to_string(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/activemq/activemq-routers.xml"),
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../deploy/activemq/activemq-routers.xml"),
             )
             .expect("deploy/activemq/activemq-routers.xml");
-            let start = snippet.find("<destinationInterceptors>").expect("interceptors in the snippet");
-            let end = snippet.find("</destinationInterceptors>").expect("interceptors end") + "</destinationInterceptors>".len();
+            let start = snippet
+                .find("<destinationInterceptors>")
+                .expect("interceptors in the snippet");
+            let end = snippet
+                .find("</destinationInterceptors>")
+                .expect("interceptors end")
+                + "</destinationInterceptors>".len();
             snippet[start..end].to_string()
         } else {
             String::new()

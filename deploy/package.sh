@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds Debian packages for the router and the portproxy from this workspace, with
+# dpkg-deb only (no cargo-deb to install): stripped release binaries, the systemd
+# unit, the example config as a conffile, and a postinst that creates the service
+# user. Output: target/debian/{router,portproxy}_<version>_<arch>.deb
+#   bash deploy/package.sh            # build both
+#   bash deploy/package.sh --no-build # package binaries already in target/release
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "${1:-}" = --no-build ] || cargo build --release --locked -p router -p portproxy
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+arch=$(dpkg --print-architecture)
+out=target/debian
+mkdir -p "$out"
+
+# pkg NAME DESCRIPTION
+pkg() {
+  local name=$1 desc=$2 root
+  root=$(mktemp -d)
+  trap 'rm -rf "$root"' RETURN
+  install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/$name" "$root/usr/share/doc/$name"
+  install -m 0755 "target/release/$name" "$root/usr/bin/$name"
+  strip --strip-unneeded "$root/usr/bin/$name"
+  install -m 0644 "deploy/systemd/$name.service" "$root/lib/systemd/system/$name.service"
+  install -m 0644 README.md "$root/usr/share/doc/$name/README.md"
+  case $name in
+    router)
+      install -m 0640 deploy/examples/router.yaml "$root/etc/router/router.yaml"
+      install -d "$root/usr/lib/router" "$root/usr/share/doc/router/keepalived" "$root/usr/share/doc/router/prometheus" "$root/usr/share/doc/router/grafana" "$root/usr/share/doc/router/activemq"
+      for s in router-check router-notify vrrp-flag gen-config; do install -m 0755 "keepalived/$s" "$root/usr/lib/router/$s"; done
+      install -m 0644 keepalived/README.md "$root/usr/share/doc/router/keepalived/README.md"
+      install -m 0644 deploy/prometheus/*.yml "$root/usr/share/doc/router/prometheus/"
+      install -m 0644 deploy/grafana/router-dashboard.json "$root/usr/share/doc/router/grafana/"
+      install -m 0644 deploy/activemq/activemq-routers.xml "$root/usr/share/doc/router/activemq/"
+      ;;
+    portproxy)
+      install -m 0640 deploy/examples/portproxy/portproxy.yaml "$root/etc/portproxy/portproxy.yaml"
+      ;;
+  esac
+  (cd "$root" && find etc -type f | sed 's#^#/#') > "$root/DEBIAN/conffiles"
+  cat > "$root/DEBIAN/control" <<CONTROL
+Package: $name
+Version: $version
+Architecture: $arch
+Maintainer: Routing layer team <routing@example.com>
+Section: net
+Priority: optional
+Depends: adduser, libc6, curl
+Recommends: keepalived
+Installed-Size: $(du -sk "$root" | cut -f1)
+Description: $desc
+CONTROL
+  cat > "$root/DEBIAN/postinst" <<POSTINST
+#!/bin/sh
+set -e
+if [ "\$1" = configure ]; then
+  if ! getent passwd $name >/dev/null; then
+    adduser --system --group --home /var/lib/$name --no-create-home --quiet $name
+  fi
+  chgrp $name /etc/$name/$name.yaml && chmod 0640 /etc/$name/$name.yaml
+  if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload >/dev/null || true
+    systemctl enable $name.service >/dev/null || true
+  fi
+fi
+exit 0
+POSTINST
+  cat > "$root/DEBIAN/prerm" <<PRERM
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ] && [ "\$1" = remove ]; then
+  systemctl stop $name.service >/dev/null 2>&1 || true
+  systemctl disable $name.service >/dev/null 2>&1 || true
+fi
+exit 0
+PRERM
+  chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm"
+  dpkg-deb --root-owner-group --build "$root" "$out/${name}_${version}_${arch}.deb" >/dev/null
+  echo "$out/${name}_${version}_${arch}.deb"
+}
+
+pkg router "HA HTTP/TLS router for OpenShift-style applications, fed by routing-SPI events"
+pkg portproxy "Node TCP port proxy: OpenShift gear ports and Simplenetes cluster ports"

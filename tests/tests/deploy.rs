@@ -1,0 +1,311 @@
+//! The deployment files are real: the alert rules and scrape config pass `promtool`,
+//! every metric the rules and the Grafana dashboard use is served by the programs
+//! (a router with HTTPS, a routed app, a dead member and a failed handshake; a
+//! portproxy; keepalived's notify script), the systemd units pass `systemd-analyze
+//! verify`, and `keepalived/gen-config` writes configs keepalived accepts.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::portproxy::PortProxy;
+use e2e::{Backend, eventually, tempdir};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn tool(name: &str) -> PathBuf {
+    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is not installed (tests/run.sh installs it)"))
+}
+
+/// Metric names (`router_…`, `spi_…`, `portproxy_…`) in `text`, histogram suffixes
+/// folded onto their family.
+fn names_in(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts = ["router_", "spi_", "portproxy_"]
+            .iter()
+            .any(|p| text[i..].starts_with(p));
+        let boundary = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if starts && boundary {
+            let end = text[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(text.len(), |e| i + e);
+            let name = &text[i..end];
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            out.insert(family.to_string());
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn promtool_accepts_the_rules_and_the_scrape_config() {
+    let promtool = tool("promtool");
+    let rules = repo().join("deploy/prometheus/router-alerts.yml");
+    let out = Command::new(&promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The scrape config names the rules by their installed path: check a copy that
+    // points at the file in the repository.
+    let dir = tempdir("promcfg");
+    let cfg = std::fs::read_to_string(repo().join("deploy/prometheus/prometheus.yml"))
+        .expect("prometheus.yml")
+        .replace(
+            "/etc/prometheus/rules/router-alerts.yml",
+            rules.to_str().expect("path"),
+        );
+    std::fs::write(dir.join("prometheus.yml"), cfg).expect("write");
+    let out = Command::new(&promtool)
+        .args(["check", "config"])
+        .arg(dir.join("prometheus.yml"))
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
+    let dir = tempdir("deploy-metrics");
+    // A router with HTTPS and two apps; the second one's member dies after serving.
+    let backend = Backend::start().await;
+    let doomed = Backend::start().await;
+    let dead = doomed.addr;
+    let ca = e2e::pki::Ca::new("deploy CA");
+    let (cert, key) = e2e::pki::write_leaf(&dir, "site", &ca.leaf(&["ha-app-ns.example.com"]));
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(
+        dir.join("spool/1.yaml"),
+        e2e::events::add_lb("app", "ns", backend.addr),
+    )
+    .expect("event");
+    std::fs::write(
+        dir.join("spool/2.yaml"),
+        e2e::events::add_lb("dead", "ns", dead),
+    )
+    .expect("event");
+    let config = dir.join("router.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {d}/state\n\
+             listen: {{ http: 127.0.0.1:0, https: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
+             tls: {{ default_cert: {c}, default_key: {k} }}\n\
+             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
+             health: {{ interval: 200ms, timeout: 100ms, fall: 2 }}\naccess_log: {{ format: json }}\n",
+            d = dir.display(),
+            c = cert.display(),
+            k = key.display()
+        ),
+    )
+    .expect("config");
+    let router = e2e::process::RouterProcess::start(&config).await;
+    let https = router.https.expect("https");
+    // A failed handshake (not TLS at all) and a routed request.
+    let _ = e2e::raw::exchange(https, b"GET / HTTP/1.1\r\n\r\n", Duration::from_secs(5)).await;
+    eventually("routed", Duration::from_secs(10), async || {
+        router.status("ha-app-ns.example.com", "/").await == Some(200)
+    })
+    .await;
+    eventually("second app routed", Duration::from_secs(10), async || {
+        router.status("ha-dead-ns.example.com", "/").await == Some(200)
+    })
+    .await;
+    let up = format!("router_backend_up{{backend=\"{dead}\"}}");
+    eventually(
+        "member up by its checks",
+        Duration::from_secs(10),
+        async || router.metric(&up).await == Some(1.0),
+    )
+    .await;
+    drop(doomed);
+    eventually("dead member ejected", Duration::from_secs(10), async || {
+        router
+            .metric("router_backend_ejections_total{reason=\"check\"}")
+            .await
+            >= Some(1.0)
+    })
+    .await;
+    let scrape = |addr| async move {
+        String::from_utf8_lossy(
+            &e2e::raw::exchange(
+                addr,
+                b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n",
+                Duration::from_secs(10),
+            )
+            .await,
+        )
+        .into_owned()
+    };
+    let mut served = names_in(&scrape(router.admin.expect("admin")).await);
+    // A portproxy.
+    let pp_dir = tempdir("deploy-pp");
+    let pp = PortProxy::start(&pp_dir, "gear:\n  bind: 127.0.0.1\n  ports: 1024-65535\n").await;
+    served.extend(names_in(&scrape(pp.metrics).await));
+    pp.stop().await;
+    // keepalived's notify script, into a textfile directory.
+    let text = dir.join("textfile");
+    std::fs::create_dir_all(&text).expect("textfile dir");
+    let ok = Command::new(repo().join("keepalived/router-notify"))
+        .args(["INSTANCE", "VI_1", "MASTER", "250"])
+        .env("ROUTER_VRRP_STATE_DIR", dir.join("vrrp"))
+        .env("ROUTER_VRRP_TEXTFILE_DIR", &text)
+        .status()
+        .expect("router-notify")
+        .success();
+    assert!(ok);
+    let prom = std::fs::read_to_string(text.join("router_vrrp.prom")).expect("textfile");
+    assert!(
+        prom.contains("router_vrrp_master{vrrp_instance=\"VI_1\"} 1"),
+        "{prom}"
+    );
+    served.extend(names_in(&prom));
+
+    let rules =
+        std::fs::read_to_string(repo().join("deploy/prometheus/router-alerts.yml")).expect("rules");
+    let dashboard = std::fs::read_to_string(repo().join("deploy/grafana/router-dashboard.json"))
+        .expect("dashboard");
+    let mut used = names_in(&rules);
+    used.extend(names_in(&dashboard));
+    assert!(
+        used.len() > 30,
+        "the rules and dashboard use {} metrics",
+        used.len()
+    );
+    let missing: Vec<&String> = used.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "used by rules/dashboard but not served: {missing:?}"
+    );
+    drop(router);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&pp_dir);
+}
+
+#[test]
+fn systemd_units_verify() {
+    let analyze = tool("systemd-analyze");
+    let dir = tempdir("units");
+    for unit in ["router", "portproxy"] {
+        // Installed paths replaced by this build's, so verify can check the commands.
+        let text = std::fs::read_to_string(repo().join(format!("deploy/systemd/{unit}.service")))
+            .expect("unit")
+            .replace(
+                &format!("/usr/bin/{unit}"),
+                e2e::bin(unit).to_str().expect("path"),
+            )
+            .replace(
+                "/usr/lib/router/vrrp-flag",
+                repo().join("keepalived/vrrp-flag").to_str().expect("path"),
+            );
+        assert!(
+            text.contains("Type=notify")
+                && text.contains("WatchdogSec=")
+                && text.contains("CapabilityBoundingSet=CAP_NET_BIND_SERVICE")
+        );
+        std::fs::write(dir.join(format!("{unit}.service")), text).expect("write");
+    }
+    let out = Command::new(analyze)
+        .arg("verify")
+        .arg(dir.join("router.service"))
+        .arg(dir.join("portproxy.service"))
+        .output()
+        .expect("systemd-analyze");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Without systemd as PID 1 it still parses every directive; unknown ones are named.
+    assert!(
+        !err.contains("Unknown key") && !err.contains("Failed to parse"),
+        "{err}"
+    );
+    assert!(
+        out.status.success() || err.contains("System has not been booted with systemd"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn gen_config_writes_what_keepalived_accepts_in_both_variants() {
+    let keepalived = tool("keepalived");
+    let dir = tempdir("kagen");
+    for extra in [&[][..], &["--vip2", "10.200.0.9/24", "--nopreempt"][..]] {
+        let ok = Command::new(repo().join("keepalived/gen-config"))
+            .args([
+                "--out",
+                dir.to_str().expect("path"),
+                "--a",
+                "ra=10.200.0.11",
+                "--b",
+                "rb=10.200.0.12",
+                "--vip",
+                "10.200.0.10/24",
+            ])
+            .args([
+                "--libexec",
+                repo().join("keepalived").to_str().expect("path"),
+            ])
+            .args(extra)
+            .status()
+            .expect("gen-config")
+            .success();
+        assert!(ok, "gen-config {extra:?}");
+        for name in ["ra", "rb"] {
+            let conf = dir.join(format!("{name}.conf"));
+            let out = Command::new(&keepalived)
+                .arg("-t")
+                .arg("-f")
+                .arg(&conf)
+                .output()
+                .expect("keepalived -t");
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                conf.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = std::fs::read_to_string(&conf).expect("conf");
+            assert_eq!(
+                text.matches("vrrp_instance").count(),
+                if extra.is_empty() { 1 } else { 2 }
+            );
+            let nopreempt = text
+                .lines()
+                .any(|l| l.trim_start().starts_with("nopreempt"));
+            assert_eq!(nopreempt, !extra.is_empty());
+        }
+    }
+    // Bad input is refused with a usage message, not a half-written config.
+    let out = Command::new(repo().join("keepalived/gen-config"))
+        .args(["--out", "/tmp/x", "--a", "nobody"])
+        .output()
+        .expect("gen-config");
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
