@@ -3,23 +3,33 @@
 # dpkg-deb only (no cargo-deb to install): stripped release binaries, the systemd
 # unit, the example config as a conffile, and a postinst that creates the service
 # user. Output: target/debian/{router,portproxy}_<version>_<arch>.deb
-#   bash deploy/package.sh            # build both
-#   bash deploy/package.sh --no-build # package binaries already in target/release
+#   bash deploy/package.sh                     # release build, then both packages
+#   bash deploy/package.sh --no-build [--profile debug] [--out DIR]
+#                                              # package binaries already built
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "${1:-}" = --no-build ] || cargo build --release --locked -p router -p portproxy
+build=1 profile=release out=target/debian
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-build) build=0; shift ;;
+    --profile) profile=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: deploy/package.sh [--no-build] [--profile release|debug] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+[ "$build" = 0 ] || cargo build --release --locked -p router -p portproxy
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
-out=target/debian
 mkdir -p "$out"
 
 # pkg NAME DESCRIPTION
 pkg() {
   local name=$1 desc=$2 root
   root=$(mktemp -d)
+  chmod 0755 "$root"
   trap 'rm -rf "$root"' RETURN
   install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/$name" "$root/usr/share/doc/$name"
-  install -m 0755 "target/release/$name" "$root/usr/bin/$name"
+  install -m 0755 "target/$profile/$name" "$root/usr/bin/$name"
   strip --strip-unneeded "$root/usr/bin/$name"
   install -m 0644 "deploy/systemd/$name.service" "$root/lib/systemd/system/$name.service"
   install -m 0644 README.md "$root/usr/share/doc/$name/README.md"

@@ -23,6 +23,8 @@ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+
 # promtool checks the alert rules; systemd-analyze the units (tests/tests/deploy.rs).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+# strip and readelf: the package script and its test.
+command -v readelf >/dev/null 2>&1 || need+=(binutils)
 # haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then

@@ -14,6 +14,7 @@
 pub mod activemq;
 pub mod backend;
 pub mod events;
+pub mod hapair;
 pub mod netns;
 pub mod pki;
 pub mod portproxy;

@@ -309,3 +309,120 @@ fn gen_config_writes_what_keepalived_accepts_in_both_variants() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn debian_packages_hold_binaries_units_conffiles_and_create_their_user() {
+    let dir = tempdir("debs");
+    // Package this build's (debug) binaries; the release flow is the same script.
+    let out = Command::new("bash")
+        .arg(repo().join("deploy/package.sh"))
+        .args([
+            "--no-build",
+            "--profile",
+            "debug",
+            "--out",
+            dir.to_str().expect("path"),
+        ])
+        .output()
+        .expect("package.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let debs = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (name, conf) in [
+        ("router", "/etc/router/router.yaml"),
+        ("portproxy", "/etc/portproxy/portproxy.yaml"),
+    ] {
+        let deb = debs
+            .lines()
+            .find(|l| l.contains(&format!("/{name}_")))
+            .unwrap_or_else(|| panic!("no {name} package in {debs}"));
+        let info = Command::new("dpkg-deb")
+            .args(["-I", deb])
+            .output()
+            .expect("dpkg-deb");
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(
+            info.contains(&format!("Package: {name}")) && info.contains("Depends: adduser"),
+            "{info}"
+        );
+        let files = Command::new("dpkg-deb")
+            .args(["-c", deb])
+            .output()
+            .expect("dpkg-deb");
+        let files = String::from_utf8_lossy(&files.stdout);
+        for want in [
+            format!("./usr/bin/{name}"),
+            format!("./lib/systemd/system/{name}.service"),
+            format!(".{conf}"),
+        ] {
+            assert!(files.contains(&want), "{name}: {want} missing in\n{files}");
+        }
+        if name == "router" {
+            for s in ["router-check", "router-notify", "vrrp-flag", "gen-config"] {
+                assert!(
+                    files.contains(&format!("./usr/lib/router/{s}")),
+                    "{s} missing"
+                );
+            }
+        }
+        let ctl = dir.join(format!("{name}-control"));
+        let ok = Command::new("dpkg-deb")
+            .args(["-e", deb])
+            .arg(&ctl)
+            .status()
+            .expect("dpkg-deb -e")
+            .success();
+        assert!(ok);
+        assert_eq!(
+            std::fs::read_to_string(ctl.join("conffiles"))
+                .expect("conffiles")
+                .trim(),
+            conf
+        );
+        let postinst = std::fs::read_to_string(ctl.join("postinst")).expect("postinst");
+        assert!(postinst.contains("adduser --system --group"), "{postinst}");
+        let syntax = Command::new("sh")
+            .arg("-n")
+            .arg(ctl.join("postinst"))
+            .status()
+            .expect("sh -n")
+            .success();
+        assert!(syntax, "postinst is valid sh");
+        // The binary in the package is stripped.
+        let x = dir.join(format!("{name}-root"));
+        assert!(
+            Command::new("dpkg-deb")
+                .args(["-x", deb])
+                .arg(&x)
+                .status()
+                .expect("dpkg-deb -x")
+                .success()
+        );
+        let file = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "od -An -c -N4 {}",
+                x.join(format!("usr/bin/{name}")).display()
+            ))
+            .output()
+            .expect("od");
+        assert!(String::from_utf8_lossy(&file.stdout).contains("E   L   F"));
+        let syms = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "readelf -S {} | grep -c '\\.symtab' || true",
+                x.join(format!("usr/bin/{name}")).display()
+            ))
+            .output()
+            .expect("readelf");
+        assert_eq!(
+            String::from_utf8_lossy(&syms.stdout).trim(),
+            "0",
+            "{name} is not stripped"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

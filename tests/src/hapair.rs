@@ -1,0 +1,345 @@
+//! The HA pair for real, for `tests/tests/ha_pair.rs` and `bench-failover`: two router
+//! processes in their own network namespaces, each fed by its own queue of a real
+//! ActiveMQ (in a third namespace; one publish to the topic `routinginfo` reaches both
+//! through deploy/activemq's composite topic), real keepalived (configs from
+//! `keepalived/gen-config`) moving a VIP between them, the routers run under
+//! `keepalived/router-supervise` (what the systemd unit does for keepalived's
+//! `track_file`), and a client namespace polling through the VIP every 20 ms.
+//!
+//! Needs root, network namespaces, keepalived, curl and ActiveMQ (tests/run.sh installs
+//! them). Everything is torn down by PID and namespace, also on failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::activemq::ActiveMq;
+use crate::netns::{A_IP, B_IP, MQ_IP, Topology, VIP};
+use crate::tempdir;
+
+pub const HOST: &str = "ha-app-ns.example.com";
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The running pair.
+pub struct Pair {
+    pub topo: Topology,
+    pub dir: PathBuf,
+    amq: ActiveMq,
+    backend: Child,
+    pub routers: [Option<Child>; 2],
+    keepalived: [Option<Child>; 2],
+}
+
+pub const NAMES: [&str; 2] = ["a", "b"];
+
+impl Pair {
+    /// Namespaces, broker, backend, both routers (ready) and, with `vip2`, the
+    /// active-active variant; keepalived is started by [`Pair::start_keepalived`].
+    pub fn new(extra_gen: &[&str]) -> Pair {
+        let topo = Topology::new();
+        let dir = tempdir("ha");
+        let amq = ActiveMq::start_in_netns(&topo.ns("m"), MQ_IP);
+        let backend = topo
+            .cmd("m", crate::bin("echo-backend").to_str().expect("path"))
+            .arg(format!("{MQ_IP}:8080"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("echo-backend");
+        // TLS: one certificate for the HA name, one ticket secret for both routers.
+        let ca = crate::pki::Ca::new("ha test CA");
+        let leaf = ca.leaf(&[HOST]);
+        let (cert, key) = crate::pki::write_leaf(&dir, "site", &leaf);
+        std::fs::write(dir.join("ca.pem"), &ca.pem).expect("ca");
+        std::fs::write(dir.join("ticket.key"), [7u8; 48]).expect("ticket key");
+        for name in NAMES {
+            std::fs::write(
+                dir.join(format!("router-{name}.yaml")),
+                format!(
+                    "cloud_domain: example.com\nstate_dir: {d}/state-{name}\n\
+                     listen: {{ http: 0.0.0.0:8080, https: 0.0.0.0:8443, admin: 127.0.0.1:9090 }}\n\
+                     tls: {{ default_cert: {cert}, default_key: {key}, session_ticket_key_file: {d}/ticket.key }}\n\
+                     spi:\n  source: stomp\n  stomp:\n    hosts: [\"{MQ_IP}:61613\"]\n    destination: /queue/routinginfo.router-{name}\n    client_id: router-{name}\n\
+                     health: {{ interval: 1s, timeout: 500ms }}\nshutdown_grace: 5s\naccess_log: {{ enabled: false }}\n",
+                    d = dir.display(),
+                    cert = cert.display(),
+                    key = key.display(),
+                ),
+            )
+            .expect("router config");
+        }
+        let mut args = vec![
+            "--out".to_string(),
+            dir.display().to_string(),
+            "--a".into(),
+            format!("router-a={A_IP}"),
+            "--b".into(),
+            format!("router-b={B_IP}"),
+            "--vip".into(),
+            format!("{VIP}/24"),
+            "--flag".into(),
+            format!("{}/%n.flag", dir.display()),
+            "--libexec".into(),
+            repo().join("keepalived").display().to_string(),
+        ];
+        args.extend(extra_gen.iter().map(|s| s.to_string()));
+        let gen_ok = std::process::Command::new(repo().join("keepalived/gen-config"))
+            .args(&args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("gen-config")
+            .success();
+        assert!(gen_ok, "gen-config failed");
+        let mut pair = Pair {
+            topo,
+            dir,
+            amq,
+            backend,
+            routers: [None, None],
+            keepalived: [None, None],
+        };
+        for i in 0..2 {
+            pair.start_router(i);
+        }
+        pair
+    }
+
+    pub fn flag(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("router-{}.flag", NAMES[i]))
+    }
+
+    /// Starts router `i` under the supervisor and waits until it is ready.
+    pub fn start_router(&mut self, i: usize) {
+        let child = self
+            .topo
+            .cmd(
+                NAMES[i],
+                repo()
+                    .join("keepalived/router-supervise")
+                    .to_str()
+                    .expect("path"),
+            )
+            .env("ROUTER_VRRP_FLAG", self.flag(i))
+            .env("ROUTER_READY_URL", "http://127.0.0.1:9090/readyz")
+            .env("VRRP_MOVE_DELAY", "0.3")
+            .arg(crate::bin("router"))
+            .arg("--config")
+            .arg(self.dir.join(format!("router-{}.yaml", NAMES[i])))
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(self.dir.join(format!("router-{}.log", NAMES[i])))
+                    .expect("log"),
+            )
+            .spawn()
+            .expect("router-supervise");
+        self.routers[i] = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(self.flag(i)).is_ok_and(|s| s.trim() == "0") {
+            assert!(
+                Instant::now() < deadline,
+                "router-{} not ready in 30 s",
+                NAMES[i]
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The router process itself (the supervisor's child).
+    pub fn router_pid(&self, i: usize) -> String {
+        std::fs::read_to_string(self.flag(i).with_extension("flag.pid"))
+            .expect("pid")
+            .trim()
+            .to_string()
+    }
+
+    pub fn start_keepalived(&mut self, i: usize) {
+        let n = NAMES[i];
+        // A previous instance must be gone (its pid files too), or keepalived refuses.
+        for f in [format!("ka-{n}.pid"), format!("ka-{n}-vrrp.pid")] {
+            let _ = std::fs::remove_file(self.dir.join(f));
+        }
+        let child = self
+            .topo
+            .cmd(n, "keepalived")
+            .args(["-n", "-l", "-D", "-P", "-f"])
+            .arg(self.dir.join(format!("router-{n}.conf")))
+            .arg("-p")
+            .arg(self.dir.join(format!("ka-{n}.pid")))
+            .arg("-r")
+            .arg(self.dir.join(format!("ka-{n}-vrrp.pid")))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("ka-{n}.log"))).expect("log"))
+            .spawn()
+            .expect("keepalived (apt-get install keepalived)");
+        self.keepalived[i] = Some(child);
+    }
+
+    /// Publishes `event` (persistent) once to the topic `routinginfo`, as the platform
+    /// does; deploy/activemq's composite topic copies it into each router's queue.
+    pub fn publish(&self, event: &str) {
+        {
+            let script = format!(
+                "import socket,sys\n\
+                 s=socket.create_connection(('{MQ_IP}',61613),5)\n\
+                 s.sendall(b'CONNECT\\naccept-version:1.2\\nhost:localhost\\n\\n\\x00')\n\
+                 assert s.recv(4096).startswith(b'CONNECTED')\n\
+                 body=sys.stdin.buffer.read()\n\
+                 s.sendall(b'SEND\\ndestination:/topic/routinginfo\\npersistent:true\\nreceipt:1\\ncontent-length:'+str(len(body)).encode()+b'\\n\\n'+body+b'\\x00')\n\
+                 assert b'RECEIPT' in s.recv(4096)\n"
+            );
+            let mut p = self
+                .topo
+                .cmd("m", "python3")
+                .args(["-c", &script])
+                .stdin(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            use std::io::Write;
+            p.stdin
+                .take()
+                .expect("stdin")
+                .write_all(event.as_bytes())
+                .expect("event");
+            assert!(
+                p.wait().expect("wait").success(),
+                "publish to /topic/routinginfo"
+            );
+        }
+    }
+
+    /// One GET through `vip` from the client namespace: the status code, or None.
+    pub fn get(&self, vip: &str) -> Option<u16> {
+        let out = self
+            .topo
+            .cmd("c", "curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-m",
+                "2",
+                "-H",
+                &format!("Host: {HOST}"),
+            ])
+            .arg(format!("http://{vip}:8080/"))
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .parse()
+            .ok()
+            .filter(|c| *c != 0)
+    }
+
+    /// Which router holds `vip` (waiting up to `limit` for one to).
+    pub fn holder(&self, vip: &str, limit: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            if let Some(i) = (0..2).find(|&i| self.topo.has_addr(NAMES[i], vip)) {
+                return i;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "nobody holds {vip} after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn wait_vip(&self, i: usize, vip: &str, limit: Duration) -> Duration {
+        let start = Instant::now();
+        while !self.topo.has_addr(NAMES[i], vip) {
+            assert!(
+                start.elapsed() < limit,
+                "VIP {vip} not on router-{} after {limit:?}",
+                NAMES[i]
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        start.elapsed()
+    }
+
+    /// Starts the 20 ms poller in the client namespace, for `secs`.
+    pub fn poller(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
+        let log = self
+            .dir
+            .join(format!("poll-{}.log", Instant::now().elapsed().as_nanos()));
+        let child = self
+            .topo
+            .cmd("c", "python3")
+            .arg(repo().join("bench/vip_poller.py"))
+            .args([vip, &secs.to_string(), log.to_str().expect("path"), HOST])
+            .spawn()
+            .expect("poller");
+        (child, log)
+    }
+
+    /// Stops the supervisor `i` gracefully (it flags, waits, then SIGTERMs the router).
+    pub fn stop_router(&mut self, i: usize) {
+        if let Some(mut c) = self.routers[i].take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for c in self
+            .keepalived
+            .iter_mut()
+            .chain(self.routers.iter_mut())
+            .flatten()
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.backend.kill();
+        let _ = self.backend.wait();
+        self.amq.stop();
+        // Topology's Drop kills what is left inside the namespaces and deletes them.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `(failed requests, gap from the first failure to the first success started after
+/// it)` from a poller log of `start_ts status` lines; no failure = `(0, 0)`.
+pub fn failures(log: &Path) -> (usize, Duration) {
+    let text = std::fs::read_to_string(log).expect("poll log");
+    let rows: Vec<(f64, bool)> = text
+        .lines()
+        .filter_map(|l| {
+            let (t, r) = l.split_once(' ')?;
+            Some((t.parse().ok()?, r == "200"))
+        })
+        .collect();
+    assert!(rows.len() > 20, "the poller ran: {} lines", rows.len());
+    let failed = rows.iter().filter(|r| !r.1).count();
+    for l in text.lines().filter(|l| !l.ends_with(" 200")) {
+        eprintln!("  failed: {l}");
+    }
+    let first_fail = rows.iter().position(|r| !r.1);
+    let gap = first_fail
+        .and_then(|f| rows[f..].iter().find(|r| r.1).map(|ok| ok.0 - rows[f].0))
+        .unwrap_or(0.0);
+    assert!(
+        rows.last().is_some_and(|r| r.1),
+        "requests succeed again at the end"
+    );
+    (failed, Duration::from_secs_f64(gap.max(0.0)))
+}
+
+/// Publishes the test app `app-ns` with the echo backend as its member.
+pub fn publish_route(pair: &Pair) {
+    pair.publish(&crate::events::add_lb(
+        "app",
+        "ns",
+        format!("{MQ_IP}:8080").parse().expect("addr"),
+    ));
+}
