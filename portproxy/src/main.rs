@@ -252,10 +252,10 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     tracing::info!(admin_socket = %config.admin_socket.display(), "portproxy ready");
-    notify_ready();
+    service_notify::ready();
 
     wait_for_stop().await;
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    service_notify::stopping();
     if let Some(g) = &gear {
         g.stop_listening().await;
     }
@@ -283,22 +283,6 @@ async fn drain(shared: &Arc<Shared>, grace: std::time::Duration) {
             tokio::time::timeout(std::time::Duration::from_secs(2), shared.tracker.wait()).await;
     }
     tracing::info!("stopped");
-}
-
-/// Tells systemd (`Type=notify`) that the table is loaded and every listener is up,
-/// and pings its watchdog at half the interval from a runtime task. Outside systemd
-/// this does nothing.
-fn notify_ready() {
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    if let Some(every) = sd_notify::watchdog_enabled() {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every / 2);
-            loop {
-                tick.tick().await;
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-            }
-        });
-    }
 }
 
 async fn wait_for_stop() {

@@ -81,31 +81,15 @@ fn run(config: Config) -> anyhow::Result<()> {
     rt.block_on(async {
         let router = router::Router::bind(config).await?;
         // State loaded, listeners bound: what `Type=notify` waits for.
-        notify_ready();
+        service_notify::ready();
         router
             .run(async {
                 shutdown_signal().await;
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                service_notify::stopping();
             })
             .await;
         Ok(())
     })
-}
-
-/// Tells systemd (when it started us with `Type=notify`) that we are ready, and pings
-/// its watchdog at half the interval from a runtime task: a stuck runtime stops the
-/// pings and systemd restarts the service. Outside systemd this does nothing.
-fn notify_ready() {
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    if let Some(every) = sd_notify::watchdog_enabled() {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every / 2);
-            loop {
-                tick.tick().await;
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-            }
-        });
-    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -85,14 +85,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PortRange;
-
-    fn rules() -> Rules {
-        Rules {
-            ports: PortRange(35531..=65535),
-            allowed: vec!["127.0.0.0/8".parse().expect("net")],
-        }
-    }
+    use crate::gear::table::default_rules as rules;
 
     #[test]
     fn a_saved_table_loads_back_and_a_bad_line_is_named() {
