@@ -343,18 +343,48 @@ impl Fields {
         }
     }
 
+    /// The app's name and namespace, held to what the broker allows (routing-spi §2:
+    /// app `[A-Za-z0-9]{1,32}`, namespace `[a-z0-9]{1,16}`): they end up in host names
+    /// and in the health check's `Host:` line, so a CR/LF or a space must never pass.
     fn app(&self, raw: &mut RawEvent) -> Result<AppId, DecodeError> {
-        Ok(AppId {
-            name: self.text(raw.app_name.take(), ":app_name")?,
-            namespace: self.text(raw.namespace.take(), ":namespace")?,
-        })
+        let name = self.text(raw.app_name.take(), ":app_name")?;
+        let namespace = self.text(raw.namespace.take(), ":namespace")?;
+        if name.len() > 32 || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(DecodeError::InvalidField {
+                action: self.action,
+                field: ":app_name",
+                reason: "not [A-Za-z0-9]{1,32}".into(),
+            });
+        }
+        if namespace.len() > 16
+            || !namespace
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            return Err(DecodeError::InvalidField {
+                action: self.action,
+                field: ":namespace",
+                reason: "not [a-z0-9]{1,16}".into(),
+            });
+        }
+        Ok(AppId { name, namespace })
     }
 
     fn alias(&self, raw: &mut RawEvent) -> Result<String, DecodeError> {
         let alias = self.text(raw.alias.take(), ":alias")?;
         // The broker lower-cases aliases before use; DNS names are case-insensitive.
         let alias = alias.trim().trim_end_matches('.').to_ascii_lowercase();
-        if alias.is_empty() || alias.contains(|c: char| c.is_whitespace() || c == '/') {
+        // A DNS name: labels of [a-z0-9-] (1-63, no leading or trailing hyphen), at
+        // most 253 in all; nothing else may reach a Host header or an SNI table.
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        if alias.is_empty() || alias.len() > 253 || !alias.split('.').all(label_ok) {
             return Err(DecodeError::InvalidField {
                 action: self.action,
                 field: ":alias",

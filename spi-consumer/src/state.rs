@@ -171,8 +171,11 @@ impl RoutingState {
         let key = AppKey::of(event.app());
         match event {
             RoutingEvent::CreateApplication { app, scalable, ha } => {
+                // A new app is a change even when its flags are the defaults (the
+                // legacy form carries none): it must be persisted and counted.
+                let existed = self.apps.contains_key(&key);
                 let entry = self.entry(&key, app);
-                if entry.scalable == *scalable && entry.ha == *ha {
+                if existed && entry.scalable == *scalable && entry.ha == *ha {
                     return Applied::Unchanged(NoChange::AlreadyPresent);
                 }
                 let app = Arc::make_mut(entry);

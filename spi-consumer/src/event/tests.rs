@@ -299,3 +299,50 @@ fn every_fixture_decodes_or_fails_as_documented() {
         }
     }
 }
+
+#[test]
+fn names_that_could_inject_into_headers_are_refused_at_decode() {
+    let with = |app: &str, ns: &str| {
+        format!(
+            ":action: :create_application\n:app_name: {app}\n:namespace: {ns}\n:scalable: true\n"
+        )
+    };
+    for (app, ns, field) in [
+        ("\"app\\r\\nX-Evil: 1\"", "ns", ":app_name"),
+        ("\"my app\"", "ns", ":app_name"),
+        ("my-app", "ns", ":app_name"),
+        ("a23456789012345678901234567890123", "ns", ":app_name"),
+        ("app", "\"ns\\r\\nHost: x\"", ":namespace"),
+        ("app", "NS", ":namespace"),
+        ("app", "n_s", ":namespace"),
+        ("app", "n12345678901234567", ":namespace"),
+    ] {
+        match decode(with(app, ns).as_bytes()) {
+            Err(DecodeError::InvalidField { field: f, .. }) => assert_eq!(f, field, "{app} {ns}"),
+            other => panic!("{app} {ns}: {other:?}"),
+        }
+    }
+    assert!(decode(with("ShopFront", "acme1").as_bytes()).is_ok());
+    let alias =
+        |a: &str| format!(":action: :add_alias\n:app_name: app\n:namespace: ns\n:alias: {a}\n");
+    for bad in [
+        "\"www.example.com\\r\\nX: 1\"",
+        "\"a b.example.com\"",
+        "-x.example.com",
+        "x..example.com",
+        "x_y.example.com",
+        "\"é.example.com\"",
+    ] {
+        assert!(
+            matches!(
+                decode(alias(bad).as_bytes()),
+                Err(DecodeError::InvalidField {
+                    field: ":alias",
+                    ..
+                })
+            ),
+            "{bad}"
+        );
+    }
+    assert!(decode(alias("WWW.Example.COM.").as_bytes()).is_ok());
+}

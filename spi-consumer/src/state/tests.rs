@@ -212,3 +212,22 @@ fn replay_in_any_order_of_duplicates_converges() {
     }
     assert_eq!(once, twice);
 }
+
+#[test]
+fn legacy_create_application_of_an_unknown_app_is_a_change() {
+    // Fixture 29 (2013 broker) has no :scalable / :ha: the flags stay at their
+    // defaults, yet the app is new and must be persisted and counted.
+    let mut state = RoutingState::new();
+    let e = ev("29-create_application-legacy-2013.yaml");
+    assert!(
+        matches!(state.apply(&e), Applied::Changed(_)),
+        "a new app is a change"
+    );
+    assert!(
+        matches!(
+            state.apply(&e),
+            Applied::Unchanged(NoChange::AlreadyPresent)
+        ),
+        "idempotent"
+    );
+}
