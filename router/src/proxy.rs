@@ -159,6 +159,9 @@ impl Redirect {
 struct Forwarded {
     response: Response<ProxyBody>,
     in_flight: Option<InFlight>,
+    /// The member that answered when no slot travels with the response (an upgraded
+    /// tunnel holds its slot itself), for the access log.
+    member: Option<Arc<str>>,
 }
 
 impl Proxy {
@@ -187,15 +190,20 @@ impl Proxy {
         let Forwarded {
             mut response,
             in_flight,
+            member,
         } = match self.forward(conn, req, host).await {
             Ok(f) => f,
             Err(e) => Forwarded {
                 response: e.response(),
                 in_flight: None,
+                member: None,
             },
         };
-        if let (Some(log), Some(slot)) = (log.as_mut(), in_flight.as_ref()) {
-            log.upstream = Some(slot.backend().addr.clone());
+        if let Some(log) = log.as_mut() {
+            log.upstream = in_flight
+                .as_ref()
+                .map(|slot| slot.backend().addr.clone())
+                .or(member);
         }
         let completion = Completion {
             start,
@@ -239,6 +247,7 @@ impl Proxy {
             return Ok(Forwarded {
                 response: redirect.response(&req, &name),
                 in_flight: None,
+                member: None,
             });
         }
         // 3. pick
@@ -355,6 +364,7 @@ impl Proxy {
         Ok(Forwarded {
             response: Response::from_parts(parts, body),
             in_flight: Some(slot),
+            member: None,
         })
     }
 
@@ -374,9 +384,11 @@ impl Proxy {
             return Forwarded {
                 response: Response::from_parts(parts, ProxyBody::detached(body)),
                 in_flight: Some(slot),
+                member: None,
             };
         }
         let member_upgrade = hyper::upgrade::on(&mut response);
+        let member = addr.clone();
         tokio::spawn(async move {
             let _slot = slot;
             match tokio::try_join!(client_upgrade, member_upgrade) {
@@ -394,6 +406,7 @@ impl Proxy {
         Forwarded {
             response: Response::from_parts(parts, ProxyBody::empty()),
             in_flight: None,
+            member: Some(member),
         }
     }
 

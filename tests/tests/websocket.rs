@@ -48,3 +48,61 @@ async fn websocket_echo_through_the_router() {
     )
     .await;
 }
+
+/// The access line of a WebSocket upgrade names the member that answered 101 (it used
+/// to say "-": the tunnel holds the member's slot, not the response).
+#[tokio::test]
+async fn websocket_access_line_names_the_member() {
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("ws-log");
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(
+        dir.join("spool/01.yaml"),
+        events::add_lb("myapp", "demo", b.addr),
+    )
+    .expect("event");
+    let cfg = dir.join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {d}/state\n\
+             listen: {{ http: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
+             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
+             access_log: {{ format: json }}\n",
+            d = dir.display()
+        ),
+    )
+    .expect("config");
+    let mut router = e2e::process::RouterProcess::start(&cfg).await;
+    e2e::eventually("route", std::time::Duration::from_secs(10), async || {
+        router.status("ha-myapp-demo.example.com", "/").await == Some(200)
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(router.http)
+        .await
+        .expect("connect");
+    let req = "ws://ha-myapp-demo.example.com/chat"
+        .into_client_request()
+        .expect("request");
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("handshake");
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("hi")).await.expect("send");
+    assert_eq!(
+        ws.next().await.expect("open").expect("frame"),
+        Message::text("hi")
+    );
+    let line = loop {
+        let v = tokio::time::timeout(std::time::Duration::from_secs(10), router.logs.recv())
+            .await
+            .expect("an access line in time")
+            .expect("router running");
+        if v["target"] == "access" && v["path"] == "/chat" {
+            break v;
+        }
+    };
+    assert_eq!(line["status"], 101);
+    assert_eq!(line["upstream"], b.addr.to_string(), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
