@@ -423,10 +423,22 @@ impl Fields {
         let list = |v: Option<Vec<Scalar>>| -> Vec<String> {
             v.unwrap_or_default().into_iter().map(|s| s.0).collect()
         };
+        let address = self.address(raw.public_address.take())?;
+        // Members are dialled by address on the request path, which resolves no names:
+        // a host name here would be a member that every request fails to reach (and
+        // ejects). Refused at decode, so it is dead-lettered with its reason. Removes
+        // stay lenient, so a name stored by an older version can still be removed.
+        if address.parse::<std::net::IpAddr>().is_err() {
+            return Err(DecodeError::InvalidField {
+                action: self.action,
+                field: ":public_address",
+                reason: format!("{address:?} is not an IP address (member names are not resolved)"),
+            });
+        }
         Ok(Endpoint {
             gear_id: raw.gear_id.take().map(|s| s.0),
             port_name: raw.public_port_name.take().map(|s| s.0),
-            address: self.address(raw.public_address.take())?,
+            address,
             port: self.port(raw.public_port.take())?,
             protocols: list(raw.protocols.take()),
             types: list(raw.types.take()),

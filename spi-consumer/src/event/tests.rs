@@ -346,3 +346,26 @@ fn names_that_could_inject_into_headers_are_refused_at_decode() {
     }
     assert!(decode(alias("WWW.Example.COM.").as_bytes()).is_ok());
 }
+
+#[test]
+fn a_member_named_by_host_name_is_refused_but_can_still_be_removed() {
+    let ev = |action: &str, addr: &str| {
+        format!(
+            ":action: :{action}\n:app_name: app\n:namespace: ns\n:public_address: {addr}\n:public_port: 35531\n\
+             :protocols: [http]\n:types: [load_balancer]\n:mappings: []\n"
+        )
+    };
+    match decode(ev("add_public_endpoint", "node1.example.com").as_bytes()) {
+        Err(DecodeError::InvalidField {
+            field: ":public_address",
+            reason,
+            ..
+        }) => {
+            assert!(reason.contains("not an IP address"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(decode(ev("add_public_endpoint", "10.0.0.11").as_bytes()).is_ok());
+    assert!(decode(ev("add_public_endpoint", "fd00::11").as_bytes()).is_ok());
+    assert!(decode(ev("remove_public_endpoint", "node1.example.com").as_bytes()).is_ok());
+}
