@@ -27,10 +27,14 @@ pub enum UpstreamError {
     Tls,
     /// The member had no free slot within `upstream.queue_timeout`.
     Busy,
+    /// The client's request body failed while it was being sent on (an aborted
+    /// upload, a malformed chunk): the client's fault, never counted against the
+    /// member; answered 400 if the client still listens.
+    ClientBody,
 }
 
 impl UpstreamError {
-    pub const ALL: [UpstreamError; 7] = [
+    pub const ALL: [UpstreamError; 8] = [
         UpstreamError::Connect,
         UpstreamError::ConnectTimeout,
         UpstreamError::ResponseTimeout,
@@ -38,6 +42,7 @@ impl UpstreamError {
         UpstreamError::Protocol,
         UpstreamError::Tls,
         UpstreamError::Busy,
+        UpstreamError::ClientBody,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +54,7 @@ impl UpstreamError {
             UpstreamError::Protocol => "protocol",
             UpstreamError::Tls => "tls",
             UpstreamError::Busy => "busy",
+            UpstreamError::ClientBody => "client_body",
         }
     }
 }

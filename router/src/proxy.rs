@@ -92,6 +92,8 @@ impl ProxyError {
                 | UpstreamError::Reset
                 | UpstreamError::Protocol
                 | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
+                // Whose fault: the client's (its body broke off or was malformed).
+                UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
             },
         };
         let mut resp = Response::new(ProxyBody::full(text));

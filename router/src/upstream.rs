@@ -197,6 +197,9 @@ impl SendError {
             SendError::Connect { .. } => UpstreamError::Connect,
             SendError::ConnectTimeout { .. } => UpstreamError::ConnectTimeout,
             SendError::Tls { .. } => UpstreamError::Tls,
+            // hyper's "user" errors here come from the request body we stream: the
+            // client's side failed, not the member.
+            SendError::Http { source, .. } if source.is_user() => UpstreamError::ClientBody,
             SendError::Http { source, .. } if source.is_parse() => UpstreamError::Protocol,
             SendError::Http { .. } => UpstreamError::Reset,
         }
@@ -210,6 +213,9 @@ impl SendError {
         let SendError::Http { source, .. } = self else {
             return false;
         };
+        if source.is_user() {
+            return false;
+        }
         if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
             return true;
         }

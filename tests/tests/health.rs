@@ -391,3 +391,60 @@ async fn with_checks_off_a_passively_ejected_member_is_probed_back() {
     .await;
     drop(a);
 }
+
+/// A client whose request body breaks off (an aborted upload) or is malformed (a bad
+/// chunk size) is at fault, not the member: 400 where the client still listens, the
+/// `client_body` kind, and never a passive failure (three used to eject the member).
+#[tokio::test]
+async fn client_body_failures_are_never_charged_to_the_member() {
+    let b = Backend::start().await;
+    let r =
+        TestRouter::start("health:\n  checks: false\n  passive_failures: 3\n  fail_open: false\n")
+            .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+    assert_eq!(r.get("ha-myapp-demo.example.com", "/").await.0, 200);
+    for i in 0..5 {
+        // An upload that stops after 10 of 100 000 announced bytes, then goes away.
+        let mut s = tokio::net::TcpStream::connect(r.http)
+            .await
+            .expect("connect");
+        use tokio::io::AsyncWriteExt;
+        s.write_all(b"POST /upload HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nContent-Length: 100000\r\n\r\n0123456789")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(s);
+        // A chunked body with a chunk size that is not hex.
+        let raw = e2e::raw::exchange(
+            r.http,
+            format!("POST /c{i} HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n").as_bytes(),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            e2e::raw::status(&raw),
+            Some(400),
+            "{}",
+            String::from_utf8_lossy(&raw)
+        );
+    }
+    assert!(
+        r.metric("router_upstream_errors_total{kind=\"client_body\"}")
+            .await
+            >= Some(5.0)
+    );
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"reset\"}")
+            .await,
+        Some(0.0)
+    );
+    assert_eq!(
+        r.metric("router_backend_ejections_total{reason=\"passive\"}")
+            .await
+            .unwrap_or(0.0),
+        0.0
+    );
+    // The member still serves everyone.
+    assert_eq!(r.get("ha-myapp-demo.example.com", "/").await.0, 200);
+}
