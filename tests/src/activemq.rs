@@ -263,5 +263,7 @@ impl Drop for ActiveMq {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // Its private base directory (data, logs) goes with it.
+        let _ = std::fs::remove_dir_all(&self.base);
     }
 }
