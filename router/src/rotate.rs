@@ -2,12 +2,11 @@
 //! `state_dir/rotated-out.json` so that the choice survives restarts until the
 //! opposite call.
 //!
-//! The file is rewritten whole on each change (write to a temporary file, fsync,
-//! rename, fsync the directory): it holds a handful of addresses and changes only
+//! The file is rewritten whole on each change (through [`durable_file`]: temporary
+//! file, fsync, rename, fsync the directory): it holds a handful of addresses and changes only
 //! when an operator acts, so simplicity wins over a journal.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -114,17 +113,7 @@ fn write_atomically(path: &Path, set: &BTreeSet<String>) -> Result<(), RotateErr
         rotated_out: set.clone(),
     })
     .map_err(|e| io(std::io::Error::other(e)))?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(&json).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
-    }
-    Ok(())
+    durable_file::write(path, &json).map_err(io)
 }
 
 #[cfg(test)]

@@ -2,16 +2,13 @@
 //! an operator can look at them, fix them and replay them. Nothing is dropped.
 //!
 //! `state_dir/dead-letters/<unix-ms>-<id>.yaml` holds the body exactly as received,
-//! `.reason` beside it says why. Files are written with mode 0600 and fsynced before
-//! the message is acknowledged: a body may hold a private key.
+//! `.reason` beside it says why. Both are written through [`durable_file`] (atomic,
+//! fsynced, mode 0600) before the message is acknowledged: a body may hold a private key.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-use crate::persist::sync_dir;
 
 #[derive(Clone, Debug)]
 pub struct DeadLetters {
@@ -48,24 +45,13 @@ impl DeadLetters {
             .take(100)
             .collect();
         let path = self.dir.join(format!("{ms}-{id}.yaml"));
-        write_synced(&path, body)?;
+        // The reason first: a body is never parked without it.
         let mut reason_path = path.clone().into_os_string();
         reason_path.push(".reason");
-        write_synced(Path::new(&reason_path), format!("{reason}\n").as_bytes())?;
-        sync_dir(&self.dir).map_err(io::Error::other)?;
+        durable_file::write(Path::new(&reason_path), format!("{reason}\n").as_bytes())?;
+        durable_file::write(&path, body)?;
         Ok(path)
     }
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 #[cfg(test)]

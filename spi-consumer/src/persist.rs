@@ -245,36 +245,18 @@ impl Store {
     }
 }
 
-/// Atomically replaces `dir/name` with `bytes` (temp file, fsync, rename, dir fsync).
+/// Atomically and durably replaces `dir/name` with `bytes` (see [`durable_file`]).
 fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
     let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StoreError::Io { path: p, source }
-    };
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(io(&path))?;
-    sync_dir(dir)
+    durable_file::write(&path, bytes).map_err(|source| StoreError::Io { path, source })
 }
 
-/// Makes a rename or create in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })
+/// Makes a create in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    durable_file::sync_dir(dir).map_err(|source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

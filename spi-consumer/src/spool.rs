@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::consumer::{Consumer, Disposition, Publish};
-use crate::persist::sync_dir;
 
 pub const DONE: &str = "done";
 pub const FAILED: &str = "failed";
@@ -83,9 +82,9 @@ impl Spool {
         for (path, d) in &settled {
             self.settle(path, d)?;
         }
-        sync_dir(&self.dir.join(DONE)).map_err(io::Error::other)?;
-        sync_dir(&self.dir.join(FAILED)).map_err(io::Error::other)?;
-        sync_dir(&self.dir).map_err(io::Error::other)?;
+        durable_file::sync_dir(&self.dir.join(DONE))?;
+        durable_file::sync_dir(&self.dir.join(FAILED))?;
+        durable_file::sync_dir(&self.dir)?;
         Ok(settled.len())
     }
 
@@ -98,7 +97,7 @@ impl Spool {
                 let target = self.dir.join(FAILED).join(name);
                 let mut reason_file = target.clone().into_os_string();
                 reason_file.push(".reason");
-                fs::write(&reason_file, format!("{reason}\n"))?;
+                durable_file::write(Path::new(&reason_file), format!("{reason}\n").as_bytes())?;
                 fs::rename(path, &target)?;
                 tracing::warn!(file = %name.to_string_lossy(), %reason, "spool file moved to failed/");
             }

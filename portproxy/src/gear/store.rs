@@ -3,7 +3,7 @@
 //! fsync of the directory) before the operator gets an answer.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use config_file::ConfigError;
@@ -68,17 +68,7 @@ impl Store {
         for (p, a) in table.iter() {
             text.push_str(&format!("{p} {a}\n"));
         }
-        let tmp = self.path.with_extension("tmp");
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        durable_file::write(&self.path, text.as_bytes())
     }
 }
 

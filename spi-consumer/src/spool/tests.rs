@@ -110,6 +110,19 @@ fn bad_files_go_to_failed_with_a_reason_and_good_ones_still_apply() {
     )
     .expect("reason");
     assert!(reason.contains(":public_port"), "{reason}");
+    // Written like every dead letter (durable_file): owner only, since the parked
+    // body beside it may hold a private key.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(
+        spool
+            .dir()
+            .join(FAILED)
+            .join("93-synthetic-missing-public_port.yaml.reason"),
+    )
+    .expect("meta")
+    .permissions()
+    .mode();
+    assert_eq!(mode & 0o777, 0o600, "reason file mode {mode:o}");
     assert_eq!(names(&spool.dir().join(DONE)).len(), 2);
     let text = prometheus::TextEncoder::new()
         .encode_to_string(&registry.gather())
