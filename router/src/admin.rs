@@ -32,7 +32,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backend::Registry;
+use crate::members::Registry;
 use crate::metrics::Metrics;
 use crate::table::{EndpointInfo, RouteTable};
 
@@ -133,7 +133,7 @@ impl Admin {
         let mut apps: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for r in table.routes() {
             for m in &r.members {
-                apps.entry(&m.backend.addr)
+                apps.entry(&m.member.addr)
                     .or_default()
                     .push(format!("{}-{}", r.name, r.namespace));
             }
@@ -146,7 +146,7 @@ impl Admin {
                 health: b.health.get().as_str(),
                 rotate: if b.rotated_out() { "out" } else { "in" },
                 in_flight: b.in_flight(),
-                idle_connections: b.idle_count(),
+                idle_connections: b.pool.idle_count(),
                 apps: apps.get(&*b.addr).map_or(&[], |v| v.as_slice()),
             })
             .collect();
@@ -246,8 +246,8 @@ impl Admin {
                         .members
                         .iter()
                         .map(|m| MemberDoc {
-                            address: &m.backend.addr,
-                            in_flight: m.backend.in_flight(),
+                            address: &m.member.addr,
+                            in_flight: m.member.in_flight(),
                             tls: m.tls,
                         })
                         .collect(),
@@ -303,21 +303,22 @@ fn json<T: Serialize>(doc: &T) -> Response<Full<Bytes>> {
 }
 
 /// `%3A` and friends, for clients that escape the `:` or brackets of an address.
+/// A `%` not followed by two hex digits is refused (a typo must not be remembered).
 fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while let Some(&c) = b.get(i) {
-        if c == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(c);
-            i += 1;
-        }
+    let malformed = b.iter().enumerate().any(|(i, c)| {
+        *c == b'%'
+            && !b
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode(b)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
 }
 
 /// `host:port` as members are announced: an IP literal or a DNS name, and a port.

@@ -1,8 +1,13 @@
 //! The router's Prometheus metrics.
 //!
 //! Label sets are bounded by design: status classes, error kinds and listener names
-//! are fixed lists; nothing is labelled by host or member, so 100k routes cost no
-//! series. Counters used on every request are resolved once here, not looked up by
+//! are fixed lists; nothing is labelled by host, so 100k routes cost no series. Two
+//! families are labelled by what they describe and shrink with it:
+//! `router_backend_up{backend}` (one series per live member) and
+//! `router_tls_certificate_expiry_timestamp_seconds{alias}` (one per certificate).
+//!
+//! This module imports nothing from the rest of the crate: every other module
+//! reports into it. Counters used on every request are resolved once here, not looked up by
 //! label per request.
 
 use prometheus::{
@@ -44,6 +49,16 @@ impl UpstreamError {
         UpstreamError::Busy,
         UpstreamError::ClientBody,
     ];
+
+    /// Counts towards the member's passive ejection: it could not be reached or
+    /// broke the connection. Timeouts waiting for a response, protocol errors, a
+    /// full member and the client's own failures do not.
+    pub fn members_fault(self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Connect | UpstreamError::ConnectTimeout | UpstreamError::Reset
+        )
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -200,6 +215,12 @@ impl Metrics {
     }
 }
 
+impl std::fmt::Debug for HealthMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HealthMetrics")
+    }
+}
+
 /// Member health: `router_backend_up` is labelled by member address, so its series
 /// count is the member count (a series is removed when its member leaves every
 /// table); the rest have fixed labels.
@@ -265,10 +286,10 @@ impl HealthMetrics {
         HealthMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
     }
 
-    pub fn observe(&self, took: std::time::Duration, outcome: &crate::health::Outcome) {
+    /// One active check: how long it took and whether it passed.
+    pub fn observe(&self, took: std::time::Duration, passed: bool) {
         self.check_duration.observe(took.as_secs_f64());
-        let i = usize::from(*outcome != crate::health::Outcome::Pass);
-        self.checks[i].inc();
+        self.checks[usize::from(!passed)].inc();
     }
 
     pub fn set_up(&self, backend: &str, up: bool) {

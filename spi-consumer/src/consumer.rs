@@ -13,16 +13,11 @@
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::event::{DecodeError, Decoded, RoutingEvent, decode};
+use crate::apply::{AppKey, Applied, RoutingState};
+use crate::decode::{DecodeError, Decoded, RoutingEvent, decode};
 use crate::metrics::Metrics;
 use crate::persist::{Store, StoreError};
-use crate::state::{AppKey, Applied, RoutingState};
-
-/// Receives the state after each durable change, with the apps that changed since
-/// the last call (an app in `changed` but not in `state` was deleted).
-pub trait Publish: Send {
-    fn publish(&mut self, state: &RoutingState, changed: &BTreeSet<AppKey>);
-}
+use crate::publish::Publish;
 
 /// What became of one message.
 #[derive(Debug, PartialEq, Eq)]

@@ -6,21 +6,11 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use prometheus::{Histogram, IntCounter, IntGauge};
 
-use crate::consumer::{Consumer, Disposition, Publish};
+use crate::consumer::{Consumer, Disposition};
 use crate::deadletter::DeadLetters;
-
-/// Broker-side metrics of a source.
-#[derive(Clone)]
-pub struct SourceMetrics {
-    /// `spi_broker_connected`: 1 while subscribed.
-    pub connected: IntGauge,
-    /// `spi_broker_reconnects_total`.
-    pub reconnects: IntCounter,
-    /// `spi_route_propagation_seconds`: message received → change durable and live.
-    pub propagation: Histogram,
-}
+use crate::metrics::SourceMetrics;
+use crate::publish::Publish;
 
 /// Why a message could not be ingested; the source must not acknowledge it.
 #[derive(Debug, thiserror::Error)]

@@ -1,35 +1,36 @@
 //! The OpenShift routing SPI, from the broker's messages to a durable routing state.
 //!
-//! - [`event`]: decode one message body (Psych YAML) into a typed event;
-//! - [`state`]: the routing state and the idempotent rules that apply an event;
-//! - [`persist`]: the state on disk, saved atomically before anything is acknowledged;
-//! - [`consumer`]: the decode → apply → persist → publish discipline every source uses;
-//! - [`deadletter`]: undecodable messages parked on disk with the reason;
-//! - [`ingest`]: what every broker source does with one message before acknowledging it;
-//! - [`spool`]: the spool-directory source (the embedded default, no broker needed);
-//! - [`stomp`]: the STOMP 1.2 client for ActiveMQ;
-//! - [`amqp`]: the AMQP 0-9-1 source for RabbitMQ (lapin);
-//! - [`metrics`]: Prometheus counters for all of the above.
+//! An event's path, one module a step:
+//! - [`decode`]: one message body (Psych YAML) → a typed, validated event;
+//! - [`apply`]: the routing state and the idempotent rules that apply an event;
+//! - [`persist`]: the state on disk, saved durably before anything is acknowledged;
+//! - [`publish`]: the sink that receives each durable change (the router's table).
+//!
+//! [`consumer`] runs that path for a batch and says when a source may acknowledge;
+//! [`source`] holds the sources (the spool directory, STOMP for ActiveMQ, AMQP for
+//! RabbitMQ), which share [`ingest`] (one message → durable → ack, reconnect
+//! back-off); [`deadletter`] parks what cannot be decoded, with the reason;
+//! [`metrics`] counts all of it and imports nothing.
 //!
 //! Turning the state into a route table is the router's job: this crate knows nothing
 //! of HTTP.
 
-pub mod amqp;
+pub mod apply;
 pub mod consumer;
 pub mod deadletter;
-pub mod event;
+pub mod decode;
 pub mod ingest;
 pub mod metrics;
 pub mod persist;
-pub mod spool;
-pub mod state;
-pub mod stomp;
+pub mod publish;
+pub mod source;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod fixtures;
 
-pub use consumer::{Consumer, Disposition, Publish};
-pub use event::{AppId, CertBundle, Endpoint, RoutingEvent};
+pub use apply::{App, AppKey, RoutingState};
+pub use consumer::{Consumer, Disposition};
+pub use decode::{AppId, CertBundle, Endpoint, RoutingEvent};
 pub use persist::Store;
-pub use spool::Spool;
-pub use state::{App, AppKey, RoutingState};
+pub use publish::Publish;
+pub use source::spool::Spool;

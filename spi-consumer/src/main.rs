@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use spi_consumer::event::{Decoded, decode};
-use spi_consumer::stomp::tls::{TlsClient, TlsFiles};
-use spi_consumer::stomp::{Session, SessionConfig};
+use spi_consumer::decode::{Decoded, decode};
+use spi_consumer::source::stomp::tls::{TlsClient, TlsFiles};
+use spi_consumer::source::stomp::{Session, SessionConfig};
 
 #[derive(Parser)]
 #[command(version, about = "Routing-SPI operator tools")]

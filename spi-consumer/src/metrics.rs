@@ -20,7 +20,7 @@ pub struct Metrics {
     /// `spi_last_event_timestamp_seconds`: when the last message arrived.
     pub last_event: Gauge,
     /// Broker sources: connection state, reconnects, propagation time.
-    pub source: crate::ingest::SourceMetrics,
+    pub source: SourceMetrics,
 }
 
 impl Metrics {
@@ -42,7 +42,7 @@ impl Metrics {
                 "spi_last_event_timestamp_seconds",
                 "Unix time the last routing event arrived",
             )?,
-            source: crate::ingest::SourceMetrics {
+            source: SourceMetrics {
                 connected: IntGauge::new(
                     "spi_broker_connected",
                     "1 while subscribed to the broker",
@@ -71,4 +71,15 @@ impl Metrics {
         registry.register(Box::new(m.last_event.clone()))?;
         Ok(m)
     }
+}
+
+/// Broker-side metrics of a source.
+#[derive(Clone)]
+pub struct SourceMetrics {
+    /// `spi_broker_connected`: 1 while subscribed.
+    pub connected: IntGauge,
+    /// `spi_broker_reconnects_total`.
+    pub reconnects: IntCounter,
+    /// `spi_route_propagation_seconds`: message received → change durable and live.
+    pub propagation: Histogram,
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{App, AppKey, RoutingState};
+use crate::apply::{App, AppKey, RoutingState};
 
 /// The snapshot's format version; bump it with a migration when the layout changes.
 const FORMAT: u32 = 1;

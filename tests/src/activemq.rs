@@ -214,8 +214,8 @@ impl ActiveMq {
     }
 
     /// A plain-TCP session to this broker consuming `destination` (prefetch 1).
-    pub fn session_config(&self, destination: &str) -> spi_consumer::stomp::SessionConfig {
-        spi_consumer::stomp::SessionConfig {
+    pub fn session_config(&self, destination: &str) -> spi_consumer::source::stomp::SessionConfig {
+        spi_consumer::source::stomp::SessionConfig {
             hosts: vec![self.stomp.to_string()],
             login: None,
             passcode: None,

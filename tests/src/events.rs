@@ -90,8 +90,8 @@ pub fn remove_ssl(app: &str, ns: &str, alias: &str) -> String {
 /// Decodes a synthetic event and applies it to `state` (benchmark tools that build a
 /// state directly).
 pub fn apply(state: &mut spi_consumer::RoutingState, yaml: &str) {
-    match spi_consumer::event::decode(yaml.as_bytes()) {
-        Ok(spi_consumer::event::Decoded::Event(e)) => {
+    match spi_consumer::decode::decode(yaml.as_bytes()) {
+        Ok(spi_consumer::decode::Decoded::Event(e)) => {
             state.apply(&e);
         }
         other => panic!("bad synthetic event: {other:?}"),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, TestRouter, events};
-use spi_consumer::stomp::Session;
+use spi_consumer::source::stomp::Session;
 
 const QUEUE: &str = "/queue/routinginfo.router-a";
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use e2e::activemq::ActiveMq;
-use spi_consumer::stomp::{Session, SessionConfig, StompError};
+use spi_consumer::source::stomp::{Session, SessionConfig, StompError};
 
 fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
     amq.session_config(destination)
@@ -24,7 +24,7 @@ async fn publish(amq: &ActiveMq, destination: &str, bodies: &[&str]) {
         .expect("disconnect");
 }
 
-async fn next(s: &mut Session) -> spi_consumer::stomp::Message {
+async fn next(s: &mut Session) -> spi_consumer::source::stomp::Message {
     tokio::time::timeout(Duration::from_secs(20), s.next_message())
         .await
         .expect("a message in time")
@@ -139,7 +139,7 @@ async fn heart_beats_keep_an_idle_session_alive_and_a_dead_broker_is_noticed() {
 #[tokio::test]
 async fn stomp_over_tls_with_a_private_ca_and_a_client_certificate() {
     use e2e::pki;
-    use spi_consumer::stomp::tls::{TlsClient, TlsFiles};
+    use spi_consumer::source::stomp::tls::{TlsClient, TlsFiles};
     let dir = e2e::tempdir("stomp-tls");
     let ca = pki::Ca::new("Routing test CA");
     let broker_leaf = ca.leaf(&["127.0.0.1", "localhost"]);

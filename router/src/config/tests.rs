@@ -148,7 +148,7 @@ fn health_defaults_and_errors() {
     let s = c.health.settings();
     assert!(s.active && s.gate_new && c.health.fail_open);
     assert_eq!((s.rise, s.fall, s.passive_failures), (2, 3, 3));
-    assert_eq!(s.statuses.len(), 3);
+    assert_eq!(s.check.statuses.len(), 3);
     let with = |block: &str| format!("{GOOD}health:\n{block}");
     let e = err(&with("  statuses: [2xx, 7xx]\n"));
     assert_eq!(e.field, "health.statuses", "{e}");

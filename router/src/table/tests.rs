@@ -1,8 +1,14 @@
 use std::collections::BTreeMap;
 
-use spi_consumer::event::{Decoded, decode};
+use spi_consumer::decode::{Decoded, decode};
+
+use std::collections::BTreeSet;
+
+use arc_swap::ArcSwap;
+use spi_consumer::RoutingState;
 
 use super::*;
+use crate::metrics::Metrics;
 
 fn naming(app_dns: bool) -> Naming {
     Naming {
@@ -11,7 +17,7 @@ fn naming(app_dns: bool) -> Naming {
         ha_suffix: "".into(),
         app_dns,
         endpoint_types: vec!["load_balancer".into()],
-        balance: crate::balance::Balance::RoundRobin,
+        balance: crate::table::balance::Balance::RoundRobin,
         fail_open: true,
     }
 }
@@ -19,7 +25,7 @@ fn naming(app_dns: bool) -> Naming {
 fn builder(app_dns: bool) -> Builder {
     Builder::new(
         naming(app_dns),
-        Arc::new(crate::backend::tests::registry(100)),
+        Arc::new(crate::members::tests::registry(100)),
         Arc::new(ArcSwap::from_pointee(RouteTable::default())),
         Metrics::new().expect("metrics"),
     )
@@ -34,7 +40,7 @@ fn view(t: &RouteTable) -> BTreeMap<String, Vec<String>> {
                 h.to_string(),
                 r.members
                     .iter()
-                    .map(|m| m.backend.addr.to_string())
+                    .map(|m| m.member.addr.to_string())
                     .collect(),
             )
         })
@@ -54,7 +60,7 @@ fn step(b: &Builder, state: &mut RoutingState, table: &RouteTable, name: &str) -
         panic!("{name} does not decode")
     };
     let mut changed = BTreeSet::new();
-    if let spi_consumer::state::Applied::Changed(k) = state.apply(&e) {
+    if let spi_consumer::apply::Applied::Changed(k) = state.apply(&e) {
         changed.insert(k);
     }
     b.update(table, state, &changed)
@@ -144,7 +150,7 @@ fn app_dns_and_ha_suffix_are_configurable() {
     n.ha_prefix = "".into();
     let b = Builder::new(
         n,
-        Arc::new(crate::backend::tests::registry(100)),
+        Arc::new(crate::members::tests::registry(100)),
         Arc::new(ArcSwap::from_pointee(RouteTable::default())),
         Metrics::new().expect("metrics"),
     );
@@ -205,8 +211,8 @@ fn one_then_two_members() -> (RouteTable, RouteTable) {
 fn members_keep_their_backend_across_swaps() {
     let (t1, t2) = one_then_two_members();
     let ha = "ha-myapp-demo.example.com";
-    let before = &t1.lookup(ha).expect("r1").members[0].backend;
-    let after = &t2.lookup(ha).expect("r2").members[0].backend;
+    let before = &t1.lookup(ha).expect("r1").members[0].member;
+    let after = &t2.lookup(ha).expect("r2").members[0].member;
     assert!(Arc::ptr_eq(before, after));
     // The old table still serves the old route: in-flight readers are unaffected.
     assert_eq!(t1.lookup(ha).expect("r1").members.len(), 1);
@@ -217,25 +223,7 @@ fn round_robin_visits_every_member() {
     let (_, t) = one_then_two_members();
     let r = t.lookup("ha-myapp-demo.example.com").expect("route");
     let picked: BTreeSet<String> = (0..4)
-        .map(|_| r.pick().expect("member").backend.addr.to_string())
+        .map(|_| r.pick().expect("member").member.addr.to_string())
         .collect();
     assert_eq!(picked.len(), 2);
-}
-
-#[test]
-fn host_normalisation() {
-    let n = |s| normalize_host(s).map(|c| c.into_owned());
-    assert_eq!(n("Example.COM").as_deref(), Some("example.com"));
-    assert_eq!(n("example.com:8080").as_deref(), Some("example.com"));
-    assert_eq!(n("example.com.").as_deref(), Some("example.com"));
-    assert_eq!(n("example.com.:80").as_deref(), Some("example.com"));
-    assert_eq!(n("[::1]:80").as_deref(), Some("[::1]"));
-    assert_eq!(n("example.com:http"), None);
-    assert_eq!(n(""), None);
-    assert_eq!(n("bad host"), None);
-    assert_eq!(n("a/b"), None);
-    assert!(matches!(
-        normalize_host("already.lower"),
-        Some(std::borrow::Cow::Borrowed(_))
-    ));
 }

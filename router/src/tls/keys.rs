@@ -198,7 +198,9 @@ fn decrypt_legacy(data: &[u8], dek_info: &str, pass: &str) -> Result<Vec<u8>, Ce
     let (cipher, iv_hex) = dek_info
         .split_once(',')
         .ok_or_else(|| CertError::BadKey("malformed DEK-Info".into()))?;
-    let iv = hex(iv_hex.trim()).ok_or_else(|| CertError::BadKey("malformed DEK-Info IV".into()))?;
+    let iv = hex::decode(iv_hex.trim())
+        .ok()
+        .ok_or_else(|| CertError::BadKey("malformed DEK-Info IV".into()))?;
     let cipher = cipher.trim();
     let (key_len, iv_len) = match cipher {
         "AES-128-CBC" => (16, 16),
@@ -251,16 +253,6 @@ fn evp_bytes_to_key(pass: &[u8], salt: &[u8], len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-fn hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The PEM blocks of `text`, with headers (RFC 1421 style, which RFC 7468 parsers

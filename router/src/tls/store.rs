@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use spi_consumer::event::CertBundle;
+use spi_consumer::decode::CertBundle;
 use spi_consumer::{AppKey, RoutingState};
 
 use crate::metrics::TlsMetrics;
@@ -276,7 +276,7 @@ fn fingerprint(b: &CertBundle) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spi_consumer::event::{Decoded, decode};
+    use spi_consumer::decode::{Decoded, decode};
 
     fn fixture(name: &str) -> String {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -290,7 +290,7 @@ mod tests {
         let Ok(Decoded::Event(e)) = decode(yaml.as_bytes()) else {
             panic!("not an event: {yaml:.60}");
         };
-        if let spi_consumer::state::Applied::Changed(k) = state.apply(&e) {
+        if let spi_consumer::apply::Applied::Changed(k) = state.apply(&e) {
             index.update(state, &BTreeSet::from([k]), now);
         }
     }

@@ -4,7 +4,8 @@
 //! Both routers read the same secret file (`tls.session_ticket_key_file`, e.g.
 //! `openssl rand 48 > ticket.key`, copied to both hosts, mode 0600). Ticket keys
 //! are derived from it per period (`tls.session_ticket_rotation`, default 1 h):
-//! `key(e) = SHA-256("router session ticket v1" ‖ e ‖ secret)` for period number `e`.
+//! `key(e) = HKDF-SHA256(salt = "router session ticket v2", ikm = secret,
+//! info = e as 8 big-endian bytes)`, 32 bytes, for period number `e` (RFC 5869).
 //! Tickets are sealed with AES-256-GCM under the current period's key and opened
 //! under the previous, current or next one (one period of lifetime, and tolerance
 //! for clocks that disagree a little between the two hosts). So keys rotate by
@@ -12,7 +13,7 @@
 //! two periods. Replacing the file rotates the secret itself: it is re-read when
 //! its modification time changes (checked by [`SharedTicketer::reload`]).
 //!
-//! A ticket is `"RT1" ‖ e (8 bytes) ‖ nonce (12 bytes) ‖ sealed state ‖ tag`; the
+//! A ticket is `"RT2" ‖ e (8 bytes) ‖ nonce (12 bytes) ‖ sealed state ‖ tag`; the
 //! first 11 bytes are authenticated as associated data. The sealing is aws-lc-rs's
 //! AEAD (the same library rustls uses here); nothing cryptographic is ours.
 
@@ -22,10 +23,13 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use aws_lc_rs::digest::{SHA256, digest};
+use aws_lc_rs::hkdf::{HKDF_SHA256, Salt};
 use rustls::server::ProducesTickets;
 
-const MAGIC: &[u8; 3] = b"RT1";
+/// Version 2: keys by HKDF (version 1 hashed the secret with SHA-256; its tickets
+/// are refused and those clients make a full handshake once).
+const MAGIC: &[u8; 3] = b"RT2";
+const SALT: &[u8] = b"router session ticket v2";
 const HEADER: usize = 3 + 8;
 
 #[derive(Debug, thiserror::Error)]
@@ -103,14 +107,7 @@ impl SharedTicketer {
 
     fn key(&self, epoch: u64) -> Option<LessSafeKey> {
         let secret = self.secret.load();
-        let mut input = Vec::with_capacity(32 + 8 + secret.len());
-        input.extend_from_slice(b"router session ticket v1");
-        input.extend_from_slice(&epoch.to_be_bytes());
-        input.extend_from_slice(&secret);
-        let d = digest(&SHA256, &input);
-        UnboundKey::new(&AES_256_GCM, d.as_ref())
-            .ok()
-            .map(LessSafeKey::new)
+        derive_key(&secret, epoch).map(LessSafeKey::new)
     }
 
     fn seal(&self, plain: &[u8], now: SystemTime) -> Option<Vec<u8>> {
@@ -192,6 +189,15 @@ fn read_secret(path: &Path) -> Result<(Vec<u8>, Option<SystemTime>), TicketKeyEr
     Ok((bytes, modified))
 }
 
+/// The ticket key of period `epoch` (see the module doc).
+fn derive_key(secret: &[u8], epoch: u64) -> Option<UnboundKey> {
+    let prk = Salt::new(HKDF_SHA256, SALT).extract(secret);
+    let epoch = epoch.to_be_bytes();
+    let info: [&[u8]; 1] = [&epoch];
+    let okm = prk.expand(&info, &AES_256_GCM).ok()?;
+    Some(UnboundKey::from(okm))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +211,36 @@ mod tests {
             SharedTicketer::open(&path, Duration::from_secs(3600)).expect("open"),
             dir,
         )
+    }
+
+    /// The key of period 482 for a known secret equals what an independent HKDF
+    /// gives: `openssl kdf -keylen 32 -kdfopt digest:SHA256
+    /// -kdfopt key:secret-secret-secret-secret-secret-32
+    /// -kdfopt salt:"router session ticket v2" -kdfopt hexinfo:00000000000001e2 HKDF`.
+    #[test]
+    fn ticket_keys_are_hkdf_sha256() {
+        const OPENSSL: [u8; 32] = [
+            0x93, 0xE7, 0xDD, 0x40, 0xC8, 0x43, 0xEE, 0x98, 0x30, 0x5D, 0xF2, 0xE4, 0x28, 0x6A,
+            0x54, 0xD4, 0x19, 0x57, 0xA7, 0x93, 0x9D, 0x14, 0xC9, 0xDE, 0xC3, 0x1E, 0x81, 0x19,
+            0x1A, 0x2D, 0x94, 0xE5,
+        ];
+        let seal = |key: UnboundKey| {
+            let mut data = b"same plaintext, same nonce".to_vec();
+            LessSafeKey::new(key)
+                .seal_in_place_append_tag(
+                    Nonce::assume_unique_for_key([0u8; NONCE_LEN]),
+                    Aad::empty(),
+                    &mut data,
+                )
+                .expect("seal");
+            data
+        };
+        let ours = derive_key(b"secret-secret-secret-secret-secret-32", 482).expect("derive");
+        let theirs = UnboundKey::new(&AES_256_GCM, &OPENSSL).expect("key");
+        assert_eq!(seal(ours), seal(theirs));
+        let next = derive_key(b"secret-secret-secret-secret-secret-32", 483).expect("derive");
+        let theirs = UnboundKey::new(&AES_256_GCM, &OPENSSL).expect("key");
+        assert_ne!(seal(next), seal(theirs), "each period has its own key");
     }
 
     #[test]

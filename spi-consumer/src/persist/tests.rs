@@ -1,6 +1,6 @@
 use super::*;
-use crate::event::{Decoded, decode};
-use crate::state::Applied;
+use crate::apply::Applied;
+use crate::decode::{Decoded, decode};
 
 fn tempdir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spi-store-{tag}-{}", std::process::id()));

@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, events};
-use router::backend::{PoolSettings, Registry, RegistryConfig};
+use router::members::{Registry, RegistryConfig};
 use router::metrics::Metrics;
 use router::table::{Builder, Naming, RouteTable};
-use spi_consumer::event::{Decoded, RoutingEvent, decode};
-use spi_consumer::state::{Applied, RoutingState};
-use spi_consumer::stomp::Session;
+use router::upstream::PoolSettings;
+use spi_consumer::apply::{Applied, RoutingState};
+use spi_consumer::decode::{Decoded, RoutingEvent, decode};
+use spi_consumer::source::stomp::Session;
 use spi_consumer::{AppKey, Store};
 
 const QUEUE: &str = "/queue/routinginfo.bench";
@@ -43,9 +44,9 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
             idle_timeout: Duration::from_secs(8),
             opened: metrics.upstream_connections.clone(),
         },
-        health: router::health::Settings::default(),
+        health: router::members::health::HealthSettings::default(),
         metrics: metrics.health.clone(),
-        rotate: router::rotate::RotateStore::in_memory(),
+        rotate: router::members::rotate::RotateStore::in_memory(),
         // No checkers: this measures the apply path only.
         checkers: None,
     });
@@ -56,7 +57,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
         ha_suffix: String::new(),
         app_dns: true,
         endpoint_types: vec!["load_balancer".into()],
-        balance: router::balance::Balance::default(),
+        balance: router::table::balance::Balance::default(),
         fail_open: true,
     };
     (

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use spi_consumer::event::{Decoded, RoutingEvent, decode};
+use spi_consumer::decode::{Decoded, RoutingEvent, decode};
 
 use super::*;
 
@@ -12,7 +12,7 @@ fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
-fn fixture_bundle(name: &str) -> spi_consumer::event::CertBundle {
+fn fixture_bundle(name: &str) -> spi_consumer::decode::CertBundle {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../fixtures/spi-events")
         .join(name);
@@ -243,5 +243,5 @@ fn evp_bytes_to_key_matches_openssl() {
         .find_map(|l| l.trim().strip_prefix("key="))
         .expect("key line");
     let ours = evp_bytes_to_key(b"pass", &[1, 2, 3, 4, 5, 6, 7, 8], 16);
-    assert_eq!(hex(key_hex.trim()).expect("hex"), ours);
+    assert_eq!(hex::decode(key_hex.trim()).expect("hex"), ours);
 }

@@ -11,6 +11,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::members::health;
+use crate::members::probe::{Check, StatusMatch};
+use crate::table::balance::Balance;
+
+pub use crate::request::accept::Limits;
+/// `spi.amqp`: the AMQP source's own settings type.
+pub use spi_consumer::source::amqp::AmqpConfig;
+
 /// Everything the router needs to start.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,30 +144,6 @@ pub struct StompConfig {
     pub tls: Option<StompTls>,
 }
 
-/// The broker, for `spi.source: amqp` (RabbitMQ).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AmqpConfig {
-    /// `amqp://user:pass@host:5672/%2f`, tried in turn. They may hold a password:
-    /// keep this file readable by the router only.
-    pub uris: Vec<String>,
-    /// A durable queue per router (declared if missing).
-    pub queue: String,
-    /// Bind the queue to this exchange, if set.
-    pub exchange: Option<String>,
-    #[serde(default = "default_routing_key")]
-    pub routing_key: String,
-    #[serde(default = "default_amqp_prefetch")]
-    pub prefetch: u16,
-}
-
-fn default_routing_key() -> String {
-    "#".into()
-}
-fn default_amqp_prefetch() -> u16 {
-    10
-}
-
 /// TLS to the broker: its CA, and our certificate if it asks for one.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -200,7 +184,7 @@ pub struct TlsConfig {
     #[serde(default)]
     pub redirect_http: bool,
     /// Time a client has to finish its TLS handshake.
-    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
     pub handshake_timeout: Duration,
 }
 
@@ -215,7 +199,7 @@ impl Default for TlsConfig {
             resumption: true,
             replace_grace: default_replace_grace(),
             redirect_http: false,
-            handshake_timeout: default_header_timeout(),
+            handshake_timeout: default_handshake_timeout(),
         }
     }
 }
@@ -272,7 +256,7 @@ pub struct Upstream {
     pub max_idle_per_backend: usize,
     /// `p2c` (least outstanding of two random members) or `round_robin`.
     #[serde(default)]
-    pub balance: crate::balance::Balance,
+    pub balance: Balance,
     /// TLS towards members that expect it.
     #[serde(default)]
     pub tls: UpstreamTls,
@@ -287,7 +271,7 @@ impl Default for Upstream {
             max_connections_per_backend: default_max_conns(),
             queue_timeout: default_queue_timeout(),
             max_idle_per_backend: default_max_idle(),
-            balance: crate::balance::Balance::default(),
+            balance: Balance::default(),
             tls: UpstreamTls::default(),
         }
     }
@@ -357,80 +341,62 @@ impl Default for HealthConfig {
 
 impl HealthConfig {
     /// The checker's settings (call after [`Config::parse`] validated them).
-    pub fn settings(&self) -> crate::health::Settings {
-        crate::health::Settings {
+    pub fn settings(&self) -> health::HealthSettings {
+        health::HealthSettings {
             active: self.checks,
-            path: self.path.clone(),
-            statuses: self
-                .statuses
-                .iter()
-                .filter_map(|s| crate::health::StatusMatch::parse(s))
-                .collect(),
+            check: Check {
+                path: self.path.clone(),
+                statuses: self
+                    .statuses
+                    .iter()
+                    .filter_map(|s| StatusMatch::parse(s))
+                    .collect(),
+                timeout: self.timeout,
+                host: self.host.clone(),
+                keep_awake_port: self.keep_awake_port,
+            },
             interval: self.interval,
-            timeout: self.timeout,
             jitter: self.jitter,
             rise: self.rise,
             fall: self.fall,
             gate_new: self.gate_new,
             passive_failures: self.passive_failures,
-            host: self.host.clone(),
-            keep_awake_port: self.keep_awake_port,
         }
     }
 }
 
+fn default_handshake_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+// The defaults of `health.*` are the health module's (one source).
 fn default_check_path() -> String {
-    "/".into()
+    Check::default().path
 }
 fn default_check_statuses() -> Vec<String> {
-    vec!["2xx".into(), "3xx".into(), "401".into()]
+    Check::default()
+        .statuses
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 fn default_check_interval() -> Duration {
-    Duration::from_secs(5)
+    health::HealthSettings::default().interval
 }
 fn default_check_timeout() -> Duration {
-    Duration::from_secs(2)
+    Check::default().timeout
 }
 fn default_check_jitter() -> Duration {
-    Duration::from_millis(500)
+    health::HealthSettings::default().jitter
 }
 fn default_rise() -> u32 {
-    2
+    health::HealthSettings::default().rise
 }
 fn default_fall() -> u32 {
-    3
+    health::HealthSettings::default().fall
 }
 fn default_passive_failures() -> u32 {
-    3
-}
-
-/// Protections of the listeners against clients.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    /// Open client connections at most; beyond, new ones wait in the kernel backlog.
-    #[serde(default = "default_max_client_conns")]
-    pub max_connections: usize,
-    /// Request line plus headers, in bytes (larger: 431). At least 8192.
-    #[serde(default = "default_max_header_bytes")]
-    pub max_header_bytes: usize,
-    /// Header fields per request (more: 431).
-    #[serde(default = "default_max_headers")]
-    pub max_headers: usize,
-    /// Time a client has to send a complete request head (slowloris).
-    #[serde(default = "default_header_timeout", with = "humantime_serde")]
-    pub header_read_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: default_max_client_conns(),
-            max_header_bytes: default_max_header_bytes(),
-            max_headers: default_max_headers(),
-            header_read_timeout: default_header_timeout(),
-        }
-    }
+    health::HealthSettings::default().passive_failures
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -500,18 +466,6 @@ fn default_queue_timeout() -> Duration {
 }
 fn default_max_idle() -> usize {
     64
-}
-fn default_max_client_conns() -> usize {
-    10_000
-}
-fn default_max_header_bytes() -> usize {
-    64 * 1024
-}
-fn default_max_headers() -> usize {
-    100
-}
-fn default_header_timeout() -> Duration {
-    Duration::from_secs(10)
 }
 
 pub use config_file::ConfigError;
@@ -664,11 +618,7 @@ impl Config {
         if h.statuses.is_empty() {
             return Err(("health.statuses", "list at least one status".into()));
         }
-        if let Some(bad) = h
-            .statuses
-            .iter()
-            .find(|s| crate::health::StatusMatch::parse(s).is_none())
-        {
+        if let Some(bad) = h.statuses.iter().find(|s| StatusMatch::parse(s).is_none()) {
             return Err((
                 "health.statuses",
                 format!("{bad:?} is neither a class like 2xx nor a code like 401"),

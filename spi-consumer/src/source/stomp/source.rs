@@ -14,9 +14,11 @@ use std::time::Instant;
 use futures_util::FutureExt;
 
 use super::session::{Session, SessionConfig, StompError};
-use crate::consumer::{Consumer, Publish};
+use crate::consumer::Consumer;
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, Backoff, IngestError, Received, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, Received};
+use crate::metrics::SourceMetrics;
+use crate::publish::Publish;
 
 /// Runs until `stop` resolves (or the consumer panicked: then it logs and returns,
 /// and the router keeps serving its last table).

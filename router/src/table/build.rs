@@ -1,133 +1,25 @@
-//! The route table: host name → route, immutable, swapped whole with `ArcSwap`.
+//! Building the next route table from the routing state, and publishing it: the end
+//! of an event's path (decoded → applied → persisted → **published**) and the one
+//! place it meets the request path, the `ArcSwap<RouteTable>`.
 //!
-//! Requests load the current table once (one atomic load), look the host up, clone the
-//! `Arc<Route>` they need and drop the guard before any `.await`. The update path
-//! builds the next table from the previous one and swaps it in; readers never lock.
-//!
-//! Both maps are persistent (`imbl`): cloning a table is O(1) and changing one app
-//! costs O(log n) plus that app's own host names, never a copy of every route. So an
-//! event's cost does not grow with the number of apps.
-//!
-//! Which endpoints become members (the `endpoint_types` filter) and which names an app
-//! answers to (HA name, optional app name, aliases) is decided here, from the routing
-//! state that `spi-consumer` maintains.
+//! Which endpoints become members (the `endpoint_types` filter) and which names an
+//! app answers to (HA name, optional app name, aliases) is decided here. Members are
+//! found (or created) in the [`Registry`], so their state survives the swap.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use arc_swap::ArcSwap;
-use http::uri::Authority;
 use spi_consumer::{App, AppKey, Publish, RoutingState};
 
-use crate::backend::{Backend, Registry};
-use crate::balance::Balance;
-use crate::health::Probe;
+use super::balance::Balance;
+use super::{EndpointInfo, Route, RouteTable, Target};
+use crate::members::Registry;
+use crate::members::probe::Probe;
 use crate::metrics::Metrics;
-
-/// One application's routing: its names and its members.
-#[derive(Debug)]
-pub struct Route {
-    pub app: AppKey,
-    /// Display name and namespace, as the broker sent them.
-    pub name: String,
-    pub namespace: String,
-    /// Every name this route answers to, lower-case.
-    pub hosts: Vec<Arc<str>>,
-    /// The routable members; empty means 503.
-    pub members: Vec<Member>,
-    /// Every endpoint the app has, routed or not (for the routes API).
-    pub endpoints: Vec<EndpointInfo>,
-    pub aliases: Vec<String>,
-    /// Aliases that have a certificate.
-    pub certificates: Vec<String>,
-    /// Round-robin cursor.
-    next: AtomicUsize,
-    balance: Balance,
-    fail_open: bool,
-}
-
-/// A member of a route: where to connect, and its shared runtime state.
-#[derive(Debug, Clone)]
-pub struct Member {
-    pub backend: Arc<Backend>,
-    /// `public_address:public_port`, dialled exactly.
-    pub authority: Authority,
-    /// The gear expects TLS (`https`/`wss`/`tls` protocols, i.e. `ssl_to_gear`).
-    pub tls: bool,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct EndpointInfo {
-    pub address: String,
-    pub gear_id: Option<String>,
-    pub cartridge: Option<String>,
-    pub types: Vec<String>,
-    pub protocols: Vec<String>,
-    pub routed: bool,
-}
-
-impl Route {
-    /// Picks the member for the next request (see [`crate::balance`]).
-    pub fn pick(&self) -> Option<&Member> {
-        self.balance.pick(&self.members, &self.next, self.fail_open)
-    }
-}
-
-/// Host → route, plus app → route to find an app's names again when it changes.
-#[derive(Clone, Debug, Default)]
-pub struct RouteTable {
-    hosts: imbl::HashMap<Arc<str>, Arc<Route>>,
-    apps: imbl::OrdMap<AppKey, Arc<Route>>,
-}
-
-impl RouteTable {
-    /// The route for a normalised host name (see [`normalize_host`]).
-    pub fn lookup(&self, host: &str) -> Option<&Arc<Route>> {
-        self.hosts.get(host)
-    }
-
-    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
-        self.apps.values()
-    }
-
-    pub fn host_count(&self) -> usize {
-        self.hosts.len()
-    }
-
-    pub fn app_count(&self) -> usize {
-        self.apps.len()
-    }
-}
-
-/// Lower-cases a Host header value and strips its port and a trailing dot, for lookup.
-/// Returns `None` for values no route can ever match (empty, bad characters).
-pub fn normalize_host(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
-    let host = if let Some(rest) = raw.strip_prefix('[') {
-        // IPv6 literal: "[::1]:8080".
-        let end = rest.find(']')?;
-        &raw[..end + 2]
-    } else {
-        match raw.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            Some(_) => return None,
-            None => raw,
-        }
-    };
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.is_empty()
-        || !host.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':')
-        })
-    {
-        return None;
-    }
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Some(std::borrow::Cow::Owned(host.to_ascii_lowercase()))
-    } else {
-        Some(std::borrow::Cow::Borrowed(host))
-    }
-}
+use crate::tls::store::CertIndex;
 
 /// The naming rules, from the configuration.
 #[derive(Clone, Debug)]
@@ -169,7 +61,7 @@ pub struct Builder {
     live: Arc<ArcSwap<RouteTable>>,
     metrics: Metrics,
     /// The alias certificates follow the same changes (see [`crate::tls::store`]).
-    certs: Option<Arc<std::sync::Mutex<crate::tls::store::CertIndex>>>,
+    certs: Option<Arc<std::sync::Mutex<CertIndex>>>,
 }
 
 impl Builder {
@@ -189,10 +81,7 @@ impl Builder {
     }
 
     /// Also keeps `certs` in step with the state.
-    pub fn with_certs(
-        mut self,
-        certs: Arc<std::sync::Mutex<crate::tls::store::CertIndex>>,
-    ) -> Builder {
+    pub fn with_certs(mut self, certs: Arc<std::sync::Mutex<CertIndex>>) -> Builder {
         self.certs = Some(certs);
         self
     }
@@ -238,8 +127,8 @@ impl Builder {
         for (addr, ep) in &app.endpoints {
             let mut routed = self.naming.routed(&ep.types);
             if routed {
-                match addr.parse::<Authority>() {
-                    Ok(authority) => {
+                match addr.parse::<SocketAddr>() {
+                    Ok(_) => {
                         let has = |names: &[&str]| {
                             ep.protocols.iter().any(|p| names.contains(&p.as_str()))
                         };
@@ -247,18 +136,14 @@ impl Builder {
                         // HTTP checks for plain HTTP members (no protocols listed
                         // means the default, http); TCP for TLS and anything else.
                         let http = !tls && (ep.protocols.is_empty() || has(&["http", "ws"]));
-                        let backend = self.registry.get(addr, || Probe {
+                        let member = self.registry.get(addr, || Probe {
                             tcp_only: !http,
                             host: Some(Arc::from(self.naming.app_name(key))),
                         });
-                        members.push(Member {
-                            backend,
-                            authority,
-                            tls,
-                        })
+                        members.push(Target { member, tls })
                     }
                     Err(e) => {
-                        tracing::warn!(app = %key, member = %addr, error = %e, "member address is not usable; not routed");
+                        tracing::warn!(app = %key, member = %addr, error = %e, "member address is not an IP address and port; not routed");
                         routed = false;
                     }
                 }
@@ -307,6 +192,3 @@ impl Publish for Builder {
         tracing::debug!(apps = changed.len(), "route table updated");
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,30 +1,5 @@
-//! Connections to members: HTTP/1.1 over TCP, kept alive and reused, driven by the
-//! request that uses them.
-//!
-//! Why not a spawned connection task behind a shared pool (hyper-util's client)? Each
-//! request would then cross tasks twice (request to the connection task, response
-//! back), which measured 26 µs of CPU per proxied request on this machine against
-//! 18 µs when the request's own task drives the connection (bench/RESULTS.md). So an
-//! [`Upstream`] is owned, never spawned:
-//! - while waiting for the response head, [`Upstream::send`] drives the connection
-//!   (it writes the request and its streamed body, and reads the response);
-//! - while the response body streams, the body drives it ([`Lease`]);
-//! - when the body has ended, the lease returns the connection to its member's idle
-//!   list ([`crate::backend::Backend`]); a connection whose response was not read to
-//!   the end is closed instead (HTTP/1 cannot be reused mid-message).
-//!
-//! Idle connections are not polled, so a member closing one is noticed when it is
-//! next taken: [`Upstream::is_reusable`] polls it once (no syscall unless the socket
-//! became readable) and drops it if it has closed. They are dropped once idle longer
-//! than `upstream.idle_timeout`, which stays below the gear haproxy's 10 s so that we
-//! close first. A request sent on a reused connection that closed before any response
-//! byte may be sent once more (the proxy decides: idempotent requests only).
-//!
-//! Upgrades (WebSocket) take a fresh connection of their own and never return it.
-//!
-//! Members that expect TLS (`ssl_to_gear`) get it here too: a [`MemberIo`] is either
-//! the TCP stream or a rustls client stream over it, with SNI = the request's host.
-//! Such a connection is reused only for the same host name.
+//! One HTTP/1.1 connection to a member, driven by the request that uses it, and what
+//! its errors mean.
 
 use std::io;
 use std::net::SocketAddr;
@@ -40,7 +15,6 @@ use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::backend::Backend;
 use crate::metrics::UpstreamError;
 
 /// The body of a request sent to a member: the client's body, streamed, or nothing
@@ -243,23 +217,24 @@ impl SendError {
     }
 }
 
-/// Connection settings, from `upstream.*`.
+/// How a new connection is made, from `upstream.*` (how idle ones are kept is
+/// [`PoolSettings`](super::PoolSettings)).
 #[derive(Clone, Copy, Debug)]
-pub struct Settings {
+pub struct ConnectSettings {
     pub connect_timeout: Duration,
-    pub idle_timeout: Duration,
 }
 
 impl Upstream {
-    /// Opens a new connection to `backend`, with TLS if `tls` is given. The connect
-    /// timeout covers the TLS handshake too.
+    /// Opens a new connection to `addr` (`target`, its parsed form), with TLS if
+    /// `tls` is given. The connect timeout covers the TLS handshake too.
     pub async fn connect(
-        backend: &Backend,
-        settings: Settings,
+        addr: &Arc<str>,
+        target: Option<SocketAddr>,
+        settings: ConnectSettings,
         tls: Option<MemberTls<'_>>,
     ) -> Result<Upstream, SendError> {
-        let addr = backend.addr.clone();
-        let target: SocketAddr = match backend.socket_addr {
+        let addr = addr.clone();
+        let target: SocketAddr = match target {
             Some(a) => a,
             None => {
                 return Err(SendError::Connect {
@@ -300,7 +275,6 @@ impl Upstream {
                 reused: false,
                 source,
             })?;
-        backend.opened();
         Ok(Upstream {
             sender,
             sni,
@@ -362,7 +336,7 @@ impl Upstream {
             .is_some_and(|t| now.saturating_duration_since(t) >= limit)
     }
 
-    pub(crate) fn mark_idle(&mut self, now: Instant) {
+    pub(super) fn mark_idle(&mut self, now: Instant) {
         self.idle_since = Some(now);
     }
 
@@ -390,68 +364,13 @@ impl Upstream {
             })
     }
 
-    fn poll_drive(&mut self, cx: &mut Context<'_>) {
+    pub(super) fn poll_drive(&mut self, cx: &mut Context<'_>) {
         let _ = self.conn.poll_without_shutdown(cx);
     }
 }
 
-/// A member's response body together with the connection it arrives on. Polling the
-/// body drives the connection; once the body has ended the connection goes back to
-/// the member's idle list, otherwise it is closed with the lease.
-pub struct Lease {
-    body: Incoming,
-    upstream: Option<Upstream>,
-    backend: Arc<Backend>,
-    ended: bool,
-}
-
-impl Lease {
-    pub fn new(body: Incoming, upstream: Upstream, backend: Arc<Backend>) -> Lease {
-        let ended = body.is_end_stream();
-        Lease {
-            body,
-            upstream: Some(upstream),
-            backend,
-            ended,
-        }
-    }
-
-    pub fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(up) = self.upstream.as_mut() {
-            up.poll_drive(cx);
-        }
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.ended = true;
-            self.release();
-        }
-        polled
-    }
-
-    pub fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    pub fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-
-    fn release(&mut self) {
-        if let Some(up) = self.upstream.take()
-            && self.ended
-        {
-            self.backend.put_idle(up);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        // A body that never needed polling (HEAD, 204, 304) has ended too.
-        self.ended |= self.body.is_end_stream();
-        self.release();
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("sni", &self.sni).finish()
     }
 }

@@ -2,9 +2,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::apply::{AppKey, RoutingState};
 use crate::metrics::Metrics;
 use crate::persist::Store;
-use crate::state::{AppKey, RoutingState};
 
 /// Records what was published, so tests can see what a router would have served.
 #[derive(Clone, Default)]

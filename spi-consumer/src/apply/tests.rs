@@ -1,5 +1,5 @@
 use super::*;
-use crate::event::{Decoded, decode};
+use crate::decode::{Decoded, decode};
 use crate::fixtures::fixture;
 
 fn ev(name: &str) -> RoutingEvent {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{AppId, CertBundle, Endpoint, RoutingEvent, endpoint_key};
+use crate::decode::{AppId, CertBundle, Endpoint, RoutingEvent, endpoint_key};
 
 /// The identity of an app in the state: name and namespace, lower-cased. App names
 /// are case-preserving but unique regardless of case, like the DNS names made of them.

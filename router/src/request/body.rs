@@ -15,9 +15,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::access_log::AccessRecord;
-use crate::backend::InFlight;
+use crate::members::InFlight;
 use crate::metrics::Metrics;
+use crate::request::access_log::AccessRecord;
 use crate::upstream::Lease;
 
 pub struct ProxyBody {

@@ -15,7 +15,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::consumer::{Consumer, Disposition, Publish};
+use crate::consumer::{Consumer, Disposition};
+use crate::publish::Publish;
 
 pub const DONE: &str = "done";
 pub const FAILED: &str = "failed";

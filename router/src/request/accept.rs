@@ -26,9 +26,50 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::config::Limits;
-use crate::headers::ClientConn;
-use crate::proxy::Proxy;
+use super::Proxy;
+use super::headers::ClientConn;
+
+/// Protections of the listeners against clients.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Open client connections at most; beyond, new ones wait in the kernel backlog.
+    #[serde(default = "default_max_client_conns")]
+    pub max_connections: usize,
+    /// Request line plus headers, in bytes (larger: 431). At least 8192.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Header fields per request (more: 431).
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
+    /// Time a client has to send a complete request head (slowloris).
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: default_max_client_conns(),
+            max_header_bytes: default_max_header_bytes(),
+            max_headers: default_max_headers(),
+            header_read_timeout: default_header_timeout(),
+        }
+    }
+}
+
+fn default_max_client_conns() -> usize {
+    10_000
+}
+fn default_max_header_bytes() -> usize {
+    64 * 1024
+}
+fn default_max_headers() -> usize {
+    100
+}
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
 
 /// Binds a listening socket with a deep backlog and `SO_REUSEADDR`.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

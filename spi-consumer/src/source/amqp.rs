@@ -17,21 +17,36 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 
-use crate::consumer::{Consumer, Publish};
+use crate::consumer::Consumer;
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, Backoff, IngestError, Received, SourceMetrics};
+use crate::ingest::{self, Backoff, IngestError, Received};
+use crate::metrics::SourceMetrics;
+use crate::publish::Publish;
 
-/// What to consume.
-#[derive(Clone, Debug)]
+/// What to consume: the router's `spi.amqp` section, as written.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AmqpConfig {
-    /// `amqp://user:pass@host:5672/%2f`, tried in turn.
+    /// `amqp://user:pass@host:5672/%2f`, tried in turn. They may hold a password:
+    /// keep the file that names them readable by the router only.
     pub uris: Vec<String>,
-    /// Declared durable if missing.
+    /// A durable queue per router (declared if missing).
     pub queue: String,
     /// Bind the queue to this exchange (it must exist), if set.
     pub exchange: Option<String>,
+    #[serde(default = "default_routing_key")]
     pub routing_key: String,
+    /// Messages the broker may send before the first is acknowledged.
+    #[serde(default = "default_prefetch")]
     pub prefetch: u16,
+}
+
+fn default_routing_key() -> String {
+    "#".into()
+}
+
+fn default_prefetch() -> u16 {
+    10
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,348 @@
+//! Members: every `address:port` that takes requests, with the runtime state that
+//! must outlive a route-table swap.
+//!
+//! The route table is rebuilt on every change, but a member's in-flight count, its
+//! connection limit, its idle connections, its health and its rotate state must not
+//! reset when that happens: every table refers to the same [`Member`] for the same
+//! address, found through the [`Registry`].
+//!
+//! The registry holds `Weak` references: a member removed from every table is freed
+//! once its last in-flight request (which holds an `Arc`) has finished. That is the
+//! drain: a removed member gets no new requests, and old ones complete. Its checker
+//! ends with it.
+//!
+//! The request path never touches the registry; it reaches a `Member` through the
+//! table. Whether a member may take new requests ([`Member::eligible`]) combines its
+//! health ([`health`]) and the operator's rotate state ([`rotate`]), both read with
+//! relaxed loads.
+//!
+//! Inside: [`probe`] makes one check, [`health`] holds the state and its rules,
+//! [`checker`] schedules the checks, [`rotate`] persists the operator's choices.
+
+pub mod checker;
+pub mod health;
+pub mod probe;
+pub mod rotate;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use self::health::{Health, Tracker};
+use self::probe::Probe;
+use self::rotate::{RotateError, RotateStore};
+use crate::metrics::HealthMetrics;
+use crate::upstream::{Pool, PoolSettings};
+
+/// One member, shared by every route table that lists it.
+#[derive(Debug)]
+pub struct Member {
+    /// `address:port`, exactly as announced.
+    pub addr: Arc<str>,
+    in_flight: AtomicUsize,
+    /// One permit per request allowed in flight (`upstream.max_connections_per_backend`).
+    slots: Arc<Semaphore>,
+    /// Connections to it, idle ones kept alive.
+    pub pool: Arc<Pool>,
+    /// Shared with its checker (weakly), which ends when this is freed.
+    pub health: Arc<Tracker>,
+    /// Rotated out by an operator: no new requests, whatever its health.
+    rotated_out: AtomicBool,
+    /// Woken when the last in-flight request of a rotated-out member ends.
+    drained: Notify,
+}
+
+impl Member {
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Every slot is taken: a request will have to wait.
+    pub fn full(&self) -> bool {
+        self.slots.available_permits() == 0
+    }
+
+    /// May take new requests: up by health and not rotated out.
+    pub fn eligible(&self) -> bool {
+        self.health.get() == Health::Up && !self.rotated_out()
+    }
+
+    pub fn rotated_out(&self) -> bool {
+        self.rotated_out.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no request is in flight, or `timeout`; true if drained.
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.drained.notified();
+            if self.in_flight() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.in_flight() == 0;
+            }
+        }
+    }
+
+    /// Takes a slot for one request, waiting at most `queue` for one to free up.
+    /// `None` means the member stayed full: answer 503 rather than queue forever.
+    pub async fn acquire(self: &Arc<Self>, queue: Duration) -> Option<InFlight> {
+        let permit = match self.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => tokio::time::timeout(queue, self.slots.clone().acquire_owned())
+                .await
+                .ok()?
+                .ok()?,
+        };
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(InFlight {
+            member: self.clone(),
+            _permit: permit,
+        })
+    }
+}
+
+/// A request in flight to a member; dropping it (when the response body ends or the
+/// client goes away) frees the slot.
+#[derive(Debug)]
+pub struct InFlight {
+    member: Arc<Member>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl InFlight {
+    pub fn member(&self) -> &Arc<Member> {
+        &self.member
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let before = self.member.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if before == 1 && self.member.rotated_out() {
+            self.member.drained.notify_waiters();
+        }
+    }
+}
+
+/// All members known, by address.
+#[derive(Debug)]
+pub struct Registry {
+    max_in_flight: usize,
+    pool: Arc<PoolSettings>,
+    health: Arc<health::HealthSettings>,
+    metrics: HealthMetrics,
+    members: Mutex<HashMap<Arc<str>, Weak<Member>>>,
+    rotate: RotateStore,
+    /// Where health checkers run; `None` runs none (unit tests).
+    checkers: Option<tokio::runtime::Handle>,
+    /// Members first seen before this spread their first checks over an interval.
+    startup_until: Instant,
+}
+
+/// How a [`Registry`] is made.
+pub struct RegistryConfig {
+    pub max_in_flight: usize,
+    pub pool: PoolSettings,
+    pub health: health::HealthSettings,
+    pub metrics: HealthMetrics,
+    pub rotate: RotateStore,
+    pub checkers: Option<tokio::runtime::Handle>,
+}
+
+impl Registry {
+    pub fn new(c: RegistryConfig) -> Registry {
+        Registry {
+            max_in_flight: c.max_in_flight,
+            pool: Arc::new(c.pool),
+            health: Arc::new(c.health),
+            metrics: c.metrics,
+            members: Mutex::new(HashMap::new()),
+            rotate: c.rotate,
+            checkers: c.checkers,
+            startup_until: Instant::now() + Duration::from_secs(2),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<Arc<str>, Weak<Member>>> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every member some table still lists (or a request still holds), by address.
+    pub fn live(&self) -> Vec<Arc<Member>> {
+        let mut v: Vec<Arc<Member>> = self.map().values().filter_map(Weak::upgrade).collect();
+        v.sort_by(|a, b| a.addr.cmp(&b.addr));
+        v
+    }
+
+    pub fn find(&self, addr: &str) -> Option<Arc<Member>> {
+        self.map().get(addr).and_then(Weak::upgrade)
+    }
+
+    /// Rotates `addr` out (`true`) or in, durably first, then in the live member.
+    /// Works for an address not (yet) routed: it applies when the member appears.
+    pub fn rotate(&self, addr: &str, out: bool) -> Result<Option<Arc<Member>>, RotateError> {
+        self.rotate.set(addr, out)?;
+        let m = self.find(addr);
+        if let Some(m) = &m {
+            m.rotated_out.store(out, Ordering::Relaxed);
+            if !out {
+                m.drained.notify_waiters();
+            }
+        }
+        Ok(m)
+    }
+
+    /// Rotated-out addresses, live or not.
+    pub fn rotated_out(&self) -> std::collections::BTreeSet<String> {
+        self.rotate.all()
+    }
+
+    /// Closes expired idle connections of every member; run periodically.
+    pub fn sweep(&self) {
+        let live: Vec<Arc<Member>> = self.map().values().filter_map(Weak::upgrade).collect();
+        let now = Instant::now();
+        for m in live {
+            m.pool.sweep(now);
+        }
+    }
+
+    /// The member at `addr`, created on first use (with `probe` saying how to check
+    /// it, and its first check scheduled).
+    pub fn get(&self, addr: &str, probe: impl FnOnce() -> Probe) -> Arc<Member> {
+        let mut map = self.map();
+        if let Some(m) = map.get(addr).and_then(Weak::upgrade) {
+            return m;
+        }
+        let settings = &self.health;
+        // Unchecked members wait for their first pass only if checks will run.
+        let gated = settings.gate_new && settings.active && self.checkers.is_some();
+        let initial = if gated { Health::Unknown } else { Health::Up };
+        let addr: Arc<str> = Arc::from(addr);
+        let member = Arc::new(Member {
+            in_flight: AtomicUsize::new(0),
+            slots: Arc::new(Semaphore::new(self.max_in_flight)),
+            pool: Arc::new(Pool::new(addr.clone(), self.pool.clone())),
+            health: Arc::new(Tracker::new(
+                addr.clone(),
+                probe(),
+                initial,
+                settings.clone(),
+                self.metrics.clone(),
+            )),
+            rotated_out: AtomicBool::new(self.rotate.contains(&addr)),
+            drained: Notify::new(),
+            addr,
+        });
+        // Forget members nobody refers to any more, so the map stays bounded.
+        if map.len() > 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        map.insert(member.addr.clone(), Arc::downgrade(&member));
+        if let Some(rt) = &self.checkers {
+            let first = health::first_delay(settings, Instant::now() < self.startup_until);
+            // The checker holds the tracker weakly: it ends when the member is freed.
+            rt.spawn(checker::run(Arc::downgrade(&member.health), first));
+        }
+        member
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A registry without checkers (nothing leaves the machine in unit tests).
+    pub(crate) fn registry(max_in_flight: usize) -> Registry {
+        Registry::new(RegistryConfig {
+            max_in_flight,
+            pool: PoolSettings {
+                max_idle: 4,
+                idle_timeout: Duration::from_secs(8),
+                opened: prometheus::IntCounter::new("t", "t").expect("counter"),
+            },
+            health: health::HealthSettings::default(),
+            metrics: HealthMetrics::detached(),
+            rotate: RotateStore::in_memory(),
+            checkers: None,
+        })
+    }
+
+    impl Registry {
+        pub(crate) fn member(&self, addr: &str) -> Arc<Member> {
+            self.get(addr, Probe::default)
+        }
+    }
+
+    #[test]
+    fn passive_failures_eject_and_rotate_blocks() {
+        let r = registry(2);
+        let b = r.member("10.0.0.1:80");
+        assert!(b.eligible(), "no checkers: up from the start");
+        for _ in 0..3 {
+            b.health.record_failure();
+        }
+        assert_eq!(b.health.get(), Health::Down, "three in a row");
+        assert!(!b.eligible());
+
+        let c = r.member("10.0.0.2:80");
+        r.rotate("10.0.0.2:80", true).expect("rotate");
+        assert!(!c.eligible());
+        r.rotate("10.0.0.2:80", false).expect("rotate");
+        assert!(c.eligible());
+        // Rotate state applies to members that appear later.
+        r.rotate("10.0.0.3:80", true).expect("rotate");
+        assert!(r.member("10.0.0.3:80").rotated_out());
+    }
+
+    #[tokio::test]
+    async fn drain_waits_for_in_flight() {
+        let r = registry(2);
+        let b = r.member("10.0.0.1:80");
+        let slot = b.acquire(Duration::ZERO).await.expect("slot");
+        r.rotate("10.0.0.1:80", true).expect("rotate");
+        assert!(!b.drain(Duration::from_millis(20)).await, "still in flight");
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.drain(Duration::from_secs(30)).await })
+        };
+        tokio::task::yield_now().await;
+        drop(slot);
+        assert!(
+            waiter.await.expect("join"),
+            "drained once the request ended"
+        );
+    }
+
+    #[test]
+    fn same_address_same_member_until_dropped() {
+        let r = registry(2);
+        let a = r.member("10.0.0.1:80");
+        let b = r.member("10.0.0.1:80");
+        assert!(Arc::ptr_eq(&a, &b));
+        drop((a, b));
+        let c = r.member("10.0.0.1:80");
+        assert_eq!(
+            Arc::strong_count(&c),
+            1,
+            "a fresh member after all were dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn slots_bound_in_flight_and_free_on_drop() {
+        let r = registry(2);
+        let b = r.member("10.0.0.1:80");
+        let one = b.acquire(Duration::ZERO).await.expect("slot 1");
+        let _two = b.acquire(Duration::ZERO).await.expect("slot 2");
+        assert_eq!(b.in_flight(), 2);
+        assert!(b.acquire(Duration::from_millis(10)).await.is_none(), "full");
+        drop(one);
+        assert_eq!(b.in_flight(), 1);
+        assert!(b.acquire(Duration::ZERO).await.is_some());
+    }
+}

@@ -1,0 +1,76 @@
+//! Every way a request can fail, and the one place a failure becomes a response.
+//!
+//! Whose fault it was decides the status: the client's (400), the route's (404, 503)
+//! or the member's (502, 503, 504); only the member's count against its health, and
+//! the `kind` label of `router_upstream_errors_total` says which it was.
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+
+use super::body::ProxyBody;
+use crate::metrics::UpstreamError;
+
+/// Why a request got no answer from a member.
+#[derive(Debug)]
+pub enum ProxyError {
+    /// No Host (or `:authority`), or one no route could ever match.
+    BadHost,
+    /// A request target we cannot forward (e.g. `OPTIONS *`).
+    BadTarget,
+    /// No route for this host.
+    NoRoute,
+    /// The app is known but has no routable member.
+    NoMember,
+    Upstream(UpstreamError),
+}
+
+impl ProxyError {
+    /// Nothing of the request reached a member: safe to try another one.
+    pub fn nothing_sent(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::Upstream(
+                UpstreamError::Connect | UpstreamError::ConnectTimeout | UpstreamError::Busy
+            )
+        )
+    }
+
+    /// The one place errors become responses.
+    pub fn response(&self) -> Response<ProxyBody> {
+        let (status, text) = match self {
+            ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
+            ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
+            ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
+            ProxyError::NoMember => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application has no available backend\n",
+            ),
+            ProxyError::Upstream(kind) => match kind {
+                // The member is full: like no member at all, try again later.
+                UpstreamError::Busy => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "application backend is at capacity\n",
+                ),
+                UpstreamError::ConnectTimeout | UpstreamError::ResponseTimeout => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "application backend timed out\n",
+                ),
+                UpstreamError::Connect
+                | UpstreamError::Reset
+                | UpstreamError::Protocol
+                | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
+                // Whose fault: the client's (its body broke off or was malformed).
+                UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
+            },
+        };
+        let mut resp = Response::new(ProxyBody::full(text));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp
+    }
+}

@@ -1,0 +1,318 @@
+//! Forwarding a request to a member, with the one retry policy of the router.
+//!
+//! A request is tried on a second member only when nothing of it reached the first
+//! (refused, connect timeout, no free slot) and it is idempotent; and sent once more
+//! when a member closed the connection before any response byte and the request can
+//! be replayed exactly (idempotent, no body). Either way the other member is chosen
+//! by the route's own balancer ([`Route::pick_other`]): the same health, rotate and
+//! `fail_open` rules as the first pick. WebSocket upgrades follow the same rules.
+
+use std::sync::Arc;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body, Incoming};
+use hyper_util::rt::TokioIo;
+
+use super::body::ProxyBody;
+use super::error::ProxyError;
+use super::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
+use super::route::normalize_host;
+use super::{Forwarded, Proxy};
+use crate::members::{InFlight, Member};
+use crate::metrics::UpstreamError;
+use crate::table::{Route, Target};
+use crate::upstream::{Lease, MemberTls, RequestBody, SendError, Upstream};
+
+impl Proxy {
+    pub(super) async fn forward(
+        &self,
+        conn: ClientConn,
+        mut req: Request<Incoming>,
+        host: Option<HeaderValue>,
+    ) -> Result<Forwarded, ProxyError> {
+        // 1. host
+        let host = host.ok_or(ProxyError::BadHost)?;
+        let name = host
+            .to_str()
+            .ok()
+            .and_then(normalize_host)
+            .ok_or(ProxyError::BadHost)?;
+        // 2. route: one table load; the guard is dropped before any await.
+        let route = self
+            .table
+            .load()
+            .lookup(&name)
+            .cloned()
+            .ok_or(ProxyError::NoRoute)?;
+        // Plain HTTP for a host with a certificate: to HTTPS, if so configured.
+        if !conn.https
+            && let Some(redirect) = &self.redirect
+            && redirect.covers(&route, &name)
+        {
+            return Ok(Forwarded {
+                response: redirect.response(&req, &name),
+                in_flight: None,
+                member: None,
+            });
+        }
+        // 3. pick
+        let target: Target = route.pick().ok_or(ProxyError::NoMember)?.clone();
+        // The name TLS members are asked for (SNI) and verified against.
+        let sni: &str = &name;
+
+        // 5. forward (4, the slot and connection, once the request is ready)
+        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        // Members get origin-form; HTTP/1.1 clients normally sent exactly that. The
+        // Host then is the client's, untouched; for h2 and absolute-form it is the
+        // authority (RFC 9112 §3.2.2).
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+            parts.headers.insert(header::HOST, host.clone());
+        }
+        if !parts.uri.path().starts_with('/') {
+            return Err(ProxyError::BadTarget);
+        }
+        parts.version = Version::HTTP_11;
+        remove_hop_by_hop(&mut parts.headers, upgrade);
+        set_forwarded(&mut parts.headers, &conn, &host);
+
+        // 4. slot and connection (an upgrade takes a fresh connection of its own),
+        // on another member if nothing was sent to this one.
+        let fresh = client_upgrade.is_some();
+        let (mut target, mut slot, mut up) = self
+            .checkout_or_other(&route, target, sni, &parts.method, fresh)
+            .await?;
+
+        if let Some(client_upgrade) = client_upgrade {
+            let member = target.member.clone();
+            let req = Request::from_parts(parts, RequestBody::Stream(body));
+            let response = match tokio::time::timeout(
+                self.response_timeout,
+                up.send_upgrade(&member.addr, req),
+            )
+            .await
+            {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
+                Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+            };
+            member.health.record_success();
+            return Ok(self.upgraded(response, client_upgrade, slot, member.addr.clone()));
+        }
+        // Only a request that can be sent again exactly may be replayed.
+        let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| {
+            (
+                parts.method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+            )
+        });
+        let first = Request::from_parts(parts, RequestBody::Stream(body));
+        let mut result = self.send(&mut up, &target.member.addr, first).await;
+        if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
+            && e.closed_before_response()
+        {
+            self.metrics.retries.inc();
+            // A reused connection closed under us is usually the member's keep-alive
+            // timeout: a new connection to it. A fresh one closed (or a refused
+            // reconnect) means the member is going away: another member.
+            let again = if e.on_reused() {
+                self.connect(&target, sni).await
+            } else {
+                Err(self.failed(&target.member, UpstreamError::Reset))
+            };
+            up = match again {
+                Ok(up) => up,
+                Err(e)
+                    if e.nothing_sent()
+                        || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
+                {
+                    let other = route.pick_other(&target.member).ok_or(e)?.clone();
+                    let (s, u) = self.checkout(&other, sni, false).await?;
+                    (target, slot) = (other, s);
+                    u
+                }
+                Err(e) => return Err(e),
+            };
+            let mut again = Request::new(RequestBody::Empty);
+            *again.method_mut() = method;
+            *again.uri_mut() = uri;
+            *again.headers_mut() = headers;
+            result = self.send(&mut up, &target.member.addr, again).await;
+        }
+        drop(route);
+        let member = &target.member;
+        let response = match result {
+            Ok(r) => r,
+            Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+            Err(Some(e)) => {
+                tracing::debug!(error = %e, "upstream request failed");
+                return Err(self.failed(member, e.kind()));
+            }
+        };
+        member.health.record_success();
+
+        // 6. respond
+        let (mut parts, body) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, false);
+        let body = ProxyBody::upstream(Lease::new(body, up, member.pool.clone()));
+        Ok(Forwarded {
+            response: Response::from_parts(parts, body),
+            in_flight: Some(slot),
+            member: None,
+        })
+    }
+
+    /// A slot and a connection on `target`; if that fails before anything was sent
+    /// and the method is idempotent, once more on another member of the route.
+    async fn checkout_or_other(
+        &self,
+        route: &Route,
+        target: Target,
+        sni: &str,
+        method: &Method,
+        fresh: bool,
+    ) -> Result<(Target, InFlight, Upstream), ProxyError> {
+        match self.checkout(&target, sni, fresh).await {
+            Ok((slot, up)) => Ok((target, slot, up)),
+            Err(e) if e.nothing_sent() && idempotent(method) => {
+                let other = route.pick_other(&target.member).ok_or(e)?.clone();
+                self.metrics.retries.inc();
+                let (slot, up) = self.checkout(&other, sni, fresh).await?;
+                Ok((other, slot, up))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The answer to an upgrade request: on 101, a tunnel between the two upgraded
+    /// connections (holding the member's slot while it lives); otherwise the member's
+    /// answer as it is.
+    fn upgraded(
+        &self,
+        mut response: Response<Incoming>,
+        client_upgrade: hyper::upgrade::OnUpgrade,
+        slot: InFlight,
+        addr: Arc<str>,
+    ) -> Forwarded {
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers, false);
+            return Forwarded {
+                response: Response::from_parts(parts, ProxyBody::detached(body)),
+                in_flight: Some(slot),
+                member: None,
+            };
+        }
+        let member_upgrade = hyper::upgrade::on(&mut response);
+        let member = addr.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            match tokio::try_join!(client_upgrade, member_upgrade) {
+                Ok((c, m)) => {
+                    let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut m).await {
+                        tracing::debug!(member = %addr, error = %e, "upgraded tunnel ended");
+                    }
+                }
+                Err(e) => tracing::debug!(member = %addr, error = %e, "upgrade failed"),
+            }
+        });
+        let (mut parts, _) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, true);
+        Forwarded {
+            response: Response::from_parts(parts, ProxyBody::empty()),
+            in_flight: None,
+            member: Some(member),
+        }
+    }
+
+    /// A slot and a connection on `target`: an idle one unless `fresh` is asked
+    /// for (a TLS member's idle connection only if made for the same name).
+    async fn checkout(
+        &self,
+        target: &Target,
+        sni: &str,
+        fresh: bool,
+    ) -> Result<(InFlight, Upstream), ProxyError> {
+        let member = &target.member;
+        if member.full() {
+            self.metrics.queue_waits.inc();
+        }
+        let slot = member
+            .acquire(self.queue_timeout)
+            .await
+            .ok_or_else(|| self.fail(UpstreamError::Busy))?;
+        let idle = (!fresh)
+            .then(|| member.pool.take_idle())
+            .flatten()
+            .filter(|up| !target.tls || up.sni() == Some(sni));
+        let up = match idle {
+            Some(idle) => idle,
+            None => self.connect(target, sni).await?,
+        };
+        Ok((slot, up))
+    }
+
+    async fn connect(&self, target: &Target, sni: &str) -> Result<Upstream, ProxyError> {
+        let tls = match (&self.member_tls, target.tls) {
+            (Some(connector), true) => Some(MemberTls {
+                connector,
+                host: sni,
+            }),
+            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
+            (None, true) => return Err(self.fail(UpstreamError::Tls)),
+            (_, false) => None,
+        };
+        target
+            .member
+            .pool
+            .connect(self.upstream, tls)
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "upstream connect failed");
+                self.failed(&target.member, e.kind())
+            })
+    }
+
+    /// Sends one request; `Err(None)` is the response-header timeout.
+    async fn send(
+        &self,
+        up: &mut Upstream,
+        addr: &Arc<str>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, Option<SendError>> {
+        match tokio::time::timeout(self.response_timeout, up.send(addr, req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(Some(e)),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// An error that says something about the member's health: connection
+    /// failures and resets count towards passive ejection (never the client's
+    /// faults: see [`UpstreamError::ClientBody`]).
+    fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
+        if kind.members_fault() {
+            member.health.record_failure();
+        }
+        self.fail(kind)
+    }
+
+    fn fail(&self, kind: UpstreamError) -> ProxyError {
+        self.metrics.upstream_error(kind);
+        ProxyError::Upstream(kind)
+    }
+}
+
+/// RFC 9110 §9.2.2.
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}

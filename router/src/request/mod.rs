@@ -1,0 +1,131 @@
+//! The request path: route a client's request to a member and stream the answer back.
+//!
+//! In order ([`Proxy::serve`]):
+//! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
+//!    trailing dot stripped; none or malformed → 400;
+//! 2. **route**: one load of the live table; unknown host → 404;
+//! 3. **pick**: a member (see [`crate::table::balance`]); none → 503;
+//! 4. **slot and connection**: a free in-flight slot on that member (waiting briefly;
+//!    none → 503) and an idle or new connection. If that fails, nothing was sent: an
+//!    idempotent request tries once more on another member;
+//! 5. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
+//!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
+//!    (see [`crate::upstream`]);
+//!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
+//!    request without a body whose reused connection closed before any response
+//!    byte is sent once more (on a new connection, or on another member if that one
+//!    now refuses). Connection failures and resets count towards the member's
+//!    passive ejection (see [`crate::members::health`]);
+//! 6. **respond**: stream the member's response back (minus hop-by-hop headers); a
+//!    `101 Switching Protocols` becomes a byte tunnel between the two upgraded
+//!    connections (WebSocket).
+//!
+//! Every error becomes a response in one place, [`ProxyError::response`]. If the
+//! client goes away mid-request, hyper drops this future: on HTTP/1 that closes the
+//! member connection (it is not reused), on h2 it resets only that stream.
+
+pub mod accept;
+pub mod access_log;
+pub mod body;
+pub mod error;
+pub mod forward;
+pub mod headers;
+pub mod route;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use self::access_log::AccessRecord;
+use self::body::{Completion, ProxyBody};
+use self::headers::ClientConn;
+use self::route::{Redirect, host_of};
+use crate::members::InFlight;
+use crate::metrics::Metrics;
+use crate::table::RouteTable;
+use crate::upstream::ConnectSettings;
+
+pub use self::error::ProxyError;
+
+/// Everything the request path needs, shared by all connections.
+pub struct Proxy {
+    pub table: Arc<ArcSwap<RouteTable>>,
+    /// TLS towards `ssl_to_gear` members.
+    pub member_tls: Option<tokio_rustls::TlsConnector>,
+    /// Plain HTTP → HTTPS for hosts with a certificate (`tls.redirect_http`).
+    pub redirect: Option<Redirect>,
+    pub upstream: ConnectSettings,
+    pub metrics: Arc<Metrics>,
+    pub response_timeout: Duration,
+    pub queue_timeout: Duration,
+    pub access_log: bool,
+}
+
+/// What forwarding produced besides the response.
+struct Forwarded {
+    response: Response<ProxyBody>,
+    in_flight: Option<InFlight>,
+    /// The member that answered when no slot travels with the response (an upgraded
+    /// tunnel holds its slot itself), for the access log.
+    member: Option<Arc<str>>,
+}
+
+impl Proxy {
+    /// Serves one request; never fails (errors are responses).
+    pub async fn serve(
+        self: Arc<Self>,
+        conn: ClientConn,
+        req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        let start = Instant::now();
+        let host = host_of(&req);
+        let mut log = self.access_log.then(|| AccessRecord {
+            client: conn.ip,
+            method: req.method().clone(),
+            host: host
+                .as_ref()
+                .and_then(|h| h.to_str().ok().map(str::to_owned))
+                .unwrap_or_default(),
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+            version: req.version(),
+            upstream: None,
+        });
+        let Forwarded {
+            mut response,
+            in_flight,
+            member,
+        } = match self.forward(conn, req, host).await {
+            Ok(f) => f,
+            Err(e) => Forwarded {
+                response: e.response(),
+                in_flight: None,
+                member: None,
+            },
+        };
+        if let Some(log) = log.as_mut() {
+            log.upstream = in_flight
+                .as_ref()
+                .map(|slot| slot.member().addr.clone())
+                .or(member);
+        }
+        let completion = Completion {
+            start,
+            status: response.status().as_u16(),
+            metrics: self.metrics.clone(),
+            log,
+            bytes: 0,
+            aborted: false,
+            in_flight,
+        };
+        let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
+        *response.body_mut() = body.with_completion(completion);
+        Ok(response)
+    }
+}

@@ -1,0 +1,113 @@
+//! Routing a request: the host it addressed, the route for that host, and the
+//! plain-HTTP → HTTPS redirect for hosts that have a certificate.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+
+use super::body::ProxyBody;
+use crate::table::Route;
+use crate::tls::store::Certs;
+
+/// The host the client addressed: `:authority` for h2 and absolute-form requests
+/// (RFC 9112 §3.2.2: it wins over Host), else the one Host header. Several Host
+/// headers are refused (RFC 9112 §3.2), as request smuggling relies on them.
+pub fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if let Some(authority) = req.uri().authority() {
+        return HeaderValue::from_str(authority.as_str()).ok();
+    }
+    let mut all = req.headers().get_all(header::HOST).iter();
+    match (all.next(), all.next()) {
+        (Some(host), None) => Some(host.clone()),
+        _ => None,
+    }
+}
+
+/// Lower-cases a Host header value and strips its port and a trailing dot, for lookup.
+/// Returns `None` for values no route can ever match (empty, bad characters).
+pub fn normalize_host(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        // IPv6 literal: "[::1]:8080".
+        let end = rest.find(']')?;
+        &raw[..end + 2]
+    } else {
+        match raw.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            Some(_) => return None,
+            None => raw,
+        }
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty()
+        || !host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':')
+        })
+    {
+        return None;
+    }
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Some(std::borrow::Cow::Owned(host.to_ascii_lowercase()))
+    } else {
+        Some(std::borrow::Cow::Borrowed(host))
+    }
+}
+
+/// Redirects plain HTTP to HTTPS for the hosts that have a certificate: an alias
+/// with its own, or an app's generated names when a default (wildcard) certificate
+/// is configured.
+pub struct Redirect {
+    pub https_port: u16,
+    pub certs: Arc<ArcSwap<Certs>>,
+}
+
+impl Redirect {
+    pub fn covers(&self, route: &Route, name: &str) -> bool {
+        let certs = self.certs.load();
+        certs.has_own(name) || (certs.has_default() && !route.aliases.iter().any(|a| a == name))
+    }
+
+    /// 301 for GET and HEAD, 308 otherwise (keeps the method and body).
+    pub fn response<B>(&self, req: &Request<B>, name: &str) -> Response<ProxyBody> {
+        let port = match self.https_port {
+            443 => String::new(),
+            p => format!(":{p}"),
+        };
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let status = if matches!(*req.method(), Method::GET | Method::HEAD) {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::PERMANENT_REDIRECT
+        };
+        let mut resp = Response::new(ProxyBody::empty());
+        *resp.status_mut() = status;
+        if let Ok(v) = HeaderValue::from_str(&format!("https://{name}{port}{path}")) {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_normalisation() {
+        let n = |s| normalize_host(s).map(|c| c.into_owned());
+        assert_eq!(n("Example.COM").as_deref(), Some("example.com"));
+        assert_eq!(n("example.com:8080").as_deref(), Some("example.com"));
+        assert_eq!(n("example.com.").as_deref(), Some("example.com"));
+        assert_eq!(n("example.com.:80").as_deref(), Some("example.com"));
+        assert_eq!(n("[::1]:80").as_deref(), Some("[::1]"));
+        assert_eq!(n("example.com:http"), None);
+        assert_eq!(n(""), None);
+        assert_eq!(n("bad host"), None);
+        assert_eq!(n("a/b"), None);
+        assert!(matches!(
+            normalize_host("already.lower"),
+            Some(std::borrow::Cow::Borrowed(_))
+        ));
+    }
+}

@@ -1,0 +1,497 @@
+//! Start-up: loads the saved state, wires the modules together, binds every listener
+//! and runs until shutdown. The only module that knows all the others.
+//!
+//! [`Router::bind`] loads the saved state and binds every listener (so tests can bind
+//! port 0 and read the port back); [`Router::run`] serves until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use spi_consumer::deadletter::DeadLetters;
+use spi_consumer::source::stomp::SessionConfig;
+use spi_consumer::source::stomp::tls::{TlsClient, TlsFiles};
+use spi_consumer::{Consumer, Spool, Store};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::Admin;
+use crate::config::{Config, SourceKind};
+use crate::members::{Registry, RegistryConfig};
+use crate::metrics::Metrics;
+use crate::request::Proxy;
+use crate::table::{Builder, Naming, RouteTable};
+use crate::tls::store::{CertIndex, SniResolver};
+use crate::tls::tickets::SharedTicketer;
+use crate::upstream::{self, PoolSettings};
+
+/// Why the router could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("routing state: {0}")]
+    State(#[from] spi_consumer::persist::StoreError),
+    #[error("spool directory {path}: {source}")]
+    Spool {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("spi.stomp.passcode_file {path}: {source}")]
+    Passcode {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("spi.stomp.tls: {0}")]
+    StompTls(#[from] spi_consumer::source::stomp::tls::TlsError),
+    #[error("{field} {path}: {message}")]
+    DefaultCert {
+        field: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("tls.session_ticket_key_file: {0}")]
+    TicketKey(#[from] crate::tls::tickets::TicketKeyError),
+    #[error("upstream.tls: {0}")]
+    MemberTls(#[from] crate::tls::client::ClientTlsError),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("rotate state: {0}")]
+    Rotate(#[from] crate::members::rotate::RotateError),
+    #[error("dead-letter directory {path}: {source}")]
+    DeadLetters {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A router with its state loaded and its sockets bound, ready to [`run`](Router::run).
+pub struct Router {
+    config: Config,
+    http: TcpListener,
+    https: Option<(TcpListener, crate::request::accept::TlsListener)>,
+    admin: Option<TcpListener>,
+    certs: Arc<Mutex<CertIndex>>,
+    ticketer: Option<Arc<SharedTicketer>>,
+    proxy: Arc<Proxy>,
+    admin_api: Arc<Admin>,
+    registry: Arc<Registry>,
+    consumer: Consumer<Builder>,
+    source: Source,
+}
+
+/// Where routing events come from.
+enum Source {
+    Spool(Spool),
+    Stomp(Box<SessionConfig>, DeadLetters),
+    Amqp(spi_consumer::source::amqp::AmqpConfig, DeadLetters),
+    None,
+}
+
+impl Router {
+    pub async fn bind(config: Config) -> Result<Router, StartError> {
+        let metrics = Arc::new(Metrics::new()?);
+        let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
+        // The state directory holds the routing state and the rotate state.
+        let store = Store::open(&config.state_dir)?;
+        let registry = Arc::new(Registry::new(RegistryConfig {
+            max_in_flight: config.upstream.max_connections_per_backend,
+            pool: PoolSettings {
+                max_idle: config.upstream.max_idle_per_backend,
+                idle_timeout: config.upstream.idle_timeout,
+                opened: metrics.upstream_connections.clone(),
+            },
+            health: config.health.settings(),
+            metrics: metrics.health.clone(),
+            rotate: crate::members::rotate::RotateStore::open(&config.state_dir)?,
+            checkers: Some(tokio::runtime::Handle::current()),
+        }));
+        let naming = Naming {
+            cloud_domain: config.cloud_domain.to_ascii_lowercase(),
+            ha_prefix: config.ha_dns_prefix.clone(),
+            ha_suffix: config.ha_dns_suffix.clone(),
+            app_dns: config.app_dns,
+            endpoint_types: config.endpoint_types.clone(),
+            balance: config.upstream.balance,
+            fail_open: config.health.fail_open,
+        };
+        // TLS: the default certificate must load, or the router does not start.
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let default_cert = load_default_cert(&config.tls, &provider)?;
+        if let Some(l) = &default_cert {
+            metrics.tls.set_expiry("default", l.not_after);
+        }
+        let certs = Arc::new(Mutex::new(CertIndex::new(
+            default_cert.map(|l| l.key),
+            provider.clone(),
+            metrics.tls.clone(),
+            config.tls.replace_grace,
+        )));
+        let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
+        let ticketer = match &config.tls.session_ticket_key_file {
+            Some(path) if config.tls.resumption => Some(Arc::new(SharedTicketer::open(
+                path,
+                config.tls.session_ticket_rotation,
+            )?)),
+            _ => None,
+        };
+        let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone())
+            .with_certs(certs.clone());
+        // The saved state is served before any source answers.
+        let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
+        let dead_letters = || {
+            let dir = config.state_dir.join("dead-letters");
+            DeadLetters::open(&dir).map_err(|source| StartError::DeadLetters { path: dir, source })
+        };
+        let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
+            (SourceKind::Amqp, _, _) => match &config.spi.amqp {
+                Some(a) => Source::Amqp(a.clone(), dead_letters()?),
+                None => Source::None,
+            },
+            (SourceKind::Spool, Some(s), _) => {
+                Source::Spool(Spool::open(&s.path).map_err(|source| StartError::Spool {
+                    path: s.path.clone(),
+                    source,
+                })?)
+            }
+            (SourceKind::Stomp, _, Some(s)) => {
+                let passcode = match &s.passcode_file {
+                    Some(path) => Some(
+                        std::fs::read_to_string(path)
+                            .map_err(|source| StartError::Passcode {
+                                path: path.clone(),
+                                source,
+                            })?
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let dead = dead_letters()?;
+                Source::Stomp(
+                    Box::new(SessionConfig {
+                        hosts: s.hosts.clone(),
+                        login: s.login.clone(),
+                        passcode,
+                        vhost: s.vhost.clone(),
+                        client_id: s.client_id.clone(),
+                        destination: s.destination.clone(),
+                        subscription_name: s.subscription_name.clone(),
+                        prefetch: s.prefetch,
+                        heartbeat: s.heartbeat,
+                        timeout: s.timeout,
+                        tls: s
+                            .tls
+                            .as_ref()
+                            .map(|t| {
+                                TlsClient::load(&TlsFiles {
+                                    ca_file: t.ca_file.clone(),
+                                    cert_file: t.cert_file.clone(),
+                                    key_file: t.key_file.clone(),
+                                    server_name: t.server_name.clone(),
+                                })
+                            })
+                            .transpose()?,
+                    }),
+                    dead,
+                )
+            }
+            _ => Source::None,
+        };
+
+        let bind = |what, addr: SocketAddr| {
+            crate::request::accept::bind(addr).map_err(|source| StartError::Bind {
+                what,
+                addr,
+                source,
+            })
+        };
+        let http_addr = config
+            .listen
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 80)));
+        let http = bind("listen.http", http_addr)?;
+        let admin = config
+            .listen
+            .admin
+            .map(|a| bind("listen.admin", a))
+            .transpose()?;
+        let https = match config.listen.https {
+            Some(addr) => {
+                if config.tls.default_cert.is_none() {
+                    tracing::warn!(
+                        "listen.https without tls.default_cert: clients without SNI, or with a name that has no alias certificate, fail the handshake"
+                    );
+                }
+                let resumption = match &ticketer {
+                    _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
+                    Some(t) => crate::tls::server::Resumption::Shared(t.clone()),
+                    None => crate::tls::server::Resumption::Local,
+                };
+                let acceptor = crate::tls::server::acceptor(
+                    Arc::new(SniResolver {
+                        live: live_certs.clone(),
+                    }),
+                    provider.clone(),
+                    resumption,
+                )?;
+                Some((
+                    bind("listen.https", addr)?,
+                    crate::request::accept::TlsListener {
+                        acceptor,
+                        handshake_timeout: config.tls.handshake_timeout,
+                    },
+                ))
+            }
+            None => None,
+        };
+        let member_tls = crate::tls::client::connector(
+            config.upstream.tls.ca_file.as_deref(),
+            config.upstream.tls.verify,
+            provider,
+        )?;
+        let redirect = match (&https, config.tls.redirect_http) {
+            (Some((l, _)), true) => Some(crate::request::route::Redirect {
+                https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
+                certs: live_certs,
+            }),
+            _ => None,
+        };
+
+        let proxy = Arc::new(Proxy {
+            table: table.clone(),
+            member_tls: Some(member_tls),
+            redirect,
+            upstream: upstream::ConnectSettings {
+                connect_timeout: config.upstream.connect_timeout,
+            },
+            metrics: metrics.clone(),
+            response_timeout: config.upstream.response_timeout,
+            queue_timeout: config.upstream.queue_timeout,
+            access_log: config.access_log.enabled,
+        });
+        let admin_api = Arc::new(Admin {
+            table,
+            registry: registry.clone(),
+            metrics,
+            ready: Arc::new(AtomicBool::new(false)),
+        });
+        Ok(Router {
+            config,
+            http,
+            https,
+            admin,
+            certs,
+            ticketer,
+            proxy,
+            admin_api,
+            registry,
+            consumer,
+            source,
+        })
+    }
+
+    /// The bound address of the HTTP listener (useful with port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The bound address of the HTTPS listener, if there is one.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` resolves, then drains within `shutdown_grace`.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        for (what, addr) in [
+            ("http", Some(self.http_addr())),
+            ("https", self.https_addr()),
+            ("admin", self.admin_addr()),
+        ] {
+            if let Some(addr) = addr {
+                tracing::info!(listener = what, %addr, "listening");
+            }
+        }
+
+        let source_task = {
+            let mut stop = stop_rx.clone();
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            match self.source {
+                Source::Spool(spool) => {
+                    let interval = self
+                        .config
+                        .spi
+                        .spool
+                        .as_ref()
+                        .map_or(std::time::Duration::from_secs(1), |s| s.interval);
+                    tracing::info!(dir = %spool.dir().display(), "spool source started");
+                    Some(tokio::spawn(spool.run(self.consumer, interval, stopped)))
+                }
+                Source::Stomp(session, dead) => {
+                    tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
+                    let metrics = self.proxy.metrics.spi.source.clone();
+                    Some(tokio::spawn(spi_consumer::source::stomp::source::run(
+                        *session,
+                        self.consumer,
+                        dead,
+                        metrics,
+                        stopped,
+                    )))
+                }
+                Source::Amqp(amqp, dead) => {
+                    tracing::info!(queue = %amqp.queue, "AMQP source started");
+                    let metrics = self.proxy.metrics.spi.source.clone();
+                    Some(tokio::spawn(spi_consumer::source::amqp::run(
+                        amqp,
+                        self.consumer,
+                        dead,
+                        metrics,
+                        stopped,
+                    )))
+                }
+                Source::None => None,
+            }
+        };
+        // The admin API outlives the drain: /readyz says 503 while connections finish.
+        let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
+        let admin_task = self
+            .admin
+            .map(|l| tokio::spawn(self.admin_api.clone().serve(l, admin_stop_rx)));
+        let https_task = self.https.map(|(l, tls)| {
+            tokio::spawn(crate::request::accept::serve(
+                l,
+                "https",
+                Some(tls),
+                self.proxy.clone(),
+                self.config.limits.clone(),
+                stop_rx.clone(),
+                self.config.shutdown_grace,
+            ))
+        });
+        let http_task = tokio::spawn(crate::request::accept::serve(
+            self.http,
+            "http",
+            None,
+            self.proxy,
+            self.config.limits.clone(),
+            stop_rx.clone(),
+            self.config.shutdown_grace,
+        ));
+        // Idle member connections are closed once older than the idle timeout;
+        // certificates past their replacement grace go; the ticket secret is
+        // re-read if its file changed.
+        let sweeper = {
+            let registry = self.registry.clone();
+            let certs = self.certs.clone();
+            let ticketer = self.ticketer.clone();
+            let period =
+                (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                loop {
+                    tick.tick().await;
+                    registry.sweep();
+                    certs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .purge(std::time::Instant::now());
+                    if let Some(t) = &ticketer {
+                        t.reload();
+                    }
+                }
+            })
+        };
+        self.admin_api.ready.store(true, Ordering::Release);
+
+        shutdown.await;
+        tracing::info!("shutting down");
+        // Not ready first, so that the VIP moves before connections are refused.
+        self.admin_api.ready.store(false, Ordering::Release);
+        let _ = stop_tx.send(true);
+        let _ = http_task.await;
+        if let Some(t) = https_task {
+            let _ = t.await;
+        }
+        if let Some(t) = source_task {
+            let _ = t.await;
+        }
+        sweeper.abort();
+        let _ = admin_stop_tx.send(true);
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// `tls.default_cert` and `tls.default_key` (and the pass phrase file), loaded.
+fn load_default_cert(
+    tls: &crate::config::TlsConfig,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<Option<crate::tls::keys::Loaded>, StartError> {
+    let (Some(cert), Some(key)) = (&tls.default_cert, &tls.default_key) else {
+        return Ok(None);
+    };
+    let read = |field: &'static str, path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| StartError::DefaultCert {
+            field,
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    };
+    let cert_pem = read("tls.default_cert", cert)?;
+    let key_pem = read("tls.default_key", key)?;
+    let pass = match &tls.default_key_pass_file {
+        Some(p) => Some(
+            read("tls.default_key_pass_file", p)?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        ),
+        None => None,
+    };
+    crate::tls::keys::load(&cert_pem, &key_pem, pass.as_deref(), provider)
+        .map(Some)
+        .map_err(|e| {
+            let field = match e {
+                crate::tls::keys::CertError::NoCertificate
+                | crate::tls::keys::CertError::BadCertificate(_) => "tls.default_cert",
+                _ => "tls.default_key",
+            };
+            let path = if field == "tls.default_cert" {
+                cert
+            } else {
+                key
+            };
+            StartError::DefaultCert {
+                field,
+                path: path.clone(),
+                message: e.to_string(),
+            }
+        })
+}

@@ -1,0 +1,117 @@
+//! The route table: host name → route, immutable, swapped whole with `ArcSwap`.
+//!
+//! Requests load the current table once (one atomic load), look the host up, clone the
+//! `Arc<Route>` they need and drop the guard before any `.await`. The update path
+//! builds the next table from the previous one and swaps it in; readers never lock.
+//!
+//! Both maps are persistent (`imbl`): cloning a table is O(1) and changing one app
+//! costs O(log n) plus that app's own host names, never a copy of every route. So an
+//! event's cost does not grow with the number of apps.
+//!
+//! This is the read side (what a request looks up) and [`balance`] (how a route
+//! chooses among its members); [`build`] makes the next table from the routing
+//! state that `spi-consumer` maintains and publishes it.
+
+pub mod balance;
+pub mod build;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use spi_consumer::AppKey;
+
+use self::balance::{Balance, Candidate};
+use crate::members::Member;
+
+pub use self::build::{Builder, Naming};
+
+/// One application's routing: its names and its members.
+#[derive(Debug)]
+pub struct Route {
+    pub app: AppKey,
+    /// Display name and namespace, as the broker sent them.
+    pub name: String,
+    pub namespace: String,
+    /// Every name this route answers to, lower-case.
+    pub hosts: Vec<Arc<str>>,
+    /// Where requests go; empty means 503.
+    pub members: Vec<Target>,
+    /// Every endpoint the app has, routed or not (for the routes API).
+    pub endpoints: Vec<EndpointInfo>,
+    pub aliases: Vec<String>,
+    /// Aliases that have a certificate.
+    pub certificates: Vec<String>,
+    /// Round-robin cursor.
+    pub(crate) next: AtomicUsize,
+    pub(crate) balance: Balance,
+    pub(crate) fail_open: bool,
+}
+
+/// Where a route sends requests: a member (shared by every route and table that
+/// lists its address) and how this route's endpoint speaks to it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub member: Arc<Member>,
+    /// The gear expects TLS (`https`/`wss`/`tls` protocols, i.e. `ssl_to_gear`).
+    pub tls: bool,
+}
+
+impl Candidate for Target {
+    fn member(&self) -> &Member {
+        &self.member
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EndpointInfo {
+    pub address: String,
+    pub gear_id: Option<String>,
+    pub cartridge: Option<String>,
+    pub types: Vec<String>,
+    pub protocols: Vec<String>,
+    pub routed: bool,
+}
+
+impl Route {
+    /// Picks the member for the next request (see [`balance`]).
+    pub fn pick(&self) -> Option<&Target> {
+        self.balance
+            .pick(&self.members, &self.next, self.fail_open, None)
+    }
+
+    /// Picks a member other than `not`, for a retry: the same policy, the same
+    /// health and rotate rules and the same `fail_open`, minus the member that failed.
+    pub fn pick_other(&self, not: &Member) -> Option<&Target> {
+        self.balance
+            .pick(&self.members, &self.next, self.fail_open, Some(not))
+    }
+}
+
+/// Host → route, plus app → route to find an app's names again when it changes.
+#[derive(Clone, Debug, Default)]
+pub struct RouteTable {
+    pub(crate) hosts: imbl::HashMap<Arc<str>, Arc<Route>>,
+    pub(crate) apps: imbl::OrdMap<AppKey, Arc<Route>>,
+}
+
+impl RouteTable {
+    /// The route for a normalised host name (see `request::route::normalize_host`).
+    pub fn lookup(&self, host: &str) -> Option<&Arc<Route>> {
+        self.hosts.get(host)
+    }
+
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.apps.values()
+    }
+
+    pub fn host_count(&self) -> usize {
+        self.hosts.len()
+    }
+
+    pub fn app_count(&self) -> usize {
+        self.apps.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;
