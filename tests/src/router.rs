@@ -127,13 +127,30 @@ impl TestRouter {
 
     /// Waits until `/routes` lists `addr` as a member (sends no proxied request).
     pub async fn wait_member(&self, addr: SocketAddr) {
-        let needle = format!("\"address\": \"{addr}\"");
         crate::eventually(
             &format!("member {addr}"),
             Duration::from_secs(10),
-            async || self.admin_get("/routes").await.1.contains(&needle),
+            async || self.is_member(addr).await,
         )
         .await;
+    }
+
+    /// Whether some route lists `addr` among its members (routed), not merely
+    /// among its endpoints.
+    pub async fn is_member(&self, addr: SocketAddr) -> bool {
+        let (_, text) = self.admin_get("/routes").await;
+        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return false;
+        };
+        let want = addr.to_string();
+        doc["apps"].as_array().is_some_and(|apps| {
+            apps.iter().any(|app| {
+                app["members"].as_array().is_some_and(|ms| {
+                    ms.iter()
+                        .any(|m| m["address"].as_str() == Some(want.as_str()))
+                })
+            })
+        })
     }
 
     /// GET through the router with a Host header; returns status and body.

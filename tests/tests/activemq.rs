@@ -101,7 +101,10 @@ async fn a_poison_message_is_parked_and_the_next_one_still_applies() {
     );
 }
 
-#[tokio::test]
+/// The router keeps running on its own threads while the broker restarts (the
+/// restart blocks only a thread of the blocking pool), so it really is mid-stream:
+/// it sees the session die, reconnects, and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_mid_stream_loses_nothing() {
     let mut amq = ActiveMq::start();
     let b = Backend::start().await;
@@ -110,8 +113,26 @@ async fn broker_restart_mid_stream_loses_nothing() {
         .map(|i| events::add_lb(&format!("app{i}"), "demo", b.addr))
         .collect();
     publish(&amq, &bodies).await;
-    // Restart at once, with most messages probably still queued.
-    amq.restart();
+    e2e::eventually("subscribed", Duration::from_secs(30), async || {
+        r.metric("spi_broker_connected").await == Some(1.0)
+    })
+    .await;
+    // Restart at once, with most messages probably still queued, while the router
+    // runs: it must notice the broker gone (connected 0) during the restart.
+    let restart = tokio::task::spawn_blocking(move || {
+        amq.restart();
+        amq
+    });
+    let mut saw_disconnected = false;
+    while !restart.is_finished() {
+        saw_disconnected |= r.metric("spi_broker_connected").await == Some(0.0);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let amq = restart.await.expect("restart");
+    assert!(
+        saw_disconnected,
+        "the router saw the broker go away while it restarted"
+    );
     publish(&amq, &[events::add_lb("after", "demo", b.addr)]).await;
     for i in 0..20 {
         r.wait_route(&format!("ha-app{i}-demo.example.com")).await;

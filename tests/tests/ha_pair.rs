@@ -52,7 +52,11 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
     let _ = pair.routers[0].take().map(|mut c| c.wait());
     pair.start_router(0);
     pair.wait_vip(0, VIP, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(500));
+    let back = Instant::now();
+    while pair.get(VIP) != Some(200) {
+        assert!(back.elapsed() < Duration::from_secs(10), "VIP serves again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Graceful stop of the active router: flag first, VIP moves, then the drain.
     let (mut poll, log) = pair.poller(VIP, 4.0);

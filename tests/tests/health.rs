@@ -47,8 +47,12 @@ async fn a_killed_member_is_ejected_without_client_errors_and_used_again_after_r
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(&r, 4, &stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(b.proxied() > 0, "both members take traffic at first");
+    e2e::eventually(
+        "both members take traffic at first",
+        Duration::from_secs(10),
+        async || b.proxied() > 0,
+    )
+    .await;
 
     // Kill b: listener and open connections go at once.
     let killed = Instant::now();

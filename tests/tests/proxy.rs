@@ -443,8 +443,13 @@ async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
     let r = TestRouter::start("limits:\n  max_connections: 1\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
-    // wait_route's connection has closed; take the only slot with an idle connection.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Once wait_route's connection has closed, take the only slot with an idle one.
+    e2e::eventually(
+        "no client connection open",
+        Duration::from_secs(10),
+        async || r.metric("router_open_connections{listener=\"http\"}").await == Some(0.0),
+    )
+    .await;
     let mut first = tokio::net::TcpStream::connect(r.http).await.expect("first");
     use tokio::io::AsyncWriteExt;
     first

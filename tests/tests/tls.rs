@@ -253,7 +253,24 @@ async fn certificates_change_live_without_a_gap_and_open_connections_stay() {
         })
     };
     r.drop_event("04.yaml", &events::remove_ssl("myapp", "demo", ALIAS));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The removal is applied (the app lists no certificate) and yet the alias is
+    // still served its own certificate: the replacement grace, exercised.
+    e2e::eventually("remove_ssl applied", Duration::from_secs(10), async || {
+        let (_, routes) = r.admin_get("/routes").await;
+        let doc: serde_json::Value = serde_json::from_str(&routes).expect("json");
+        doc["apps"][0]["certificates"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    })
+    .await;
+    let during = connect(https(&r), ALIAS, &config)
+        .await
+        .expect("served during the grace");
+    assert_eq!(
+        peer_leaf(&during),
+        der_of(&first.cert_pem),
+        "the removed certificate is kept for replace_grace"
+    );
     r.drop_event(
         "05.yaml",
         &events::add_ssl(

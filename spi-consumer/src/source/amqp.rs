@@ -2,15 +2,18 @@
 //!
 //! A durable queue per router, optionally bound to an exchange the broker publishes
 //! to; manual acknowledgements; a prefetch limit (`basic.qos`). Every delivery goes
-//! through [`crate::ingest`] and is acknowledged only once applied and durable. If
-//! that fails, or the connection drops, the channel is closed without acknowledging,
-//! so RabbitMQ requeues the message; the source reconnects with backoff (100 ms
-//! doubling to 30 s), rotating through its list of broker URIs.
+//! through the shared broker loop ([`crate::source::broker`]) and is acknowledged
+//! only once applied and durable. If that fails, or the connection drops, the
+//! connection is closed without acknowledging, so RabbitMQ requeues the message; the
+//! source reconnects with backoff (100 ms doubling to 30 s), rotating through its
+//! list of broker URIs.
 
 use std::future::Future;
+use std::time::Instant;
 
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
+use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
 };
@@ -19,9 +22,10 @@ use lapin::{Connection, ConnectionProperties};
 
 use crate::consumer::Consumer;
 use crate::deadletter::DeadLetters;
-use crate::ingest::{self, Backoff, IngestError, Received};
+use crate::ingest::Received;
 use crate::metrics::SourceMetrics;
 use crate::publish::Publish;
+use crate::source::broker;
 
 /// What to consume: the router's `spi.amqp` section, as written.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -49,19 +53,7 @@ fn default_prefetch() -> u16 {
     10
 }
 
-#[derive(Debug, thiserror::Error)]
-enum Ended {
-    #[error("AMQP: {0}")]
-    Amqp(#[from] lapin::Error),
-    #[error(transparent)]
-    Ingest(#[from] IngestError),
-    #[error("the broker cancelled the consumer")]
-    Cancelled,
-    #[error("the consumer panicked")]
-    Panicked,
-}
-
-/// Runs until `stop` resolves.
+/// Runs until `stop` resolves (or the consumer panicked).
 pub async fn run<P: Publish + 'static>(
     config: AmqpConfig,
     consumer: Consumer<P>,
@@ -69,104 +61,83 @@ pub async fn run<P: Publish + 'static>(
     metrics: SourceMetrics,
     stop: impl Future<Output = ()>,
 ) {
-    tokio::pin!(stop);
-    let mut consumer = Some(consumer);
-    let mut backoff = Backoff::default();
-    let mut turn = 0usize;
-    while let Some(c) = consumer.take() {
-        let Some(uri) = config.uris.get(turn % config.uris.len().max(1)) else {
-            tracing::error!("no AMQP URI configured; the AMQP source has stopped");
-            return;
-        };
-        let (c, ended) = tokio::select! {
-            _ = &mut stop => return,
-            r = session(uri, &config, c, &dead, &metrics, &mut backoff) => r,
-        };
-        metrics.connected.set(0);
-        // Never log the URI: it may carry a password.
-        tracing::warn!(error = %ended,  "AMQP session ended; reconnecting");
-        if matches!(ended, Ended::Panicked) {
-            tracing::error!("the event consumer panicked; the AMQP source has stopped");
-            return;
-        }
-        consumer = c;
-        turn = turn.wrapping_add(1);
-        if !ingest::wait_to_reconnect(&mut backoff, &metrics, stop.as_mut()).await {
-            return;
-        }
+    broker::run(Amqp(config), consumer, dead, metrics, stop).await
+}
+
+struct Amqp(AmqpConfig);
+
+/// Why an AMQP session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum AmqpError {
+    #[error("AMQP: {0}")]
+    Amqp(#[from] lapin::Error),
+    #[error("no AMQP URI configured")]
+    NoUri,
+    #[error("the broker cancelled the consumer")]
+    Cancelled,
+}
+
+impl broker::Broker for Amqp {
+    type Session = Subscribed;
+
+    async fn connect(&mut self, turn: usize) -> Result<Subscribed, AmqpError> {
+        let uris = &self.0.uris;
+        let uri = uris.get(turn % uris.len().max(1)).ok_or(AmqpError::NoUri)?;
+        let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
+        let deliveries = subscribe(&conn, &self.0).await?;
+        Ok(Subscribed {
+            conn,
+            deliveries,
+            queue: self.0.queue.clone(),
+        })
+    }
+
+    fn protocol(&self) -> &'static str {
+        "AMQP"
     }
 }
 
-/// One connection: consume until something fails. Returns the consumer.
-async fn session<P: Publish + 'static>(
-    uri: &str,
-    config: &AmqpConfig,
-    mut consumer: Consumer<P>,
-    dead: &DeadLetters,
-    metrics: &SourceMetrics,
-    backoff: &mut Backoff,
-) -> (Option<Consumer<P>>, Ended) {
-    let conn = match Connection::connect(uri, ConnectionProperties::default()).await {
-        Ok(c) => c,
-        Err(e) => return (Some(consumer), e.into()),
-    };
-    let mut deliveries = match subscribe(&conn, config).await {
-        Ok(d) => d,
-        Err(e) => return (Some(consumer), e.into()),
-    };
-    metrics.connected.set(1);
-    backoff.reset();
-    tracing::info!(queue = %config.queue, "consuming from AMQP");
-    // Group commit, as in the STOMP source: the first delivery, then whatever has
-    // already arrived, one save, then the acknowledgements.
-    while let Some(first) = deliveries.next().await {
-        let mut batch = vec![first];
-        while batch.len() < ingest::MAX_BATCH {
-            match deliveries.next().now_or_never() {
-                Some(Some(d)) => batch.push(d),
-                _ => break,
-            }
-        }
-        let mut ok = Vec::with_capacity(batch.len());
-        let mut failed = None;
-        for d in batch {
-            match d {
-                Ok(d) => ok.push(d),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        let now = std::time::Instant::now();
-        let received = ok
-            .iter()
-            .map(|d| Received {
-                id: format!("amqp-{}", d.delivery_tag),
-                body: Bytes::from(d.data.clone()),
-                at: now,
-            })
-            .collect();
-        let (c, r) = ingest::ingest_off_thread(consumer, dead, metrics, received).await;
-        let Some(c) = c else {
-            return (None, Ended::Panicked);
-        };
-        consumer = c;
-        if let Err(e) = r {
-            // Unacknowledged: closing the connection makes RabbitMQ requeue them.
-            let _ = conn.close(0, "cannot ingest".into()).await;
-            return (Some(consumer), e.into());
-        }
-        for d in &ok {
-            if let Err(e) = d.ack(BasicAckOptions::default()).await {
-                return (Some(consumer), e.into());
-            }
-        }
-        if let Some(e) = failed {
-            return (Some(consumer), e.into());
+struct Subscribed {
+    conn: Connection,
+    deliveries: lapin::Consumer,
+    queue: String,
+}
+
+impl broker::Session for Subscribed {
+    type Message = Delivery;
+    type Error = AmqpError;
+
+    async fn next(&mut self) -> Result<Delivery, AmqpError> {
+        match self.deliveries.next().await {
+            Some(d) => Ok(d?),
+            None => Err(AmqpError::Cancelled),
         }
     }
-    (Some(consumer), Ended::Cancelled)
+
+    fn received(d: &Delivery, at: Instant) -> Received {
+        Received {
+            id: format!("amqp-{}", d.delivery_tag),
+            body: Bytes::from(d.data.clone()),
+            at,
+        }
+    }
+
+    async fn ack(&mut self, batch: &[Delivery]) -> Result<(), AmqpError> {
+        for d in batch {
+            d.ack(BasicAckOptions::default()).await?;
+        }
+        Ok(())
+    }
+
+    async fn close(self) {
+        // Unacknowledged deliveries are requeued by RabbitMQ.
+        let _ = self.conn.close(0, "router closing".into()).await;
+    }
+
+    fn peer(&self) -> String {
+        // Never the URI: it may carry a password.
+        format!("queue {}", self.queue)
+    }
 }
 
 async fn subscribe(

@@ -6,9 +6,10 @@
 //! - [`stomp`]: STOMP 1.2 to ActiveMQ (our client: session, frames, TLS);
 //! - [`amqp`]: AMQP 0-9-1 to RabbitMQ (lapin).
 //!
-//! The broker sources share [`crate::ingest`]: one message made durable and live
-//! before its ack, batched group commits, and the reconnect back-off.
+//! The broker sources run one loop, [`broker`]: reconnect with back-off, group
+//! commits through [`crate::ingest`], acknowledgements only after a durable save.
 
 pub mod amqp;
+pub mod broker;
 pub mod spool;
 pub mod stomp;
