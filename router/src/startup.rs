@@ -24,7 +24,7 @@ use crate::members::{Registry, RegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
 use crate::table::{Builder, Naming, RouteTable};
-use crate::tls::store::{CertIndex, SniResolver};
+use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
 use crate::upstream::{self, PoolSettings};
 
@@ -56,11 +56,19 @@ pub enum StartError {
     },
     #[error("spi.stomp.tls: {0}")]
     StompTls(#[from] spi_consumer::source::stomp::tls::TlsError),
-    #[error("{field} {path}: {message}")]
+    #[error("{field} {path}: {source}")]
+    DefaultCertRead {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{field} {path}: {source}")]
     DefaultCert {
         field: &'static str,
         path: PathBuf,
-        message: String,
+        #[source]
+        source: crate::tls::keys::CertError,
     },
     #[error("tls.session_ticket_key_file: {0}")]
     TicketKey(#[from] crate::tls::tickets::TicketKeyError),
@@ -243,13 +251,8 @@ impl Router {
                     Some(t) => crate::tls::server::Resumption::Shared(t.clone()),
                     None => crate::tls::server::Resumption::Local,
                 };
-                let acceptor = crate::tls::server::acceptor(
-                    Arc::new(SniResolver {
-                        live: live_certs.clone(),
-                    }),
-                    provider.clone(),
-                    resumption,
-                )?;
+                let acceptor =
+                    crate::tls::server::acceptor(live_certs.clone(), provider.clone(), resumption)?;
                 Some((
                     bind("listen.https", addr)?,
                     crate::request::accept::TlsListener {
@@ -457,10 +460,10 @@ fn load_default_cert(
         return Ok(None);
     };
     let read = |field: &'static str, path: &PathBuf| {
-        std::fs::read_to_string(path).map_err(|e| StartError::DefaultCert {
+        std::fs::read_to_string(path).map_err(|source| StartError::DefaultCertRead {
             field,
             path: path.clone(),
-            message: e.to_string(),
+            source,
         })
     };
     let cert_pem = read("tls.default_cert", cert)?;
@@ -477,8 +480,8 @@ fn load_default_cert(
     };
     crate::tls::keys::load(&cert_pem, &key_pem, pass.as_deref(), provider)
         .map(Some)
-        .map_err(|e| {
-            let field = match e {
+        .map_err(|source| {
+            let field = match source {
                 crate::tls::keys::CertError::NoCertificate
                 | crate::tls::keys::CertError::BadCertificate(_) => "tls.default_cert",
                 _ => "tls.default_key",
@@ -491,7 +494,7 @@ fn load_default_cert(
             StartError::DefaultCert {
                 field,
                 path: path.clone(),
-                message: e.to_string(),
+                source,
             }
         })
 }

@@ -44,8 +44,25 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
-    #[error("{path}: not a routing-state file: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    #[error("{path}: not a routing-state file: {source}")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: not a routing-state file: line {line}: {source}")]
+    CorruptLine {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: format {found} is not supported (want {want})")]
+    Format {
+        path: PathBuf,
+        found: u32,
+        want: u32,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -118,14 +135,15 @@ impl Store {
         let mut state = match fs::read(&path) {
             Ok(bytes) => {
                 let snap: Snapshot<App> =
-                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                    serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
                         path: path.clone(),
-                        reason: e.to_string(),
+                        source,
                     })?;
                 if snap.format != FORMAT {
-                    return Err(StoreError::Corrupt {
+                    return Err(StoreError::Format {
                         path,
-                        reason: format!("format {} is not supported (want {FORMAT})", snap.format),
+                        found: snap.format,
+                        want: FORMAT,
                     });
                 }
                 RoutingState::from_apps(snap.apps)
@@ -161,10 +179,11 @@ impl Store {
                     tracing::warn!(file = %path.display(), "ignoring a torn last journal line");
                     break;
                 }
-                Err(e) => {
-                    return Err(StoreError::Corrupt {
+                Err(source) => {
+                    return Err(StoreError::CorruptLine {
                         path,
-                        reason: format!("line {}: {e}", n + 1),
+                        line: n + 1,
+                        source,
                     });
                 }
             }

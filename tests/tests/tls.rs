@@ -628,3 +628,41 @@ async fn plain_http_redirects_to_https_for_hosts_with_a_certificate() {
     let plain = ask("GET", "plain.shop.test").await;
     assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
 }
+
+/// Without a default certificate, a name we hold no certificate for fails its
+/// handshake and is counted as `no_certificate` (decided from the ClientHello's
+/// name, not from an error text); an alias with its own certificate still works.
+#[tokio::test]
+async fn a_name_without_a_certificate_is_counted_as_no_certificate() {
+    let pki = Pki::new();
+    let backend = Backend::start().await;
+    let leaf = pki.ca.leaf(&[ALIAS]);
+    let r = TestRouter::start_https(e2e::tempdir("tls-nocert"), "").await;
+    for (i, e) in alias_events(&backend, &leaf).iter().enumerate() {
+        r.drop_event(&format!("{i:02}.yaml"), e);
+    }
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    e2e::eventually("alias served", Duration::from_secs(10), async || {
+        connect(https(&r), ALIAS, &config).await.is_ok()
+    })
+    .await;
+    // (Handshakes for the alias before its certificate arrived were misses too.)
+    let no_cert = "router_tls_handshake_failures_total{reason=\"no_certificate\"}";
+    let before = r.metric(no_cert).await.unwrap_or(0.0);
+    assert!(
+        connect(https(&r), "unknown.example.org", &config)
+            .await
+            .is_err()
+    );
+    e2e::eventually("miss counted", Duration::from_secs(5), async || {
+        r.metric(no_cert).await == Some(before + 1.0)
+    })
+    .await;
+    assert_eq!(
+        r.metric("router_tls_handshake_failures_total{reason=\"other\"}")
+            .await
+            .unwrap_or(0.0),
+        0.0,
+        "counted once, under its reason"
+    );
+}

@@ -20,8 +20,14 @@ pub enum RotateError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not a rotate-state file: {message}")]
-    Format { path: PathBuf, message: String },
+    #[error("{path}: not a rotate-state file: {source}")]
+    Format {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: format {format} is newer than this router")]
+    Newer { path: PathBuf, format: u32 },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -51,14 +57,14 @@ impl RotateStore {
         let set = match std::fs::read(&path) {
             Ok(bytes) => {
                 let file: File =
-                    serde_json::from_slice(&bytes).map_err(|e| RotateError::Format {
+                    serde_json::from_slice(&bytes).map_err(|source| RotateError::Format {
                         path: path.clone(),
-                        message: e.to_string(),
+                        source,
                     })?;
                 if file.format != 1 {
-                    return Err(RotateError::Format {
+                    return Err(RotateError::Newer {
                         path,
-                        message: format!("format {} is newer than this router", file.format),
+                        format: file.format,
                     });
                 }
                 file.rotated_out

@@ -85,7 +85,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// TLS on a listener.
 #[derive(Clone)]
 pub struct TlsListener {
-    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub acceptor: crate::tls::server::Acceptor,
     pub handshake_timeout: Duration,
 }
 

@@ -22,8 +22,20 @@ const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientTlsError {
-    #[error("{path}: {message}")]
-    Ca { path: PathBuf, message: String },
+    #[error("{path}: {source}")]
+    CaPem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path}: {source}")]
+    CaCertificate {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("{path}: no certificate in the file")]
+    CaEmpty { path: PathBuf },
     #[error("TLS client configuration: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -39,15 +51,20 @@ pub fn connector(
     let mut config = if verify {
         let mut roots = RootCertStore::empty();
         let path = ca_file.unwrap_or(Path::new(SYSTEM_BUNDLE));
-        let ca = |message: String| ClientTlsError::Ca {
+        let pem = |source| ClientTlsError::CaPem {
             path: path.to_path_buf(),
-            message,
+            source,
         };
         match CertificateDer::pem_file_iter(path) {
             Ok(certs) => {
                 for cert in certs {
-                    let cert = cert.map_err(|e| ca(e.to_string()))?;
-                    roots.add(cert).map_err(|e| ca(e.to_string()))?;
+                    let cert = cert.map_err(pem)?;
+                    roots
+                        .add(cert)
+                        .map_err(|source| ClientTlsError::CaCertificate {
+                            path: path.to_path_buf(),
+                            source,
+                        })?;
                 }
             }
             // No system bundle and none configured: every member check fails (502),
@@ -55,10 +72,12 @@ pub fn connector(
             Err(e) if ca_file.is_none() => {
                 tracing::warn!(file = SYSTEM_BUNDLE, error = %e, "no CA bundle for TLS members");
             }
-            Err(e) => return Err(ca(e.to_string())),
+            Err(e) => return Err(pem(e)),
         }
         if ca_file.is_some() && roots.is_empty() {
-            return Err(ca("no certificate in the file".into()));
+            return Err(ClientTlsError::CaEmpty {
+                path: path.to_path_buf(),
+            });
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     } else {

@@ -8,14 +8,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{NoServerSessionStorage, ProducesTickets, ResolvesServerCert};
+use rustls::server::{NoServerSessionStorage, ProducesTickets};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::metrics::TlsMetrics;
+use crate::tls::store::{Certs, SniResolver};
 
 /// How sessions resume.
 pub enum Resumption {
@@ -27,11 +29,22 @@ pub enum Resumption {
     Off,
 }
 
+/// The server side of TLS: the configuration, and the certificates it serves (to
+/// tell a client asking for a name we have no certificate for from other failures).
+#[derive(Clone)]
+pub struct Acceptor {
+    config: Arc<ServerConfig>,
+    certs: Arc<ArcSwap<Certs>>,
+}
+
 pub fn acceptor(
-    resolver: Arc<dyn ResolvesServerCert>,
+    certs: Arc<ArcSwap<Certs>>,
     provider: Arc<CryptoProvider>,
     resumption: Resumption,
-) -> Result<TlsAcceptor, rustls::Error> {
+) -> Result<Acceptor, rustls::Error> {
+    let resolver = Arc::new(SniResolver {
+        live: certs.clone(),
+    });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -49,24 +62,47 @@ pub fn acceptor(
             config.send_tls13_tickets = 0;
         }
     }
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    Ok(Acceptor {
+        config: Arc::new(config),
+        certs,
+    })
 }
 
 /// Runs the handshake within `timeout`; counts it either way.
+///
+/// The ClientHello is read first ([`LazyConfigAcceptor`]), so a name we hold no
+/// certificate for (and no default) is counted as `no_certificate` from the name
+/// itself; the handshake then goes on so that the client gets its alert.
 pub async fn handshake(
-    acceptor: &TlsAcceptor,
+    acceptor: &Acceptor,
     stream: TcpStream,
     timeout: Duration,
     metrics: &TlsMetrics,
 ) -> Option<TlsStream<TcpStream>> {
-    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+    let handshake = async {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+        let covered = {
+            let hello = start.client_hello();
+            let name = hello.server_name().map(str::to_ascii_lowercase);
+            acceptor.certs.load().for_name(name.as_deref()).is_some()
+        };
+        start
+            .into_stream(acceptor.config.clone())
+            .await
+            .map_err(|e| (covered, e))
+            .map_err(Failure::Handshake)
+    };
+    match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(tls)) => {
             let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             metrics.handshake(resumed);
             Some(tls)
         }
-        Ok(Err(e)) => {
-            let reason = failure_reason(&e);
+        Ok(Err(failure)) => {
+            let (reason, e) = match failure {
+                Failure::Handshake((false, e)) => ("no_certificate", e),
+                Failure::Handshake((true, e)) | Failure::Hello(e) => (failure_reason(&e), e),
+            };
             metrics.handshake_failed(reason);
             tracing::debug!(reason, error = %e, "TLS handshake failed");
             None
@@ -78,11 +114,23 @@ pub async fn handshake(
     }
 }
 
+/// Where a handshake failed: reading the ClientHello, or after it (and whether we
+/// had a certificate for the name it asked for).
+enum Failure {
+    Hello(std::io::Error),
+    Handshake((bool, std::io::Error)),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure::Hello(e)
+    }
+}
+
 /// The `reason` label of `router_tls_handshake_failures_total`.
 fn failure_reason(e: &std::io::Error) -> &'static str {
     use rustls::Error as E;
     match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-        Some(E::General(m)) if m.contains("certificate") => "no_certificate",
         Some(E::PeerIncompatible(_)) => "incompatible",
         Some(E::AlertReceived(_)) => "alert_received",
         Some(E::InvalidMessage(_) | E::InappropriateMessage { .. })

@@ -112,6 +112,10 @@ fn a_torn_last_line_is_ignored_but_a_corrupt_middle_is_an_error() {
         .load()
         .expect_err("corrupt");
     assert!(
+        matches!(err, StoreError::CorruptLine { line: 1, .. }),
+        "{err:?}"
+    );
+    assert!(
         err.to_string()
             .contains("journal.jsonl: not a routing-state file: line 1"),
         "{err}"

@@ -24,8 +24,20 @@ pub struct TlsFiles {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{path}: {reason}")]
-    File { path: PathBuf, reason: String },
+    #[error("{path}: {source}")]
+    Pem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path}: {source}")]
+    Certificate {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("{path}: no certificate in the file")]
+    NoCertificate { path: PathBuf },
     #[error("cert_file and key_file go together")]
     HalfIdentity,
     #[error("{0}")]
@@ -45,17 +57,17 @@ impl TlsClient {
     pub fn load(files: &TlsFiles) -> Result<TlsClient, TlsError> {
         let mut roots = RootCertStore::empty();
         for cert in certs(&files.ca_file)? {
-            roots.add(cert).map_err(|e| TlsError::File {
+            roots.add(cert).map_err(|source| TlsError::Certificate {
                 path: files.ca_file.clone(),
-                reason: e.to_string(),
+                source,
             })?;
         }
         let builder = ClientConfig::builder().with_root_certificates(roots);
         let config = match (&files.cert_file, &files.key_file) {
             (Some(cert), Some(key)) => {
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Pem {
                     path: key.clone(),
-                    reason: e.to_string(),
+                    source,
                 })?;
                 builder.with_client_auth_cert(certs(cert)?, key)?
             }
@@ -84,16 +96,18 @@ impl TlsClient {
 }
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let err = |reason: String| TlsError::File {
+    let pem = |source| TlsError::Pem {
         path: path.to_path_buf(),
-        reason,
+        source,
     };
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| err(e.to_string()))?
+        .map_err(pem)?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(pem)?;
     if certs.is_empty() {
-        return Err(err("no certificate in the file".into()));
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
