@@ -24,7 +24,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HZ = os.sysconf("SC_CLK_TCK")
-PORTS = {"backend": 18080, "haproxy": 18081, "nginx": 18082, "router": 18083, "router_admin": 18093}
+PORTS = {"backend": 18080, "haproxy": 18081, "nginx": 18082, "router": 18083, "router_admin": 18093,
+         "baseline": 18084, "baseline_admin": 18094}
 HOST = "ha-bench-bench.example.com"
 BODY = "b" * 99 + "\n"  # 100 bytes
 
@@ -95,8 +96,12 @@ backend be
     http-reuse always
     server s1 127.0.0.1:{PORTS['backend']}
 """)
-    os.makedirs(f"{d}/spool", exist_ok=True)
-    write(f"{d}/spool/01-bench.yaml", f"""---
+    for spool in ("router-spool", "baseline-spool"):
+        os.makedirs(f"{d}/{spool}", exist_ok=True)
+        write(f"{d}/{spool}/01-bench.yaml", ROUTE_EVENT)
+
+
+ROUTE_EVENT = f"""---
 :action: :add_public_endpoint
 :app_name: bench
 :namespace: bench
@@ -109,21 +114,21 @@ backend be
 :types:
 - load_balancer
 :mappings: []
-""")
+"""
 
 
-def router_config(d, threads):
-    write(f"{d}/router.yaml", f"""
+def router_config(d, threads, name="router"):
+    write(f"{d}/{name}.yaml", f"""
 cloud_domain: example.com
-state_dir: {d}/state
+state_dir: {d}/{name}-state
 worker_threads: {threads}
 listen:
-  http: 127.0.0.1:{PORTS['router']}
-  admin: 127.0.0.1:{PORTS['router_admin']}
+  http: 127.0.0.1:{PORTS[name]}
+  admin: 127.0.0.1:{PORTS[name + '_admin']}
 spi:
   source: spool
   spool:
-    path: {d}/spool
+    path: {d}/{name}-spool
 access_log:
   enabled: false
 """)
@@ -201,6 +206,9 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--router-threads", type=int, default=1)
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; wrk and backend on CPU 0")
+    ap.add_argument("--baseline", metavar="ROUTER_BINARY",
+                    help="also run this router binary (e.g. built from an older commit) as target 'baseline', "
+                         "to tell a regression from this machine's noise")
     args = ap.parse_args()
 
     router_bin = os.path.join(ROOT, "target/release/router")
@@ -209,6 +217,8 @@ def main():
     d = workdir("router-bench-")
     configs(d)
     router_config(d, args.router_threads)
+    if args.baseline:
+        router_config(d, args.router_threads, "baseline")
     procs = {}
     try:
         procs["backend"] = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
@@ -219,17 +229,22 @@ def main():
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs["router"] = subprocess.Popen([router_bin, "--config", f"{d}/router.yaml"],
                                            stdout=subprocess.DEVNULL, stderr=open(f"{d}/router.log", "w"))
+        if args.baseline:
+            procs["baseline"] = subprocess.Popen([args.baseline, "--config", f"{d}/baseline.yaml"],
+                                                 stdout=subprocess.DEVNULL, stderr=open(f"{d}/baseline.log", "w"))
+            wait_port(PORTS["baseline"], HOST)
         wait_port(PORTS["backend"])
         wait_port(PORTS["nginx"])
         wait_port(PORTS["haproxy"])
         wait_port(PORTS["router"], HOST)
         if args.pin:
             pin(procs["backend"].pid, {0})
-            for name in ("nginx", "haproxy", "router"):
-                pin(procs[name].pid, {1})
+            for name in ("nginx", "haproxy", "router", "baseline"):
+                if name in procs:
+                    pin(procs[name].pid, {1})
             os.sched_setaffinity(0, {0})
 
-        targets = ["direct", "router", "haproxy", "nginx"]
+        targets = ["direct", "router", "haproxy", "nginx"] + (["baseline"] if args.baseline else [])
         results = {t: [] for t in targets}
         for rnd in range(args.rounds):
             order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]
@@ -280,7 +295,7 @@ def main():
               f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f} | "
               f"{sum(r['errors'] + r['non2xx'] for r in rs)} |")
     print()
-    for p in ("haproxy", "nginx"):
+    for p in ("haproxy", "nginx") + (("baseline",) if args.baseline else ()):
         print(f"router vs {p}: throughput ratio {summary['router']['ratio'] / summary[p]['ratio']:.2f}x, "
               f"CPU per request {summary['router']['cpu_us_per_req'] / summary[p]['cpu_us_per_req']:.2f}x")
     out = os.path.join(ROOT, "bench", "last-http.json")

@@ -71,7 +71,7 @@ struct MemberDoc<'a> {
 }
 
 #[derive(Serialize)]
-struct BackendDoc<'a> {
+struct LiveMemberDoc<'a> {
     address: &'a str,
     health: &'static str,
     rotate: &'static str,
@@ -139,9 +139,9 @@ impl Admin {
             }
         }
         let live = self.registry.live();
-        let backends: Vec<BackendDoc> = live
+        let members: Vec<LiveMemberDoc> = live
             .iter()
-            .map(|b| BackendDoc {
+            .map(|b| LiveMemberDoc {
                 address: &b.addr,
                 health: b.health.get().as_str(),
                 rotate: if b.rotated_out() { "out" } else { "in" },
@@ -158,7 +158,7 @@ impl Admin {
             .filter(|a| !live.iter().any(|b| *b.addr == **a))
             .collect();
         json(&serde_json::json!({
-            "backends": backends,
+            "backends": members,
             "rotated_out_absent": absent,
         }))
     }
@@ -203,7 +203,7 @@ impl Admin {
                 &format!("{addr} is not a member of any route\n"),
             );
         }
-        let backend = match self.registry.rotate(&addr, out) {
+        let member = match self.registry.rotate(&addr, out) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(member = %addr, error = %e, "cannot persist rotate state");
@@ -215,7 +215,7 @@ impl Admin {
         };
         tracing::info!(member = %addr, rotate = if out { "out" } else { "in" }, "rotated by operator");
         let start = Instant::now();
-        let result = match (&backend, out) {
+        let result = match (&member, out) {
             (Some(b), true) => Some(if b.drain(wait).await {
                 "drained"
             } else {
@@ -226,9 +226,9 @@ impl Admin {
         json(&RotateDoc {
             address: &addr,
             rotate: if out { "out" } else { "in" },
-            member: backend.is_some(),
+            member: member.is_some(),
             result,
-            in_flight: backend.as_ref().map_or(0, |b| b.in_flight()),
+            in_flight: member.as_ref().map_or(0, |m| m.in_flight()),
             waited_ms: start.elapsed().as_millis(),
         })
     }

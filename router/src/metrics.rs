@@ -292,8 +292,8 @@ impl HealthMetrics {
         self.checks[usize::from(!passed)].inc();
     }
 
-    pub fn set_up(&self, backend: &str, up: bool) {
-        self.up.with_label_values(&[backend]).set(i64::from(up));
+    pub fn set_up(&self, member: &str, up: bool) {
+        self.up.with_label_values(&[member]).set(i64::from(up));
     }
 
     pub fn ejected(&self, reason: &str) {
@@ -301,8 +301,8 @@ impl HealthMetrics {
     }
 
     /// Drops the series of a member that left every table.
-    pub fn forget(&self, backend: &str) {
-        let _ = self.up.remove_label_values(&[backend]);
+    pub fn forget(&self, member: &str) {
+        let _ = self.up.remove_label_values(&[member]);
     }
 }
 

@@ -208,7 +208,7 @@ fn one_then_two_members() -> (RouteTable, RouteTable) {
 }
 
 #[test]
-fn members_keep_their_backend_across_swaps() {
+fn members_keep_their_state_across_swaps() {
     let (t1, t2) = one_then_two_members();
     let ha = "ha-myapp-demo.example.com";
     let before = &t1.lookup(ha).expect("r1").members[0].member;
