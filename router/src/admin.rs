@@ -32,7 +32,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::members::Registry;
+use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::table::{EndpointInfo, RouteTable};
 
@@ -42,7 +42,7 @@ const DEFAULT_DRAIN_WAIT: Duration = Duration::from_secs(30);
 
 pub struct Admin {
     pub table: Arc<ArcSwap<RouteTable>>,
-    pub registry: Arc<Registry>,
+    pub registry: Arc<MemberRegistry>,
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
 }

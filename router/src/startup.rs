@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::admin::Admin;
 use crate::config::{Config, SourceKind};
-use crate::members::{Registry, RegistryConfig};
+use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
 use crate::table::{Builder, Naming, RouteTable};
@@ -96,7 +96,7 @@ pub struct Router {
     ticketer: Option<Arc<SharedTicketer>>,
     proxy: Arc<Proxy>,
     admin_api: Arc<Admin>,
-    registry: Arc<Registry>,
+    registry: Arc<MemberRegistry>,
     consumer: Consumer<Builder>,
     source: Source,
 }
@@ -115,7 +115,7 @@ impl Router {
         let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
         // The state directory holds the routing state and the rotate state.
         let store = Store::open(&config.state_dir)?;
-        let registry = Arc::new(Registry::new(RegistryConfig {
+        let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
             pool: PoolSettings {
                 max_idle: config.upstream.max_idle_per_backend,

@@ -34,6 +34,16 @@ use std::time::Duration;
 pub fn tempdir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
+    static CLEANUP: std::sync::Once = std::sync::Once::new();
+    // Every directory made here goes when the test process exits, passed or failed
+    // (routers restarted over one root need it to outlive each router, so no guard
+    // per router). `E2E_KEEP=1` keeps them for a post-mortem.
+    CLEANUP.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function with no captured state.
+        unsafe {
+            libc::atexit(remove_tempdirs);
+        }
+    });
     let dir = std::env::temp_dir().join(format!(
         "router-e2e-{tag}-{}-{}",
         std::process::id(),
@@ -42,6 +52,24 @@ pub fn tempdir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tempdir");
     dir
+}
+
+/// Removes this process's `router-e2e-*-PID-N` directories (see [`tempdir`]).
+extern "C" fn remove_tempdirs() {
+    if std::env::var_os("E2E_KEEP").is_some() {
+        return;
+    }
+    let marker = format!("-{}-", std::process::id());
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("router-e2e-") && name.contains(&marker) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The workspace's fixtures folder.

@@ -70,6 +70,56 @@ async fn host_path_and_query_reach_the_backend_verbatim() {
     assert!(head.contains("set-cookie: gear=local-abc"), "{head}");
 }
 
+/// Sends `req` raw and checks the status; returns the whole answer as text.
+async fn expect_status(r: &TestRouter, req: &str, want: u16) -> String {
+    let resp = raw::exchange(r.http, req.as_bytes(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    assert_eq!(raw::status(&resp), Some(want), "{req:?} -> {text}");
+    text
+}
+
+/// `Connection: host` must not strip the Host header on its way to the member (nor
+/// can a client strip the X-Forwarded-* the router sets); CONNECT is answered 405 by
+/// the router, never forwarded, and logged with its real status.
+#[tokio::test]
+async fn connection_cannot_strip_host_and_connect_is_405() {
+    let (r, b) = router_with_backend().await;
+    let text = expect_status(
+        &r,
+        &format!(
+            "GET /h HTTP/1.1\r\nHost: {HA}\r\nConnection: host, x-forwarded-proto, close\r\n\r\n"
+        ),
+        200,
+    )
+    .await;
+    let echo = Echo::parse(&text.as_bytes()[text.find("\r\n\r\n").expect("head end") + 4..]);
+    assert_eq!(echo.all("host"), [HA]);
+    assert_eq!(echo.header("x-forwarded-proto"), Some("http"));
+
+    let before = b.proxied();
+    let head = expect_status(
+        &r,
+        &format!("CONNECT {HA}:443 HTTP/1.1\r\nHost: {HA}:443\r\nConnection: close\r\n\r\n"),
+        405,
+    )
+    .await
+    .to_ascii_lowercase();
+    assert!(head.contains("\r\nallow: get,"), "{head}");
+    let allow = head
+        .lines()
+        .find(|l| l.starts_with("allow:"))
+        .expect("allow header");
+    assert!(
+        !allow.contains("connect"),
+        "CONNECT is not allowed: {allow}"
+    );
+    assert_eq!(b.proxied(), before, "never forwarded to the member");
+    e2e::eventually("405 counted", Duration::from_secs(5), async || {
+        r.metric("router_http_requests_total{class=\"4xx\"}").await >= Some(1.0)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn unknown_host_is_404_and_bad_hosts_are_400() {
     let (r, _b) = router_with_backend().await;

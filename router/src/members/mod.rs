@@ -4,7 +4,7 @@
 //! The route table is rebuilt on every change, but a member's in-flight count, its
 //! connection limit, its idle connections, its health and its rotate state must not
 //! reset when that happens: every table refers to the same [`Member`] for the same
-//! address, found through the [`Registry`].
+//! address, found through the [`MemberRegistry`].
 //!
 //! The registry holds `Weak` references: a member removed from every table is freed
 //! once its last in-flight request (which holds an `Arc`) has finished. That is the
@@ -131,7 +131,7 @@ impl Drop for InFlight {
 
 /// All members known, by address.
 #[derive(Debug)]
-pub struct Registry {
+pub struct MemberRegistry {
     max_in_flight: usize,
     pool: Arc<PoolSettings>,
     health: Arc<health::HealthSettings>,
@@ -144,8 +144,8 @@ pub struct Registry {
     startup_until: Instant,
 }
 
-/// How a [`Registry`] is made.
-pub struct RegistryConfig {
+/// How a [`MemberRegistry`] is made.
+pub struct MemberRegistryConfig {
     pub max_in_flight: usize,
     pub pool: PoolSettings,
     pub health: health::HealthSettings,
@@ -154,9 +154,9 @@ pub struct RegistryConfig {
     pub checkers: Option<tokio::runtime::Handle>,
 }
 
-impl Registry {
-    pub fn new(c: RegistryConfig) -> Registry {
-        Registry {
+impl MemberRegistry {
+    pub fn new(c: MemberRegistryConfig) -> MemberRegistry {
+        MemberRegistry {
             max_in_flight: c.max_in_flight,
             pool: Arc::new(c.pool),
             health: Arc::new(c.health),
@@ -257,8 +257,8 @@ pub(crate) mod tests {
     use super::*;
 
     /// A registry without checkers (nothing leaves the machine in unit tests).
-    pub(crate) fn registry(max_in_flight: usize) -> Registry {
-        Registry::new(RegistryConfig {
+    pub(crate) fn registry(max_in_flight: usize) -> MemberRegistry {
+        MemberRegistry::new(MemberRegistryConfig {
             max_in_flight,
             pool: PoolSettings {
                 max_idle: 4,
@@ -272,7 +272,7 @@ pub(crate) mod tests {
         })
     }
 
-    impl Registry {
+    impl MemberRegistry {
         pub(crate) fn member(&self, addr: &str) -> Arc<Member> {
             self.get(addr, Probe::default)
         }

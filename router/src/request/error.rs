@@ -17,6 +17,8 @@ pub enum ProxyError {
     BadHost,
     /// A request target we cannot forward (e.g. `OPTIONS *`).
     BadTarget,
+    /// `CONNECT`: a reverse proxy opens no tunnels to arbitrary places (405).
+    MethodNotAllowed,
     /// No route for this host.
     NoRoute,
     /// The app is known but has no routable member.
@@ -40,6 +42,10 @@ impl ProxyError {
         let (status, text) = match self {
             ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
             ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
+            ProxyError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed through this router\n",
+            ),
             ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
             ProxyError::NoMember => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -71,6 +77,13 @@ impl ProxyError {
         );
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if matches!(self, ProxyError::MethodNotAllowed) {
+            // RFC 9110 §15.5.6: a 405 says what is allowed.
+            resp.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE"),
+            );
+        }
         resp
     }
 }

@@ -31,6 +31,9 @@ impl Proxy {
         mut req: Request<Incoming>,
         host: Option<HeaderValue>,
     ) -> Result<Forwarded, ProxyError> {
+        if req.method() == Method::CONNECT {
+            return Err(ProxyError::MethodNotAllowed);
+        }
         // 1. host
         let host = host.ok_or(ProxyError::BadHost)?;
         let name = host

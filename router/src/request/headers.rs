@@ -41,7 +41,15 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Removes hop-by-hop headers and every header the `Connection` header names.
+/// Never removed because a `Connection` header names them: the member needs Host,
+/// and the router sets the `X-Forwarded-*` family itself (`Connection: host` must not
+/// strip the Host header on its way to the member).
+fn protected(name: &HeaderName) -> bool {
+    *name == header::HOST || name.as_str().starts_with("x-forwarded-")
+}
+
+/// Removes hop-by-hop headers and every header the `Connection` headers name (all of
+/// them, however many there are), except [`protected`] ones.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so that the next
 /// hop can switch protocols too.
 ///
@@ -52,17 +60,15 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     if !present {
         return;
     }
-    if let Some(conn) = headers.get(header::CONNECTION) {
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("").split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(protected(n) || (keep_upgrade && *n == header::UPGRADE)))
+        .collect();
+    for name in named {
+        headers.remove(name);
     }
     for name in &HOP_BY_HOP {
         if keep_upgrade && (*name == header::CONNECTION || *name == header::UPGRADE) {
@@ -138,6 +144,30 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn connection_cannot_strip_host_or_forwarded_headers_and_every_connection_header_counts() {
+        let mut h = map(&[
+            ("host", "app.example.com"),
+            ("connection", "host, x-forwarded-for"),
+            ("connection", "x-secret"),
+            ("x-forwarded-for", "10.0.0.9"),
+            ("x-secret", "1"),
+            ("accept", "*/*"),
+        ]);
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(
+            h.get("host").map(|v| v.as_bytes()),
+            Some(&b"app.example.com"[..])
+        );
+        assert!(h.contains_key("x-forwarded-for"));
+        assert!(
+            !h.contains_key("x-secret"),
+            "named by the second Connection header"
+        );
+        assert!(!h.contains_key("connection"));
+        assert!(h.contains_key("accept"));
     }
 
     #[test]

@@ -110,7 +110,7 @@ mod tests {
         }
     }
 
-    fn members(n: usize) -> (Vec<Arc<Member>>, crate::members::Registry) {
+    fn members(n: usize) -> (Vec<Arc<Member>>, crate::members::MemberRegistry) {
         let r = registry(1000);
         let ms = (0..n)
             .map(|i| r.member(&format!("10.0.0.{i}:80")))

@@ -4,7 +4,7 @@
 //!
 //! Which endpoints become members (the `endpoint_types` filter) and which names an
 //! app answers to (HA name, optional app name, aliases) is decided here. Members are
-//! found (or created) in the [`Registry`], so their state survives the swap.
+//! found (or created) in the [`MemberRegistry`], so their state survives the swap.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -16,7 +16,7 @@ use spi_consumer::{App, AppKey, Publish, RoutingState};
 
 use super::balance::Balance;
 use super::{EndpointInfo, Route, RouteTable, Target};
-use crate::members::Registry;
+use crate::members::MemberRegistry;
 use crate::members::probe::Probe;
 use crate::metrics::Metrics;
 use crate::tls::store::CertIndex;
@@ -57,7 +57,7 @@ impl Naming {
 /// Builds route tables from the routing state and publishes them.
 pub struct Builder {
     naming: Naming,
-    registry: Arc<Registry>,
+    registry: Arc<MemberRegistry>,
     live: Arc<ArcSwap<RouteTable>>,
     metrics: Metrics,
     /// The alias certificates follow the same changes (see [`crate::tls::store`]).
@@ -67,7 +67,7 @@ pub struct Builder {
 impl Builder {
     pub fn new(
         naming: Naming,
-        registry: Arc<Registry>,
+        registry: Arc<MemberRegistry>,
         live: Arc<ArcSwap<RouteTable>>,
         metrics: Metrics,
     ) -> Builder {

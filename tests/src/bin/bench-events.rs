@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, events};
-use router::members::{Registry, RegistryConfig};
+use router::members::{MemberRegistry, MemberRegistryConfig};
 use router::metrics::Metrics;
 use router::table::{Builder, Naming, RouteTable};
 use router::upstream::PoolSettings;
@@ -37,7 +37,7 @@ fn event(i: usize, addr: std::net::SocketAddr) -> RoutingEvent {
 
 fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
     let metrics = Metrics::new().expect("metrics");
-    let registry = Registry::new(RegistryConfig {
+    let registry = MemberRegistry::new(MemberRegistryConfig {
         max_in_flight: 100,
         pool: PoolSettings {
             max_idle: 4,
