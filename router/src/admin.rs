@@ -27,13 +27,14 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
+use crate::request::accept::Limits;
 use crate::table::{EndpointInfo, RouteTable};
 
 /// Longest rotate-out wait an operator may ask for.
@@ -261,8 +262,27 @@ impl Admin {
     }
 
     /// Serves until `stop` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    /// Serves until `stop`, with the client listeners' head timeout and size limits
+    /// and at most `limits.max_admin_connections` connections (beyond, the kernel
+    /// backlog waits): idle or slow clients cannot hold it, nor take fds from the
+    /// client listeners.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        limits: Limits,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let slots = Arc::new(Semaphore::new(limits.max_admin_connections));
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(limits.max_header_bytes.max(8192));
         loop {
+            let slot = tokio::select! {
+                s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => return },
+                _ = stopped(&mut stop) => return,
+            };
             let (stream, _) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(c) => c,
@@ -275,14 +295,16 @@ impl Admin {
                 _ = stopped(&mut stop) => return,
             };
             let admin = self.clone();
+            let builder = builder.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let admin = admin.clone();
                     async move { Ok::<_, Infallible>(admin.handle(&req).await) }
                 });
-                let _ = http1::Builder::new()
+                let _ = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
+                drop(slot);
             });
         }
     }

@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod fds;
 pub mod members;
 pub mod metrics;
 pub mod request;

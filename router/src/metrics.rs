@@ -32,6 +32,9 @@ pub enum UpstreamError {
     Tls,
     /// The member had no free slot within `upstream.queue_timeout`.
     Busy,
+    /// The router itself ran out of file descriptors (or memory) connecting: 503,
+    /// never counted against the member.
+    LocalResources,
     /// The client's request body failed while it was being sent on (an aborted
     /// upload, a malformed chunk): the client's fault, never counted against the
     /// member; answered 400 if the client still listens.
@@ -39,7 +42,7 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    pub const ALL: [UpstreamError; 8] = [
+    pub const ALL: [UpstreamError; 9] = [
         UpstreamError::Connect,
         UpstreamError::ConnectTimeout,
         UpstreamError::ResponseTimeout,
@@ -48,6 +51,7 @@ impl UpstreamError {
         UpstreamError::Tls,
         UpstreamError::Busy,
         UpstreamError::ClientBody,
+        UpstreamError::LocalResources,
     ];
 
     /// Counts towards the member's passive ejection: it could not be reached or
@@ -70,6 +74,7 @@ impl UpstreamError {
             UpstreamError::Tls => "tls",
             UpstreamError::Busy => "busy",
             UpstreamError::ClientBody => "client_body",
+            UpstreamError::LocalResources => "local_resources",
         }
     }
 }
@@ -227,7 +232,9 @@ impl std::fmt::Debug for HealthMetrics {
 #[derive(Clone)]
 pub struct HealthMetrics {
     up: IntGaugeVec,
-    checks: [IntCounter; 2],
+    /// `router_health_checks_total{result}`: pass, fail, skipped (the router could
+    /// not make the check: no file descriptor left).
+    checks: [IntCounter; 3],
     check_duration: Histogram,
     ejections: IntCounterVec,
     pub recoveries: IntCounter,
@@ -272,7 +279,7 @@ impl HealthMetrics {
         registry.register(Box::new(ejections.clone()))?;
         registry.register(Box::new(recoveries.clone()))?;
         Ok(HealthMetrics {
-            checks: ["pass", "fail"].map(|r| checks.with_label_values(&[r])),
+            checks: ["pass", "fail", "skipped"].map(|r| checks.with_label_values(&[r])),
             up,
             check_duration,
             ejections,
@@ -290,6 +297,11 @@ impl HealthMetrics {
     pub fn observe(&self, took: std::time::Duration, passed: bool) {
         self.check_duration.observe(took.as_secs_f64());
         self.checks[usize::from(!passed)].inc();
+    }
+
+    /// A check the router could not make (counted, never a verdict).
+    pub fn skipped(&self) {
+        self.checks[2].inc();
     }
 
     pub fn set_up(&self, member: &str, up: bool) {

@@ -110,7 +110,8 @@ enum Source {
 }
 
 impl Router {
-    pub async fn bind(config: Config) -> Result<Router, StartError> {
+    pub async fn bind(mut config: Config) -> Result<Router, StartError> {
+        fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
         let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
         // The state directory holds the routing state and the rotate state.
@@ -239,6 +240,14 @@ impl Router {
             .admin
             .map(|a| bind("listen.admin", a))
             .transpose()?;
+        match config.listen.admin {
+            Some(a) if !a.ip().is_loopback() => tracing::warn!(
+                address = %a,
+                "listen.admin is not on loopback: metrics, the route table and rotate-out are open to this network"
+            ),
+            None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
+            _ => {}
+        }
         let https = match config.listen.https {
             Some(addr) => {
                 if config.tls.default_cert.is_none() {
@@ -381,9 +390,10 @@ impl Router {
         };
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
-        let admin_task = self
-            .admin
-            .map(|l| tokio::spawn(self.admin_api.clone().serve(l, admin_stop_rx)));
+        let admin_task = self.admin.map(|l| {
+            let limits = self.config.limits.clone();
+            tokio::spawn(self.admin_api.clone().serve(l, limits, admin_stop_rx))
+        });
         let https_task = self.https.map(|(l, tls)| {
             tokio::spawn(crate::request::accept::serve(
                 l,
@@ -448,6 +458,37 @@ impl Router {
             let _ = t.await;
         }
         tracing::info!("stopped");
+    }
+}
+
+/// Raises the file-descriptor limit and lowers `limits.max_connections` to what
+/// fits in it (see [`crate::fds`]), saying so.
+fn fit_file_descriptors(config: &mut Config) {
+    let limit = match crate::fds::raise_limit() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE; client connections not sized to it");
+            return;
+        }
+    };
+    let limits = &mut config.limits;
+    let b = crate::fds::budget(limit, limits.max_connections, limits.max_admin_connections);
+    if b.client_connections < limits.max_connections
+        || b.admin_connections < limits.max_admin_connections
+    {
+        tracing::warn!(
+            nofile = limit,
+            reserve = b.reserve,
+            max_connections = limits.max_connections,
+            effective = b.client_connections,
+            max_admin_connections = limits.max_admin_connections,
+            effective_admin = b.admin_connections,
+            "connection limits do not fit in the file-descriptor limit (each client may hold a member connection too); lowered"
+        );
+        limits.max_connections = b.client_connections;
+        limits.max_admin_connections = b.admin_connections;
+    } else {
+        tracing::debug!(nofile = limit, "file-descriptor limit");
     }
 }
 

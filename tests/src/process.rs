@@ -18,14 +18,32 @@ pub struct RouterProcess {
     pub admin: Option<SocketAddr>,
     /// Every log line (the config must set `access_log.format: json`).
     pub logs: mpsc::UnboundedReceiver<serde_json::Value>,
+    /// The lines logged up to the last "listening" line (read while starting).
+    pub startup: Vec<serde_json::Value>,
 }
 
 impl RouterProcess {
     /// Starts `router --config CONFIG` and waits for its "listening" lines.
     pub async fn start(config: &Path) -> RouterProcess {
-        let mut child = Command::new(crate::bin("router"))
-            .arg("--config")
-            .arg(config)
+        let mut command = Command::new(crate::bin("router"));
+        command.arg("--config").arg(config);
+        RouterProcess::spawn(command).await
+    }
+
+    /// The same under `ulimit -n NOFILE` (soft and hard), as an operator's unit with
+    /// a low `LimitNOFILE=` would run it.
+    pub async fn start_with_nofile(config: &Path, nofile: u32) -> RouterProcess {
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" --config \"$1\""))
+            .arg(crate::bin("router"))
+            .arg(config);
+        RouterProcess::spawn(command).await
+    }
+
+    async fn spawn(mut command: Command) -> RouterProcess {
+        let mut child = command
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -44,11 +62,13 @@ impl RouterProcess {
             }
         });
         let (mut http, mut https, mut admin) = (None, None, None);
+        let mut startup = Vec::new();
         while http.is_none() || admin.is_none() {
             let v = tokio::time::timeout(Duration::from_secs(20), logs.recv())
                 .await
                 .expect("router logs in time")
                 .expect("router running");
+            startup.push(v.clone());
             if v["message"] == "listening" {
                 let addr: SocketAddr = v["addr"].as_str().expect("addr").parse().expect("addr");
                 match v["listener"].as_str() {
@@ -65,6 +85,7 @@ impl RouterProcess {
             https,
             admin,
             logs,
+            startup,
         }
     }
 

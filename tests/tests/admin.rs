@@ -105,3 +105,52 @@ async fn metrics_count_requests_connections_and_routes() {
     );
     assert!(!text.contains("ha-myapp-demo"), "no per-host labels");
 }
+
+/// The admin listener has the client listeners' head timeout and its own connection
+/// cap: an idle connection is closed at the deadline, and past the cap a new client
+/// waits in the backlog until a slot frees (it is then served).
+#[tokio::test]
+async fn admin_connections_are_capped_and_idle_ones_time_out() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let r =
+        TestRouter::start("limits:\n  header_read_timeout: 500ms\n  max_admin_connections: 1\n")
+            .await;
+    let mut idle = tokio::net::TcpStream::connect(r.admin)
+        .await
+        .expect("connect");
+    // A second client, past the cap: not served while `idle` holds the only slot.
+    let second = tokio::spawn({
+        let addr = r.admin;
+        async move {
+            e2e::raw::exchange(
+                addr,
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                Duration::from_secs(10),
+            )
+            .await
+        }
+    });
+    let opened = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+        .await
+        .expect("closed by the head timeout, not left open");
+    assert!(
+        matches!(n, Ok(0) | Err(_)) || buf.starts_with(b"HTTP/1.1 408"),
+        "an idle admin connection ends: {n:?}"
+    );
+    assert!(
+        opened.elapsed() >= Duration::from_millis(400),
+        "not before the deadline"
+    );
+    let _ = idle.write_all(b"x").await;
+    drop(idle);
+    let resp = second.await.expect("join");
+    assert_eq!(
+        e2e::raw::status(&resp),
+        Some(200),
+        "served once the slot freed"
+    );
+}

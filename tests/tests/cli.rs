@@ -140,3 +140,74 @@ async fn sigterm_drains_and_access_log_is_json() {
     assert!(slow_line["bytes"].as_u64() > Some(0));
     assert!(slow_line["duration_ms"].as_f64() >= Some(800.0));
 }
+
+/// Under `ulimit -n 256` with the default `limits.max_connections` (10 000): the
+/// router says it lowered the limit to what fits, and when clients take every client
+/// slot the admin API still answers and health checks still run (no EMFILE is ever
+/// charged to the member: it stays up), and clients are served again once the flood
+/// goes.
+#[tokio::test]
+async fn under_a_low_fd_limit_clients_cannot_starve_admin_or_health_checks() {
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("cli-nofile");
+    let cfg = write_config(
+        &dir,
+        "access_log:\n  format: json\nhealth:\n  interval: 200ms\n  timeout: 150ms\n  jitter: 10ms\n  fall: 2\n",
+    );
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(
+        dir.join("spool/01.yaml"),
+        events::add_lb("myapp", "demo", b.addr),
+    )
+    .expect("event");
+    let router = e2e::process::RouterProcess::start_with_nofile(&cfg, 256).await;
+    let host = "ha-myapp-demo.example.com";
+    e2e::eventually("route", Duration::from_secs(10), async || {
+        router.status(host, "/").await == Some(200)
+    })
+    .await;
+    let lowered = router
+        .startup
+        .iter()
+        .find(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("do not fit in the file-descriptor limit"))
+        })
+        .expect("a warning says the limit was lowered");
+    assert_eq!(lowered["nofile"], 256);
+    let slots = lowered["effective"].as_u64().expect("effective");
+    assert!((1..=128).contains(&slots), "{lowered}");
+
+    // More clients than the process has descriptors: the first `slots` take every
+    // client slot, the rest wait in the kernel's backlog (before the limit was sized,
+    // accepting them exhausted the descriptors and health checks failed with EMFILE).
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        flood.push(
+            tokio::net::TcpStream::connect(router.http)
+                .await
+                .expect("the kernel accepts into the backlog"),
+        );
+    }
+    let checks = "router_health_checks_total{result=\"pass\"}";
+    let before = router.metric(checks).await.unwrap_or(0.0);
+    e2e::eventually("health checks go on", Duration::from_secs(10), async || {
+        router.metric(checks).await >= Some(before + 5.0)
+    })
+    .await;
+    let up = format!("router_backend_up{{backend=\"{}\"}}", b.addr);
+    assert_eq!(router.metric(&up).await, Some(1.0), "the member stays up");
+    assert_eq!(
+        router
+            .metric("router_health_checks_total{result=\"skipped\"}")
+            .await,
+        Some(0.0),
+        "no check had to be skipped: the reserve held"
+    );
+    drop(flood);
+    e2e::eventually("served again", Duration::from_secs(15), async || {
+        router.status(host, "/").await == Some(200)
+    })
+    .await;
+}

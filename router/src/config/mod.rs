@@ -67,8 +67,15 @@ pub struct Listen {
     pub http: Option<SocketAddr>,
     /// HTTPS (TLS 1.2/1.3, h2 or HTTP/1.1 by ALPN); off unless set.
     pub https: Option<SocketAddr>,
-    /// Health, readiness, metrics and the routes API. Keep it on loopback.
+    /// Health, readiness, metrics and the routes API. Keep it on loopback. Defaults
+    /// to 127.0.0.1:9090 also when a `listen:` block leaves it out; `admin: null`
+    /// turns it off.
+    #[serde(default = "default_admin")]
     pub admin: Option<SocketAddr>,
+}
+
+fn default_admin() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 9090)))
 }
 
 impl Default for Listen {
@@ -76,7 +83,7 @@ impl Default for Listen {
         Listen {
             http: Some(SocketAddr::from(([0, 0, 0, 0], 80))),
             https: None,
-            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            admin: default_admin(),
         }
     }
 }
@@ -580,6 +587,9 @@ impl Config {
         }
         if self.limits.max_connections == 0 {
             return Err(("limits.max_connections", "must be at least 1".into()));
+        }
+        if self.limits.max_admin_connections == 0 {
+            return Err(("limits.max_admin_connections", "must be at least 1".into()));
         }
         if self.upstream.max_connections_per_backend == 0 {
             return Err((

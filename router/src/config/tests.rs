@@ -186,3 +186,25 @@ fn tls_keys_go_together_and_redirect_needs_https() {
     let c = Config::parse(&text, "r.yaml").expect("valid");
     assert!(c.listen.https.is_some() && c.tls.redirect_http && !c.upstream.tls.verify);
 }
+
+#[test]
+fn admin_defaults_to_loopback_9090_even_in_a_listen_block_and_null_turns_it_off() {
+    let base = "cloud_domain: example.com\nstate_dir: /tmp/state\nspi:\n  source: none\n";
+    let c = Config::parse(
+        &format!("{base}listen:\n  http: 127.0.0.1:8080\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.listen.admin,
+        Some("127.0.0.1:9090".parse().expect("addr"))
+    );
+    let c = Config::parse(
+        &format!("{base}listen:\n  http: 127.0.0.1:8080\n  admin: null\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert_eq!(c.listen.admin, None);
+    let e = err(&format!("{GOOD}limits:\n  max_admin_connections: 0\n"));
+    assert_eq!(e.field, "limits.max_admin_connections", "{e}");
+}

@@ -48,11 +48,18 @@ where
             continue;
         }
         let (addr, probe_of) = (t.addr().clone(), t.probe().clone());
+        let member_addr = addr.clone();
         let metrics = t.metrics().clone();
         drop(t); // a check must not keep a removed member alive
         let start = Instant::now();
         let outcome = check(addr, probe_of).await;
-        metrics.observe(start.elapsed(), outcome == Outcome::Pass);
+        match &outcome {
+            Outcome::Inconclusive(why) => {
+                metrics.skipped();
+                tracing::debug!(member = %member_addr, reason = why, "health check not made");
+            }
+            o => metrics.observe(start.elapsed(), *o == Outcome::Pass),
+        }
         let Some(t) = member.upgrade() else { return };
         t.apply(&mut streak, &outcome);
         drop(t);

@@ -239,6 +239,9 @@ impl Tracker {
     /// down. Returns the transition made, if any. Compare-and-swap: a check that
     /// finished after a passive ejection cannot undo it with a stale view.
     pub fn apply(&self, streak: &mut Streak, outcome: &Outcome) -> Option<(Health, Health)> {
+        if let Outcome::Inconclusive(_) = outcome {
+            return None;
+        }
         let seen = streak.seen;
         let now = self.cell.get();
         if now != seen {
@@ -267,6 +270,7 @@ impl Tracker {
                     moved = Some((seen, Health::Up));
                 }
             }
+            Outcome::Inconclusive(_) => {}
             Outcome::Fail(why) => {
                 (streak.passes, streak.fails) = (0, streak.fails + 1);
                 if seen != Health::Down
@@ -396,6 +400,28 @@ mod tests {
             t.apply(&mut streak, &Outcome::Pass),
             Some((Health::Down, Health::Up)),
             "rise passes counted from the ejection"
+        );
+    }
+
+    #[test]
+    fn an_inconclusive_check_moves_nothing() {
+        let t = tracker(Health::Up, HealthSettings::default());
+        let mut streak = Streak::default();
+        t.begin(&mut streak);
+        t.apply(&mut streak, &Outcome::Fail("status"));
+        for _ in 0..10 {
+            t.begin(&mut streak);
+            assert_eq!(
+                t.apply(&mut streak, &Outcome::Inconclusive("local_resources")),
+                None
+            );
+        }
+        assert_eq!(t.get(), Health::Up);
+        t.begin(&mut streak);
+        assert_eq!(
+            t.apply(&mut streak, &Outcome::Fail("status")),
+            None,
+            "the streak is 2 of 3: inconclusive checks neither add nor reset"
         );
     }
 

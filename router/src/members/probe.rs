@@ -93,6 +93,9 @@ pub struct Probe {
 pub enum Outcome {
     Pass,
     Fail(&'static str),
+    /// No verdict: the router itself could not make the check (no file descriptor
+    /// left). Neither a pass nor a failure of the member.
+    Inconclusive(&'static str),
 }
 
 /// One check of `addr` (`address:port`).
@@ -111,8 +114,13 @@ async fn check_inner(addr: &str, probe: &Probe, s: &Check) -> Outcome {
         },
         _ => addr.to_string(),
     };
-    let Ok(mut stream) = TcpStream::connect(&target).await else {
-        return Outcome::Fail("connect");
+    let mut stream = match TcpStream::connect(&target).await {
+        Ok(s) => s,
+        // Out of file descriptors (or memory) here says nothing about the member.
+        Err(e) if crate::upstream::local_shortage(&e) => {
+            return Outcome::Inconclusive("local_resources");
+        }
+        Err(_) => return Outcome::Fail("connect"),
     };
     // Close with a reset, as haproxy does for its checks: thousands of checks a
     // second would otherwise leave tens of thousands of sockets in TIME_WAIT here,

@@ -45,6 +45,14 @@ pub struct Limits {
     /// Time a client has to send a complete request head (slowloris).
     #[serde(default = "default_header_timeout", with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Open connections to the admin listener at most (it has the same head
+    /// timeout and size limits as the client listeners).
+    #[serde(default = "default_max_admin_conns")]
+    pub max_admin_connections: usize,
+}
+
+fn default_max_admin_conns() -> usize {
+    256
 }
 
 impl Default for Limits {
@@ -54,6 +62,7 @@ impl Default for Limits {
             max_header_bytes: default_max_header_bytes(),
             max_headers: default_max_headers(),
             header_read_timeout: default_header_timeout(),
+            max_admin_connections: default_max_admin_conns(),
         }
     }
 }

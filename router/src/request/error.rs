@@ -57,6 +57,10 @@ impl ProxyError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "application backend is at capacity\n",
                 ),
+                UpstreamError::LocalResources => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "router is out of resources, try again\n",
+                ),
                 UpstreamError::ConnectTimeout | UpstreamError::ResponseTimeout => (
                     StatusCode::GATEWAY_TIMEOUT,
                     "application backend timed out\n",

@@ -137,6 +137,15 @@ pub struct Upstream {
     idle_since: Option<Instant>,
 }
 
+/// The error is this process running out of something (file descriptors, memory),
+/// not the peer refusing: it must never count against a member.
+pub fn local_shortage(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 /// Why a connection to a member could not be made or used.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -168,6 +177,9 @@ impl SendError {
     /// The kind, for the status code and the metric.
     pub fn kind(&self) -> UpstreamError {
         match self {
+            SendError::Connect { source, .. } if local_shortage(source) => {
+                UpstreamError::LocalResources
+            }
             SendError::Connect { .. } => UpstreamError::Connect,
             SendError::ConnectTimeout { .. } => UpstreamError::ConnectTimeout,
             SendError::Tls { .. } => UpstreamError::Tls,
@@ -372,5 +384,28 @@ impl Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream").field("sni", &self.sni).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_is_never_the_members_fault() {
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let e = SendError::Connect {
+                addr: Arc::from("10.0.0.1:80"),
+                source: io::Error::from_raw_os_error(errno),
+            };
+            assert_eq!(e.kind(), UpstreamError::LocalResources);
+            assert!(!e.kind().members_fault());
+        }
+        let refused = SendError::Connect {
+            addr: Arc::from("10.0.0.1:80"),
+            source: io::Error::from_raw_os_error(libc::ECONNREFUSED),
+        };
+        assert_eq!(refused.kind(), UpstreamError::Connect);
+        assert!(refused.kind().members_fault());
     }
 }

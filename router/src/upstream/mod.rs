@@ -34,5 +34,7 @@
 mod conn;
 mod pool;
 
-pub use conn::{ConnectSettings, MemberIo, MemberTls, RequestBody, SendError, Upstream};
+pub use conn::{
+    ConnectSettings, MemberIo, MemberTls, RequestBody, SendError, Upstream, local_shortage,
+};
 pub use pool::{Lease, Pool, PoolSettings};
