@@ -11,9 +11,17 @@
 //! loop), within `tls.handshake_timeout`, then serves the same way; ALPN picks h2 or
 //! HTTP/1.1.
 //!
+//! Every state of a connection has a deadline: the handshake
+//! (`tls.handshake_timeout`); before the first request and between requests
+//! ([`Activity`]: `limits.header_read_timeout`, then `limits.idle_timeout`); a
+//! request head (hyper's `header_read_timeout`); a client that stops reading
+//! ([`ClientIo`]: `limits.send_timeout`); an h2 peer that stops answering PINGs
+//! (`limits.h2_keepalive_*`).
+//!
 //! On shutdown the loop stops accepting, every connection is told to finish (HTTP/1
 //! closes after the in-flight response, h2 sends GOAWAY) and the listener waits for
-//! them up to the grace period.
+//! them (every connection holds a slot: all slots back means all done) up to the
+//! grace period, then closes what is left.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,11 +30,12 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use super::Proxy;
+use super::activity::Activity;
+use super::client_io::{ClientIo, Stream};
 use super::headers::ClientConn;
 
 /// Protections of the listeners against clients.
@@ -45,6 +54,21 @@ pub struct Limits {
     /// Time a client has to send a complete request head (slowloris).
     #[serde(default = "default_header_timeout", with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed (h1 and h2
+    /// keep-alive). Before its first request a connection gets
+    /// `header_read_timeout` instead.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// A write to a client that makes no progress for this long closes the
+    /// connection (the client stopped reading).
+    #[serde(default = "default_send_timeout", with = "humantime_serde")]
+    pub send_timeout: Duration,
+    /// h2: a PING after this long without a frame from the client...
+    #[serde(default = "default_h2_keepalive_interval", with = "humantime_serde")]
+    pub h2_keepalive_interval: Duration,
+    /// ...which must be answered within this, or the connection is closed.
+    #[serde(default = "default_h2_keepalive_timeout", with = "humantime_serde")]
+    pub h2_keepalive_timeout: Duration,
     /// Open connections to the admin listener at most (it has the same head
     /// timeout and size limits as the client listeners).
     #[serde(default = "default_max_admin_conns")]
@@ -55,6 +79,22 @@ fn default_max_admin_conns() -> usize {
     256
 }
 
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_send_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_h2_keepalive_interval() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_h2_keepalive_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
@@ -63,6 +103,10 @@ impl Default for Limits {
             max_headers: default_max_headers(),
             header_read_timeout: default_header_timeout(),
             max_admin_connections: default_max_admin_conns(),
+            idle_timeout: default_idle_timeout(),
+            send_timeout: default_send_timeout(),
+            h2_keepalive_interval: default_h2_keepalive_interval(),
+            h2_keepalive_timeout: default_h2_keepalive_timeout(),
         }
     }
 }
@@ -119,12 +163,15 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.h2_keepalive_interval))
+        .keep_alive_timeout(limits.h2_keepalive_timeout)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let open = proxy.metrics.open_connections.with_label_values(&[name]);
     let accepted = proxy.metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    // Connections still open when the grace period is over are closed through this.
+    let (kill_tx, kill) = watch::channel(false);
 
     loop {
         let slot = tokio::select! {
@@ -146,57 +193,75 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         accepted.inc();
         open.inc();
-        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some());
+        let activity = Activity::new();
+        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone());
         let service = {
             let proxy = proxy.clone();
             service_fn(move |req| proxy.clone().serve(conn.clone(), req))
         };
-        let open = open.clone();
-        let ended = move |e: Option<Box<dyn std::error::Error + Send + Sync>>| {
-            if let Some(e) = e {
+        let (open, tls, builder, limits) =
+            (open.clone(), tls.clone(), builder.clone(), limits.clone());
+        let (stop, kill) = (stop.clone(), kill.clone());
+        let metrics = proxy.metrics.tls.clone();
+        tokio::spawn(async move {
+            let io = match tls {
+                None => Stream::Plain(stream),
+                // The handshake runs in the connection's task, never in this loop.
+                Some(tls) => match crate::tls::server::handshake(
+                    &tls.acceptor,
+                    stream,
+                    tls.handshake_timeout,
+                    &metrics,
+                )
+                .await
+                {
+                    Some(s) => Stream::Tls(Box::new(s)),
+                    None => {
+                        open.dec();
+                        drop(slot);
+                        return;
+                    }
+                },
+            };
+            let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            tokio::pin!(connection);
+            // Every quiet state has a deadline (see `Activity`); shutdown and
+            // quiet both end the connection gracefully (h1: after the response in
+            // flight; h2: GOAWAY), and the kill switch drops it after the grace.
+            let (mut stop, mut kill) = (stop, kill);
+            let mut closing = false;
+            let result = loop {
+                tokio::select! {
+                    r = connection.as_mut() => break r,
+                    _ = stopped(&mut stop), if !closing => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                    _ = activity.idle(limits.header_read_timeout, limits.idle_timeout), if !closing => {
+                        connection.as_mut().graceful_shutdown();
+                        // A peer that ignores the GOAWAY is dropped soon after.
+                        let bound = limits.header_read_timeout;
+                        break match tokio::time::timeout(bound, connection.as_mut()).await {
+                            Ok(r) => r,
+                            Err(_) => Ok(()),
+                        };
+                    }
+                    _ = stopped(&mut kill) => break Ok(()),
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }
             open.dec();
             drop(slot);
-        };
-        match &tls {
-            None => {
-                let connection = graceful.watch(
-                    builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .into_owned(),
-                );
-                tokio::spawn(async move { ended(connection.await.err()) });
-            }
-            Some(tls) => {
-                // The handshake runs in the connection's task; only then can the
-                // connection be watched for shutdown.
-                let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
-                let metrics = proxy.metrics.tls.clone();
-                tokio::spawn(async move {
-                    let Some(stream) = crate::tls::server::handshake(
-                        &tls.acceptor,
-                        stream,
-                        tls.handshake_timeout,
-                        &metrics,
-                    )
-                    .await
-                    else {
-                        return ended(None);
-                    };
-                    let connection = watcher.watch(
-                        builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .into_owned(),
-                    );
-                    ended(connection.await.err());
-                });
-            }
-        }
+        });
     }
     drop(listener);
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
-    if tokio::time::timeout(grace, graceful.shutdown())
+    // Every connection holds a slot until it ends: all slots back means all done.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, slots.acquire_many(all))
         .await
         .is_err()
     {
@@ -204,6 +269,7 @@ pub async fn serve(
             listener = name,
             "grace period over; closing the remaining connections"
         );
+        let _ = kill_tx.send(true);
     }
 }
 

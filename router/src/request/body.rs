@@ -18,6 +18,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use crate::members::InFlight;
 use crate::metrics::Metrics;
 use crate::request::access_log::AccessRecord;
+use crate::request::activity::ActiveRequest;
 use crate::upstream::Lease;
 
 pub struct ProxyBody {
@@ -126,6 +127,8 @@ pub struct Completion {
     /// The body ended with an error (member reset mid-body) or the client left early.
     pub aborted: bool,
     pub in_flight: Option<InFlight>,
+    /// Keeps the client connection from counting as idle until the body is done.
+    pub active: Option<ActiveRequest>,
 }
 
 impl Drop for Completion {

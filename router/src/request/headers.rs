@@ -5,8 +5,11 @@
 //! `GEAR` stickiness cookie), authorization, and so on.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use super::activity::Activity;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1, plus the
 /// non-standard `Proxy-Connection` and `Keep-Alive` that old clients still send).
@@ -86,6 +89,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 #[derive(Clone, Debug)]
 pub struct ClientConn {
     pub ip: IpAddr,
+    /// The connection's requests in flight (for its idle deadline).
+    pub activity: Arc<Activity>,
     /// The port the client connected to (X-Forwarded-Port).
     pub local_port: u16,
     pub https: bool,
@@ -94,10 +99,11 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    pub fn new(ip: IpAddr, local_port: u16, https: bool) -> ClientConn {
+    pub fn new(ip: IpAddr, local_port: u16, https: bool, activity: Arc<Activity>) -> ClientConn {
         let ip = ip.to_canonical();
         ClientConn {
             ip,
+            activity,
             local_port,
             https,
             ip_value: HeaderValue::from_str(&ip.to_string())
@@ -208,7 +214,12 @@ mod tests {
             ("x-forwarded-for", "2.2.2.2"),
             ("x-forwarded-proto", "https"),
         ]);
-        let conn = ClientConn::new("::ffff:10.1.2.3".parse().expect("ip"), 8080, false);
+        let conn = ClientConn::new(
+            "::ffff:10.1.2.3".parse().expect("ip"),
+            8080,
+            false,
+            Activity::new(),
+        );
         set_forwarded(
             &mut h,
             &conn,

@@ -26,7 +26,9 @@
 
 pub mod accept;
 pub mod access_log;
+pub mod activity;
 pub mod body;
+pub mod client_io;
 pub mod error;
 pub mod forward;
 pub mod headers;
@@ -82,6 +84,7 @@ impl Proxy {
         req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
+        let active = conn.activity.begin();
         let host = host_of(&req);
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
@@ -123,6 +126,7 @@ impl Proxy {
             bytes: 0,
             aborted: false,
             in_flight,
+            active: Some(active),
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);

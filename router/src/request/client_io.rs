@@ -1,0 +1,142 @@
+//! A client connection's byte stream (plain TCP or TLS) with a write deadline: when
+//! the client stops reading, a write that has made no progress for
+//! `limits.send_timeout` fails and the connection is closed (nginx's `send_timeout`,
+//! haproxy's `timeout client` on the sending side). Without it a client that never
+//! reads (a PING flood, a slow reader) keeps its connection, its buffers and the
+//! member slot of its request forever.
+//!
+//! The deadline is armed only when a write returns `Pending` and disarmed by the next
+//! write that makes progress, so the usual path costs one branch.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+use tokio_rustls::server::TlsStream;
+
+/// Plain or TLS, one type for the connection driver.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+pub struct ClientIo {
+    stream: Stream,
+    send_timeout: Duration,
+    /// Armed while a write is pending; reused across stalls.
+    stall: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl ClientIo {
+    pub fn new(stream: Stream, send_timeout: Duration) -> ClientIo {
+        ClientIo {
+            stream,
+            send_timeout,
+            stall: None,
+            armed: false,
+        }
+    }
+
+    /// After a write poll: progress disarms the deadline; `Pending` arms it (or
+    /// fails once it has passed).
+    fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => {
+                let deadline = tokio::time::Instant::now() + self.send_timeout;
+                let sleep = match (&mut self.stall, self.armed) {
+                    (Some(s), true) => s,
+                    (Some(s), false) => {
+                        s.as_mut().reset(deadline);
+                        s
+                    }
+                    (None, _) => self
+                        .stall
+                        .insert(Box::pin(tokio::time::sleep_until(deadline))),
+                };
+                self.armed = true;
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client stopped reading (limits.send_timeout)",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            ready => {
+                self.armed = false;
+                ready
+            }
+        }
+    }
+}
+
+use std::future::Future as _;
+
+impl AsyncRead for ClientIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        };
+        this.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        };
+        this.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        };
+        this.watch(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().stream {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Every quiet state of a client connection has a deadline (issue 15 item 3):
+//! silent sockets, a half-sent h2 preface, keep-alive between requests, and a
+//! client that floods PINGs without ever reading its answers.
+
+use std::time::Duration;
+
+use e2e::{Backend, TestRouter, events};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const HA: &str = "ha-myapp-demo.example.com";
+const SHORT: &str =
+    "limits:\n  header_read_timeout: 300ms\n  idle_timeout: 400ms\n  send_timeout: 500ms\n";
+
+async fn router() -> (TestRouter, Backend) {
+    let b = Backend::start().await;
+    let r = TestRouter::start(SHORT).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    (r, b)
+}
+
+/// Reads until the router closes the connection (EOF or reset); fails after 5 s.
+async fn closed_by_router(s: &mut TcpStream) {
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the router closed the connection at its deadline");
+}
+
+async fn no_client_connection_left(r: &TestRouter) {
+    e2e::eventually(
+        "no client connection open",
+        Duration::from_secs(10),
+        async || r.metric("router_open_connections{listener=\"http\"}").await == Some(0.0),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn silent_and_half_preface_connections_are_closed_at_the_head_deadline() {
+    let (r, _b) = router().await;
+    no_client_connection_left(&r).await;
+    let mut silent = TcpStream::connect(r.http).await.expect("connect");
+    let mut half = TcpStream::connect(r.http).await.expect("connect");
+    // The first 16 of the 24 preface bytes: the h1/h2 detection waits for the rest.
+    half.write_all(b"PRI * HTTP/2.0\r\n").await.expect("write");
+    closed_by_router(&mut silent).await;
+    closed_by_router(&mut half).await;
+    no_client_connection_left(&r).await;
+    assert_eq!(r.get(HA, "/").await.0, 200, "the listener still serves");
+}
+
+#[tokio::test]
+async fn keep_alive_connections_close_after_the_idle_timeout() {
+    let (r, _b) = router().await;
+    let mut s = TcpStream::connect(r.http).await.expect("connect");
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {HA}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).await.expect("response");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    closed_by_router(&mut s).await;
+
+    // h2 with prior knowledge: one request, then quiet.
+    let tcp = TcpStream::connect(r.http).await.expect("connect");
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{HA}/"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let resp = send.send_request(req).await.expect("response");
+    assert_eq!(resp.status(), 200);
+    drop(resp);
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the router ended the idle h2 connection")
+        .expect("join")
+        .ok();
+    no_client_connection_left(&r).await;
+}
+
+#[tokio::test]
+async fn a_client_that_floods_pings_and_never_reads_is_cut_at_the_send_timeout() {
+    let (r, _b) = router().await;
+    no_client_connection_left(&r).await;
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    // A tiny receive window so that the router's PONGs back up quickly.
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    socket.connect(&r.http.into()).expect("connect");
+    socket.set_nonblocking(true).expect("nonblocking");
+    let mut s = TcpStream::from_std(socket.into()).expect("tokio stream");
+    // Preface, an empty SETTINGS frame, then PING frames for ever (never reading).
+    let frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingpong";
+    let mut pings = Vec::with_capacity(ping.len() * 4096);
+    for _ in 0..4096 {
+        pings.extend_from_slice(ping);
+    }
+    s.write_all(frames).await.expect("preface");
+    let flood = tokio::spawn(async move {
+        // Ends when the router closes the connection (the write fails) or after
+        // a bound well past the deadline.
+        let _ = tokio::time::timeout(Duration::from_secs(20), async {
+            while s.write_all(&pings).await.is_ok() {}
+        })
+        .await;
+    });
+    no_client_connection_left(&r).await;
+    assert_eq!(r.get(HA, "/").await.0, 200, "others are served throughout");
+    flood.abort();
+}
