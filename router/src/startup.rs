@@ -171,9 +171,15 @@ impl Router {
                 None => Source::None,
             },
             (SourceKind::Spool, Some(s), _) => {
-                Source::Spool(Spool::open(&s.path).map_err(|source| StartError::Spool {
-                    path: s.path.clone(),
-                    source,
+                let limits = spi_consumer::source::spool::SpoolLimits {
+                    max_file_bytes: s.max_file_bytes,
+                    done_retention: s.done_retention,
+                };
+                Source::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
+                    StartError::Spool {
+                        path: s.path.clone(),
+                        source,
+                    }
                 })?)
             }
             (SourceKind::Stomp, _, Some(s)) => {

@@ -104,14 +104,19 @@ impl<P: Publish> Consumer<P> {
             Err(error) => {
                 // Never log the body: it may hold private keys.
                 tracing::warn!(%error, bytes = body.len(), "undecodable event, dead-lettered");
-                self.metrics
-                    .events
-                    .with_label_values(&["undecodable", "dead_letter"])
-                    .inc();
-                self.metrics.dead_letters.inc();
-                Disposition::DeadLetter(error)
+                self.refuse(error)
             }
         }
+    }
+
+    /// A message refused before decoding (e.g. too large), counted as undecodable.
+    pub fn refuse(&mut self, error: DecodeError) -> Disposition {
+        self.metrics
+            .events
+            .with_label_values(&["undecodable", "dead_letter"])
+            .inc();
+        self.metrics.dead_letters.inc();
+        Disposition::DeadLetter(error)
     }
 
     fn apply(&mut self, event: &RoutingEvent) -> Disposition {

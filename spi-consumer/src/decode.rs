@@ -243,6 +243,8 @@ pub enum DecodeError {
         field: &'static str,
         reason: String,
     },
+    #[error("the message is larger than {max} bytes; not read")]
+    TooLarge { max: u64 },
 }
 
 /// Decodes one message body.

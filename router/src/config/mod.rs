@@ -119,6 +119,20 @@ pub struct SpoolConfig {
     /// How often the directory is scanned.
     #[serde(default = "default_spool_interval", with = "humantime_serde")]
     pub interval: Duration,
+    /// Larger files are parked in `failed/` unread.
+    #[serde(default = "default_spool_max_file_bytes")]
+    pub max_file_bytes: u64,
+    /// Files in `done/` (owner-only: they may hold keys) are removed after this.
+    #[serde(default = "default_spool_done_retention", with = "humantime_serde")]
+    pub done_retention: Duration,
+}
+
+fn default_spool_max_file_bytes() -> u64 {
+    spi_consumer::source::spool::SpoolLimits::default().max_file_bytes
+}
+
+fn default_spool_done_retention() -> Duration {
+    spi_consumer::source::spool::SpoolLimits::default().done_retention
 }
 
 /// The broker, for `spi.source: stomp`.

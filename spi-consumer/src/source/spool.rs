@@ -9,31 +9,77 @@
 //!
 //! A file is moved only after its batch was committed (state durable and published),
 //! so a crash mid-batch leaves the files in place to be applied again, harmlessly.
+//!
+//! Bounded by design: a file over `max_file_bytes` is not read but parked in
+//! `failed/` with its reason; a reason file's name always fits the file system (a
+//! long name is shortened, with a hash of the whole name); files in `done/` are made
+//! owner-only (an `add_ssl` event holds a private key) and removed after
+//! `done_retention`; entries that are not regular files (symlinks, FIFOs,
+//! directories) are skipped and logged once.
 
+use std::collections::HashSet;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::consumer::{Consumer, Disposition};
+use crate::decode::DecodeError;
 use crate::publish::Publish;
 
 pub const DONE: &str = "done";
 pub const FAILED: &str = "failed";
 
+/// The longest file name most Linux file systems take, in bytes.
+const NAME_MAX: usize = 255;
+
+/// How a spool is bounded (`spi.spool.*`).
+#[derive(Clone, Debug)]
+pub struct SpoolLimits {
+    /// Larger files are parked unread.
+    pub max_file_bytes: u64,
+    /// Files in `done/` older than this are removed.
+    pub done_retention: Duration,
+}
+
+impl Default for SpoolLimits {
+    fn default() -> SpoolLimits {
+        SpoolLimits {
+            max_file_bytes: 1024 * 1024,
+            done_retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
 /// A spool directory with its `done/` and `failed/` folders.
 #[derive(Clone, Debug)]
 pub struct Spool {
     dir: PathBuf,
+    limits: SpoolLimits,
+    /// Skipped entries already logged (each is logged once).
+    skipped: Arc<Mutex<HashSet<PathBuf>>>,
+    /// When `done/` was last pruned.
+    pruned: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Spool {
     /// Opens the spool, creating it and its sub-folders if needed.
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<Spool> {
+        Spool::open_with(dir, SpoolLimits::default())
+    }
+
+    pub fn open_with(dir: impl Into<PathBuf>, limits: SpoolLimits) -> io::Result<Spool> {
         let dir = dir.into();
         fs::create_dir_all(dir.join(DONE))?;
         fs::create_dir_all(dir.join(FAILED))?;
-        Ok(Spool { dir })
+        Ok(Spool {
+            dir,
+            limits,
+            skipped: Arc::default(),
+            pruned: Arc::default(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -50,8 +96,11 @@ impl Spool {
             if name.starts_with('.') || name.ends_with(".tmp") {
                 continue;
             }
-            if entry.file_type()?.is_file() {
+            let kind = entry.file_type()?;
+            if kind.is_file() {
                 files.push(entry.path());
+            } else if !(kind.is_dir() && (name == DONE || name == FAILED)) {
+                self.skip_once(entry.path(), &kind);
             }
         }
         files.sort();
@@ -66,10 +115,14 @@ impl Spool {
         }
         let mut settled = Vec::with_capacity(files.len());
         for path in files {
-            match fs::read(&path) {
-                Ok(body) => {
+            match self.read_bounded(&path) {
+                Ok(Ok(body)) => {
                     let d = consumer.handle(&body);
                     settled.push((path, d));
+                }
+                Ok(Err(too_large)) => {
+                    tracing::warn!(file = %path.display(), "spool file over spi.spool.max_file_bytes");
+                    settled.push((path, consumer.refuse(too_large)));
                 }
                 // Removed by someone else between the scan and now: nothing to do.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -86,7 +139,53 @@ impl Spool {
         durable_file::sync_dir(&self.dir.join(DONE))?;
         durable_file::sync_dir(&self.dir.join(FAILED))?;
         durable_file::sync_dir(&self.dir)?;
+        self.prune_done();
         Ok(settled.len())
+    }
+
+    /// The file's bytes, or why it is too large to read (never more than the cap
+    /// plus one byte is read, whatever its size says).
+    fn read_bounded(&self, path: &Path) -> io::Result<Result<Vec<u8>, DecodeError>> {
+        let max = self.limits.max_file_bytes;
+        let mut body = Vec::new();
+        fs::File::open(path)?.take(max + 1).read_to_end(&mut body)?;
+        if body.len() as u64 > max {
+            return Ok(Err(DecodeError::TooLarge { max }));
+        }
+        Ok(Ok(body))
+    }
+
+    fn skip_once(&self, path: PathBuf, kind: &fs::FileType) {
+        let mut seen = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() < 10_000 && seen.insert(path.clone()) {
+            tracing::warn!(entry = %path.display(), kind = ?kind, "spool entry is not a regular file; skipped");
+        }
+    }
+
+    /// Removes files older than `done_retention` from `done/`, at most once a minute.
+    fn prune_done(&self) {
+        {
+            let mut last = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let Ok(entries) = fs::read_dir(self.dir.join(DONE)) else {
+            return;
+        };
+        let now = SystemTime::now();
+        for e in entries.flatten() {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age >= self.limits.done_retention);
+            if old && let Err(err) = fs::remove_file(e.path()) {
+                tracing::warn!(file = %e.path().display(), error = %err, "cannot remove an old done/ file");
+            }
+        }
     }
 
     fn settle(&self, path: &Path, d: &Disposition) -> io::Result<()> {
@@ -96,14 +195,18 @@ impl Spool {
         match d {
             Disposition::DeadLetter(reason) => {
                 let target = self.dir.join(FAILED).join(name);
-                let mut reason_file = target.clone().into_os_string();
-                reason_file.push(".reason");
-                durable_file::write(Path::new(&reason_file), format!("{reason}\n").as_bytes())?;
+                let reason_file = self.dir.join(FAILED).join(reason_name(name));
+                durable_file::write(&reason_file, format!("{reason}\n").as_bytes())?;
                 fs::rename(path, &target)?;
+                owner_only(&target);
                 tracing::warn!(file = %name.to_string_lossy(), %reason, "spool file moved to failed/");
             }
             _ => {
-                fs::rename(path, self.dir.join(DONE).join(name))?;
+                let target = self.dir.join(DONE).join(name);
+                fs::rename(path, &target)?;
+                // It may hold a private key (add_ssl): owner only, whatever the
+                // writer's umask was.
+                owner_only(&target);
                 tracing::info!(file = %name.to_string_lossy(), outcome = d.label(), "spool file applied");
             }
         }
@@ -143,6 +246,31 @@ impl Spool {
                 _ = tokio::time::sleep(interval) => {}
             }
         }
+    }
+}
+
+/// `NAME.reason`, or, when that would not fit in a file name, the first bytes of
+/// the name, a hash of all of it, and `.reason` (the name is in the file too).
+fn reason_name(name: &std::ffi::OsStr) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = name.as_bytes();
+    if bytes.len() + ".reason".len() <= NAME_MAX {
+        let mut n = name.to_os_string();
+        n.push(".reason");
+        return n;
+    }
+    // FNV-1a: stable across builds and enough to keep two long names apart.
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let mut n = std::ffi::OsStr::from_bytes(&bytes[..200]).to_os_string();
+    n.push(format!("-{hash:016x}.reason"));
+    n
+}
+
+fn owner_only(path: &Path) {
+    if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(0o600)) {
+        tracing::warn!(file = %path.display(), error = %e, "cannot make a spool file owner-only");
     }
 }
 

@@ -53,6 +53,16 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+fn assert_dead_letters(registry: &prometheus::Registry, n: u64) {
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .expect("encode");
+    assert!(
+        text.contains(&format!("spi_dead_letters_total {n}")),
+        "{text}"
+    );
+}
+
 #[test]
 fn files_are_applied_in_order_then_moved() {
     let (root, spool, mut consumer, rec, _reg) = setup("order");
@@ -124,10 +134,7 @@ fn bad_files_go_to_failed_with_a_reason_and_good_ones_still_apply() {
     .mode();
     assert_eq!(mode & 0o777, 0o600, "reason file mode {mode:o}");
     assert_eq!(names(&spool.dir().join(DONE)).len(), 2);
-    let text = prometheus::TextEncoder::new()
-        .encode_to_string(&registry.gather())
-        .expect("encode");
-    assert!(text.contains("spi_dead_letters_total 2"), "{text}");
+    assert_dead_letters(&registry, 2);
     let _ = fs::remove_dir_all(root);
 }
 
@@ -161,5 +168,97 @@ fn hidden_and_tmp_files_wait() {
     fs::write(spool.dir().join(".incoming"), b"x").expect("write");
     fs::write(spool.dir().join("01.yaml.tmp"), b"x").expect("write");
     assert_eq!(spool.process(&mut consumer).expect("process"), 0);
+    let _ = fs::remove_dir_all(root);
+}
+
+#[test]
+fn a_long_name_an_oversized_file_and_odd_entries_never_stall_the_spool() {
+    let (root, _open, mut consumer, _rec, registry) = setup("bounded");
+    let spool = Spool::open_with(
+        root.join("spool"),
+        SpoolLimits {
+            max_file_bytes: 4096,
+            ..SpoolLimits::default()
+        },
+    )
+    .expect("spool");
+    // A malformed file whose name is 253 bytes: NAME.reason would not fit.
+    let long = format!("{}.yaml", "9".repeat(248));
+    assert_eq!(long.len(), 253);
+    fs::write(spool.dir().join(&long), b"---\n:action: [").expect("write");
+    // Over the size cap: parked unread.
+    fs::write(spool.dir().join("50-big.yaml"), vec![b'#'; 5000]).expect("write");
+    drop_fixture(&spool, "03-add_public_endpoint-load_balancer.yaml");
+    // Not regular files: skipped, left alone, never an error.
+    std::os::unix::fs::symlink("/etc/hostname", spool.dir().join("60-link.yaml")).expect("symlink");
+    fs::create_dir(spool.dir().join("70-dir.yaml")).expect("dir");
+    assert_eq!(spool.process(&mut consumer).expect("process"), 3);
+    assert_eq!(
+        spool.process(&mut consumer).expect("again"),
+        0,
+        "nothing left to retry"
+    );
+
+    let failed = names(&spool.dir().join(FAILED));
+    assert!(failed.contains(&long), "{failed:?}");
+    let reason = failed
+        .iter()
+        .find(|n| n.starts_with(&"9".repeat(200)) && n.ends_with(".reason"))
+        .expect("a shortened reason file");
+    assert!(reason.len() <= 255, "{}", reason.len());
+    assert!(
+        failed.contains(&"50-big.yaml.reason".to_string()),
+        "{failed:?}"
+    );
+    let why =
+        fs::read_to_string(spool.dir().join(FAILED).join("50-big.yaml.reason")).expect("reason");
+    assert!(why.contains("larger than 4096 bytes"), "{why}");
+    assert_eq!(
+        names(&spool.dir().join(DONE)),
+        ["03-add_public_endpoint-load_balancer.yaml"]
+    );
+    assert!(spool.dir().join("60-link.yaml").exists());
+    assert!(spool.dir().join("70-dir.yaml").is_dir());
+    assert_dead_letters(&registry, 2);
+    let _ = fs::remove_dir_all(root);
+}
+
+#[test]
+fn done_files_are_owner_only_and_pruned_after_their_retention() {
+    use std::os::unix::fs::PermissionsExt;
+    let (root, _open, mut consumer, _rec, _registry) = setup("retention");
+    let spool = Spool::open_with(
+        root.join("spool"),
+        SpoolLimits {
+            done_retention: Duration::from_secs(3600),
+            ..SpoolLimits::default()
+        },
+    )
+    .expect("spool");
+    drop_fixture(&spool, "03-add_public_endpoint-load_balancer.yaml");
+    let path = spool
+        .dir()
+        .join("03-add_public_endpoint-load_balancer.yaml");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
+    spool.process(&mut consumer).expect("process");
+    let done = spool
+        .dir()
+        .join(DONE)
+        .join("03-add_public_endpoint-load_balancer.yaml");
+    let mode = fs::metadata(&done).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "done files may hold keys");
+    // Younger than the retention: kept. A spool with no retention prunes it.
+    let none = Spool::open_with(
+        root.join("spool"),
+        SpoolLimits {
+            done_retention: Duration::ZERO,
+            ..SpoolLimits::default()
+        },
+    )
+    .expect("spool");
+    assert!(done.exists());
+    drop_fixture(&none, "07-add_alias.yaml");
+    none.process(&mut consumer).expect("process");
+    assert!(!done.exists(), "pruned after its retention");
     let _ = fs::remove_dir_all(root);
 }
