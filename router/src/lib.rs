@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod config;
 pub mod fds;
+pub mod log_limit;
 pub mod members;
 pub mod metrics;
 pub mod request;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use router::config::{Config, LogFormat};
+use router::log_limit;
 use tracing_subscriber::EnvFilter;
 
 /// HA HTTP router for OpenShift-style applications, fed by routing-SPI events.
@@ -56,14 +57,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs to stderr, text or JSON; lines that clients can cause are rate-limited (see
+/// `router::log_limit`).
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    use std::sync::Arc;
+    use tracing_subscriber::filter::{FilterExt, dynamic_filter_fn};
+    use tracing_subscriber::prelude::*;
+
+    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let bucket = Arc::new(log_limit::Bucket::new(log_limit::RATE, log_limit::BURST));
+    // The environment filter first, so that disabled lines spend no token; the
+    // bucket is asked on every event (a dynamic filter's answer is never cached).
+    let filter = env.and(dynamic_filter_fn(move |m, _| {
+        !log_limit::peer_driven(m.target()) || bucket.allow()
+    }));
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(layer.json().flatten_event(true).with_filter(filter))
+            .init(),
+        LogFormat::Text => tracing_subscriber::registry()
+            .with(layer.with_filter(filter))
+            .init(),
     }
 }
 

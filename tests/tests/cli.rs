@@ -18,6 +18,19 @@ fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     path
 }
 
+/// A config with `extra` and a spool holding one app whose member is `b`.
+fn routed_config(tag: &str, b: &Backend, extra: &str) -> std::path::PathBuf {
+    let dir = e2e::tempdir(tag);
+    let cfg = write_config(&dir, extra);
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(
+        dir.join("spool/01.yaml"),
+        events::add_lb("myapp", "demo", b.addr),
+    )
+    .expect("event");
+    cfg
+}
+
 #[test]
 fn check_config_accepts_a_good_file() {
     let dir = e2e::tempdir("cli-good");
@@ -73,14 +86,11 @@ fn version_and_help() {
 #[tokio::test]
 async fn sigterm_drains_and_access_log_is_json() {
     let b = Backend::start().await;
-    let dir = e2e::tempdir("cli-run");
-    let cfg = write_config(&dir, "access_log:\n  format: json\nshutdown_grace: 10s\n");
-    std::fs::create_dir_all(dir.join("spool")).expect("spool");
-    std::fs::write(
-        dir.join("spool/01.yaml"),
-        events::add_lb("myapp", "demo", b.addr),
-    )
-    .expect("event");
+    let cfg = routed_config(
+        "cli-run",
+        &b,
+        "access_log:\n  format: json\nshutdown_grace: 10s\n",
+    );
     let mut router = e2e::process::RouterProcess::start(&cfg).await;
     let http = router.http;
     let host = "ha-myapp-demo.example.com";
@@ -149,17 +159,11 @@ async fn sigterm_drains_and_access_log_is_json() {
 #[tokio::test]
 async fn under_a_low_fd_limit_clients_cannot_starve_admin_or_health_checks() {
     let b = Backend::start().await;
-    let dir = e2e::tempdir("cli-nofile");
-    let cfg = write_config(
-        &dir,
+    let cfg = routed_config(
+        "cli-nofile",
+        &b,
         "access_log:\n  format: json\nhealth:\n  interval: 200ms\n  timeout: 150ms\n  jitter: 10ms\n  fall: 2\n",
     );
-    std::fs::create_dir_all(dir.join("spool")).expect("spool");
-    std::fs::write(
-        dir.join("spool/01.yaml"),
-        events::add_lb("myapp", "demo", b.addr),
-    )
-    .expect("event");
     let router = e2e::process::RouterProcess::start_with_nofile(&cfg, 256).await;
     let host = "ha-myapp-demo.example.com";
     e2e::eventually("route", Duration::from_secs(10), async || {
@@ -210,4 +214,65 @@ async fn under_a_low_fd_limit_clients_cannot_starve_admin_or_health_checks() {
         router.status(host, "/").await == Some(200)
     })
     .await;
+}
+
+/// HTTP/2 rapid reset from 150 connections: h2 logs a WARN for each connection it
+/// throws out, and those lines are rate-limited (a burst, then a few a second), so
+/// an attacker cannot flood the log; the router keeps serving.
+#[tokio::test]
+async fn log_lines_caused_by_clients_are_rate_limited() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let b = Backend::start().await;
+    let cfg = routed_config(
+        "cli-loglimit",
+        &b,
+        "access_log:\n  format: json\n  enabled: false\n",
+    );
+    let mut router = e2e::process::RouterProcess::start(&cfg).await;
+    let host = "ha-myapp-demo.example.com";
+    e2e::eventually("route", Duration::from_secs(10), async || {
+        router.status(host, "/").await == Some(200)
+    })
+    .await;
+    // Each connection opens and cancels 100 streams at once (HEADERS + RST_STREAM).
+    let mut attack =
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00".to_vec();
+    for i in 0..100u32 {
+        let id = (2 * i + 1).to_be_bytes();
+        // :method GET, :scheme http, :path /, :authority "x" (HPACK).
+        attack.extend_from_slice(b"\x00\x00\x06\x01\x05");
+        attack.extend_from_slice(&id);
+        attack.extend_from_slice(b"\x82\x86\x84\x41\x01x");
+        attack.extend_from_slice(b"\x00\x00\x04\x03\x00");
+        attack.extend_from_slice(&id);
+        attack.extend_from_slice(b"\x00\x00\x00\x08");
+    }
+    let connections = 150;
+    for _ in 0..connections {
+        let mut s = tokio::net::TcpStream::connect(router.http)
+            .await
+            .expect("connect");
+        s.write_all(&attack).await.expect("write");
+        // Until the router's GOAWAY closes it.
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
+    }
+    assert_eq!(router.status(host, "/").await, Some(200), "still serving");
+    // Let the last lines through the log pipe before counting them all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut from_h2 = 0;
+    while let Ok(v) = router.logs.try_recv() {
+        if v["target"].as_str().is_some_and(|t| t.starts_with("h2")) {
+            from_h2 += 1;
+        }
+    }
+    assert!(
+        from_h2 >= 1,
+        "the attack was seen (h2 threw connections out)"
+    );
+    assert!(
+        from_h2 <= 80,
+        "{from_h2} h2 log lines for {connections} attacking connections: not rate-limited"
+    );
 }
