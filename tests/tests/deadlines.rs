@@ -124,3 +124,64 @@ async fn a_client_that_floods_pings_and_never_reads_is_cut_at_the_send_timeout()
     assert_eq!(r.get(HA, "/").await.0, 200, "others are served throughout");
     flood.abort();
 }
+
+/// One h2 connection that asks for 100 responses and never opens its flow-control
+/// window holds at most `limits.h2_max_concurrent_streams` of a member's slots, so a
+/// normal client beside it keeps getting 200 at once.
+#[tokio::test]
+async fn a_zero_window_h2_client_holds_a_bounded_share_of_a_members_slots() {
+    let b = Backend::start().await;
+    let r = TestRouter::start(
+        "upstream:\n  max_connections_per_backend: 40\n  queue_timeout: 500ms\nlimits:\n  h2_max_concurrent_streams: 32\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+
+    // Preface; SETTINGS_INITIAL_WINDOW_SIZE = 0; then 100 GETs, never a WINDOW_UPDATE.
+    let mut attack =
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00"
+            .to_vec();
+    let mut block = b"\x82\x86\x84\x41".to_vec();
+    block.push(HA.len() as u8);
+    block.extend_from_slice(HA.as_bytes());
+    for i in 0..100u32 {
+        let len = (block.len() as u32).to_be_bytes();
+        attack.extend_from_slice(&len[1..]);
+        attack.extend_from_slice(b"\x01\x05");
+        attack.extend_from_slice(&(2 * i + 1).to_be_bytes());
+        attack.extend_from_slice(&block);
+    }
+    let mut s = TcpStream::connect(r.http).await.expect("connect");
+    s.write_all(&attack).await.expect("write");
+    // Read (so TCP never blocks the router) but never grant a window.
+    let reader = tokio::spawn(async move {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    let in_flight = async || {
+        let (_, doc) = r.admin_get("/backends").await;
+        let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+        doc["backends"][0]["in_flight"].as_u64()
+    };
+    e2e::eventually(
+        "the attacker's streams reached the member",
+        Duration::from_secs(10),
+        async || in_flight().await == Some(32),
+    )
+    .await;
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        assert_eq!(r.get(HA, "/").await.0, 200, "a normal client beside it");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "at once, not after a queue"
+        );
+    }
+    assert_eq!(in_flight().await, Some(32), "never more than its share");
+    reader.abort();
+}

@@ -602,6 +602,12 @@ impl Config {
         if self.limits.max_connections == 0 {
             return Err(("limits.max_connections", "must be at least 1".into()));
         }
+        if self.limits.h2_max_concurrent_streams == 0 {
+            return Err((
+                "limits.h2_max_concurrent_streams",
+                "must be at least 1".into(),
+            ));
+        }
         if self.limits.max_admin_connections == 0 {
             return Err(("limits.max_admin_connections", "must be at least 1".into()));
         }

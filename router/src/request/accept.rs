@@ -69,6 +69,11 @@ pub struct Limits {
     /// ...which must be answered within this, or the connection is closed.
     #[serde(default = "default_h2_keepalive_timeout", with = "humantime_serde")]
     pub h2_keepalive_timeout: Duration,
+    /// h2 streams one connection may have open at once: each may hold a member's
+    /// request slot, so this bounds the share of a member one connection can take
+    /// (keep it well below `upstream.max_connections_per_backend`).
+    #[serde(default = "default_h2_max_concurrent_streams")]
+    pub h2_max_concurrent_streams: u32,
     /// Open connections to the admin listener at most (it has the same head
     /// timeout and size limits as the client listeners).
     #[serde(default = "default_max_admin_conns")]
@@ -95,6 +100,10 @@ fn default_h2_keepalive_timeout() -> Duration {
     Duration::from_secs(10)
 }
 
+fn default_h2_max_concurrent_streams() -> u32 {
+    32
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
@@ -107,6 +116,7 @@ impl Default for Limits {
             send_timeout: default_send_timeout(),
             h2_keepalive_interval: default_h2_keepalive_interval(),
             h2_keepalive_timeout: default_h2_keepalive_timeout(),
+            h2_max_concurrent_streams: default_h2_max_concurrent_streams(),
         }
     }
 }
@@ -165,6 +175,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(limits.h2_keepalive_interval))
         .keep_alive_timeout(limits.h2_keepalive_timeout)
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let open = proxy.metrics.open_connections.with_label_values(&[name]);
