@@ -90,6 +90,9 @@ pub struct Metrics {
     pub upstream_connections: IntCounter,
     pub open_connections: IntGaugeVec,
     pub connections: IntCounterVec,
+    /// `router_connections_evicted_total{listener}`: quiet connections closed to
+    /// make room when every slot was taken.
+    pub evicted: IntCounterVec,
     pub routes: IntGauge,
     pub apps: IntGauge,
     pub table_updates: IntCounter,
@@ -156,6 +159,13 @@ impl Metrics {
             ),
             &["listener"],
         )?;
+        let evicted = IntCounterVec::new(
+            Opts::new(
+                "router_connections_evicted_total",
+                "Quiet client connections closed to make room at limits.max_connections",
+            ),
+            &["listener"],
+        )?;
         let routes = IntGauge::new("router_routes", "Host names in the live route table")?;
         let apps = IntGauge::new("router_apps", "Applications in the live route table")?;
         let table_updates =
@@ -167,6 +177,7 @@ impl Metrics {
         registry.register(Box::new(upstream_connections.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(evicted.clone()))?;
         registry.register(Box::new(routes.clone()))?;
         registry.register(Box::new(apps.clone()))?;
         registry.register(Box::new(table_updates.clone()))?;
@@ -190,6 +201,7 @@ impl Metrics {
             upstream_connections,
             open_connections,
             connections,
+            evicted,
             routes,
             apps,
             table_updates,

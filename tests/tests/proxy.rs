@@ -493,22 +493,32 @@ async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
     let r = TestRouter::start("limits:\n  max_connections: 1\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
-    // Once wait_route's connection has closed, take the only slot with an idle one.
+    // Once wait_route's connection has closed, take the only slot with a request in
+    // flight (a quiet connection would be evicted to make room: see below).
     e2e::eventually(
         "no client connection open",
         Duration::from_secs(10),
         async || r.metric("router_open_connections{listener=\"http\"}").await == Some(0.0),
     )
     .await;
-    let mut first = tokio::net::TcpStream::connect(r.http).await.expect("first");
-    use tokio::io::AsyncWriteExt;
-    first
-        .write_all(format!("GET / HTTP/1.1\r\nHost: {HA}\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
-    let got = raw::read_all(&mut first, Duration::from_millis(500)).await;
-    assert_eq!(raw::status(&got), Some(200));
-    // The second client is accepted by the kernel but not served while `first` is open.
+    let first = tokio::spawn({
+        let addr = r.http;
+        async move {
+            raw::exchange(
+                addr,
+                format!("GET /slow?ms=1500 HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+                Duration::from_secs(10),
+            )
+            .await
+        }
+    });
+    let before = b.hits();
+    e2e::eventually("in flight", Duration::from_secs(10), async || {
+        b.hits() > before
+    })
+    .await;
+    // The second client is accepted by the kernel but not served while `first` is busy.
     let second = tokio::spawn({
         let addr = r.http;
         async move {
@@ -522,9 +532,56 @@ async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!second.is_finished(), "served beyond max_connections");
-    drop(first);
+    assert_eq!(raw::status(&first.await.expect("join")), Some(200));
     let resp = second.await.expect("join");
     assert_eq!(raw::status(&resp), Some(200));
+}
+
+/// Slowloris: every slot held by a connection that never finishes its request head.
+/// At `limits.max_connections` the quietest connection is evicted to make room, so a
+/// real client is served at once instead of after `header_read_timeout`.
+#[tokio::test]
+async fn at_the_connection_limit_the_quietest_connection_makes_room() {
+    use tokio::io::AsyncWriteExt;
+    let b = Backend::start().await;
+    let r = TestRouter::start("limits:\n  max_connections: 20\n  header_read_timeout: 30s\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(r.http)
+            .await
+            .expect("connect");
+        s.write_all(format!("GET / HTTP/1.1\r\nHost: {HA}\r\nX-a: ").as_bytes())
+            .await
+            .expect("write");
+        slow.push(s);
+    }
+    e2e::eventually("every slot taken", Duration::from_secs(10), async || {
+        r.metric("router_open_connections{listener=\"http\"}").await == Some(20.0)
+    })
+    .await;
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let resp = raw::exchange(
+            r.http,
+            format!("GET / HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n").as_bytes(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(raw::status(&resp), Some(200));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "served at once, not after the head timeout"
+        );
+    }
+    // The first made room by an eviction; the slot it freed was reused by the next.
+    assert!(
+        r.metric("router_connections_evicted_total{listener=\"http\"}")
+            .await
+            >= Some(1.0)
+    );
+    drop(slow);
 }
 
 #[tokio::test]

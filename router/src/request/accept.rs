@@ -1,8 +1,11 @@
 //! Client-facing listeners: accept, limit, hand each connection to hyper, drain.
 //!
-//! The accept loop only accepts: it takes a connection slot first (at
-//! `limits.max_connections` it stops accepting and lets the kernel backlog hold new
-//! clients), then spawns a task that owns the connection. hyper serves HTTP/1.1 and
+//! The accept loop only accepts: it accepts a client, takes a connection slot for
+//! it, then spawns a task that owns the connection. At `limits.max_connections` a
+//! new client evicts the connection that has been quiet the longest (no request in
+//! flight: a slowloris head that never ends, an idle keep-alive), as nginx reuses
+//! its keep-alive connections when it runs out; when every connection is busy, the
+//! new client waits for a slot and the ones behind it wait in the kernel backlog. hyper serves HTTP/1.1 and
 //! h2 (detected by the client preface, so h2 with prior knowledge works on the plain
 //! port), enforces the header size and count limits (431) and the request-head read
 //! timeout (slowloris), and hands upgraded connections back for tunnelling.
@@ -23,15 +26,16 @@
 //! them (every connection holds a slot: all slots back means all done) up to the
 //! grace period, then closes what is left.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 
 use super::Proxy;
 use super::activity::Activity;
@@ -178,6 +182,8 @@ pub async fn serve(
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let quiet = Arc::new(Mutex::new(Connections::default()));
+    let evicted = proxy.metrics.evicted.with_label_values(&[name]);
     let open = proxy.metrics.open_connections.with_label_values(&[name]);
     let accepted = proxy.metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -185,10 +191,6 @@ pub async fn serve(
     let (kill_tx, kill) = watch::channel(false);
 
     loop {
-        let slot = tokio::select! {
-            s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
-            _ = stopped(&mut stop) => break,
-        };
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -201,10 +203,28 @@ pub async fn serve(
             },
             _ = stopped(&mut stop) => break,
         };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                // Full, and a client is here: make room by closing the connection
+                // that has been quiet the longest (a slowloris head that never ends,
+                // an idle keep-alive), never one with a request in flight. If every
+                // connection is busy, this client waits for a slot.
+                if lock(&quiet).evict_quietest() {
+                    evicted.inc();
+                }
+                tokio::select! {
+                    s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+                    _ = stopped(&mut stop) => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         accepted.inc();
         open.inc();
         let activity = Activity::new();
+        let member_of = Registered::new(&quiet, activity.clone());
+        let evict = member_of.evict.clone();
         let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone());
         let service = {
             let proxy = proxy.clone();
@@ -218,14 +238,15 @@ pub async fn serve(
             let io = match tls {
                 None => Stream::Plain(stream),
                 // The handshake runs in the connection's task, never in this loop.
-                Some(tls) => match crate::tls::server::handshake(
-                    &tls.acceptor,
-                    stream,
-                    tls.handshake_timeout,
-                    &metrics,
-                )
-                .await
-                {
+                Some(tls) => match tokio::select! {
+                    s = crate::tls::server::handshake(
+                        &tls.acceptor,
+                        stream,
+                        tls.handshake_timeout,
+                        &metrics,
+                    ) => s,
+                    _ = evict.notified() => None,
+                } {
                     Some(s) => Stream::Tls(Box::new(s)),
                     None => {
                         open.dec();
@@ -259,11 +280,13 @@ pub async fn serve(
                         };
                     }
                     _ = stopped(&mut kill) => break Ok(()),
+                    _ = evict.notified() => break Ok(()),
                 }
             };
             if let Err(e) = result {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }
+            drop(member_of);
             open.dec();
             drop(slot);
         });
@@ -281,6 +304,64 @@ pub async fn serve(
             "grace period over; closing the remaining connections"
         );
         let _ = kill_tx.send(true);
+    }
+}
+
+/// A listener's open connections, for [`Connections::evict_quietest`].
+#[derive(Default)]
+struct Connections {
+    next: u64,
+    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>)>,
+}
+
+impl Connections {
+    /// Tells the connection quiet the longest to close; false if every connection
+    /// has a request in flight (then the listener waits for a slot, as before).
+    fn evict_quietest(&mut self) -> bool {
+        let quietest = self
+            .by_id
+            .values()
+            .filter_map(|(a, evict)| a.idle_since().map(|t| (t, evict)))
+            .min_by_key(|(t, _)| *t);
+        match quietest {
+            Some((_, evict)) => {
+                evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn lock(c: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A connection's entry in [`Connections`], removed when dropped.
+struct Registered {
+    id: u64,
+    all: Arc<Mutex<Connections>>,
+    evict: Arc<Notify>,
+}
+
+impl Registered {
+    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>) -> Registered {
+        let evict = Arc::new(Notify::new());
+        let mut c = lock(all);
+        let id = c.next;
+        c.next += 1;
+        c.by_id.insert(id, (activity, evict.clone()));
+        Registered {
+            id,
+            all: all.clone(),
+            evict,
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.all).by_id.remove(&self.id);
     }
 }
 

@@ -45,7 +45,8 @@ impl Activity {
         ActiveRequest(self.clone())
     }
 
-    fn idle_since(&self) -> Option<Instant> {
+    /// Since when the connection has had no request in flight (`None`: it has one).
+    pub fn idle_since(&self) -> Option<Instant> {
         (self.in_flight.load(Ordering::Acquire) == 0)
             .then(|| self.origin + Duration::from_millis(self.last_ms.load(Ordering::Acquire)))
     }
