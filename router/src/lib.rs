@@ -18,6 +18,7 @@ pub mod config;
 pub mod fds;
 pub mod log_limit;
 pub mod members;
+pub mod memory;
 pub mod metrics;
 pub mod request;
 pub mod startup;

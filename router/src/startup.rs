@@ -394,6 +394,10 @@ impl Router {
                 Source::None => None,
             }
         };
+        let open_gauges = (
+            self.proxy.metrics.open_connections.clone(),
+            self.proxy.metrics.connections.clone(),
+        );
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let admin_task = self.admin.map(|l| {
@@ -423,6 +427,28 @@ impl Router {
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
+        let trimmer = {
+            let (open, accepted) = open_gauges;
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+                let mut trimmer = crate::memory::Trimmer::default();
+                loop {
+                    tick.tick().await;
+                    let closed: u64 = ["http", "https"]
+                        .iter()
+                        .map(|l| {
+                            accepted
+                                .with_label_values(&[l])
+                                .get()
+                                .saturating_sub(open.with_label_values(&[l]).get().max(0) as u64)
+                        })
+                        .sum();
+                    if trimmer.observe(closed, std::time::Instant::now()) {
+                        tokio::task::spawn_blocking(crate::memory::trim);
+                    }
+                }
+            })
+        };
         let sweeper = {
             let registry = self.registry.clone();
             let certs = self.certs.clone();
@@ -459,6 +485,7 @@ impl Router {
             let _ = t.await;
         }
         sweeper.abort();
+        trimmer.abort();
         let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
