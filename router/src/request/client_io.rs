@@ -8,6 +8,7 @@
 //! The deadline is armed only when a write returns `Pending` and disarmed by the next
 //! write that makes progress, so the usual path costs one branch.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -74,8 +75,6 @@ impl ClientIo {
         }
     }
 }
-
-use std::future::Future as _;
 
 impl AsyncRead for ClientIo {
     fn poll_read(
