@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for pkg in nginx-light:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3; do
+for pkg in nginx-light:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3 slowhttptest:slowhttptest; do
   command -v "${pkg#*:}" >/dev/null 2>&1 || need+=("${pkg%%:*}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -25,6 +25,8 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # strip and readelf: the package script and its test.
 command -v readelf >/dev/null 2>&1 || need+=(binutils)
+# slowhttptest: the slow-client attacks of tests/tests/slow.rs.
+command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)
 # haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then

@@ -11,7 +11,8 @@
 //!
 //! Dependencies run one way: `request → table → members → upstream → metrics`;
 //! [`tls`] serves both ends; [`config`] knows only each module's settings types;
-//! [`startup`] wires everything; [`admin`] reads the table and the members.
+//! [`startup`] wires everything; [`admin`] reads the table and the members;
+//! [`stall`] (a no-progress deadline) is used by both `request` and `upstream`.
 
 pub mod admin;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod members;
 pub mod memory;
 pub mod metrics;
 pub mod request;
+pub mod stall;
 pub mod startup;
 pub mod table;
 pub mod tls;

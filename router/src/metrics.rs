@@ -32,6 +32,9 @@ pub enum UpstreamError {
     Tls,
     /// The member had no free slot within `upstream.queue_timeout`.
     Busy,
+    /// The client's address held its share of the member's slots already
+    /// (`upstream.source_share`): 503 at once, never counted against the member.
+    SourceShare,
     /// The router itself ran out of file descriptors (or memory) connecting: 503,
     /// never counted against the member.
     LocalResources,
@@ -39,10 +42,14 @@ pub enum UpstreamError {
     /// upload, a malformed chunk): the client's fault, never counted against the
     /// member; answered 400 if the client still listens.
     ClientBody,
+    /// The client sent its request body too slowly: the part read before a member
+    /// is involved took longer than `limits.header_read_timeout`, or the rest
+    /// stalled for `limits.body_timeout` (408, never counted against the member).
+    ClientTimeout,
 }
 
 impl UpstreamError {
-    pub const ALL: [UpstreamError; 9] = [
+    pub const ALL: [UpstreamError; 11] = [
         UpstreamError::Connect,
         UpstreamError::ConnectTimeout,
         UpstreamError::ResponseTimeout,
@@ -50,7 +57,9 @@ impl UpstreamError {
         UpstreamError::Protocol,
         UpstreamError::Tls,
         UpstreamError::Busy,
+        UpstreamError::SourceShare,
         UpstreamError::ClientBody,
+        UpstreamError::ClientTimeout,
         UpstreamError::LocalResources,
     ];
 
@@ -73,7 +82,9 @@ impl UpstreamError {
             UpstreamError::Protocol => "protocol",
             UpstreamError::Tls => "tls",
             UpstreamError::Busy => "busy",
+            UpstreamError::SourceShare => "source_share",
             UpstreamError::ClientBody => "client_body",
+            UpstreamError::ClientTimeout => "client_timeout",
             UpstreamError::LocalResources => "local_resources",
         }
     }

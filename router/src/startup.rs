@@ -23,6 +23,7 @@ use crate::config::{Config, SourceKind};
 use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
+use crate::request::upload::UploadSettings;
 use crate::table::{Builder, Naming, RouteTable};
 use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
@@ -118,6 +119,7 @@ impl Router {
         let store = Store::open(&config.state_dir)?;
         let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
+            max_per_source: config.upstream.max_per_source(),
             pool: PoolSettings {
                 max_idle: config.upstream.max_idle_per_backend,
                 idle_timeout: config.upstream.idle_timeout,
@@ -301,6 +303,11 @@ impl Router {
             metrics: metrics.clone(),
             response_timeout: config.upstream.response_timeout,
             queue_timeout: config.upstream.queue_timeout,
+            upload: UploadSettings {
+                buffer: config.limits.body_buffer_bytes,
+                first: config.limits.header_read_timeout,
+                stall: config.limits.body_timeout,
+            },
             access_log: config.access_log.enabled,
         });
         let admin_api = Arc::new(Admin {

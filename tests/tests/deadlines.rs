@@ -127,12 +127,13 @@ async fn a_client_that_floods_pings_and_never_reads_is_cut_at_the_send_timeout()
 
 /// One h2 connection that asks for 100 responses and never opens its flow-control
 /// window holds at most `limits.h2_max_concurrent_streams` of a member's slots, so a
-/// normal client beside it keeps getting 200 at once.
+/// normal client beside it keeps getting 200 at once; and only for
+/// `limits.send_timeout`: then the connection is closed and the slots are free.
 #[tokio::test]
 async fn a_zero_window_h2_client_holds_a_bounded_share_of_a_members_slots() {
     let b = Backend::start().await;
     let r = TestRouter::start(
-        "upstream:\n  max_connections_per_backend: 40\n  queue_timeout: 500ms\nlimits:\n  h2_max_concurrent_streams: 32\n",
+        "upstream:\n  max_connections_per_backend: 40\n  queue_timeout: 500ms\n  source_share: 100\nlimits:\n  h2_max_concurrent_streams: 32\n  send_timeout: 3s\n",
     )
     .await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
@@ -155,7 +156,7 @@ async fn a_zero_window_h2_client_holds_a_bounded_share_of_a_members_slots() {
     let mut s = TcpStream::connect(r.http).await.expect("connect");
     s.write_all(&attack).await.expect("write");
     // Read (so TCP never blocks the router) but never grant a window.
-    let reader = tokio::spawn(async move {
+    let mut reader = tokio::spawn(async move {
         let mut buf = [0u8; 16 * 1024];
         while let Ok(n) = s.read(&mut buf).await {
             if n == 0 {
@@ -183,5 +184,102 @@ async fn a_zero_window_h2_client_holds_a_bounded_share_of_a_members_slots() {
         );
     }
     assert_eq!(in_flight().await, Some(32), "never more than its share");
-    reader.abort();
+    e2e::eventually(
+        "the stalled connection's slots are free again",
+        Duration::from_secs(15),
+        async || in_flight().await == Some(0),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), &mut reader)
+        .await
+        .expect("the router closed the stalled connection")
+        .expect("reader");
+}
+
+/// A POST whose head arrives but whose body trickles in (R-U-Dead-Yet,
+/// `slowhttptest -B`).
+async fn slow_body(r: &TestRouter, length: usize, sent: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(r.http).await.expect("connect");
+    let head = format!("POST /upload HTTP/1.1\r\nHost: {HA}\r\nContent-Length: {length}\r\n\r\n");
+    s.write_all(head.as_bytes()).await.expect("head");
+    s.write_all(sent).await.expect("body start");
+    s
+}
+
+async fn response_head(s: &mut TcpStream) -> String {
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("an answer")
+        .expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// Clients that send their bodies slowly never take a member's slot: the body is
+/// read ahead first, and the slow ones get 408 at `header_read_timeout` while a
+/// normal client beside them gets 200 at once. The member never sees them and
+/// stays healthy.
+#[tokio::test]
+async fn slow_request_bodies_never_hold_a_members_slots() {
+    let b = Backend::start().await;
+    let r = TestRouter::start(
+        "upstream:\n  max_connections_per_backend: 2\n  queue_timeout: 300ms\nlimits:\n  header_read_timeout: 2s\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    let before = b.proxied();
+    let mut slow = Vec::new();
+    for _ in 0..6 {
+        slow.push(slow_body(&r, 1000, b"name=value&").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        assert_eq!(r.get(HA, "/").await.0, 200, "a normal client beside them");
+        assert!(started.elapsed() < Duration::from_secs(1), "at once");
+    }
+    for s in &mut slow {
+        let head = response_head(s).await;
+        assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    }
+    assert_eq!(
+        b.proxied() - before,
+        5,
+        "the member saw only the normal requests"
+    );
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"client_timeout\"}")
+            .await,
+        Some(6.0)
+    );
+}
+
+/// Past `limits.body_buffer_bytes` the body streams to the member; when it then
+/// stalls for `limits.body_timeout` the request ends with 408, as the client's
+/// fault: the member is not ejected.
+#[tokio::test]
+async fn a_body_that_stalls_after_the_read_ahead_is_408_and_blames_no_member() {
+    let b = Backend::start().await;
+    let r = TestRouter::start(
+        "health:\n  passive_failures: 1\nlimits:\n  body_buffer_bytes: 1024\n  body_timeout: 500ms\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    r.wait_health(b.addr, "up").await;
+    let mut s = slow_body(&r, 100_000, &[b'x'; 4096]).await;
+    let head = response_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert_eq!(
+        r.metric("router_upstream_errors_total{kind=\"client_timeout\"}")
+            .await,
+        Some(1.0)
+    );
+    let state = r.backend_state(b.addr).await.expect("listed");
+    assert_eq!(
+        state["health"], "up",
+        "one failure would have ejected it: {state}"
+    );
+    assert_eq!(r.get(HA, "/").await.0, 200);
 }

@@ -106,3 +106,70 @@ async fn websocket_access_line_names_the_member() {
     assert_eq!(line["upstream"], b.addr.to_string(), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A WebSocket tunnel keeps its connection's place among `limits.max_connections`
+/// (a thousand tunnels are a thousand sockets): at the limit a new client waits,
+/// and gets in as soon as a tunnel closes.
+#[tokio::test]
+async fn websocket_tunnels_count_against_max_connections() {
+    use std::time::Duration;
+    let b = Backend::start().await;
+    let r = TestRouter::start("limits:\n  max_connections: 2\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+    let open = async || {
+        let tcp = tokio::net::TcpStream::connect(r.http)
+            .await
+            .expect("connect");
+        let req = "ws://ha-myapp-demo.example.com/chat"
+            .into_client_request()
+            .expect("request");
+        tokio_tungstenite::client_async(req, tcp)
+            .await
+            .expect("handshake")
+            .0
+    };
+    let mut first = open().await;
+    let mut second = open().await;
+    e2e::eventually("both tunnels counted", Duration::from_secs(5), async || {
+        r.metric("router_open_connections{listener=\"http\"}").await == Some(2.0)
+    })
+    .await;
+    // A third client waits for a place (tunnels are never evicted).
+    let third = tokio::spawn({
+        let addr = r.http;
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            s.write_all(
+                b"GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .expect("write");
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await.expect("read");
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !third.is_finished(),
+        "served beside two tunnels at max_connections 2"
+    );
+    // Both tunnels still carry messages.
+    for ws in [&mut first, &mut second] {
+        ws.send(Message::text("ping")).await.expect("send");
+        assert_eq!(
+            ws.next().await.expect("open").expect("frame"),
+            Message::text("ping")
+        );
+    }
+    first.close(None).await.expect("close");
+    drop(first);
+    let answer = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("served once a tunnel closed")
+        .expect("join");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(second);
+}

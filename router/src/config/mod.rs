@@ -272,6 +272,11 @@ pub struct Upstream {
     /// How long a request waits for a free slot on a full member before a 503.
     #[serde(default = "default_queue_timeout", with = "humantime_serde")]
     pub queue_timeout: Duration,
+    /// The share (percent) of a member's slots one client address may hold; beyond
+    /// it that address gets 503 at once while others are still served. 100: no
+    /// per-address limit (e.g. behind a CDN that is the only client address).
+    #[serde(default = "default_source_share")]
+    pub source_share: u8,
     /// Idle connections kept per member.
     #[serde(default = "default_max_idle")]
     pub max_idle_per_backend: usize,
@@ -291,6 +296,7 @@ impl Default for Upstream {
             response_timeout: default_response_timeout(),
             max_connections_per_backend: default_max_conns(),
             queue_timeout: default_queue_timeout(),
+            source_share: default_source_share(),
             max_idle_per_backend: default_max_idle(),
             balance: Balance::default(),
             tls: UpstreamTls::default(),
@@ -482,6 +488,20 @@ fn default_response_timeout() -> Duration {
 fn default_max_conns() -> usize {
     100
 }
+fn default_source_share() -> u8 {
+    50
+}
+
+impl Upstream {
+    /// Slots of one member one client address may hold (at least one).
+    pub fn max_per_source(&self) -> usize {
+        let share = usize::from(self.source_share.min(100));
+        (self.max_connections_per_backend * share)
+            .div_ceil(100)
+            .max(1)
+    }
+}
+
 fn default_queue_timeout() -> Duration {
     Duration::from_secs(1)
 }
@@ -616,6 +636,9 @@ impl Config {
                 "upstream.max_connections_per_backend",
                 "must be at least 1".into(),
             ));
+        }
+        if !(1..=100).contains(&self.upstream.source_share) {
+            return Err(("upstream.source_share", "a percentage from 1 to 100".into()));
         }
         let t = &self.tls;
         if t.default_cert.is_some() != t.default_key.is_some() {

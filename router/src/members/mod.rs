@@ -25,6 +25,7 @@ pub mod probe;
 pub mod rotate;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -53,6 +54,58 @@ pub struct Member {
     rotated_out: AtomicBool,
     /// Woken when the last in-flight request of a rotated-out member ends.
     drained: Notify,
+    /// Slots held per client address, when one address may not take them all.
+    sources: Option<Sources>,
+}
+
+/// How many of a member's slots one client address holds, so that no single
+/// address can take all of them (`upstream.source_share`).
+///
+/// Why: a slot is held until the response has been handed to the client, so clients
+/// that read slowly (`slowhttptest -X`) or hold requests open would otherwise fill
+/// every slot of an app from one address, and the app would answer 503 to everyone
+/// else. Entries exist only while an address holds a slot, so the map is never
+/// larger than the member's slot count.
+#[derive(Debug)]
+struct Sources {
+    limit: u32,
+    held: Mutex<HashMap<IpAddr, u32>>,
+}
+
+impl Sources {
+    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, u32>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one more slot for `ip`; false if it holds its share already.
+    fn take(&self, ip: IpAddr) -> bool {
+        let mut held = self.held();
+        let n = held.entry(ip).or_insert(0);
+        if *n >= self.limit {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn give_back(&self, ip: IpAddr) {
+        let mut held = self.held();
+        if let Some(n) = held.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Why [`Member::acquire`] gave no slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// Every slot stayed taken for the queue timeout.
+    Member,
+    /// This client address holds its share of the member's slots already.
+    Source,
 }
 
 impl Member {
@@ -90,19 +143,39 @@ impl Member {
 
     /// Takes a slot for one request, waiting at most `queue` for one to free up.
     /// `None` means the member stayed full: answer 503 rather than queue forever.
-    pub async fn acquire(self: &Arc<Self>, queue: Duration) -> Option<InFlight> {
+    /// `source` is the client's address: it may hold at most its share of the
+    /// slots (`upstream.source_share`); `None` (unit tests) is never limited.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        queue: Duration,
+        source: Option<IpAddr>,
+    ) -> Result<InFlight, Full> {
+        let source = match (&self.sources, source) {
+            (Some(sources), Some(ip)) => {
+                if !sources.take(ip) {
+                    return Err(Full::Source);
+                }
+                Some(ip)
+            }
+            _ => None,
+        };
+        // From here the slot for `source` is counted: the guard gives it back on
+        // every path, the permit with it.
+        let mut slot = InFlight {
+            member: self.clone(),
+            permit: None,
+            source,
+        };
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => tokio::time::timeout(queue, self.slots.clone().acquire_owned())
-                .await
-                .ok()?
-                .ok()?,
+            Err(_) => match tokio::time::timeout(queue, self.slots.clone().acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => return Err(Full::Member),
+            },
         };
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(InFlight {
-            member: self.clone(),
-            _permit: permit,
-        })
+        slot.permit = Some(permit);
+        Ok(slot)
     }
 }
 
@@ -111,7 +184,10 @@ impl Member {
 #[derive(Debug)]
 pub struct InFlight {
     member: Arc<Member>,
-    _permit: OwnedSemaphorePermit,
+    /// `None` only while [`Member::acquire`] waits for it.
+    permit: Option<OwnedSemaphorePermit>,
+    /// The client address counted in the member's [`Sources`].
+    source: Option<IpAddr>,
 }
 
 impl InFlight {
@@ -122,6 +198,12 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let (Some(sources), Some(ip)) = (&self.member.sources, self.source) {
+            sources.give_back(ip);
+        }
+        if self.permit.is_none() {
+            return;
+        }
         let before = self.member.in_flight.fetch_sub(1, Ordering::Relaxed);
         if before == 1 && self.member.rotated_out() {
             self.member.drained.notify_waiters();
@@ -133,6 +215,7 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct MemberRegistry {
     max_in_flight: usize,
+    max_per_source: usize,
     pool: Arc<PoolSettings>,
     health: Arc<health::HealthSettings>,
     metrics: HealthMetrics,
@@ -147,6 +230,8 @@ pub struct MemberRegistry {
 /// How a [`MemberRegistry`] is made.
 pub struct MemberRegistryConfig {
     pub max_in_flight: usize,
+    /// Slots of a member one client address may hold (≥ `max_in_flight`: no limit).
+    pub max_per_source: usize,
     pub pool: PoolSettings,
     pub health: health::HealthSettings,
     pub metrics: HealthMetrics,
@@ -158,6 +243,7 @@ impl MemberRegistry {
     pub fn new(c: MemberRegistryConfig) -> MemberRegistry {
         MemberRegistry {
             max_in_flight: c.max_in_flight,
+            max_per_source: c.max_per_source,
             pool: Arc::new(c.pool),
             health: Arc::new(c.health),
             metrics: c.metrics,
@@ -236,6 +322,10 @@ impl MemberRegistry {
             )),
             rotated_out: AtomicBool::new(self.rotate.contains(&addr)),
             drained: Notify::new(),
+            sources: (self.max_per_source < self.max_in_flight).then(|| Sources {
+                limit: u32::try_from(self.max_per_source).unwrap_or(u32::MAX),
+                held: Mutex::new(HashMap::new()),
+            }),
             addr,
         });
         // Forget members nobody refers to any more, so the map stays bounded.
@@ -260,6 +350,7 @@ pub(crate) mod tests {
     pub(crate) fn registry(max_in_flight: usize) -> MemberRegistry {
         MemberRegistry::new(MemberRegistryConfig {
             max_in_flight,
+            max_per_source: max_in_flight,
             pool: PoolSettings {
                 max_idle: 4,
                 idle_timeout: Duration::from_secs(8),
@@ -303,7 +394,7 @@ pub(crate) mod tests {
     async fn drain_waits_for_in_flight() {
         let r = registry(2);
         let b = r.member("10.0.0.1:80");
-        let slot = b.acquire(Duration::ZERO).await.expect("slot");
+        let slot = b.acquire(Duration::ZERO, None).await.expect("slot");
         r.rotate("10.0.0.1:80", true).expect("rotate");
         assert!(!b.drain(Duration::from_millis(20)).await, "still in flight");
         let waiter = {
@@ -337,12 +428,73 @@ pub(crate) mod tests {
     async fn slots_bound_in_flight_and_free_on_drop() {
         let r = registry(2);
         let b = r.member("10.0.0.1:80");
-        let one = b.acquire(Duration::ZERO).await.expect("slot 1");
-        let _two = b.acquire(Duration::ZERO).await.expect("slot 2");
+        let one = b.acquire(Duration::ZERO, None).await.expect("slot 1");
+        let _two = b.acquire(Duration::ZERO, None).await.expect("slot 2");
         assert_eq!(b.in_flight(), 2);
-        assert!(b.acquire(Duration::from_millis(10)).await.is_none(), "full");
+        assert_eq!(
+            b.acquire(Duration::from_millis(10), None).await.err(),
+            Some(Full::Member),
+            "full"
+        );
         drop(one);
         assert_eq!(b.in_flight(), 1);
-        assert!(b.acquire(Duration::ZERO).await.is_some());
+        assert!(b.acquire(Duration::ZERO, None).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn one_client_address_holds_at_most_its_share() {
+        let mut r = registry(4);
+        r.max_per_source = 2;
+        let b = r.member("10.0.0.1:80");
+        let (a, c): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 1");
+        let _a2 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 2");
+        assert_eq!(
+            b.acquire(Duration::from_secs(5), Some(a)).await.err(),
+            Some(Full::Source),
+            "refused at once, not after the queue timeout"
+        );
+        let _c1 = b
+            .acquire(Duration::ZERO, Some(c))
+            .await
+            .expect("another address");
+        let _c2 = b
+            .acquire(Duration::ZERO, Some(c))
+            .await
+            .expect("another address");
+        assert_eq!(b.in_flight(), 4);
+        // Full: a wait that ends in vain counts nothing for the address.
+        drop(a1);
+        let _a3 = b
+            .acquire(Duration::ZERO, Some(a))
+            .await
+            .expect("a's freed slot");
+        assert_eq!(
+            b.acquire(Duration::from_millis(10), Some(c)).await.err(),
+            Some(Full::Source)
+        );
+        let held = b.sources.as_ref().expect("limited").held().clone();
+        assert_eq!(held.get(&a), Some(&2));
+        assert_eq!(held.get(&c), Some(&2));
+    }
+
+    #[tokio::test]
+    async fn a_vain_wait_gives_the_address_its_count_back() {
+        let mut r = registry(2);
+        r.max_per_source = 1;
+        let b = r.member("10.0.0.1:80");
+        let (a, c, d): (IpAddr, IpAddr, IpAddr) = (
+            "192.0.2.1".parse().unwrap(),
+            "192.0.2.2".parse().unwrap(),
+            "192.0.2.3".parse().unwrap(),
+        );
+        let _a = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
+        let _c = b.acquire(Duration::ZERO, Some(c)).await.expect("c");
+        assert_eq!(
+            b.acquire(Duration::from_millis(10), Some(d)).await.err(),
+            Some(Full::Member)
+        );
+        assert_eq!(b.sources.as_ref().expect("limited").held().get(&d), None);
+        assert_eq!(b.in_flight(), 2);
     }
 }

@@ -18,13 +18,15 @@
 //! (`tls.handshake_timeout`); before the first request and between requests
 //! ([`Activity`]: `limits.header_read_timeout`, then `limits.idle_timeout`); a
 //! request head (hyper's `header_read_timeout`); a client that stops reading
-//! ([`ClientIo`]: `limits.send_timeout`); an h2 peer that stops answering PINGs
-//! (`limits.h2_keepalive_*`).
+//! ([`ClientIo`]: `limits.send_timeout`), or an h2 client whose responses wait on
+//! flow-control windows it never opens ([`Activity::stalled`], the same timeout); an
+//! h2 peer that stops answering PINGs (`limits.h2_keepalive_*`).
 //!
 //! On shutdown the loop stops accepting, every connection is told to finish (HTTP/1
 //! closes after the in-flight response, h2 sends GOAWAY) and the listener waits for
-//! them (every connection holds a slot: all slots back means all done) up to the
-//! grace period, then closes what is left.
+//! them (every connection holds a slot: all slots back means all done; a WebSocket
+//! tunnel keeps its connection's slot until it closes) up to the grace period, then
+//! closes what is left.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -38,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use super::Proxy;
-use super::activity::Activity;
+use super::activity::{Activity, Place};
 use super::client_io::{ClientIo, Stream};
 use super::headers::ClientConn;
 
@@ -78,6 +80,15 @@ pub struct Limits {
     /// (keep it well below `upstream.max_connections_per_backend`).
     #[serde(default = "default_h2_max_concurrent_streams")]
     pub h2_max_concurrent_streams: u32,
+    /// A request body is read up to this many bytes (or to its end) before the
+    /// request takes a member's slot, within `header_read_timeout` (slow bodies
+    /// then never hold a member: see [`super::upload`]).
+    #[serde(default = "default_body_buffer_bytes")]
+    pub body_buffer_bytes: usize,
+    /// Past that, a request body that makes no progress for this long ends the
+    /// request with 408 (nginx's `client_body_timeout`).
+    #[serde(default = "default_body_timeout", with = "humantime_serde")]
+    pub body_timeout: Duration,
     /// Open connections to the admin listener at most (it has the same head
     /// timeout and size limits as the client listeners).
     #[serde(default = "default_max_admin_conns")]
@@ -86,6 +97,14 @@ pub struct Limits {
 
 fn default_max_admin_conns() -> usize {
     256
+}
+
+fn default_body_buffer_bytes() -> usize {
+    16 * 1024
+}
+
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_idle_timeout() -> Duration {
@@ -121,6 +140,8 @@ impl Default for Limits {
             h2_keepalive_interval: default_h2_keepalive_interval(),
             h2_keepalive_timeout: default_h2_keepalive_timeout(),
             h2_max_concurrent_streams: default_h2_max_concurrent_streams(),
+            body_buffer_bytes: default_body_buffer_bytes(),
+            body_timeout: default_body_timeout(),
         }
     }
 }
@@ -221,8 +242,9 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         accepted.inc();
-        open.inc();
-        let activity = Activity::new();
+        // The slot and the gauge live in the connection's activity: past the end of
+        // this task when the connection became a tunnel.
+        let activity = Activity::new(Some(Place::new(slot, open.clone())));
         let member_of = Registered::new(&quiet, activity.clone());
         let evict = member_of.evict.clone();
         let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone());
@@ -230,8 +252,7 @@ pub async fn serve(
             let proxy = proxy.clone();
             service_fn(move |req| proxy.clone().serve(conn.clone(), req))
         };
-        let (open, tls, builder, limits) =
-            (open.clone(), tls.clone(), builder.clone(), limits.clone());
+        let (tls, builder, limits) = (tls.clone(), builder.clone(), limits.clone());
         let (stop, kill) = (stop.clone(), kill.clone());
         let metrics = proxy.metrics.tls.clone();
         tokio::spawn(async move {
@@ -248,11 +269,7 @@ pub async fn serve(
                     _ = evict.notified() => None,
                 } {
                     Some(s) => Stream::Tls(Box::new(s)),
-                    None => {
-                        open.dec();
-                        drop(slot);
-                        return;
-                    }
+                    None => return,
                 },
             };
             let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
@@ -279,6 +296,10 @@ pub async fn serve(
                             Err(_) => Ok(()),
                         };
                     }
+                    _ = activity.stalled(limits.send_timeout) => {
+                        tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
+                        break Ok(());
+                    }
                     _ = stopped(&mut kill) => break Ok(()),
                     _ = evict.notified() => break Ok(()),
                 }
@@ -287,8 +308,6 @@ pub async fn serve(
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }
             drop(member_of);
-            open.dec();
-            drop(slot);
         });
     }
     drop(listener);

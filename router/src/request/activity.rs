@@ -7,13 +7,46 @@
 //! connection that opens no stream), `limits.idle_timeout` since its last request
 //! otherwise (h1 or h2 keep-alive). That one rule bounds every quiet state of every
 //! connection.
+//!
+//! A busy h2 connection can be stuck too: a client that never opens its flow-control
+//! windows lets the router send response heads but no body bytes, and each of its
+//! streams holds a member's slot while the socket itself never blocks (so
+//! [`ClientIo`](super::client_io::ClientIo)'s write deadline never fires). Each h2
+//! response therefore says when it waits on the client (its head or a body frame
+//! was handed over and hyper has not come back for more); [`Activity::stalled`]
+//! resolves when some response has been waiting and none has moved for
+//! `limits.send_timeout`, and the connection is then closed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use prometheus::IntGauge;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
+
+/// A connection's place among its listener's `limits.max_connections`, and its count
+/// in `router_open_connections`. Its [`Activity`] holds it, so it lives as long as the
+/// connection or a tunnel the connection became (a WebSocket holds its place: a
+/// thousand tunnels are a thousand open connections and file descriptors).
+#[derive(Debug)]
+pub struct Place {
+    _slot: OwnedSemaphorePermit,
+    open: IntGauge,
+}
+
+impl Place {
+    pub fn new(slot: OwnedSemaphorePermit, open: IntGauge) -> Place {
+        open.inc();
+        Place { _slot: slot, open }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
 
 /// One client connection's requests in flight and when the last one ended.
 #[derive(Debug)]
@@ -25,24 +58,61 @@ pub struct Activity {
     last_ms: AtomicU64,
     origin: Instant,
     changed: Notify,
+    /// h2 responses waiting on the client to take more (see the module doc).
+    awaiting: AtomicUsize,
+    /// Milliseconds since `origin` when a response last moved on (or began to wait).
+    moved_ms: AtomicU64,
+    _place: Option<Place>,
 }
 
 impl Activity {
-    pub fn new() -> Arc<Activity> {
+    /// `place`: the connection's place on its listener (`None` in unit tests).
+    pub fn new(place: Option<Place>) -> Arc<Activity> {
         Arc::new(Activity {
+            _place: place,
             in_flight: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             last_ms: AtomicU64::new(0),
             origin: Instant::now(),
             changed: Notify::new(),
+            awaiting: AtomicUsize::new(0),
+            moved_ms: AtomicU64::new(0),
         })
     }
 
-    /// A request starts; it is active until the guard drops.
-    pub fn begin(self: &Arc<Self>) -> ActiveRequest {
+    /// A request starts; it is active until the guard drops. With `track`, its
+    /// response reports when it waits on the client (h2, see the module doc).
+    pub fn begin(self: &Arc<Self>, track: bool) -> ActiveRequest {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.started.store(true, Ordering::Relaxed);
-        ActiveRequest(self.clone())
+        ActiveRequest {
+            activity: self.clone(),
+            track,
+            waiting: false,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Resolves once some response has waited on the client and no response has
+    /// moved on for `limit` (see the module doc).
+    pub async fn stalled(&self, limit: Duration) {
+        loop {
+            let wait = if self.awaiting.load(Ordering::Acquire) == 0 {
+                limit
+            } else {
+                let moved =
+                    self.origin + Duration::from_millis(self.moved_ms.load(Ordering::Acquire));
+                let now = Instant::now();
+                if now >= moved + limit {
+                    return;
+                }
+                moved + limit - now
+            };
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// Since when the connection has had no request in flight (`None`: it has one).
@@ -82,13 +152,46 @@ impl Activity {
 
 /// A request in flight on its connection (see [`Activity`]).
 #[derive(Debug)]
-pub struct ActiveRequest(Arc<Activity>);
+pub struct ActiveRequest {
+    activity: Arc<Activity>,
+    /// Reports waits on the client (h2 only: on HTTP/1 a client that does not take
+    /// its response blocks the socket, which has its own deadline).
+    track: bool,
+    waiting: bool,
+}
+
+impl ActiveRequest {
+    /// The response handed something to the client side (its head, a body frame)
+    /// and waits for hyper to come back for more.
+    pub fn wait_on_client(&mut self) {
+        if self.track && !self.waiting {
+            self.waiting = true;
+            let a = &self.activity;
+            if a.awaiting.fetch_add(1, Ordering::AcqRel) == 0 {
+                // The first to wait: the deadline counts from now.
+                a.moved_ms.store(a.now_ms(), Ordering::Release);
+            }
+        }
+    }
+
+    /// hyper came back for more: what the response handed over is on its way.
+    pub fn client_took(&mut self) {
+        if self.waiting {
+            self.waiting = false;
+            let a = &self.activity;
+            a.moved_ms.store(a.now_ms(), Ordering::Release);
+            a.awaiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
-        let a = &self.0;
-        let ms = u64::try_from(a.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        a.last_ms.store(ms, Ordering::Release);
+        let a = &self.activity;
+        if self.waiting {
+            a.awaiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        a.last_ms.store(a.now_ms(), Ordering::Release);
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
         a.changed.notify_waiters();
     }
@@ -100,14 +203,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_request_and_never_while_one_is_in_flight() {
-        let a = Activity::new();
+        let a = Activity::new(None);
         let (first, idle) = (Duration::from_secs(2), Duration::from_secs(10));
         // A connection that never sends anything is cut `first` after its start.
         let started = Instant::now();
         a.idle(first, idle).await;
         assert_eq!(started.elapsed(), first);
 
-        let req = a.begin();
+        let req = a.begin(false);
         let waiter = tokio::spawn({
             let a = a.clone();
             async move {
@@ -120,5 +223,48 @@ mod tests {
         let ended = Instant::now();
         drop(req);
         assert_eq!(waiter.await.expect("join") - ended, idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_only_while_a_response_waits_on_the_client_and_nothing_moves() {
+        let a = Activity::new(None);
+        let limit = Duration::from_secs(5);
+        let mut long_poll = a.begin(true);
+        let mut stuck = a.begin(true);
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.stalled(limit).await;
+                Instant::now()
+            }
+        });
+        // Nothing waits on the client (the responses wait on their members).
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!waiter.is_finished(), "waiting on members is no stall");
+        // One response waits; the other keeps moving for a while.
+        stuck.wait_on_client();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            long_poll.wait_on_client();
+            long_poll.client_took();
+        }
+        assert!(!waiter.is_finished(), "the connection moves on");
+        let last_moved = Instant::now();
+        let stalled_at = waiter.await.expect("join");
+        assert!(
+            stalled_at - last_moved >= limit,
+            "{:?}",
+            stalled_at - last_moved
+        );
+        assert!(
+            stalled_at - last_moved <= limit * 2,
+            "{:?}",
+            stalled_at - last_moved
+        );
+        // Untracked requests (HTTP/1) never count.
+        let mut h1 = a.begin(false);
+        h1.wait_on_client();
+        drop((stuck, long_poll));
+        assert_eq!(a.awaiting.load(Ordering::Relaxed), 0);
     }
 }

@@ -75,6 +75,9 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
+        if let Some(active) = this.completion.as_mut().and_then(|c| c.active.as_mut()) {
+            active.client_took();
+        }
         let polled = match &mut this.inner {
             Inner::Upstream(lease) => lease.poll_frame(cx),
             Inner::Detached(body) => Pin::new(body).poll_frame(cx),
@@ -82,8 +85,13 @@ impl Body for ProxyBody {
         };
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(c), Some(data)) = (this.completion.as_mut(), frame.data_ref()) {
-                    c.bytes += data.len() as u64;
+                if let Some(c) = this.completion.as_mut() {
+                    if let Some(data) = frame.data_ref() {
+                        c.bytes += data.len() as u64;
+                    }
+                    if let Some(active) = c.active.as_mut() {
+                        active.wait_on_client();
+                    }
                 }
             }
             Poll::Ready(Some(Err(_))) => {

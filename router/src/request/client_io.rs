@@ -8,7 +8,6 @@
 //! The deadline is armed only when a write returns `Pending` and disarmed by the next
 //! write that makes progress, so the usual path costs one branch.
 
-use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,8 +15,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
+
+use crate::stall::StallTimer;
 
 /// Plain or TLS, one type for the connection driver.
 pub enum Stream {
@@ -27,19 +27,15 @@ pub enum Stream {
 
 pub struct ClientIo {
     stream: Stream,
-    send_timeout: Duration,
-    /// Armed while a write is pending; reused across stalls.
-    stall: Option<Pin<Box<Sleep>>>,
-    armed: bool,
+    /// Armed while a write is pending (`limits.send_timeout`).
+    stall: StallTimer,
 }
 
 impl ClientIo {
     pub fn new(stream: Stream, send_timeout: Duration) -> ClientIo {
         ClientIo {
             stream,
-            send_timeout,
-            stall: None,
-            armed: false,
+            stall: StallTimer::new(send_timeout),
         }
     }
 
@@ -47,29 +43,15 @@ impl ClientIo {
     /// fails once it has passed).
     fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match r {
-            Poll::Pending => {
-                let deadline = tokio::time::Instant::now() + self.send_timeout;
-                let sleep = match (&mut self.stall, self.armed) {
-                    (Some(s), true) => s,
-                    (Some(s), false) => {
-                        s.as_mut().reset(deadline);
-                        s
-                    }
-                    (None, _) => self
-                        .stall
-                        .insert(Box::pin(tokio::time::sleep_until(deadline))),
-                };
-                self.armed = true;
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "client stopped reading (limits.send_timeout)",
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
+            Poll::Pending => match self.stall.pending(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client stopped reading (limits.send_timeout)",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
             ready => {
-                self.armed = false;
+                self.stall.progressed();
                 ready
             }
         }

@@ -32,7 +32,10 @@ impl ProxyError {
         matches!(
             self,
             ProxyError::Upstream(
-                UpstreamError::Connect | UpstreamError::ConnectTimeout | UpstreamError::Busy
+                UpstreamError::Connect
+                    | UpstreamError::ConnectTimeout
+                    | UpstreamError::Busy
+                    | UpstreamError::SourceShare
             )
         )
     }
@@ -57,6 +60,10 @@ impl ProxyError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "application backend is at capacity\n",
                 ),
+                UpstreamError::SourceShare => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many requests from this address to this application backend\n",
+                ),
                 UpstreamError::LocalResources => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "router is out of resources, try again\n",
@@ -71,6 +78,9 @@ impl ProxyError {
                 | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
                 // Whose fault: the client's (its body broke off or was malformed).
                 UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
+                UpstreamError::ClientTimeout => {
+                    (StatusCode::REQUEST_TIMEOUT, "request body timed out\n")
+                }
             },
         };
         let mut resp = Response::new(ProxyBody::full(text));

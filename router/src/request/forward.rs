@@ -7,19 +7,22 @@
 //! by the route's own balancer ([`Route::pick_other`]): the same health, rotate and
 //! `fail_open` rules as the first pick. WebSocket upgrades follow the same rules.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::{Body, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
+use super::activity::Activity;
 use super::body::ProxyBody;
 use super::error::ProxyError;
 use super::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
 use super::route::normalize_host;
+use super::upload::read_ahead;
 use super::{Forwarded, Proxy};
-use crate::members::{InFlight, Member};
+use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
 use crate::upstream::{Lease, MemberTls, RequestBody, SendError, Upstream};
@@ -63,8 +66,10 @@ impl Proxy {
         let target: Target = route.pick().ok_or(ProxyError::NoMember)?.clone();
         // The name TLS members are asked for (SNI) and verified against.
         let sni: &str = &name;
+        // Whose share of a member's slots the request counts in.
+        let source = conn.ip;
 
-        // 5. forward (4, the slot and connection, once the request is ready)
+        // 6. forward (4 and 5, the body and the slot, once the request is ready)
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -83,16 +88,22 @@ impl Proxy {
         remove_hop_by_hop(&mut parts.headers, upgrade);
         set_forwarded(&mut parts.headers, &conn, &host);
 
-        // 4. slot and connection (an upgrade takes a fresh connection of its own),
+        // 4. body: read ahead before a member is involved (slow clients get 408
+        // without holding a member's slot).
+        let body = read_ahead(body, &self.upload)
+            .await
+            .map_err(|kind| self.fail(kind))?;
+
+        // 5. slot and connection (an upgrade takes a fresh connection of its own),
         // on another member if nothing was sent to this one.
         let fresh = client_upgrade.is_some();
         let (mut target, mut slot, mut up) = self
-            .checkout_or_other(&route, target, sni, &parts.method, fresh)
+            .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
             .await?;
 
         if let Some(client_upgrade) = client_upgrade {
             let member = target.member.clone();
-            let req = Request::from_parts(parts, RequestBody::Stream(body));
+            let req = Request::from_parts(parts, body);
             let response = match tokio::time::timeout(
                 self.response_timeout,
                 up.send_upgrade(&member.addr, req),
@@ -104,17 +115,22 @@ impl Proxy {
                 Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
             };
             member.health.record_success();
-            return Ok(self.upgraded(response, client_upgrade, slot, member.addr.clone()));
+            let tunnel = Tunnel {
+                slot,
+                member: member.addr.clone(),
+                _connection: conn.activity.clone(),
+            };
+            return Ok(self.upgraded(response, client_upgrade, tunnel));
         }
         // Only a request that can be sent again exactly may be replayed.
-        let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| {
+        let replay = (idempotent(&parts.method) && matches!(body, RequestBody::Empty)).then(|| {
             (
                 parts.method.clone(),
                 parts.uri.clone(),
                 parts.headers.clone(),
             )
         });
-        let first = Request::from_parts(parts, RequestBody::Stream(body));
+        let first = Request::from_parts(parts, body);
         let mut result = self.send(&mut up, &target.member.addr, first).await;
         if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
             && e.closed_before_response()
@@ -135,7 +151,7 @@ impl Proxy {
                         || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
                 {
                     let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                    let (s, u) = self.checkout(&other, sni, false).await?;
+                    let (s, u) = self.checkout(&other, sni, source, false).await?;
                     (target, slot) = (other, s);
                     u
                 }
@@ -159,7 +175,7 @@ impl Proxy {
         };
         member.health.record_success();
 
-        // 6. respond
+        // 7. respond
         let (mut parts, body) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, false);
         let body = ProxyBody::upstream(Lease::new(body, up, member.pool.clone()));
@@ -177,15 +193,16 @@ impl Proxy {
         route: &Route,
         target: Target,
         sni: &str,
+        source: IpAddr,
         method: &Method,
         fresh: bool,
     ) -> Result<(Target, InFlight, Upstream), ProxyError> {
-        match self.checkout(&target, sni, fresh).await {
+        match self.checkout(&target, sni, source, fresh).await {
             Ok((slot, up)) => Ok((target, slot, up)),
             Err(e) if e.nothing_sent() && idempotent(method) => {
                 let other = route.pick_other(&target.member).ok_or(e)?.clone();
                 self.metrics.retries.inc();
-                let (slot, up) = self.checkout(&other, sni, fresh).await?;
+                let (slot, up) = self.checkout(&other, sni, source, fresh).await?;
                 Ok((other, slot, up))
             }
             Err(e) => Err(e),
@@ -199,22 +216,24 @@ impl Proxy {
         &self,
         mut response: Response<Incoming>,
         client_upgrade: hyper::upgrade::OnUpgrade,
-        slot: InFlight,
-        addr: Arc<str>,
+        tunnel: Tunnel,
     ) -> Forwarded {
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers, false);
             return Forwarded {
                 response: Response::from_parts(parts, ProxyBody::detached(body)),
-                in_flight: Some(slot),
+                in_flight: Some(tunnel.slot),
                 member: None,
             };
         }
         let member_upgrade = hyper::upgrade::on(&mut response);
-        let member = addr.clone();
+        let member = tunnel.member.clone();
+        let addr = tunnel.member.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            // Held while the tunnel lives: the member's slot and the client
+            // connection's place on its listener.
+            let _tunnel = tunnel;
             match tokio::try_join!(client_upgrade, member_upgrade) {
                 Ok((c, m)) => {
                     let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
@@ -240,6 +259,7 @@ impl Proxy {
         &self,
         target: &Target,
         sni: &str,
+        source: IpAddr,
         fresh: bool,
     ) -> Result<(InFlight, Upstream), ProxyError> {
         let member = &target.member;
@@ -247,9 +267,14 @@ impl Proxy {
             self.metrics.queue_waits.inc();
         }
         let slot = member
-            .acquire(self.queue_timeout)
+            .acquire(self.queue_timeout, Some(source))
             .await
-            .ok_or_else(|| self.fail(UpstreamError::Busy))?;
+            .map_err(|full| {
+                self.fail(match full {
+                    Full::Member => UpstreamError::Busy,
+                    Full::Source => UpstreamError::SourceShare,
+                })
+            })?;
         let idle = (!fresh)
             .then(|| member.pool.take_idle())
             .flatten()
@@ -310,6 +335,15 @@ impl Proxy {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }
+}
+
+/// What an upgraded connection holds while its tunnel lives.
+struct Tunnel {
+    slot: InFlight,
+    member: Arc<str>,
+    /// The client connection's activity, which holds its place among the listener's
+    /// `limits.max_connections`.
+    _connection: Arc<Activity>,
 }
 
 /// RFC 9110 §9.2.2.

@@ -218,7 +218,7 @@ mod tests {
             "::ffff:10.1.2.3".parse().expect("ip"),
             8080,
             false,
-            Activity::new(),
+            Activity::new(None),
         );
         set_forwarded(
             &mut h,

@@ -5,10 +5,12 @@
 //!    trailing dot stripped; none or malformed → 400;
 //! 2. **route**: one load of the live table; unknown host → 404;
 //! 3. **pick**: a member (see [`crate::table::balance`]); none → 503;
-//! 4. **slot and connection**: a free in-flight slot on that member (waiting briefly;
+//! 4. **body**: a request body is read ahead up to `limits.body_buffer_bytes` before
+//!    a member is involved (see [`upload`]); too slow → 408, malformed → 400;
+//! 5. **slot and connection**: a free in-flight slot on that member (waiting briefly;
 //!    none → 503) and an idle or new connection. If that fails, nothing was sent: an
 //!    idempotent request tries once more on another member;
-//! 5. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
+//! 6. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
 //!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
 //!    (see [`crate::upstream`]);
 //!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
@@ -16,7 +18,7 @@
 //!    byte is sent once more (on a new connection, or on another member if that one
 //!    now refuses). Connection failures and resets count towards the member's
 //!    passive ejection (see [`crate::members::health`]);
-//! 6. **respond**: stream the member's response back (minus hop-by-hop headers); a
+//! 7. **respond**: stream the member's response back (minus hop-by-hop headers); a
 //!    `101 Switching Protocols` becomes a byte tunnel between the two upgraded
 //!    connections (WebSocket).
 //!
@@ -33,6 +35,7 @@ pub mod error;
 pub mod forward;
 pub mod headers;
 pub mod route;
+pub mod upload;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -46,6 +49,7 @@ use self::access_log::AccessRecord;
 use self::body::{Completion, ProxyBody};
 use self::headers::ClientConn;
 use self::route::{Redirect, host_of};
+use self::upload::UploadSettings;
 use crate::members::InFlight;
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
@@ -64,6 +68,7 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     pub response_timeout: Duration,
     pub queue_timeout: Duration,
+    pub upload: UploadSettings,
     pub access_log: bool,
 }
 
@@ -84,7 +89,7 @@ impl Proxy {
         req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
-        let active = conn.activity.begin();
+        let mut active = conn.activity.begin(req.version() == http::Version::HTTP_2);
         let host = host_of(&req);
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
@@ -118,6 +123,8 @@ impl Proxy {
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
         }
+        // The head is handed to hyper: on h2 it now waits on the client's window.
+        active.wait_on_client();
         let completion = Completion {
             start,
             status: response.status().as_u16(),

@@ -147,7 +147,7 @@ mod tests {
         // Member 0 has 5 requests in flight; member 1 none.
         let mut held = Vec::new();
         for _ in 0..5 {
-            held.push(ms[0].acquire(Duration::ZERO).await.expect("slot"));
+            held.push(ms[0].acquire(Duration::ZERO, None).await.expect("slot"));
         }
         let cursor = AtomicUsize::new(0);
         for _ in 0..100 {

@@ -8,50 +8,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::request_body::{BodyError, RequestBody};
 use crate::metrics::UpstreamError;
-
-/// The body of a request sent to a member: the client's body, streamed, or nothing
-/// (a retry is only ever made of a request without a body).
-pub enum RequestBody {
-    Stream(Incoming),
-    Empty,
-}
-
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            RequestBody::Stream(b) => Pin::new(b).poll_frame(cx),
-            RequestBody::Empty => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            RequestBody::Stream(b) => b.is_end_stream(),
-            RequestBody::Empty => true,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            RequestBody::Stream(b) => b.size_hint(),
-            RequestBody::Empty => SizeHint::with_exact(0),
-        }
-    }
-}
 
 /// The byte stream to a member: plain TCP or TLS over it.
 pub enum MemberIo {
@@ -185,7 +149,12 @@ impl SendError {
             SendError::Tls { .. } => UpstreamError::Tls,
             // hyper's "user" errors here come from the request body we stream: the
             // client's side failed, not the member.
-            SendError::Http { source, .. } if source.is_user() => UpstreamError::ClientBody,
+            SendError::Http { source, .. } if source.is_user() => {
+                match std::error::Error::source(source).and_then(|e| e.downcast_ref()) {
+                    Some(BodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                    _ => UpstreamError::ClientBody,
+                }
+            }
             SendError::Http { source, .. } if source.is_parse() => UpstreamError::Protocol,
             SendError::Http { .. } => UpstreamError::Reset,
         }

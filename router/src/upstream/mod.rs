@@ -33,8 +33,8 @@
 
 mod conn;
 mod pool;
+mod request_body;
 
-pub use conn::{
-    ConnectSettings, MemberIo, MemberTls, RequestBody, SendError, Upstream, local_shortage,
-};
+pub use conn::{ConnectSettings, MemberIo, MemberTls, SendError, Upstream, local_shortage};
 pub use pool::{Lease, Pool, PoolSettings};
+pub use request_body::{BodyError, ClientBody, RequestBody};

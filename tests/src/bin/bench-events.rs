@@ -39,6 +39,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
     let metrics = Metrics::new().expect("metrics");
     let registry = MemberRegistry::new(MemberRegistryConfig {
         max_in_flight: 100,
+        max_per_source: 100,
         pool: PoolSettings {
             max_idle: 4,
             idle_timeout: Duration::from_secs(8),

@@ -1,0 +1,72 @@
+//! A request body is read ahead before the request takes a member's slot.
+//!
+//! A member has at most `upstream.max_connections_per_backend` requests in flight.
+//! Were a request to take its slot as soon as its head arrives, clients that send
+//! their bodies slowly (R-U-Dead-Yet, `slowhttptest -B`) would fill every slot of an
+//! app while sending nothing, and the app would answer 503 to everyone. So, as
+//! haproxy's `option http-buffer-request` does, the router first reads the body up to
+//! `limits.body_buffer_bytes` (or to its end, which covers most bodies) within
+//! `limits.header_read_timeout`: a client that is too slow gets 408 and never touches
+//! a member. A longer body then streams on, and stalls longer than
+//! `limits.body_timeout` end it (see [`crate::upstream::ClientBody`]).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use http_body_util::BodyExt as _;
+use hyper::body::{Body as _, Incoming};
+use tokio::time::Instant;
+
+use crate::metrics::UpstreamError;
+use crate::upstream::{ClientBody, RequestBody};
+
+/// How a request body is read (from `limits`).
+#[derive(Clone, Copy, Debug)]
+pub struct UploadSettings {
+    /// Bytes read before the request goes to a member.
+    pub buffer: usize,
+    /// Time to read them (or the whole body, if shorter).
+    pub first: Duration,
+    /// Once streaming: the longest wait for the client's next bytes.
+    pub stall: Duration,
+}
+
+/// Reads the start of `body` (see the module doc). Errors are the client's: a
+/// malformed or aborted body ([`UpstreamError::ClientBody`], 400) or one too slow
+/// ([`UpstreamError::ClientTimeout`], 408).
+pub async fn read_ahead(
+    mut body: Incoming,
+    settings: &UploadSettings,
+) -> Result<RequestBody, UpstreamError> {
+    if body.is_end_stream() {
+        return Ok(RequestBody::Empty);
+    }
+    let deadline = Instant::now() + settings.first;
+    let mut read = VecDeque::new();
+    let mut bytes = 0usize;
+    let rest = loop {
+        if body.is_end_stream() {
+            break None;
+        }
+        if bytes >= settings.buffer {
+            break Some(body);
+        }
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(UpstreamError::ClientTimeout),
+            Ok(None) => break None,
+            Ok(Some(Err(e))) => {
+                tracing::debug!(error = %e, "client request body failed");
+                return Err(UpstreamError::ClientBody);
+            }
+            Ok(Some(Ok(frame))) => {
+                bytes = bytes.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+                read.push_back(frame);
+            }
+        }
+    };
+    Ok(RequestBody::Client(Box::new(ClientBody::new(
+        read,
+        rest,
+        settings.stall,
+    ))))
+}

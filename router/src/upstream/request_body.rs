@@ -1,0 +1,134 @@
+//! The body of a request on its way to a member: what was read from the client before
+//! the request took a member's slot, then the rest of the client's body as it comes,
+//! with a stall deadline.
+//!
+//! The deadline is why this type exists: a client that sends a body slowly (or stops)
+//! holds a member's request slot and its connection while the member waits for the
+//! rest. When the client's side has made no progress for `stall` while the member is
+//! ready for more, the body fails with [`BodyError::Stalled`]; the request then
+//! ends as the client's fault (408), never the member's. The deadline is armed only
+//! while the client's body is pending and the member side is asking for more, so a
+//! member that reads slowly never makes its client look slow.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::stall::StallTimer;
+
+/// Why a request body could not be sent on.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The client's body broke off or was malformed (a bad chunk size).
+    #[error("client request body: {0}")]
+    Client(#[from] hyper::Error),
+    /// The client sent nothing for `limits.body_timeout` while the member waited.
+    #[error("client request body stalled for {0:?}")]
+    Stalled(Duration),
+}
+
+/// The body of a request sent to a member: nothing (a retry is only ever made of a
+/// request without a body), or the client's body (see the module doc).
+pub enum RequestBody {
+    Empty,
+    Client(Box<ClientBody>),
+}
+
+/// A client's body: frames read ahead, then the rest with a stall deadline.
+pub struct ClientBody {
+    read: VecDeque<Frame<Bytes>>,
+    /// `None` once the client's body has ended (all of it may be in `read`).
+    rest: Option<Incoming>,
+    /// Armed while the client's body is pending (`limits.body_timeout`).
+    stall: StallTimer,
+}
+
+impl ClientBody {
+    /// `read`: frames already read from `rest`'s start; `rest`: what is left
+    /// (`None`: nothing is).
+    pub fn new(read: VecDeque<Frame<Bytes>>, rest: Option<Incoming>, stall: Duration) -> Self {
+        ClientBody {
+            read,
+            rest,
+            stall: StallTimer::new(stall),
+        }
+    }
+
+    /// Pending on the client: arm the deadline (or fail once it has passed).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.stall.pending(cx) {
+            Poll::Ready(()) => {
+                self.rest = None;
+                Poll::Ready(Some(Err(BodyError::Stalled(self.stall.limit()))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let body = match self.get_mut() {
+            RequestBody::Empty => return Poll::Ready(None),
+            RequestBody::Client(b) => &mut **b,
+        };
+        if let Some(frame) = body.read.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        let Some(rest) = body.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(rest).poll_frame(cx) {
+            Poll::Pending => body.stalled(cx),
+            Poll::Ready(r) => {
+                body.stall.progressed();
+                if r.is_none() {
+                    body.rest = None;
+                }
+                Poll::Ready(r.map(|f| f.map_err(BodyError::Client)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::Client(b) => {
+                b.read.is_empty() && b.rest.as_ref().is_none_or(Incoming::is_end_stream)
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Empty => SizeHint::with_exact(0),
+            RequestBody::Client(b) => {
+                let read: u64 = b
+                    .read
+                    .iter()
+                    .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+                    .sum();
+                let rest = b
+                    .rest
+                    .as_ref()
+                    .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint);
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(read));
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper.saturating_add(read));
+                }
+                hint
+            }
+        }
+    }
+}
