@@ -145,12 +145,16 @@ impl Router {
         if let Some(l) = &default_cert {
             metrics.tls.set_expiry("default", l.not_after);
         }
-        let certs = Arc::new(Mutex::new(CertIndex::new(
-            default_cert.map(|l| l.key),
-            provider.clone(),
-            metrics.tls.clone(),
-            config.tls.replace_grace,
-        )));
+        // The saved state is the first update: its certificates load lazily.
+        let certs = Arc::new(Mutex::new(
+            CertIndex::new(
+                default_cert.map(|l| l.key),
+                provider.clone(),
+                metrics.tls.clone(),
+                config.tls.replace_grace,
+            )
+            .restoring(),
+        ));
         let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
         let ticketer = match &config.tls.session_ticket_key_file {
             Some(path) if config.tls.resumption => Some(Arc::new(SharedTicketer::open(

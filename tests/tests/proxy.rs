@@ -401,7 +401,8 @@ async fn flaky_member() -> (
 #[tokio::test]
 async fn idempotent_request_is_retried_once_when_reused_connection_closed() {
     let (addr, seen) = flaky_member().await;
-    let r = TestRouter::start("").await;
+    // No health checks: the member counts connections, and a check is one.
+    let r = TestRouter::start("health:\n  checks: false\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
     r.wait_member(addr).await;
     // First request: a new connection, kept alive in the pool.
@@ -419,7 +420,8 @@ async fn idempotent_request_is_retried_once_when_reused_connection_closed() {
 #[tokio::test]
 async fn non_idempotent_request_is_never_replayed() {
     let (addr, seen) = flaky_member().await;
-    let r = TestRouter::start("").await;
+    // No health checks: the member counts connections, and a check is one.
+    let r = TestRouter::start("health:\n  checks: false\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", addr));
     r.wait_member(addr).await;
     assert_eq!(r.get(HA, "/").await.0, 200);

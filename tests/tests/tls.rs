@@ -666,3 +666,84 @@ async fn a_name_without_a_certificate_is_counted_as_no_certificate() {
         "counted once, under its reason"
     );
 }
+
+/// After a restart the alias certificates come from the saved state, unparsed: each
+/// is loaded on the first handshake that names its alias (the client gets the
+/// alias's own certificate), its expiry gauge is filled in the background, and one
+/// whose key never loaded (refused on arrival, kept in the state as the broker sent
+/// it) gets the default certificate and is counted when first asked for.
+#[tokio::test]
+async fn restored_alias_certificates_load_on_their_first_handshake() {
+    const BAD: &str = "bad.shop.test";
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, backend) = router_with_alias(&pki, &alias_leaf, "").await;
+    // Another alias whose key is not its certificate's: refused on arrival.
+    let other = pki.ca.leaf(&[BAD]);
+    r.drop_event("10.yaml", &events::add_alias("myapp", "demo", BAD));
+    r.drop_event(
+        "11.yaml",
+        &events::add_ssl(
+            "myapp",
+            "demo",
+            BAD,
+            &other.cert_pem,
+            &alias_leaf.key_pem,
+            None,
+        ),
+    );
+    r.wait_spool_empty().await;
+    r.wait_route(BAD).await;
+    assert_eq!(
+        r.metric("router_tls_certificate_errors_total{reason=\"key_mismatch\"}")
+            .await,
+        Some(1.0)
+    );
+    let root = r.root.clone();
+    r.stop().await;
+
+    let r = TestRouter::start_https(root, &pki.tls_section("")).await;
+    r.wait_route(ALIAS).await;
+    let expiry = format!("router_tls_certificate_expiry_timestamp_seconds{{alias=\"{ALIAS}\"}}");
+    e2e::eventually(
+        "the restored certificate's expiry gauge",
+        Duration::from_secs(5),
+        async || r.metric(&expiry).await.is_some_and(|v| v > 0.0),
+    )
+    .await;
+    assert_eq!(
+        r.metric("router_tls_certificate_errors_total{reason=\"key_mismatch\"}")
+            .await
+            .unwrap_or(0.0),
+        0.0,
+        "nothing parsed yet"
+    );
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    let s = connect(https(&r), ALIAS, &config)
+        .await
+        .expect("alias handshake");
+    assert_eq!(
+        peer_leaf(&s),
+        der_of(&alias_leaf.cert_pem),
+        "the alias's own"
+    );
+    let mut s = http1(s).await;
+    assert_eq!(get(&mut s, ALIAS, "/").await.0, 200);
+    // The bad one: the default certificate, and the refusal counted now.
+    let addr = https(&r).to_string();
+    let (_, out) = run(
+        "openssl",
+        &["s_client", "-connect", &addr, "-servername", BAD],
+    )
+    .await;
+    assert!(
+        out.contains("CN = *.example.com") || out.contains("CN=*.example.com"),
+        "{out}"
+    );
+    assert_eq!(
+        r.metric("router_tls_certificate_errors_total{reason=\"key_mismatch\"}")
+            .await,
+        Some(1.0)
+    );
+    drop(backend);
+}

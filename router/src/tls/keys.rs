@@ -72,6 +72,26 @@ pub struct Loaded {
     pub not_after: i64,
 }
 
+/// The leaf's notAfter (seconds since the epoch), without loading anything else.
+pub fn not_after(cert_pem: &str) -> Result<i64, CertError> {
+    let leaf = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .next()
+        .ok_or(CertError::NoCertificate)?
+        .map_err(|e| CertError::BadCertificate(e.to_string()))?;
+    leaf_not_after(&leaf)
+}
+
+fn leaf_not_after(leaf: &[u8]) -> Result<i64, CertError> {
+    let parsed = x509_cert::Certificate::from_der(leaf)
+        .map_err(|e| CertError::BadCertificate(e.to_string()))?;
+    Ok(parsed
+        .tbs_certificate
+        .validity
+        .not_after
+        .to_unix_duration()
+        .as_secs() as i64)
+}
+
 /// Loads `cert_pem` (leaf first, then the chain) and `key_pem`.
 pub fn load(
     cert_pem: &str,
@@ -83,14 +103,7 @@ pub fn load(
         .collect::<Result<_, _>>()
         .map_err(|e| CertError::BadCertificate(e.to_string()))?;
     let leaf = chain.first().ok_or(CertError::NoCertificate)?;
-    let parsed = x509_cert::Certificate::from_der(leaf)
-        .map_err(|e| CertError::BadCertificate(e.to_string()))?;
-    let not_after = parsed
-        .tbs_certificate
-        .validity
-        .not_after
-        .to_unix_duration()
-        .as_secs() as i64;
+    let not_after = leaf_not_after(leaf)?;
     let der = private_key(key_pem, pass_phrase)?;
     let signing = provider
         .key_provider

@@ -1,7 +1,9 @@
-//! `bench-certs STATE_DIR N BACKEND_ADDR`: writes a routing-state snapshot with N apps,
-//! each with one member at BACKEND_ADDR, an alias `aliasI.bench.test` and its own
-//! certificate (ECDSA P-256, self-signed, made with rcgen), for the TLS benchmark's
-//! "handshakes with 100k alias certificates loaded" (bench/tls.py).
+//! `bench-certs STATE_DIR N BACKEND_ADDR [--no-certs]`: writes a routing-state
+//! snapshot with N apps, each with one member at BACKEND_ADDR, an alias
+//! `aliasI.bench.test` and its own certificate (ECDSA P-256, self-signed, made with
+//! rcgen), for the TLS benchmark's "handshakes with 100k alias certificates loaded"
+//! (bench/tls.py). `--no-certs`: the same apps and aliases without certificates, to
+//! tell what the certificates themselves cost.
 
 use std::net::SocketAddr;
 
@@ -10,9 +12,13 @@ use spi_consumer::{RoutingState, Store};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, dir, n, backend] = args.as_slice() else {
-        eprintln!("usage: bench-certs STATE_DIR N BACKEND_ADDR");
-        std::process::exit(64);
+    let (dir, n, backend, certs) = match args.as_slice() {
+        [_, dir, n, backend] => (dir, n, backend, true),
+        [_, dir, n, backend, flag] if flag == "--no-certs" => (dir, n, backend, false),
+        _ => {
+            eprintln!("usage: bench-certs STATE_DIR N BACKEND_ADDR [--no-certs]");
+            std::process::exit(64);
+        }
     };
     let n: usize = n.parse().expect("N");
     let backend: SocketAddr = backend.parse().expect("BACKEND_ADDR");
@@ -20,13 +26,16 @@ fn main() {
     for i in 0..n {
         let app = format!("app{i}");
         let alias = format!("alias{i}.bench.test");
+        events::apply(&mut state, &events::add_lb(&app, "bench", backend));
+        events::apply(&mut state, &events::add_alias(&app, "bench", &alias));
+        if !certs {
+            continue;
+        }
         let key = rcgen::KeyPair::generate().expect("key");
         let cert = rcgen::CertificateParams::new(vec![alias.clone()])
             .expect("params")
             .self_signed(&key)
             .expect("cert");
-        events::apply(&mut state, &events::add_lb(&app, "bench", backend));
-        events::apply(&mut state, &events::add_alias(&app, "bench", &alias));
         events::apply(
             &mut state,
             &events::add_ssl(
