@@ -82,7 +82,7 @@ backend be
          "  resumption: false\n", "spool-full"),
     ):
         os.makedirs(f"{d}/{spool}", exist_ok=True)
-        shutil.copy(f"{d}/spool/01-bench.yaml", f"{d}/{spool}/01-bench.yaml")
+        H.write(f"{d}/{spool}/01-bench.yaml", H.ROUTE_EVENT)
         H.write(f"{d}/{name}.yaml", f"""
 cloud_domain: example.com
 state_dir: {d}/state-{name}
@@ -150,7 +150,7 @@ def wait_https(port, sni_host=None, limit=60):
     sys.exit(f"https port {port} never answered 200 for {host}")
 
 
-def certs_phase(d, router_bin, counts, handshakes, rounds):
+def certs_phase(d, router_bin, counts, handshakes, rounds, no_certs=False):
     """Router only: full-handshake cost with SNI = an alias that has its own
     certificate, with 1 vs N alias certificates loaded (resumption off)."""
     results = {}
@@ -158,7 +158,8 @@ def certs_phase(d, router_bin, counts, handshakes, rounds):
         state = f"{d}/certs-{n}"
         t = time.time()
         subprocess.run([os.path.join(ROOT, "target/release/bench-certs"), state, str(n),
-                        f"127.0.0.1:{P['backend']}"], check=True, stderr=subprocess.DEVNULL)
+                        f"127.0.0.1:{P['backend']}"] + (["--no-certs"] if no_certs else []),
+                       check=True, stderr=subprocess.DEVNULL)
         gen = time.time() - t
         H.write(f"{d}/certs-{n}.yaml", f"""
 cloud_domain: example.com
@@ -198,7 +199,11 @@ access_log:
                 runs.append(r)
                 print(f"certs={n:>6} full handshakes {r['rate']:>7.0f}/s  router cpu {r['us_per_hs']:6.1f} us/hs  "
                       f"failed {r['failed']}", flush=True)
-            results[n] = {"runs": runs, "generate_s": gen, "ready_s": ready, "rss_kb": rss}
+            # Again after the rounds (seconds later): background work such as the
+            # restored certificates' expiry gauges has finished by then.
+            rss_after = int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{proc.pid}/status").read()).group(1))
+            results[n] = {"runs": runs, "generate_s": gen, "ready_s": ready, "rss_kb": rss,
+                          "rss_after_kb": rss_after}
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -216,9 +221,13 @@ def main():
     ap.add_argument("--certs", type=int, default=100000)
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; clients and backend on CPU 0")
     ap.add_argument("--only-certs", action="store_true", help="run the 1 vs --certs phase only")
+    ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"),
+                    help="the router binary (e.g. an older build to compare)")
+    ap.add_argument("--no-certs", action="store_true",
+                    help="certificate phase: the same apps and aliases without certificates")
     args = ap.parse_args()
 
-    router_bin = os.path.join(ROOT, "target/release/router")
+    router_bin = args.router
     d = H.workdir("router-tls-bench-")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                     "-keyout", f"{d}/tls.key", "-out", f"{d}/tls.crt", "-days", "2", "-subj", "/CN=router.test",
@@ -297,7 +306,7 @@ def main():
         procs["backend"] = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
                                             stderr=subprocess.DEVNULL)
         H.wait_port(P["backend"])
-        certs = certs_phase(d, router_bin, [1, args.certs], args.handshakes, args.rounds)
+        certs = certs_phase(d, router_bin, [1, args.certs], args.handshakes, args.rounds, args.no_certs)
     finally:
         for p in procs.values():
             p.send_signal(signal.SIGTERM)
@@ -331,13 +340,13 @@ def main():
                   f"per keep-alive request {summary['router']['keepalive_us'] / summary[p]['keepalive_us']:.2f}x")
     print()
     print("| alias certificates loaded | full handshakes/s (SNI = an alias) | router CPU µs per handshake | "
-          "start to first HTTPS 200 | RSS |")
-    print("|---|---|---|---|---|")
+          "start to first HTTPS 200 | RSS then | RSS after the rounds |")
+    print("|---|---|---|---|---|---|")
     for n, c in certs.items():
         rates = [x["rate"] for x in c["runs"]]
         us = [x["us_per_hs"] for x in c["runs"]]
         print(f"| {n} | {med(rates):.0f} [{min(rates):.0f}–{max(rates):.0f}] | {med(us):.1f} | {c['ready_s']:.1f} s | "
-              f"{c['rss_kb'] / 1024:.0f} MiB |")
+              f"{c['rss_kb'] / 1024:.0f} MiB | {c['rss_after_kb'] / 1024:.0f} MiB |")
     if len(certs) == 2:
         a, b = (certs[n] for n in certs)
         print(f"\nrate with {args.certs} certificates / rate with 1: "

@@ -167,6 +167,9 @@ impl Router {
             .with_certs(certs.clone());
         // The saved state is served before any source answers.
         let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
+        // Reading a large saved state leaves much freed heap behind (the file, the
+        // parse): give it back before serving.
+        tokio::task::spawn_blocking(crate::memory::trim);
         let dead_letters = || {
             let dir = config.state_dir.join("dead-letters");
             DeadLetters::open(&dir).map_err(|source| StartError::DeadLetters { path: dir, source })

@@ -102,8 +102,9 @@ impl ResolvesServerCert for SniResolver {
 /// handshake that asks for it.
 pub struct CertSlot {
     key: OnceLock<Option<Arc<CertifiedKey>>>,
-    /// The PEM of a restored certificate until it is loaded.
-    pem: Mutex<Option<CertBundle>>,
+    /// The PEM of a restored certificate until it is loaded (shared with the
+    /// routing state, not copied).
+    pem: Mutex<Option<Arc<CertBundle>>>,
 }
 
 impl std::fmt::Debug for CertSlot {
@@ -122,14 +123,14 @@ impl CertSlot {
         }
     }
 
-    fn deferred(bundle: CertBundle) -> CertSlot {
+    fn deferred(bundle: Arc<CertBundle>) -> CertSlot {
         CertSlot {
             key: OnceLock::new(),
             pem: Mutex::new(Some(bundle)),
         }
     }
 
-    fn pem(&self) -> std::sync::MutexGuard<'_, Option<CertBundle>> {
+    fn pem(&self) -> std::sync::MutexGuard<'_, Option<Arc<CertBundle>>> {
         self.pem.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -263,7 +264,7 @@ impl CertIndex {
         let restoring = std::mem::take(&mut self.restoring);
         for key in changed {
             let app = state.app(key);
-            let want: Vec<(&String, &CertBundle)> = app
+            let want: Vec<(&String, &Arc<CertBundle>)> = app
                 .map(|a| {
                     a.certificates
                         .iter()
@@ -324,7 +325,7 @@ impl CertIndex {
     }
 
     /// Registers a restored certificate without loading it.
-    fn defer(&mut self, app: &AppKey, alias: &str, bundle: &CertBundle) {
+    fn defer(&mut self, app: &AppKey, alias: &str, bundle: &Arc<CertBundle>) {
         let fingerprint = fingerprint(bundle);
         self.current.by_name.insert(
             Arc::from(alias),
