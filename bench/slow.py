@@ -12,7 +12,8 @@ Prints per run the probe's success rate, its slowest answer and what failed.
   -X  slow read: GET /big (1 MiB) with a receive window of 1-512 bytes, read 5 B/s
 
 usage: bench/slow.py [--seconds 60] [--conns 1000] [--modes H,B,X]
-                     [--proxies router,haproxy] [--router BIN] [--verbose]
+                     [--proxies router,haproxy] [--router BIN] [--max-connections N]
+                     [--verbose]
 
 Needs: slowhttptest, nginx, haproxy (bench/run.sh installs the last two) and
 target/release/router. Every process started here is stopped by PID at the end."""
@@ -70,7 +71,7 @@ http {{
 
 HAPROXY = """
 global
-    maxconn 9000
+    maxconn {maxconn}
     nbthread 2
 defaults
     mode http
@@ -103,9 +104,9 @@ ROUTE_EVENT = f"""---
 """
 
 
-def start_proxy(d, name, binary):
+def start_proxy(d, name, binary, max_conns):
     if name == "haproxy":
-        write(f"{d}/haproxy.cfg", HAPROXY.format(**PORTS))
+        write(f"{d}/haproxy.cfg", HAPROXY.format(maxconn=max_conns, **PORTS))
         return subprocess.Popen(["haproxy", "-f", f"{d}/haproxy.cfg"], stderr=subprocess.DEVNULL), PORTS["haproxy"]
     os.makedirs(f"{d}/spool", exist_ok=True)
     write(f"{d}/spool/01-bench.yaml", ROUTE_EVENT)
@@ -123,6 +124,8 @@ spi:
     path: {d}/spool
 access_log:
   enabled: false
+limits:
+  max_connections: {max_conns}
 """)
     return subprocess.Popen([binary, "--config", f"{d}/router.yaml"], stderr=subprocess.DEVNULL), PORTS["router"]
 
@@ -175,8 +178,8 @@ ATTACKS = {
 }
 
 
-def run(d, proxy, mode, seconds, conns, binary, verbose=False):
-    p, port = start_proxy(d, proxy, binary)
+def run(d, proxy, mode, seconds, conns, binary, max_conns, verbose=False):
+    p, port = start_proxy(d, proxy, binary, max_conns)
     probe = None
     attack = None
     rounds = 0
@@ -224,6 +227,9 @@ def main():
     ap.add_argument("--modes", default="H,B,X")
     ap.add_argument("--proxies", default="router,haproxy")
     ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"), help="router binary")
+    ap.add_argument("--max-connections", type=int, default=9000,
+                    help="client connections the proxy accepts (router limits.max_connections, "
+                         "haproxy global maxconn); below --conns the attack fills it")
     ap.add_argument("--verbose", action="store_true", help="show slowhttptest's own report")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
@@ -240,7 +246,7 @@ def main():
         time.sleep(0.5)
         for mode in args.modes.split(","):
             for proxy in args.proxies.split(","):
-                r = run(d, proxy, mode, args.seconds, args.conns, args.router, args.verbose)
+                r = run(d, proxy, mode, args.seconds, args.conns, args.router, args.max_connections, args.verbose)
                 rows.append(r)
                 print(f"-{mode} {proxy:8} probes {r['probes']:4} ok {r['rate'] * 100:6.2f} % "
                       f"slowest {r['slowest_s']:.2f} s fails {r['fails']} (slowhttptest started {r['rounds']}x)", flush=True)

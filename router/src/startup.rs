@@ -315,6 +315,7 @@ impl Router {
                 first: config.limits.header_read_timeout,
                 stall: config.limits.body_timeout,
             },
+            tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
             access_log: config.access_log.enabled,
         });
         let admin_api = Arc::new(Admin {

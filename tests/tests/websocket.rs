@@ -173,3 +173,61 @@ async fn websocket_tunnels_count_against_max_connections() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(second);
 }
+
+/// A tunnel with no byte either way for `limits.tunnel_idle_timeout` is closed and
+/// its member slot freed; a tunnel in use stays open past that.
+#[tokio::test]
+async fn idle_tunnels_close_at_the_tunnel_idle_timeout() {
+    use std::time::{Duration, Instant};
+    let b = Backend::start().await;
+    let r = TestRouter::start("limits:\n  tunnel_idle_timeout: 1s\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+    let open = async || {
+        let tcp = tokio::net::TcpStream::connect(r.http)
+            .await
+            .expect("connect");
+        let req = "ws://ha-myapp-demo.example.com/chat"
+            .into_client_request()
+            .expect("request");
+        tokio_tungstenite::client_async(req, tcp)
+            .await
+            .expect("handshake")
+            .0
+    };
+    let mut busy = open().await;
+    let mut idle = open().await;
+    let opened = Instant::now();
+    // The busy one talks every 300 ms for 2.5 s: well past the idle timeout.
+    while opened.elapsed() < Duration::from_millis(2500) {
+        busy.send(Message::text("hi")).await.expect("send");
+        assert_eq!(
+            busy.next().await.expect("open").expect("frame"),
+            Message::text("hi")
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The idle one has been closed by the router by now.
+    let end = tokio::time::timeout(Duration::from_secs(5), idle.next())
+        .await
+        .expect("the idle tunnel ended");
+    assert!(
+        !matches!(end, Some(Ok(Message::Text(_)))),
+        "no message on an idle tunnel: {end:?}"
+    );
+    e2e::eventually(
+        "one slot left, the busy tunnel's",
+        Duration::from_secs(5),
+        async || {
+            r.backend_state(b.addr)
+                .await
+                .is_some_and(|s| s["in_flight"] == 1)
+        },
+    )
+    .await;
+    busy.send(Message::text("still")).await.expect("send");
+    assert_eq!(
+        busy.next().await.expect("open").expect("frame"),
+        Message::text("still")
+    );
+}

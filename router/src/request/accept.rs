@@ -89,6 +89,10 @@ pub struct Limits {
     /// request with 408 (nginx's `client_body_timeout`).
     #[serde(default = "default_body_timeout", with = "humantime_serde")]
     pub body_timeout: Duration,
+    /// An upgraded connection (WebSocket) with no byte either way for this long is
+    /// closed (haproxy's `timeout tunnel`).
+    #[serde(default = "default_tunnel_idle_timeout", with = "humantime_serde")]
+    pub tunnel_idle_timeout: Duration,
     /// Open connections to the admin listener at most (it has the same head
     /// timeout and size limits as the client listeners).
     #[serde(default = "default_max_admin_conns")]
@@ -97,6 +101,10 @@ pub struct Limits {
 
 fn default_max_admin_conns() -> usize {
     256
+}
+
+fn default_tunnel_idle_timeout() -> Duration {
+    Duration::from_secs(3600)
 }
 
 fn default_body_buffer_bytes() -> usize {
@@ -142,6 +150,7 @@ impl Default for Limits {
             h2_max_concurrent_streams: default_h2_max_concurrent_streams(),
             body_buffer_bytes: default_body_buffer_bytes(),
             body_timeout: default_body_timeout(),
+            tunnel_idle_timeout: default_tunnel_idle_timeout(),
         }
     }
 }

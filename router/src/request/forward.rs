@@ -13,13 +13,12 @@ use std::sync::Arc;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
-use super::activity::Activity;
 use super::body::ProxyBody;
 use super::error::ProxyError;
 use super::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
 use super::route::normalize_host;
+use super::tunnel::Tunnel;
 use super::upload::read_ahead;
 use super::{Forwarded, Proxy};
 use crate::members::{Full, InFlight, Member};
@@ -118,7 +117,8 @@ impl Proxy {
             let tunnel = Tunnel {
                 slot,
                 member: member.addr.clone(),
-                _connection: conn.activity.clone(),
+                connection: conn.activity.clone(),
+                idle_timeout: self.tunnel_idle_timeout,
             };
             return Ok(self.upgraded(response, client_upgrade, tunnel));
         }
@@ -229,21 +229,7 @@ impl Proxy {
         }
         let member_upgrade = hyper::upgrade::on(&mut response);
         let member = tunnel.member.clone();
-        let addr = tunnel.member.clone();
-        tokio::spawn(async move {
-            // Held while the tunnel lives: the member's slot and the client
-            // connection's place on its listener.
-            let _tunnel = tunnel;
-            match tokio::try_join!(client_upgrade, member_upgrade) {
-                Ok((c, m)) => {
-                    let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut m).await {
-                        tracing::debug!(member = %addr, error = %e, "upgraded tunnel ended");
-                    }
-                }
-                Err(e) => tracing::debug!(member = %addr, error = %e, "upgrade failed"),
-            }
-        });
+        tokio::spawn(tunnel.run(client_upgrade, member_upgrade));
         let (mut parts, _) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, true);
         Forwarded {
@@ -335,15 +321,6 @@ impl Proxy {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }
-}
-
-/// What an upgraded connection holds while its tunnel lives.
-struct Tunnel {
-    slot: InFlight,
-    member: Arc<str>,
-    /// The client connection's activity, which holds its place among the listener's
-    /// `limits.max_connections`.
-    _connection: Arc<Activity>,
 }
 
 /// RFC 9110 §9.2.2.

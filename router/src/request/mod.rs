@@ -35,6 +35,7 @@ pub mod error;
 pub mod forward;
 pub mod headers;
 pub mod route;
+pub mod tunnel;
 pub mod upload;
 
 use std::convert::Infallible;
@@ -69,6 +70,8 @@ pub struct Proxy {
     pub response_timeout: Duration,
     pub queue_timeout: Duration,
     pub upload: UploadSettings,
+    /// An upgraded tunnel with no byte either way for this long is closed.
+    pub tunnel_idle_timeout: Duration,
     pub access_log: bool,
 }
 
