@@ -316,6 +316,7 @@ impl Router {
                 stall: config.limits.body_timeout,
             },
             tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
+            forwarded: config.forwarded.clone(),
             access_log: config.access_log.enabled,
         });
         let admin_api = Arc::new(Admin {

@@ -629,3 +629,52 @@ async fn bodiless_responses_return_their_connection() {
         Some(opened)
     );
 }
+
+/// One request from `source` (a loopback address) through the router; what the
+/// member saw.
+async fn echo_from(source: &str, r: &TestRouter, extra_headers: &str) -> Echo {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{source}:0").parse().expect("addr"))
+        .expect("bind");
+    let mut s = socket.connect(r.http).await.expect("connect");
+    let req = format!("GET / HTTP/1.1\r\nHost: {HA}\r\n{extra_headers}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    let text = String::from_utf8_lossy(&out);
+    let body = &text[text.find("\r\n\r\n").expect("head end") + 4..];
+    Echo::parse(body.as_bytes())
+}
+
+/// `forwarded.header` adds RFC 7239 `Forwarded`; what a client sent in `Forwarded`
+/// and `X-Forwarded-For` is appended to only from `forwarded.trusted` addresses and
+/// replaced from any other, so a client cannot forge the chain.
+#[tokio::test]
+async fn forwarded_header_and_the_trust_rule() {
+    let b = Backend::start().await;
+    let r = TestRouter::start(
+        "forwarded:\n  header: true\n  by: _router1\n  trusted: [127.0.0.2/32]\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    let forged = "Forwarded: for=198.51.100.7\r\nX-Forwarded-For: 198.51.100.7\r\n";
+    let trusted = echo_from("127.0.0.2", &r, forged).await;
+    assert_eq!(
+        trusted.all("forwarded"),
+        [format!(
+            "for=198.51.100.7, for=127.0.0.2;proto=http;by=_router1;host=\"{HA}\""
+        )]
+    );
+    assert_eq!(trusted.all("x-forwarded-for"), ["198.51.100.7, 127.0.0.2"]);
+    let other = echo_from("127.0.0.1", &r, forged).await;
+    assert_eq!(
+        other.all("forwarded"),
+        [format!(
+            "for=127.0.0.1;proto=http;by=_router1;host=\"{HA}\""
+        )]
+    );
+    assert_eq!(other.all("x-forwarded-for"), ["127.0.0.1"]);
+}

@@ -16,6 +16,7 @@ use crate::members::probe::{Check, StatusMatch};
 use crate::table::balance::Balance;
 
 pub use crate::request::accept::Limits;
+pub use crate::request::headers::ForwardedSettings;
 /// `spi.amqp`: the AMQP source's own settings type.
 pub use spi_consumer::source::amqp::AmqpConfig;
 
@@ -55,6 +56,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     #[serde(default)]
     pub access_log: AccessLog,
+    /// RFC 7239 `Forwarded` and the trust rule for the client's forwarding headers.
+    #[serde(default)]
+    pub forwarded: ForwardedSettings,
     /// Worker threads of the runtime; 0 = one per CPU.
     #[serde(default)]
     pub worker_threads: usize,
@@ -618,6 +622,13 @@ impl Config {
         }
         if self.limits.max_header_bytes < 8192 {
             return Err(("limits.max_header_bytes", "must be at least 8192".into()));
+        }
+        if !self.forwarded.by_is_valid() {
+            return Err((
+                "forwarded.by",
+                "empty, `ip`, or an obfuscated name: `_` then letters, digits, `.`, `_`, `-`"
+                    .into(),
+            ));
         }
         if self.limits.max_connections == 0 {
             return Err(("limits.max_connections", "must be at least 1".into()));

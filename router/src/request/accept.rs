@@ -256,7 +256,12 @@ pub async fn serve(
         let activity = Activity::new(Some(Place::new(slot, open.clone())));
         let member_of = Registered::new(&quiet, activity.clone());
         let evict = member_of.evict.clone();
-        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone());
+        // getsockname only when `Forwarded` names the address (`by: ip`).
+        let local = (proxy.forwarded.header && proxy.forwarded.by == "ip")
+            .then(|| stream.local_addr().ok())
+            .flatten();
+        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
+            .with_forwarded(&proxy.forwarded, local);
         let service = {
             let proxy = proxy.clone();
             service_fn(move |req| proxy.clone().serve(conn.clone(), req))

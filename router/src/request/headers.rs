@@ -1,10 +1,17 @@
-//! Header rewriting between client and member: hop-by-hop removal (RFC 9110 §7.6.1)
-//! and the `X-Forwarded-*` family.
+//! Header rewriting between client and member: hop-by-hop removal (RFC 9110 §7.6.1),
+//! the `X-Forwarded-*` family and, when asked for, RFC 7239's `Forwarded`.
+//!
+//! **Trust rule**: what a client sent in `X-Forwarded-For` and `Forwarded` is kept
+//! (and the router appends itself) only when the client's address is in
+//! `forwarded.trusted`; from any other client both are replaced by what the router
+//! saw, so a client cannot forge the chain. The default trusts every address (the
+//! router has always appended, as OpenShift's router does by default): narrow it to
+//! the load balancers or CDNs in front of the router.
 //!
 //! Everything else passes untouched, in order: Host, cookies (the gear haproxy's
 //! `GEAR` stickiness cookie), authorization, and so on.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -26,6 +33,60 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 pub const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+
+/// `forwarded:` in the configuration (see the module doc for the trust rule).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardedSettings {
+    /// Also send RFC 7239 `Forwarded` (`for`, `proto`, `host`, and `by` if set).
+    #[serde(default)]
+    pub header: bool,
+    /// `by=`: empty for none, `ip` for the address and port the client connected
+    /// to, or an obfuscated name (`_` then letters, digits, `.`, `_`, `-`).
+    #[serde(default)]
+    pub by: String,
+    /// Clients whose `X-Forwarded-For` and `Forwarded` are kept and appended to.
+    #[serde(default = "everyone")]
+    pub trusted: Vec<ipnet::IpNet>,
+}
+
+fn everyone() -> Vec<ipnet::IpNet> {
+    vec![
+        ipnet::IpNet::V4(ipnet::Ipv4Net::default()),
+        ipnet::IpNet::V6(ipnet::Ipv6Net::default()),
+    ]
+}
+
+impl Default for ForwardedSettings {
+    fn default() -> ForwardedSettings {
+        ForwardedSettings {
+            header: false,
+            by: String::new(),
+            trusted: everyone(),
+        }
+    }
+}
+
+impl ForwardedSettings {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted.iter().any(|n| n.contains(&ip))
+    }
+
+    /// `by` is empty, `ip` or an RFC 7239 obfuscated node name.
+    pub fn by_is_valid(&self) -> bool {
+        let b = self.by.as_str();
+        b.is_empty()
+            || b == "ip"
+            || (b.len() > 1
+                && b.starts_with('_')
+                && b[1..]
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-')))
+    }
+}
+
+pub const FORWARDED: HeaderName = header::FORWARDED;
 
 /// Whether the request asks to switch protocols (WebSocket): `Connection: upgrade`
 /// plus an `Upgrade` header.
@@ -94,8 +155,12 @@ pub struct ClientConn {
     /// The port the client connected to (X-Forwarded-Port).
     pub local_port: u16,
     pub https: bool,
+    /// The client's own forwarding headers are kept (see the trust rule).
+    trusted: bool,
     ip_value: HeaderValue,
     port_value: HeaderValue,
+    /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
+    forwarded: Option<Arc<str>>,
 }
 
 impl ClientConn {
@@ -106,18 +171,95 @@ impl ClientConn {
             activity,
             local_port,
             https,
+            trusted: true,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),
+            forwarded: None,
         }
+    }
+
+    /// Applies `forwarded:` to this connection; `local` is the address the client
+    /// connected to (for `by=ip`).
+    pub fn with_forwarded(
+        mut self,
+        settings: &ForwardedSettings,
+        local: Option<SocketAddr>,
+    ) -> Self {
+        self.trusted = settings.trusts(self.ip);
+        if settings.header {
+            let mut element = format!(
+                "for={};proto={}",
+                node(self.ip, None),
+                if self.https { "https" } else { "http" }
+            );
+            match (settings.by.as_str(), local) {
+                ("", _) => {}
+                ("ip", Some(local)) => {
+                    element.push_str(";by=");
+                    element.push_str(&node(local.ip(), Some(local.port())));
+                }
+                ("ip", None) => {}
+                (name, _) => {
+                    element.push_str(";by=");
+                    element.push_str(name);
+                }
+            }
+            self.forwarded = Some(Arc::from(element));
+        }
+        self
     }
 }
 
-/// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto/Host/Port`.
-/// `host` is the Host the client sent, verbatim.
+/// An RFC 7239 node: an IPv4 address bare, an IPv6 one bracketed; with a port (or
+/// any IPv6) quoted.
+fn node(ip: IpAddr, port: Option<u16>) -> String {
+    let ip = ip.to_canonical();
+    match (ip, port) {
+        (IpAddr::V4(v4), None) => v4.to_string(),
+        (IpAddr::V4(v4), Some(p)) => format!("\"{v4}:{p}\""),
+        (IpAddr::V6(v6), None) => format!("\"[{v6}]\""),
+        (IpAddr::V6(v6), Some(p)) => format!("\"[{v6}]:{p}\""),
+    }
+}
+
+/// `value` as an RFC 7230 quoted-string.
+fn quoted(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() + 2);
+    out.push(b'"');
+    for &b in value {
+        if b == b'"' || b == b'\\' {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out.push(b'"');
+    out
+}
+
+/// Appends the client to `X-Forwarded-For` (or, from an untrusted client, replaces
+/// it) and sets `X-Forwarded-Proto/Host/Port`; the same for `Forwarded` when asked
+/// for. `host` is the Host the client sent, verbatim.
 pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderValue) {
+    if let Some(element) = &conn.forwarded {
+        let mut list: Vec<u8> = Vec::with_capacity(96);
+        if conn.trusted {
+            for v in headers.get_all(&FORWARDED) {
+                list.extend_from_slice(v.as_bytes());
+                list.extend_from_slice(b", ");
+            }
+        }
+        list.extend_from_slice(element.as_bytes());
+        list.extend_from_slice(b";host=");
+        list.extend_from_slice(&quoted(host.as_bytes()));
+        if let Ok(v) = HeaderValue::from_bytes(&list) {
+            headers.insert(FORWARDED, v);
+        }
+    } else if !conn.trusted {
+        headers.remove(&FORWARDED);
+    }
     // Several X-Forwarded-For fields form one comma-separated list: join, then append.
-    let xff = if headers.contains_key(&X_FORWARDED_FOR) {
+    let xff = if conn.trusted && headers.contains_key(&X_FORWARDED_FOR) {
         let mut list: Vec<u8> = Vec::with_capacity(64);
         for v in headers.get_all(&X_FORWARDED_FOR) {
             list.extend_from_slice(v.as_bytes());
@@ -230,5 +372,95 @@ mod tests {
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "App.example.com:8080");
         assert_eq!(h["x-forwarded-port"], "8080");
+    }
+
+    fn conn(ip: &str, https: bool, settings: &ForwardedSettings) -> ClientConn {
+        ClientConn::new(ip.parse().expect("ip"), 443, https, Activity::new(None))
+            .with_forwarded(settings, Some("192.0.2.10:443".parse().expect("addr")))
+    }
+
+    #[test]
+    fn forwarded_is_appended_for_trusted_clients_and_replaced_for_others() {
+        let settings = ForwardedSettings {
+            header: true,
+            by: "_router1".into(),
+            trusted: vec!["10.0.0.0/8".parse().expect("net")],
+        };
+        assert!(settings.by_is_valid());
+        let sent = [
+            ("forwarded", "for=198.51.100.7;proto=https"),
+            ("x-forwarded-for", "198.51.100.7"),
+        ];
+        // From the trusted load balancer: appended.
+        let mut h = map(&sent);
+        set_forwarded(
+            &mut h,
+            &conn("10.1.2.3", true, &settings),
+            &HeaderValue::from_static("Shop.example.com:8443"),
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=198.51.100.7;proto=https, for=10.1.2.3;proto=https;by=_router1;host=\"Shop.example.com:8443\""
+        );
+        assert_eq!(h["x-forwarded-for"], "198.51.100.7, 10.1.2.3");
+        // From anyone else: replaced, so the chain cannot be forged.
+        let mut h = map(&sent);
+        set_forwarded(
+            &mut h,
+            &conn("203.0.113.5", false, &settings),
+            &HeaderValue::from_static("a.test"),
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=203.0.113.5;proto=http;by=_router1;host=\"a.test\""
+        );
+        assert_eq!(h["x-forwarded-for"], "203.0.113.5");
+        // IPv6 nodes are bracketed and quoted; by=ip is the local address.
+        let ip = ForwardedSettings {
+            header: true,
+            by: "ip".into(),
+            ..ForwardedSettings::default()
+        };
+        let mut h = HeaderMap::new();
+        set_forwarded(
+            &mut h,
+            &conn("2001:db8::1", true, &ip),
+            &HeaderValue::from_static("a.test"),
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=\"[2001:db8::1]\";proto=https;by=\"192.0.2.10:443\";host=\"a.test\""
+        );
+    }
+
+    #[test]
+    fn without_the_header_an_untrusted_clients_forwarded_is_dropped() {
+        let settings = ForwardedSettings {
+            trusted: vec!["10.0.0.0/8".parse().expect("net")],
+            ..ForwardedSettings::default()
+        };
+        let mut h = map(&[("forwarded", "for=1.2.3.4"), ("x-forwarded-for", "1.2.3.4")]);
+        set_forwarded(
+            &mut h,
+            &conn("203.0.113.5", false, &settings),
+            &HeaderValue::from_static("a.test"),
+        );
+        assert!(!h.contains_key("forwarded"));
+        assert_eq!(h["x-forwarded-for"], "203.0.113.5");
+        // The default trusts everyone: the router appends, as it always has.
+        let mut h = map(&[("x-forwarded-for", "1.2.3.4")]);
+        set_forwarded(
+            &mut h,
+            &conn("203.0.113.5", false, &ForwardedSettings::default()),
+            &HeaderValue::from_static("a.test"),
+        );
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 203.0.113.5");
+        assert!(
+            !ForwardedSettings {
+                by: "router".into(),
+                ..ForwardedSettings::default()
+            }
+            .by_is_valid()
+        );
     }
 }

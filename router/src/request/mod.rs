@@ -72,6 +72,8 @@ pub struct Proxy {
     pub upload: UploadSettings,
     /// An upgraded tunnel with no byte either way for this long is closed.
     pub tunnel_idle_timeout: Duration,
+    /// `Forwarded` and the trust rule for the client's forwarding headers.
+    pub forwarded: headers::ForwardedSettings,
     pub access_log: bool,
 }
 
