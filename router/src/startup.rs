@@ -295,7 +295,7 @@ impl Router {
         let redirect = match (&https, config.tls.redirect_http) {
             (Some((l, _)), true) => Some(crate::request::route::Redirect {
                 https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
-                certs: live_certs,
+                certs: live_certs.clone(),
             }),
             _ => None,
         };
@@ -317,6 +317,7 @@ impl Router {
             },
             tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
             forwarded: config.forwarded.clone(),
+            certs: https.is_some().then(|| live_certs.clone()),
             access_log: config.access_log.enabled,
         });
         let admin_api = Arc::new(Admin {

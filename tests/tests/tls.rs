@@ -747,3 +747,66 @@ async fn restored_alias_certificates_load_on_their_first_handshake() {
     );
     drop(backend);
 }
+
+/// 421 Misdirected Request (RFC 9110 §15.5.20): a connection serves requests only
+/// for names that would get the certificate it presented. A connection made for
+/// the HA name (the wildcard) that carries a request for an alias with its own
+/// certificate, as a browser coalescing h2 connections would send, gets 421 and
+/// stays usable; so does the converse over HTTP/1.1.
+#[tokio::test]
+async fn a_request_for_a_name_with_another_certificate_is_misdirected() {
+    use http_body_util::Empty;
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
+
+    // h2 made for the HA name, then a request for the alias on it.
+    let config = client_config(&pki.ca.pem, &[b"h2"]);
+    let s = connect(https(&r), HA, &config).await.expect("h2 handshake");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(s),
+    )
+    .await
+    .expect("h2");
+    tokio::spawn(conn);
+    let status = async |h2: &mut hyper::client::conn::http2::SendRequest<Empty<bytes::Bytes>>,
+                        host: &str| {
+        let req = http::Request::get(format!("https://{host}/"))
+            .body(Empty::new())
+            .expect("request");
+        h2.send_request(req)
+            .await
+            .expect("response")
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status(&mut h2, HA).await, 200);
+    assert_eq!(
+        status(&mut h2, ALIAS).await,
+        421,
+        "the alias has its own certificate"
+    );
+    assert_eq!(
+        status(&mut h2, HA).await,
+        200,
+        "the connection stays usable"
+    );
+    assert_eq!(
+        status(&mut h2, "other-demo.example.com").await,
+        404,
+        "same wildcard"
+    );
+
+    // HTTP/1.1 made for the alias, then a request for the HA name.
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    let s = connect(https(&r), ALIAS, &config).await.expect("handshake");
+    let mut s = http1(s).await;
+    assert_eq!(get(&mut s, ALIAS, "/").await.0, 200);
+    assert_eq!(get(&mut s, HA, "/").await.0, 421);
+    assert_eq!(
+        r.metric("router_http_requests_total{class=\"4xx\"}").await,
+        Some(3.0),
+        "two 421 and the 404"
+    );
+}

@@ -260,12 +260,9 @@ pub async fn serve(
         let local = (proxy.forwarded.header && proxy.forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
-        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
+        let mut conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
             .with_forwarded(&proxy.forwarded, local);
-        let service = {
-            let proxy = proxy.clone();
-            service_fn(move |req| proxy.clone().serve(conn.clone(), req))
-        };
+        let proxy = proxy.clone();
         let (tls, builder, limits) = (tls.clone(), builder.clone(), limits.clone());
         let (stop, kill) = (stop.clone(), kill.clone());
         let metrics = proxy.metrics.tls.clone();
@@ -282,11 +279,19 @@ pub async fn serve(
                     ) => s,
                     _ = evict.notified() => None,
                 } {
-                    Some(s) => Stream::Tls(Box::new(s)),
+                    Some(s) => {
+                        // Which certificate this connection presented: requests
+                        // for names that would get another are 421 (coalescing).
+                        if let Some(sni) = s.get_ref().1.server_name() {
+                            conn.served = Some(tls.acceptor.served(sni));
+                        }
+                        Stream::Tls(Box::new(s))
+                    }
                     None => return,
                 },
             };
             let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
+            let service = service_fn(move |req| proxy.clone().serve(conn.clone(), req));
             let connection = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(connection);
             // Every quiet state has a deadline (see `Activity`); shutdown and

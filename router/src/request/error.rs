@@ -21,6 +21,9 @@ pub enum ProxyError {
     MethodNotAllowed,
     /// No route for this host.
     NoRoute,
+    /// The connection's certificate is not the one this host would get (421: the
+    /// client opens a new connection with the right SNI).
+    Misdirected,
     /// The app is known but has no routable member.
     NoMember,
     Upstream(UpstreamError),
@@ -50,6 +53,10 @@ impl ProxyError {
                 "method not allowed through this router\n",
             ),
             ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
+            ProxyError::Misdirected => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection cannot serve this host: open a new one\n",
+            ),
             ProxyError::NoMember => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "application has no available backend\n",

@@ -43,6 +43,13 @@ impl Proxy {
             .ok()
             .and_then(normalize_host)
             .ok_or(ProxyError::BadHost)?;
+        // A connection coalesced across names (h2) or made for another name: only
+        // where this connection's certificate is the one the name would get.
+        if let (Some(served), Some(certs)) = (&conn.served, &self.certs)
+            && !certs.load().serves(served, &name)
+        {
+            return Err(ProxyError::Misdirected);
+        }
         // 2. route: one table load; the guard is dropped before any await.
         let route = self
             .table

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use super::activity::Activity;
+use crate::tls::store::Served;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1, plus the
 /// non-standard `Proxy-Connection` and `Keep-Alive` that old clients still send).
@@ -157,6 +158,9 @@ pub struct ClientConn {
     pub https: bool,
     /// The client's own forwarding headers are kept (see the trust rule).
     trusted: bool,
+    /// TLS with SNI: the certificate the connection presented (RFC 9110 §15.5.20:
+    /// requests for names that would get another are 421).
+    pub served: Option<Served>,
     ip_value: HeaderValue,
     port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
@@ -172,6 +176,7 @@ impl ClientConn {
             local_port,
             https,
             trusted: true,
+            served: None,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),

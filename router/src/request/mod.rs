@@ -2,7 +2,8 @@
 //!
 //! In order ([`Proxy::serve`]):
 //! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
-//!    trailing dot stripped; none or malformed → 400;
+//!    trailing dot stripped; none or malformed → 400; over TLS, a host whose
+//!    certificate is not the one the connection presented → 421;
 //! 2. **route**: one load of the live table; unknown host → 404;
 //! 3. **pick**: a member (see [`crate::table::balance`]); none → 503;
 //! 4. **body**: a request body is read ahead up to `limits.body_buffer_bytes` before
@@ -74,6 +75,9 @@ pub struct Proxy {
     pub tunnel_idle_timeout: Duration,
     /// `Forwarded` and the trust rule for the client's forwarding headers.
     pub forwarded: headers::ForwardedSettings,
+    /// The live certificates (HTTPS): a request for a host whose certificate is not
+    /// the connection's is 421.
+    pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub access_log: bool,
 }
 

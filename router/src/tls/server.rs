@@ -17,7 +17,7 @@ use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::metrics::TlsMetrics;
-use crate::tls::store::{Certs, SniResolver};
+use crate::tls::store::{Certs, Served, SniResolver};
 
 /// How sessions resume.
 pub enum Resumption {
@@ -66,6 +66,13 @@ pub fn acceptor(
         config: Arc::new(config),
         certs,
     })
+}
+
+impl Acceptor {
+    /// The certificate a connection made with this SNI name presented.
+    pub fn served(&self, sni: &str) -> Served {
+        self.certs.load().served_for(sni)
+    }
 }
 
 /// Runs the handshake within `timeout`; counts it either way.

@@ -71,6 +71,25 @@ impl Certs {
         self.default.is_some()
     }
 
+    /// What a connection made with this SNI name presented.
+    pub fn served_for(&self, sni: &str) -> Served {
+        let sni = sni.to_ascii_lowercase();
+        if self.has_own(&sni) {
+            Served::Own(Arc::from(sni))
+        } else {
+            Served::Default
+        }
+    }
+
+    /// Whether a connection that presented `served` may carry a request for `name`
+    /// (lower-case): only if `name` would get the same certificate.
+    pub fn serves(&self, served: &Served, name: &str) -> bool {
+        match served {
+            Served::Own(alias) => **alias == *name,
+            Served::Default => !self.has_own(name),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
@@ -78,6 +97,17 @@ impl Certs {
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
+}
+
+/// The certificate a TLS connection presented, by where it came from (not by the
+/// key itself, so that a certificate replaced while the connection lives does not
+/// make its own alias misdirected).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The alias's own certificate.
+    Own(Arc<str>),
+    /// The default (normally the `*.<cloud_domain>` wildcard).
+    Default,
 }
 
 /// The rustls side: picks the certificate for each handshake.
