@@ -33,7 +33,8 @@ pub enum UpstreamError {
     /// The member had no free slot within `upstream.queue_timeout`.
     Busy,
     /// The client's address held its share of the member's slots already
-    /// (`upstream.source_share`): 503 at once, never counted against the member.
+    /// (`upstream.source_share`) for the queue timeout: 503, never counted
+    /// against the member.
     SourceShare,
     /// The router itself ran out of file descriptors (or memory) connecting: 503,
     /// never counted against the member.

@@ -13,6 +13,23 @@ pub async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<
     read_all(&mut s, limit).await
 }
 
+/// [`exchange`] from another local address (`source`, e.g. 127.0.0.2): what a
+/// second client would send, for rules that go by the client's address.
+pub async fn exchange_from(
+    source: &str,
+    addr: SocketAddr,
+    request: &[u8],
+    limit: Duration,
+) -> Vec<u8> {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{source}:0").parse().expect("source address"))
+        .expect("bind");
+    let mut s = socket.connect(addr).await.expect("connect");
+    s.write_all(request).await.expect("write");
+    read_all(&mut s, limit).await
+}
+
 pub async fn read_all(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
     let mut out = Vec::new();
     let _ = tokio::time::timeout(limit, async {

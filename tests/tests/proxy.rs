@@ -633,17 +633,9 @@ async fn bodiless_responses_return_their_connection() {
 /// One request from `source` (a loopback address) through the router; what the
 /// member saw.
 async fn echo_from(source: &str, r: &TestRouter, extra_headers: &str) -> Echo {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket
-        .bind(format!("{source}:0").parse().expect("addr"))
-        .expect("bind");
-    let mut s = socket.connect(r.http).await.expect("connect");
     let req = format!("GET / HTTP/1.1\r\nHost: {HA}\r\n{extra_headers}Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.expect("read");
-    let text = String::from_utf8_lossy(&out);
+    let resp = raw::exchange_from(source, r.http, req.as_bytes(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&resp);
     let body = &text[text.find("\r\n\r\n").expect("head end") + 4..];
     Echo::parse(body.as_bytes())
 }

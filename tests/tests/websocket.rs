@@ -5,6 +5,22 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A WebSocket to the test app through the router's plain listener.
+async fn open_ws(r: &TestRouter) -> Ws {
+    let tcp = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    let req = "ws://ha-myapp-demo.example.com/chat"
+        .into_client_request()
+        .expect("request");
+    tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("handshake")
+        .0
+}
+
 #[tokio::test]
 async fn websocket_echo_through_the_router() {
     let b = Backend::start().await;
@@ -117,20 +133,8 @@ async fn websocket_tunnels_count_against_max_connections() {
     let r = TestRouter::start("limits:\n  max_connections: 2\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route("ha-myapp-demo.example.com").await;
-    let open = async || {
-        let tcp = tokio::net::TcpStream::connect(r.http)
-            .await
-            .expect("connect");
-        let req = "ws://ha-myapp-demo.example.com/chat"
-            .into_client_request()
-            .expect("request");
-        tokio_tungstenite::client_async(req, tcp)
-            .await
-            .expect("handshake")
-            .0
-    };
-    let mut first = open().await;
-    let mut second = open().await;
+    let mut first = open_ws(&r).await;
+    let mut second = open_ws(&r).await;
     e2e::eventually("both tunnels counted", Duration::from_secs(5), async || {
         r.metric("router_open_connections{listener=\"http\"}").await == Some(2.0)
     })
@@ -183,20 +187,8 @@ async fn idle_tunnels_close_at_the_tunnel_idle_timeout() {
     let r = TestRouter::start("limits:\n  tunnel_idle_timeout: 1s\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route("ha-myapp-demo.example.com").await;
-    let open = async || {
-        let tcp = tokio::net::TcpStream::connect(r.http)
-            .await
-            .expect("connect");
-        let req = "ws://ha-myapp-demo.example.com/chat"
-            .into_client_request()
-            .expect("request");
-        tokio_tungstenite::client_async(req, tcp)
-            .await
-            .expect("handshake")
-            .0
-    };
-    let mut busy = open().await;
-    let mut idle = open().await;
+    let mut busy = open_ws(&r).await;
+    let mut idle = open_ws(&r).await;
     let opened = Instant::now();
     // The busy one talks every 300 ms for 2.5 s: well past the idle timeout.
     while opened.elapsed() < Duration::from_millis(2500) {

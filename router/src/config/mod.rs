@@ -277,7 +277,8 @@ pub struct Upstream {
     #[serde(default = "default_queue_timeout", with = "humantime_serde")]
     pub queue_timeout: Duration,
     /// The share (percent) of a member's slots one client address may hold; beyond
-    /// it that address gets 503 at once while others are still served. 100: no
+    /// it that address waits for one of its own slots (503 after `queue_timeout`)
+    /// while others are still served. 100: no
     /// per-address limit (e.g. behind a CDN that is the only client address).
     #[serde(default = "default_source_share")]
     pub source_share: u8,

@@ -66,10 +66,18 @@ pub struct Member {
 /// every slot of an app from one address, and the app would answer 503 to everyone
 /// else. Entries exist only while an address holds a slot, so the map is never
 /// larger than the member's slot count.
+///
+/// An address at its share waits (up to the queue timeout) for one of its own
+/// slots to come back, like a full member: a busy client alone on a member (a load
+/// balancer in front, a load test) is slowed to its share, never refused while its
+/// own requests keep finishing; one that holds its slots (slow reads) gets 503.
 #[derive(Debug)]
 struct Sources {
     limit: u32,
     held: Mutex<HashMap<IpAddr, u32>>,
+    /// Requests waiting for their address's count to drop (notified only then).
+    waiting: std::sync::atomic::AtomicUsize,
+    returned: Notify,
 }
 
 impl Sources {
@@ -89,13 +97,39 @@ impl Sources {
     }
 
     fn give_back(&self, ip: IpAddr) {
-        let mut held = self.held();
-        if let Some(n) = held.get_mut(&ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&ip);
+        {
+            let mut held = self.held();
+            if let Some(n) = held.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    held.remove(&ip);
+                }
             }
         }
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.returned.notify_waiters();
+        }
+    }
+
+    /// Counts a slot for `ip`, waiting until `deadline` if it holds its share.
+    async fn take_by(&self, ip: IpAddr, deadline: tokio::time::Instant) -> bool {
+        if self.take(ip) {
+            return true;
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let taken = loop {
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if self.take(ip) {
+                break true;
+            }
+            if tokio::time::timeout_at(deadline, returned).await.is_err() {
+                break self.take(ip);
+            }
+        };
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        taken
     }
 }
 
@@ -150,9 +184,10 @@ impl Member {
         queue: Duration,
         source: Option<IpAddr>,
     ) -> Result<InFlight, Full> {
+        let deadline = tokio::time::Instant::now() + queue;
         let source = match (&self.sources, source) {
             (Some(sources), Some(ip)) => {
-                if !sources.take(ip) {
+                if !sources.take_by(ip, deadline).await {
                     return Err(Full::Source);
                 }
                 Some(ip)
@@ -168,10 +203,12 @@ impl Member {
         };
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => match tokio::time::timeout(queue, self.slots.clone().acquire_owned()).await {
-                Ok(Ok(p)) => p,
-                _ => return Err(Full::Member),
-            },
+            Err(_) => {
+                match tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    _ => return Err(Full::Member),
+                }
+            }
         };
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         slot.permit = Some(permit);
@@ -325,6 +362,8 @@ impl MemberRegistry {
             sources: (self.max_per_source < self.max_in_flight).then(|| Sources {
                 limit: u32::try_from(self.max_per_source).unwrap_or(u32::MAX),
                 held: Mutex::new(HashMap::new()),
+                waiting: AtomicUsize::new(0),
+                returned: Notify::new(),
             }),
             addr,
         });
@@ -448,12 +487,23 @@ pub(crate) mod tests {
         let b = r.member("10.0.0.1:80");
         let (a, c): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 1");
-        let _a2 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 2");
+        let a2 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 2");
         assert_eq!(
-            b.acquire(Duration::from_secs(5), Some(a)).await.err(),
+            b.acquire(Duration::from_millis(20), Some(a)).await.err(),
             Some(Full::Source),
-            "refused at once, not after the queue timeout"
+            "refused once its own slots stayed taken for the queue timeout"
         );
+        // An address at its share gets the next of its own slots that comes back.
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire(Duration::from_secs(30), Some(a)).await })
+        };
+        tokio::task::yield_now().await;
+        drop(a2);
+        let _a2 = waiter
+            .await
+            .expect("join")
+            .expect("served when its own slot came back");
         let _c1 = b
             .acquire(Duration::ZERO, Some(c))
             .await
