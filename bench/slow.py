@@ -124,6 +124,8 @@ spi:
     path: {d}/spool
 access_log:
   enabled: false
+upstream:
+  source_share: 50
 limits:
   max_connections: {max_conns}
 """)

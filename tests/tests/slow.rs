@@ -95,7 +95,7 @@ async fn probe(router: std::net::SocketAddr, until: Instant) -> (u32, u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_bodies_and_readers_for_a_minute_leave_others_served() {
     let b = Backend::start().await;
-    let r = TestRouter::start("").await;
+    let r = TestRouter::start("upstream:\n  source_share: 50\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
     let dir = e2e::tempdir("slowhttptest");

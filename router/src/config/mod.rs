@@ -493,8 +493,11 @@ fn default_response_timeout() -> Duration {
 fn default_max_conns() -> usize {
     100
 }
+/// Off by default: while an address waits at its share, every slot returned wakes
+/// the waiters, which cost a single busy client (wrk, 64 connections) half its
+/// throughput (bench/RESULTS.md). Set it (e.g. 50) on routers facing the internet.
 fn default_source_share() -> u8 {
-    50
+    100
 }
 
 impl Upstream {
