@@ -68,6 +68,8 @@ struct AppDoc<'a> {
 struct MemberDoc<'a> {
     address: &'a str,
     in_flight: usize,
+    /// Upgraded connections (WebSocket) open to it; they hold no request slot.
+    tunnels: usize,
     tls: bool,
 }
 
@@ -77,6 +79,7 @@ struct LiveMemberDoc<'a> {
     health: &'static str,
     rotate: &'static str,
     in_flight: usize,
+    tunnels: usize,
     idle_connections: usize,
     apps: &'a [String],
 }
@@ -147,6 +150,7 @@ impl Admin {
                 health: b.health.get().as_str(),
                 rotate: if b.rotated_out() { "out" } else { "in" },
                 in_flight: b.in_flight(),
+                tunnels: b.tunnels(),
                 idle_connections: b.pool.idle_count(),
                 apps: apps.get(&*b.addr).map_or(&[], |v| v.as_slice()),
             })
@@ -249,6 +253,7 @@ impl Admin {
                         .map(|m| MemberDoc {
                             address: &m.member.addr,
                             in_flight: m.member.in_flight(),
+                            tunnels: m.member.tunnels(),
                             tls: m.tls,
                         })
                         .collect(),

@@ -40,6 +40,15 @@ async fn websocket_echo_through_the_router() {
         .await
         .expect("websocket handshake through the router");
     assert_eq!(resp.status(), 101);
+    // The tunnel is counted on its member, apart from the request slots.
+    let member = r
+        .backend_state(b.addr)
+        .await
+        .expect("the member in /backends");
+    assert_eq!(
+        (member["tunnels"].as_u64(), member["in_flight"].as_u64()),
+        (Some(1), Some(0))
+    );
 
     for i in 0..50 {
         let text = format!("message {i}");
@@ -56,13 +65,50 @@ async fn websocket_echo_through_the_router() {
     ws.close(None).await.expect("close");
     drop(ws);
 
-    // While the tunnel was open it held the member's slot; now it is released.
+    // Closed: the tunnel count goes back to 0.
     e2e::eventually(
-        "slot released",
+        "tunnel count back to 0",
         std::time::Duration::from_secs(10),
-        async || r.admin_get("/routes").await.1.contains("\"in_flight\": 0"),
+        async || {
+            r.backend_state(b.addr)
+                .await
+                .is_some_and(|s| s["tunnels"] == 0 && s["in_flight"] == 0)
+        },
     )
     .await;
+}
+
+/// WebSocket tunnels hold no request slot: with `max_connections_per_backend: 2`
+/// and five tunnels open to the one member, requests are still served at once (a
+/// tunnel used to keep its slot, and the third client of a chat app got 503).
+#[tokio::test]
+async fn tunnels_leave_the_members_request_slots_free() {
+    let b = Backend::start().await;
+    let r =
+        TestRouter::start("upstream:\n  max_connections_per_backend: 2\n  queue_timeout: 200ms\n")
+            .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+    let mut tunnels = Vec::new();
+    for _ in 0..5 {
+        tunnels.push(open_ws(&r).await);
+    }
+    for _ in 0..3 {
+        let (status, _) = r.get("ha-myapp-demo.example.com", "/").await;
+        assert_eq!(status, 200, "a request beside five tunnels");
+    }
+    let state = r
+        .backend_state(b.addr)
+        .await
+        .expect("the member in /backends");
+    assert_eq!(state["tunnels"], 5);
+    for ws in &mut tunnels {
+        ws.send(Message::text("still there")).await.expect("send");
+        assert_eq!(
+            ws.next().await.expect("open").expect("frame"),
+            Message::text("still there")
+        );
+    }
 }
 
 /// The access line of a WebSocket upgrade names the member that answered 101 (it used
@@ -179,7 +225,7 @@ async fn websocket_tunnels_count_against_max_connections() {
 }
 
 /// A tunnel with no byte either way for `limits.tunnel_idle_timeout` is closed and
-/// its member slot freed; a tunnel in use stays open past that.
+/// its member connection and tunnel count freed; a tunnel in use stays open past that.
 #[tokio::test]
 async fn idle_tunnels_close_at_the_tunnel_idle_timeout() {
     use std::time::{Duration, Instant};
@@ -208,12 +254,12 @@ async fn idle_tunnels_close_at_the_tunnel_idle_timeout() {
         "no message on an idle tunnel: {end:?}"
     );
     e2e::eventually(
-        "one slot left, the busy tunnel's",
+        "one tunnel left, the busy one",
         Duration::from_secs(5),
         async || {
             r.backend_state(b.addr)
                 .await
-                .is_some_and(|s| s["in_flight"] == 1)
+                .is_some_and(|s| s["tunnels"] == 1)
         },
     )
     .await;

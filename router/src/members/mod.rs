@@ -44,6 +44,8 @@ pub struct Member {
     /// `address:port`, exactly as announced.
     pub addr: Arc<str>,
     in_flight: AtomicUsize,
+    /// Upgraded connections (WebSocket tunnels) open to it; they hold no slot.
+    tunnels: AtomicUsize,
     /// One permit per request allowed in flight (`upstream.max_connections_per_backend`).
     slots: Arc<Semaphore>,
     /// Connections to it, idle ones kept alive.
@@ -71,65 +73,81 @@ pub struct Member {
 /// slots to come back, like a full member: a busy client alone on a member (a load
 /// balancer in front, a load test) is slowed to its share, never refused while its
 /// own requests keep finishing; one that holds its slots (slow reads) gets 503.
+///
+/// Each address present has its own semaphore of `limit` permits, so a returned
+/// slot wakes exactly one waiter of the same address (in arrival order), never the
+/// waiters of other addresses.
 #[derive(Debug)]
 struct Sources {
     limit: u32,
-    held: Mutex<HashMap<IpAddr, u32>>,
-    /// Requests waiting for their address's count to drop (notified only then).
-    waiting: std::sync::atomic::AtomicUsize,
-    returned: Notify,
+    held: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    forgets: std::sync::atomic::AtomicU32,
 }
 
 impl Sources {
-    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, u32>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, Arc<Semaphore>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Counts one more slot for `ip`; false if it holds its share already.
-    fn take(&self, ip: IpAddr) -> bool {
+    /// Takes one of `ip`'s slots, waiting until `deadline` if it holds its share.
+    async fn take_by(
+        &self,
+        ip: IpAddr,
+        deadline: tokio::time::Instant,
+    ) -> Option<OwnedSemaphorePermit> {
+        let own = self
+            .held()
+            .entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.limit as usize)))
+            .clone();
+        // Whatever happens to this wait (served, timed out, or the client gone and
+        // the future dropped), the entry is forgotten if nobody else needs it.
+        let _forget = Forget { sources: self, ip };
+        // (Edition 2024: the wait's temporaries drop before `_forget` does.)
+        match own.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => tokio::time::timeout_at(deadline, own.acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok),
+        }
+    }
+
+    /// Removes `ip`'s entry once nobody holds or waits for one of its slots (only
+    /// the map refers to its semaphore then), so the map stays no larger than the
+    /// member's slot count plus its waiters.
+    ///
+    /// A wait cancelled mid-way (the client went away) may drop its reference after
+    /// its `Forget` ran; such leftovers are swept every 1024 calls.
+    fn forget(&self, ip: IpAddr) {
         let mut held = self.held();
-        let n = held.entry(ip).or_insert(0);
-        if *n >= self.limit {
-            return false;
+        if held.get(&ip).is_some_and(|s| Arc::strong_count(s) == 1) {
+            held.remove(&ip);
         }
-        *n += 1;
-        true
-    }
-
-    fn give_back(&self, ip: IpAddr) {
-        {
-            let mut held = self.held();
-            if let Some(n) = held.get_mut(&ip) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    held.remove(&ip);
-                }
-            }
-        }
-        if self.waiting.load(Ordering::Acquire) > 0 {
-            self.returned.notify_waiters();
+        if self.forgets.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
+            held.retain(|_, s| Arc::strong_count(s) > 1);
         }
     }
 
-    /// Counts a slot for `ip`, waiting until `deadline` if it holds its share.
-    async fn take_by(&self, ip: IpAddr, deadline: tokio::time::Instant) -> bool {
-        if self.take(ip) {
-            return true;
-        }
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        let taken = loop {
-            let returned = self.returned.notified();
-            tokio::pin!(returned);
-            returned.as_mut().enable();
-            if self.take(ip) {
-                break true;
-            }
-            if tokio::time::timeout_at(deadline, returned).await.is_err() {
-                break self.take(ip);
-            }
-        };
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        taken
+    /// Slots `ip` holds now.
+    #[cfg(test)]
+    fn count(&self, ip: IpAddr) -> Option<u32> {
+        self.held()
+            .get(&ip)
+            .map(|s| self.limit - s.available_permits() as u32)
+    }
+}
+
+/// Forgets an address's entry when a wait for its slot ends (dropped after the
+/// wait's own reference to the semaphore, as locals drop in reverse order).
+struct Forget<'a> {
+    sources: &'a Sources,
+    ip: IpAddr,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.sources.forget(self.ip);
     }
 }
 
@@ -145,6 +163,10 @@ pub enum Full {
 impl Member {
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn tunnels(&self) -> usize {
+        self.tunnels.load(Ordering::Relaxed)
     }
 
     /// Every slot is taken: a request will have to wait.
@@ -186,12 +208,10 @@ impl Member {
     ) -> Result<InFlight, Full> {
         let deadline = tokio::time::Instant::now() + queue;
         let source = match (&self.sources, source) {
-            (Some(sources), Some(ip)) => {
-                if !sources.take_by(ip, deadline).await {
-                    return Err(Full::Source);
-                }
-                Some(ip)
-            }
+            (Some(sources), Some(ip)) => match sources.take_by(ip, deadline).await {
+                Some(permit) => Some((ip, permit)),
+                None => return Err(Full::Source),
+            },
             _ => None,
         };
         // From here the slot for `source` is counted: the guard gives it back on
@@ -223,20 +243,49 @@ pub struct InFlight {
     member: Arc<Member>,
     /// `None` only while [`Member::acquire`] waits for it.
     permit: Option<OwnedSemaphorePermit>,
-    /// The client address counted in the member's [`Sources`].
-    source: Option<IpAddr>,
+    /// The client address and the slot it holds in the member's [`Sources`].
+    source: Option<(IpAddr, OwnedSemaphorePermit)>,
 }
 
 impl InFlight {
     pub fn member(&self) -> &Arc<Member> {
         &self.member
     }
+
+    /// The request became a tunnel (101 Switching Protocols): its slot goes back,
+    /// and the tunnel is counted apart for as long as it lives.
+    ///
+    /// Why: a slot bounds the requests a member works on at once
+    /// (`max_connections_per_backend`, 100), while a WebSocket tunnel may stay open
+    /// for an hour, mostly idle. Holding a slot for it let 100 WebSocket clients of
+    /// one gear turn every other request to it into 503. Tunnels are bounded by the
+    /// client connections they keep (`limits.max_connections`), as in haproxy and
+    /// nginx, where no per-server limit is set by default.
+    pub fn into_tunnel(self) -> TunnelSlot {
+        let member = self.member.clone();
+        member.tunnels.fetch_add(1, Ordering::Relaxed);
+        drop(self);
+        TunnelSlot { member }
+    }
+}
+
+/// A tunnel open to a member (see [`InFlight::into_tunnel`]).
+#[derive(Debug)]
+pub struct TunnelSlot {
+    member: Arc<Member>,
+}
+
+impl Drop for TunnelSlot {
+    fn drop(&mut self) {
+        self.member.tunnels.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let (Some(sources), Some(ip)) = (&self.member.sources, self.source) {
-            sources.give_back(ip);
+        if let (Some(sources), Some((ip, permit))) = (&self.member.sources, self.source.take()) {
+            drop(permit);
+            sources.forget(ip);
         }
         if self.permit.is_none() {
             return;
@@ -348,6 +397,7 @@ impl MemberRegistry {
         let addr: Arc<str> = Arc::from(addr);
         let member = Arc::new(Member {
             in_flight: AtomicUsize::new(0),
+            tunnels: AtomicUsize::new(0),
             slots: Arc::new(Semaphore::new(self.max_in_flight)),
             pool: Arc::new(Pool::new(addr.clone(), self.pool.clone())),
             health: Arc::new(Tracker::new(
@@ -362,8 +412,7 @@ impl MemberRegistry {
             sources: (self.max_per_source < self.max_in_flight).then(|| Sources {
                 limit: u32::try_from(self.max_per_source).unwrap_or(u32::MAX),
                 held: Mutex::new(HashMap::new()),
-                waiting: AtomicUsize::new(0),
-                returned: Notify::new(),
+                forgets: Default::default(),
             }),
             addr,
         });
@@ -523,9 +572,55 @@ pub(crate) mod tests {
             b.acquire(Duration::from_millis(10), Some(c)).await.err(),
             Some(Full::Source)
         );
-        let held = b.sources.as_ref().expect("limited").held().clone();
-        assert_eq!(held.get(&a), Some(&2));
-        assert_eq!(held.get(&c), Some(&2));
+        let sources = b.sources.as_ref().expect("limited");
+        assert_eq!(sources.count(a), Some(2));
+        assert_eq!(sources.count(c), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_returned_slot_goes_to_its_own_address_first_in_line() {
+        let mut r = registry(8);
+        r.max_per_source = 1;
+        let b = r.member("10.0.0.1:80");
+        let (a, c): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
+        let c1 = b.acquire(Duration::ZERO, Some(c)).await.expect("c");
+        let wait = |ip| {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire(Duration::from_secs(5), Some(ip)).await })
+        };
+        let (first, second, other) = (wait(a), wait(a), wait(c));
+        tokio::task::yield_now().await;
+        // A slot of `a` comes back: the first waiter of `a` gets it, nobody else.
+        drop(a1);
+        let first = first.await.expect("join").expect("served");
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished() && !other.is_finished());
+        drop(first);
+        let _second = second.await.expect("join").expect("served next");
+        assert!(!other.is_finished());
+        drop(c1);
+        let _other = other.await.expect("join").expect("c's own slot");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_leaves_no_entry_behind() {
+        let mut r = registry(8);
+        r.max_per_source = 1;
+        let b = r.member("10.0.0.1:80");
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire(Duration::from_secs(5), Some(a)).await })
+        };
+        tokio::task::yield_now().await;
+        // The client goes away mid-wait, then the holder finishes.
+        waiter.abort();
+        let _ = waiter.await;
+        drop(a1);
+        assert_eq!(b.sources.as_ref().expect("limited").count(a), None);
+        assert_eq!(b.in_flight(), 0);
     }
 
     #[tokio::test]
@@ -544,7 +639,7 @@ pub(crate) mod tests {
             b.acquire(Duration::from_millis(10), Some(d)).await.err(),
             Some(Full::Member)
         );
-        assert_eq!(b.sources.as_ref().expect("limited").held().get(&d), None);
+        assert_eq!(b.sources.as_ref().expect("limited").count(d), None);
         assert_eq!(b.in_flight(), 2);
     }
 }

@@ -121,13 +121,7 @@ impl Proxy {
                 Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
             };
             member.health.record_success();
-            let tunnel = Tunnel {
-                slot,
-                member: member.addr.clone(),
-                connection: conn.activity.clone(),
-                idle_timeout: self.tunnel_idle_timeout,
-            };
-            return Ok(self.upgraded(response, client_upgrade, tunnel));
+            return Ok(self.upgraded(response, client_upgrade, slot, &conn));
         }
         // Only a request that can be sent again exactly may be replayed.
         let replay = (idempotent(&parts.method) && matches!(body, RequestBody::Empty)).then(|| {
@@ -217,23 +211,30 @@ impl Proxy {
     }
 
     /// The answer to an upgrade request: on 101, a tunnel between the two upgraded
-    /// connections (holding the member's slot while it lives); otherwise the member's
-    /// answer as it is.
+    /// connections (its slot turned into a tunnel count while it lives); otherwise
+    /// the member's answer as it is.
     fn upgraded(
         &self,
         mut response: Response<Incoming>,
         client_upgrade: hyper::upgrade::OnUpgrade,
-        tunnel: Tunnel,
+        slot: InFlight,
+        conn: &ClientConn,
     ) -> Forwarded {
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers, false);
             return Forwarded {
                 response: Response::from_parts(parts, ProxyBody::detached(body)),
-                in_flight: Some(tunnel.slot),
+                in_flight: Some(slot),
                 member: None,
             };
         }
+        let tunnel = Tunnel {
+            member: slot.member().addr.clone(),
+            slot: slot.into_tunnel(),
+            connection: conn.activity.clone(),
+            idle_timeout: self.tunnel_idle_timeout,
+        };
         let member_upgrade = hyper::upgrade::on(&mut response);
         let member = tunnel.member.clone();
         tokio::spawn(tunnel.run(client_upgrade, member_upgrade));

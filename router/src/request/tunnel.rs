@@ -1,10 +1,11 @@
 //! An upgraded connection (WebSocket): bytes both ways between client and member
 //! until either side closes, or until nothing has moved either way for
 //! `limits.tunnel_idle_timeout` (haproxy's `timeout tunnel`; OpenShift's router uses
-//! 1 h). Without that deadline a tunnel nobody uses would hold its member slot and
-//! its client connection's place for ever.
+//! 1 h). Without that deadline a tunnel nobody uses would hold its member connection
+//! and its client connection's place for ever.
 //!
-//! While it lives the tunnel holds the member's slot and the client connection's
+//! While it lives the tunnel is counted on its member (`tunnels`, apart from the
+//! request slots: see [`InFlight::into_tunnel`]) and holds the client connection's
 //! [`Activity`] (which holds its place among `limits.max_connections`).
 
 use std::io;
@@ -20,11 +21,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use super::activity::Activity;
+#[cfg(doc)]
 use crate::members::InFlight;
+use crate::members::TunnelSlot;
 
 /// What an upgraded connection holds while its tunnel lives.
 pub struct Tunnel {
-    pub slot: InFlight,
+    pub slot: TunnelSlot,
     pub member: Arc<str>,
     /// The client connection's activity (its place on the listener).
     pub connection: Arc<Activity>,

@@ -1,0 +1,410 @@
+//! `bench-clients`: the load tools of `bench/shapes.py` (issue 12's "also measure").
+//!
+//! ```text
+//! bench-clients certs DIR HOST
+//!     writes DIR/ca.pem and DIR/tls.crt, DIR/tls.key (a leaf for HOST and *.HOST's parent)
+//! bench-clients open-loop ADDR HOST RATE CONNS SECS
+//!     HTTP/1.1 GETs at a fixed RATE (req/s) spread over CONNS keep-alive connections,
+//!     each request sent at its scheduled time whatever the previous answers did
+//!     (open loop); prints one JSON line: sent, ok, errors, late (sends > 1 ms behind
+//!     schedule: back-pressure), p50/p90/p99/p999/max latency in µs from the write
+//! bench-clients hold ADDR HOST KIND N [CA]
+//!     KIND plain | tls | ws: opens N connections, one exchange each (GET, a TLS
+//!     handshake then a GET, a WebSocket upgrade then one echoed message), prints
+//!     `ready N` and holds them until stdin closes. WebSockets send one message a
+//!     second each (spread) and expect its echo. Then prints one JSON line: opened,
+//!     failed, closed (by the other side while held), echo_errors, echoes.
+//! ```
+//!
+//! A tool, not a test: it exits with a message on a setup error.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+fn main() {
+    raise_nofile();
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_else(|| usage());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    match arg(1).as_str() {
+        "certs" => certs(&arg(2), &arg(3)),
+        "open-loop" => open_loop(
+            addr(&arg(2)),
+            arg(3),
+            num(&arg(4)),
+            num(&arg(5)),
+            num(&arg(6)),
+        ),
+        "hold" => rt.block_on(hold(
+            addr(&arg(2)),
+            arg(3),
+            arg(4),
+            num(&arg(5)),
+            args.get(6).cloned(),
+        )),
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA]"
+    );
+    std::process::exit(64)
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap_or_else(|_| usage())
+}
+
+fn num(s: &str) -> u64 {
+    s.parse().unwrap_or_else(|_| usage())
+}
+
+fn raise_nofile() {
+    let lim = libc::rlimit {
+        rlim_cur: 20000,
+        rlim_max: 20000,
+    };
+    // SAFETY: setrlimit reads a valid, initialised struct.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+}
+
+fn certs(dir: &str, host: &str) {
+    let dir = std::path::Path::new(dir);
+    let ca = e2e::pki::Ca::new("bench CA");
+    let leaf = ca.leaf(&[host]);
+    std::fs::write(dir.join("ca.pem"), &ca.pem).expect("write ca.pem");
+    std::fs::write(dir.join("tls.crt"), &leaf.cert_pem).expect("write tls.crt");
+    std::fs::write(dir.join("tls.key"), &leaf.key_pem).expect("write tls.key");
+}
+
+/// Reads one HTTP/1.1 response (head, then a Content-Length body) and returns its
+/// status; `None` when the connection failed or the answer is not HTTP.
+async fn read_response<S: AsyncRead + Unpin>(s: &mut S, buf: &mut Vec<u8>) -> Option<u16> {
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    let mut want = None;
+    loop {
+        if want.is_none()
+            && let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n")
+        {
+            let (status, length) = head_of(&buf[..i + 4])?;
+            want = Some((status, i + 4 + length));
+        }
+        if let Some((status, total)) = want
+            && buf.len() >= total
+        {
+            return Some(status);
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One blocking thread per connection, sleeping with `clock_nanosleep` until each
+/// request's scheduled time (tokio's timer has a 1 ms tick, which would send the
+/// requests in bursts of RATE/1000), timer slack set to 1 µs.
+fn open_loop(addr: SocketAddr, host: String, rate: u64, conns: u64, secs: u64) {
+    use std::io::Write;
+    let request = Arc::new(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes());
+    let interval = Duration::from_secs_f64(conns as f64 / rate as f64);
+    let start = Instant::now() + Duration::from_millis(200);
+    let end = start + Duration::from_secs(secs);
+    let late = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..conns)
+        .map(|i| {
+            let (request, late) = (request.clone(), late.clone());
+            // Connection i sends at start + i/rate + k·interval: the union is `rate`
+            // per second, evenly spaced.
+            let first = start + Duration::from_secs_f64(i as f64 / rate as f64);
+            std::thread::spawn(move || {
+                // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000) };
+                let mut lat = Vec::new();
+                let mut errors = 0u64;
+                let connect = || {
+                    let s = std::net::TcpStream::connect(addr).ok()?;
+                    s.set_nodelay(true).ok()?;
+                    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                    Some(s)
+                };
+                let Some(mut s) = connect() else {
+                    return (lat, 1);
+                };
+                let mut buf = Vec::with_capacity(8192);
+                let mut next = first;
+                while next < end {
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                    let sent = Instant::now();
+                    if sent.duration_since(next) > Duration::from_millis(1) {
+                        late.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let ok = s.write_all(&request).is_ok()
+                        && read_response_blocking(&mut s, &mut buf) == Some(200);
+                    if ok {
+                        lat.push(sent.elapsed().as_micros() as u32);
+                    } else {
+                        errors += 1;
+                        match connect() {
+                            Some(n) => s = n,
+                            None => return (lat, errors),
+                        }
+                    }
+                    next += interval;
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in threads {
+        if let Ok((l, e)) = t.join() {
+            all.extend(l);
+            errors += e;
+        }
+    }
+    all.sort_unstable();
+    let q = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "sent": all.len() as u64 + errors, "ok": all.len(), "errors": errors,
+            "late": late.load(Ordering::Relaxed),
+            "p50_us": q(0.50), "p90_us": q(0.90), "p99_us": q(0.99), "p999_us": q(0.999),
+            "max_us": all.last().copied().unwrap_or(0),
+        })
+    );
+}
+
+/// [`read_response`] on a blocking socket.
+fn read_response_blocking(s: &mut std::net::TcpStream, buf: &mut Vec<u8>) -> Option<u16> {
+    use std::io::Read;
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let (status, want) = head_of(&buf[..head_end])?;
+    while buf.len() < head_end + want {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(status)
+}
+
+/// Status and Content-Length of a response head (benchmark backends always send one).
+fn head_of(head: &[u8]) -> Option<(u16, usize)> {
+    let head = std::str::from_utf8(head).ok()?;
+    let status: u16 = head.get(9..12)?.parse().ok()?;
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    Some((status, length))
+}
+
+#[derive(Default)]
+struct HoldStats {
+    opened: AtomicU64,
+    failed: AtomicU64,
+    closed: AtomicU64,
+    echo_errors: AtomicU64,
+    echoes: AtomicU64,
+}
+
+async fn hold(addr: SocketAddr, host: String, kind: String, n: u64, ca: Option<String>) {
+    let stats = Arc::new(HoldStats::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let tls = match kind.as_str() {
+        "tls" => {
+            let ca = std::fs::read_to_string(ca.unwrap_or_else(|| usage())).expect("CA file");
+            Some(e2e::tlsclient::client_config(&ca, &[b"http/1.1"]))
+        }
+        "plain" | "ws" => None,
+        _ => usage(),
+    };
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+    let mut tasks = Vec::new();
+    // Open in batches of 100 at a time: a burst of thousands of SYNs overflows the
+    // listener's backlog and measures retransmits, not memory.
+    let gate = Arc::new(tokio::sync::Semaphore::new(100));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
+    for i in 0..n {
+        let (stats, mut stop, request, tls, host, kind, gate, ready_tx) = (
+            stats.clone(),
+            stop.clone(),
+            request.clone(),
+            tls.clone(),
+            host.clone(),
+            kind.clone(),
+            gate.clone(),
+            ready_tx.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let permit = gate.acquire_owned().await;
+            match (kind.as_str(), tls) {
+                ("tls", Some(config)) => {
+                    let s = e2e::tlsclient::connect(addr, &host, &config).await;
+                    exchange_and_hold(s, &request, &stats, &ready_tx, permit, &mut stop).await;
+                }
+                ("ws", _) => {
+                    let tcp = match TcpStream::connect(addr).await {
+                        Ok(s) => s,
+                        Err(_) => return fail(&stats, &ready_tx),
+                    };
+                    let url = format!("ws://{host}/ws");
+                    let Ok((mut ws, _)) = tokio_tungstenite::client_async(url, tcp).await else {
+                        return fail(&stats, &ready_tx);
+                    };
+                    if ws.send(Message::text("hello")).await.is_err()
+                        || !matches!(ws.next().await, Some(Ok(Message::Text(_))))
+                    {
+                        return fail(&stats, &ready_tx);
+                    }
+                    opened(&stats, &ready_tx, permit);
+                    // One message a second, spread over the connections.
+                    tokio::time::sleep(Duration::from_millis(i * 1000 / n.max(1))).await;
+                    let mut tick = tokio::time::interval(Duration::from_secs(1));
+                    loop {
+                        tokio::select! {
+                            _ = tick.tick() => {}
+                            _ = stop.changed() => return,
+                        }
+                        if ws.send(Message::text("ping")).await.is_err() {
+                            stats.closed.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        let echo = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+                        match echo {
+                            Ok(Some(Ok(Message::Text(t)))) if t.as_str() == "ping" => {
+                                stats.echoes.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(None) | Ok(Some(Ok(Message::Close(_)))) | Ok(Some(Err(_))) => {
+                                stats.closed.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
+                            _ => {
+                                stats.echo_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    let s = TcpStream::connect(addr).await;
+                    exchange_and_hold(s, &request, &stats, &ready_tx, permit, &mut stop).await;
+                }
+            }
+        }));
+    }
+    drop(ready_tx);
+    let mut done = 0;
+    while done < n && ready_rx.recv().await.is_some() {
+        done += 1;
+    }
+    println!("ready {}", stats.opened.load(Ordering::Relaxed));
+    // Hold until stdin closes (the driving script says when).
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    println!(
+        "{}",
+        serde_json::json!({
+            "opened": v(&stats.opened), "failed": v(&stats.failed), "closed": v(&stats.closed),
+            "echo_errors": v(&stats.echo_errors), "echoes": v(&stats.echoes),
+        })
+    );
+}
+
+fn fail(stats: &HoldStats, ready: &tokio::sync::mpsc::UnboundedSender<bool>) {
+    stats.failed.fetch_add(1, Ordering::Relaxed);
+    let _ = ready.send(false);
+}
+
+fn opened(
+    stats: &HoldStats,
+    ready: &tokio::sync::mpsc::UnboundedSender<bool>,
+    permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+) {
+    drop(permit);
+    stats.opened.fetch_add(1, Ordering::Relaxed);
+    let _ = ready.send(true);
+}
+
+/// One request and its answer on `s`, then holds it idle until told to stop.
+async fn exchange_and_hold<S: AsyncRead + AsyncWrite + Unpin>(
+    s: std::io::Result<S>,
+    request: &[u8],
+    stats: &HoldStats,
+    ready: &tokio::sync::mpsc::UnboundedSender<bool>,
+    permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    let mut buf = Vec::with_capacity(4096);
+    let mut s = match s {
+        Ok(s) => s,
+        Err(_) => return fail(stats, ready),
+    };
+    if s.write_all(request).await.is_err() || read_response(&mut s, &mut buf).await != Some(200) {
+        return fail(stats, ready);
+    }
+    opened(stats, ready, permit);
+    held(&mut s, stop, stats).await;
+}
+
+/// Holds an idle connection until told to stop; counts it if the other side closes.
+async fn held<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    stats: &HoldStats,
+) {
+    let mut one = [0u8; 1];
+    tokio::select! {
+        _ = s.read(&mut one) => { stats.closed.fetch_add(1, Ordering::Relaxed); }
+        _ = stop.changed() => {}
+    }
+}
