@@ -112,6 +112,8 @@ pub struct Metrics {
     pub tls: TlsMetrics,
     /// Requests that waited for a slot on a full member.
     pub queue_waits: IntCounter,
+    /// `router_tls_passthrough_total{result}`: relayed, no_member, member_failed.
+    pub passthrough: IntCounterVec,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -200,11 +202,23 @@ impl Metrics {
             "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
         )?;
         registry.register(Box::new(queue_waits.clone()))?;
+        let passthrough = IntCounterVec::new(
+            Opts::new(
+                "router_tls_passthrough_total",
+                "TLS connections for passthrough apps, by result (relayed, no_member, member_failed)",
+            ),
+            &["result"],
+        )?;
+        for r in ["relayed", "no_member", "member_failed"] {
+            passthrough.with_label_values(&[r]);
+        }
+        registry.register(Box::new(passthrough.clone()))?;
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
             health,
             tls,
             queue_waits,
+            passthrough,
             registry,
             by_class,
             duration,

@@ -83,6 +83,41 @@ async fn router_with_alias(pki: &Pki, alias_leaf: &Leaf, extra: &str) -> (TestRo
     (r, backend)
 }
 
+/// `openssl s_client -servername NAME`, verified against `ca`: its output, once
+/// it says the verification passed.
+async fn s_client_verified(addr: &str, name: &str, ca: &str) -> String {
+    let args = [
+        "s_client",
+        "-connect",
+        addr,
+        "-servername",
+        name,
+        "-CAfile",
+        ca,
+    ];
+    let (_, out) = run("openssl", &[&args[..], &["-verify_return_error"]].concat()).await;
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    out
+}
+
+/// An h2 connection made for `name` (SNI), trusting `ca_pem`.
+async fn h2_for(
+    addr: std::net::SocketAddr,
+    name: &str,
+    ca_pem: &str,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    let config = client_config(ca_pem, &[b"h2"]);
+    let s = connect(addr, name, &config).await.expect("h2 handshake");
+    let (h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(s),
+    )
+    .await
+    .expect("h2");
+    tokio::spawn(conn);
+    h2
+}
+
 fn https(r: &TestRouter) -> std::net::SocketAddr {
     r.https.expect("https listener")
 }
@@ -127,21 +162,7 @@ async fn sni_picks_the_alias_certificate_the_wildcard_or_the_default() {
     );
     // With -servername: the alias, verified against our CA.
     let ca = pki.ca_file.display().to_string();
-    let (_, out) = run(
-        "openssl",
-        &[
-            "s_client",
-            "-connect",
-            &addr,
-            "-servername",
-            ALIAS,
-            "-CAfile",
-            &ca,
-            "-verify_return_error",
-        ],
-    )
-    .await;
-    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    let out = s_client_verified(&addr, ALIAS, &ca).await;
     assert!(
         out.contains(&format!("CN = {ALIAS}")) || out.contains(&format!("CN={ALIAS}")),
         "{out}"
@@ -761,15 +782,7 @@ async fn a_request_for_a_name_with_another_certificate_is_misdirected() {
     let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
 
     // h2 made for the HA name, then a request for the alias on it.
-    let config = client_config(&pki.ca.pem, &[b"h2"]);
-    let s = connect(https(&r), HA, &config).await.expect("h2 handshake");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(s),
-    )
-    .await
-    .expect("h2");
-    tokio::spawn(conn);
+    let mut h2 = h2_for(https(&r), HA, &pki.ca.pem).await;
     let status = async |h2: &mut hyper::client::conn::http2::SendRequest<Empty<bytes::Bytes>>,
                         host: &str| {
         let req = http::Request::get(format!("https://{host}/"))
@@ -809,4 +822,209 @@ async fn a_request_for_a_name_with_another_certificate_is_misdirected() {
         Some(3.0),
         "two 421 and the 404"
     );
+}
+
+const GEAR: &str = "ha-gear-demo.example.com";
+
+/// `add_public_endpoint` of a load balancer whose gear terminates TLS itself (the
+/// "SNI proxy" protocol `tls`, without `https`/`wss`).
+fn add_passthrough_lb(app: &str, addr: std::net::SocketAddr) -> String {
+    events::add_lb(app, "demo", addr).replace(":protocols:\n- http\n- ws\n", ":protocols:\n- tls\n")
+}
+
+/// Writes its first write in two pieces, 40 ms apart, so that a ClientHello reaches
+/// the router in two TCP segments.
+struct SplitFirstWrite {
+    inner: tokio::net::TcpStream,
+    state: u8,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tokio::io::AsyncRead for SplitFirstWrite {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for SplitFirstWrite {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match this.state {
+            0 => {
+                let n = buf.len().min(7);
+                let r = std::pin::Pin::new(&mut this.inner).poll_write(cx, &buf[..n]);
+                if matches!(r, Poll::Ready(Ok(_))) {
+                    this.state = 1;
+                    this.pause = Some(Box::pin(tokio::time::sleep(Duration::from_millis(40))));
+                }
+                r
+            }
+            1 => {
+                if let Some(p) = this.pause.as_mut()
+                    && std::future::Future::poll(p.as_mut(), cx).is_pending()
+                {
+                    return Poll::Pending;
+                }
+                this.state = 2;
+                std::pin::Pin::new(&mut this.inner).poll_write(cx, buf)
+            }
+            _ => std::pin::Pin::new(&mut this.inner).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A handshake for `name` whose ClientHello goes out in two TCP segments; the
+/// certificate the server presented.
+async fn split_handshake(
+    addr: std::net::SocketAddr,
+    name: &'static str,
+    config: &Arc<rustls::ClientConfig>,
+) -> Vec<u8> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.set_nodelay(true).expect("nodelay");
+    let split = SplitFirstWrite {
+        inner: tcp,
+        state: 0,
+        pause: None,
+    };
+    let server = rustls::pki_types::ServerName::try_from(name).expect("name");
+    let s = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(server, split)
+        .await
+        .expect("handshake with a split ClientHello");
+    s.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default()
+}
+
+/// SNI passthrough (issue 13 item 1): on the one HTTPS port, a name whose gear
+/// terminates TLS (protocol `tls`) is relayed untouched, so clients see the gear's
+/// own certificate (from another CA, with a key the router never had); a name the
+/// router terminates still gets the router's certificate; a ClientHello in two TCP
+/// segments and a client without SNI get the same answers; an h2 connection made
+/// for a terminated name that carries a request for the passthrough name gets 421.
+#[tokio::test]
+async fn tls_passthrough_relays_to_the_gear_that_holds_the_key() {
+    let pki = Pki::new();
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b) = router_with_alias(&pki, &alias_leaf, "").await;
+    let gear_ca = Ca::new("Gear CA");
+    let gear_leaf = gear_ca.leaf(&[GEAR]);
+    let (gear, _) = Backend::start_tls(&gear_leaf).await;
+    let (gear2, _) = Backend::start_tls(&gear_leaf).await;
+    r.drop_event("10.yaml", &add_passthrough_lb("gear", gear.addr));
+    r.drop_event("11.yaml", &add_passthrough_lb("gear", gear2.addr));
+    r.wait_spool_empty().await;
+    r.wait_route(GEAR).await;
+
+    // The gear's own certificate, verified against the gear's CA.
+    let gear_config = client_config(&gear_ca.pem, &[b"http/1.1"]);
+    for _ in 0..4 {
+        let s = connect(https(&r), GEAR, &gear_config)
+            .await
+            .expect("handshake with the gear through the router");
+        assert_eq!(peer_leaf(&s), der_of(&gear_leaf.cert_pem));
+        let mut h = http1(s).await;
+        let (status, body) = get(&mut h, GEAR, "/hello").await;
+        assert_eq!(status, 200);
+        let echo = Echo::parse(&body);
+        assert_eq!(echo.target, "/hello", "bytes relayed untouched");
+        assert!(
+            echo.header("x-forwarded-for").is_none(),
+            "the router never saw the request"
+        );
+    }
+    assert_eq!(gear.hits() + gear2.hits(), 4);
+    assert!(gear.hits() > 0 && gear2.hits() > 0, "balanced over both");
+
+    // A ClientHello split over two TCP segments.
+    assert_eq!(
+        split_handshake(https(&r), GEAR, &gear_config).await,
+        der_of(&gear_leaf.cert_pem)
+    );
+    // The same split towards a terminated name: the router's certificate.
+    let config = client_config(&pki.ca.pem, &[b"http/1.1"]);
+    assert_eq!(
+        split_handshake(https(&r), ALIAS, &config).await,
+        der_of(&alias_leaf.cert_pem)
+    );
+
+    // openssl s_client and curl, as operators would try it.
+    let addr = https(&r).to_string();
+    let gear_ca_file = pki.dir.join("gear-ca.pem");
+    std::fs::write(&gear_ca_file, &gear_ca.pem).expect("write gear CA");
+    let gear_ca_path = gear_ca_file.display().to_string();
+    let out = s_client_verified(&addr, GEAR, &gear_ca_path).await;
+    assert!(out.contains("Gear CA"), "issued by the gear's CA: {out}");
+    let port = https(&r).port();
+    let (ok, out) = run(
+        "curl",
+        &[
+            "-sS",
+            "--cacert",
+            &gear_ca_path,
+            "--resolve",
+            &format!("{GEAR}:{port}:127.0.0.1"),
+            &format!("https://{GEAR}:{port}/via-curl"),
+        ],
+    )
+    .await;
+    assert!(ok && out.contains("/via-curl"), "{out}");
+    // No SNI: the router's default certificate, as without passthrough.
+    let (_, out) = run("openssl", &["s_client", "-connect", &addr, "-noservername"]).await;
+    assert!(
+        out.contains("CN = *.example.com") || out.contains("CN=*.example.com"),
+        "{out}"
+    );
+
+    // h2 made for the HA name of the terminated app (the wildcard covers the gear's
+    // name too), then a request for the passthrough name on it: 421.
+    let mut h2 = h2_for(https(&r), HA, &pki.ca.pem).await;
+    for (host, want) in [(HA, 200), (GEAR, 421), (HA, 200)] {
+        let req = http::Request::get(format!("https://{host}/"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let status = h2.send_request(req).await.expect("response").status();
+        assert_eq!(status.as_u16(), want, "{host}");
+    }
+    assert!(
+        r.metric("router_tls_passthrough_total{result=\"relayed\"}")
+            .await
+            >= Some(6.0)
+    );
+
+    // One gear gone: nothing was sent to it yet, so connections go to the other.
+    drop(gear);
+    for _ in 0..4 {
+        let s = connect(https(&r), GEAR, &gear_config)
+            .await
+            .expect("handshake with the remaining gear");
+        assert_eq!(get(&mut http1(s).await, GEAR, "/").await.0, 200);
+    }
 }

@@ -43,6 +43,7 @@ use super::Proxy;
 use super::activity::{Activity, Place};
 use super::client_io::{ClientIo, Stream};
 use super::headers::ClientConn;
+use crate::tls::rewind::Rewind;
 
 /// Protections of the listeners against clients.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -179,6 +180,52 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// With passthrough routes in the table, reads the ClientHello first: a name whose
+/// gear terminates TLS itself is relayed there (see [`super::passthrough`]) and the
+/// connection ends here (`None`); any other is handed to our own handshake with the
+/// bytes put back, so it gets exactly the answer it would have had.
+async fn hello_then_handshake(
+    proxy: &Arc<Proxy>,
+    tls: &TlsListener,
+    mut stream: tokio::net::TcpStream,
+    peer: std::net::IpAddr,
+    activity: &Arc<Activity>,
+    metrics: &crate::metrics::TlsMetrics,
+) -> Option<tokio_rustls::server::TlsStream<Rewind>> {
+    let mut read = Vec::new();
+    if proxy.table.load().passthrough > 0 {
+        let hello =
+            tokio::time::timeout(tls.handshake_timeout, crate::tls::hello::read(&mut stream)).await;
+        let Ok(hello) = hello else {
+            metrics.handshake_failed("timeout");
+            return None;
+        };
+        if let Some(route) = hello
+            .sni
+            .as_deref()
+            .and_then(|n| proxy.passthrough_route(n))
+        {
+            // A task of its own, like an upgraded tunnel: it keeps the connection's
+            // place (the activity), but is no longer a quiet connection to evict.
+            let (proxy, activity) = (proxy.clone(), activity.clone());
+            tokio::spawn(async move {
+                proxy
+                    .pass_through(route, stream, hello.bytes, peer, activity)
+                    .await;
+            });
+            return None;
+        }
+        read = hello.bytes;
+    }
+    crate::tls::server::handshake(
+        &tls.acceptor,
+        Rewind::new(stream, read),
+        tls.handshake_timeout,
+        metrics,
+    )
+    .await
+}
+
 /// TLS on a listener.
 #[derive(Clone)]
 pub struct TlsListener {
@@ -271,12 +318,7 @@ pub async fn serve(
                 None => Stream::Plain(stream),
                 // The handshake runs in the connection's task, never in this loop.
                 Some(tls) => match tokio::select! {
-                    s = crate::tls::server::handshake(
-                        &tls.acceptor,
-                        stream,
-                        tls.handshake_timeout,
-                        &metrics,
-                    ) => s,
+                    s = hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics) => s,
                     _ = evict.notified() => None,
                 } {
                     Some(s) => {

@@ -18,11 +18,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use crate::stall::StallTimer;
+use crate::tls::rewind::Rewind;
 
 /// Plain or TLS, one type for the connection driver.
 pub enum Stream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<Rewind>>),
 }
 
 pub struct ClientIo {

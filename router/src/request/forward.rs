@@ -57,6 +57,11 @@ impl Proxy {
             .lookup(&name)
             .cloned()
             .ok_or(ProxyError::NoRoute)?;
+        // Names whose TLS the gear terminates are relayed before any handshake: a
+        // request for one on a connection we terminated was coalesced here (h2).
+        if route.passthrough && conn.https {
+            return Err(ProxyError::Misdirected);
+        }
         // Plain HTTP for a host with a certificate: to HTTPS, if so configured.
         if !conn.https
             && let Some(redirect) = &self.redirect

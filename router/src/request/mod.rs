@@ -35,6 +35,7 @@ pub mod client_io;
 pub mod error;
 pub mod forward;
 pub mod headers;
+pub mod passthrough;
 pub mod route;
 pub mod tunnel;
 pub mod upload;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
@@ -44,20 +44,37 @@ impl Tunnel {
                 return;
             }
         };
-        let clock = Arc::new(Clock::new());
-        let mut c = Watched::new(c, clock.clone());
-        let mut m = Watched::new(m, clock.clone());
-        tokio::select! {
-            r = tokio::io::copy_bidirectional(&mut c, &mut m) => {
-                if let Err(e) = r {
-                    tracing::debug!(member = %self.member, error = %e, "upgraded tunnel ended");
-                }
-            }
-            _ = clock.idle(self.idle_timeout) => {
-                tracing::debug!(member = %self.member, "upgraded tunnel idle: closed (limits.tunnel_idle_timeout)");
+        relay(
+            TokioIo::new(c),
+            TokioIo::new(m),
+            self.idle_timeout,
+            &self.member,
+        )
+        .await;
+        drop(self.connection);
+    }
+}
+
+/// Relays bytes both ways until a side closes (each half-close passed on) or
+/// nothing has moved either way for `idle_timeout`. Shared by upgraded connections
+/// and TLS passthrough.
+pub async fn relay<A, B>(a: A, b: B, idle_timeout: Duration, member: &str)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let clock = Arc::new(Clock::new());
+    let mut a = Watched::new(a, clock.clone());
+    let mut b = Watched::new(b, clock.clone());
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut a, &mut b) => {
+            if let Err(e) = r {
+                tracing::debug!(member, error = %e, "tunnel ended");
             }
         }
-        drop(self.connection);
+        _ = clock.idle(idle_timeout) => {
+            tracing::debug!(member, "tunnel idle: closed (limits.tunnel_idle_timeout)");
+        }
     }
 }
 
@@ -93,21 +110,18 @@ impl Clock {
 }
 
 /// One side of the tunnel, telling the clock about every byte read or written.
-struct Watched {
-    io: TokioIo<Upgraded>,
+struct Watched<T> {
+    io: T,
     clock: Arc<Clock>,
 }
 
-impl Watched {
-    fn new(io: Upgraded, clock: Arc<Clock>) -> Watched {
-        Watched {
-            io: TokioIo::new(io),
-            clock,
-        }
+impl<T> Watched<T> {
+    fn new(io: T, clock: Arc<Clock>) -> Watched<T> {
+        Watched { io, clock }
     }
 }
 
-impl AsyncRead for Watched {
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -123,7 +137,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

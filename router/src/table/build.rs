@@ -96,6 +96,7 @@ impl Builder {
         let mut next = table.clone();
         for key in changed {
             if let Some(old) = next.apps.remove(key) {
+                next.passthrough -= usize::from(old.passthrough);
                 for host in &old.hosts {
                     // Only if the name still points at this app (an alias may have moved).
                     if next.hosts.get(host).is_some_and(|r| r.app == *key) {
@@ -105,6 +106,7 @@ impl Builder {
             }
             if let Some(app) = state.app(key).filter(|a| a.is_announced()) {
                 let route = Arc::new(self.route(key, app));
+                next.passthrough += usize::from(route.passthrough);
                 for host in &route.hosts {
                     next.hosts.insert(host.clone(), route.clone());
                 }
@@ -124,6 +126,7 @@ impl Builder {
 
         let mut members = Vec::new();
         let mut endpoints = Vec::new();
+        let mut passthrough = true;
         for (addr, ep) in &app.endpoints {
             let mut routed = self.naming.routed(&ep.types);
             if routed {
@@ -133,6 +136,8 @@ impl Builder {
                             ep.protocols.iter().any(|p| names.contains(&p.as_str()))
                         };
                         let tls = has(&["https", "wss", "tls"]);
+                        // The "SNI proxy" protocol: the gear terminates TLS itself.
+                        passthrough &= has(&["tls"]) && !has(&["https", "wss"]);
                         // HTTP checks for plain HTTP members (no protocols listed
                         // means the default, http); TCP for TLS and anything else.
                         let http = !tls && (ep.protocols.is_empty() || has(&["http", "ws"]));
@@ -157,6 +162,7 @@ impl Builder {
                 routed,
             });
         }
+        let passthrough = passthrough && !members.is_empty();
         Route {
             app: key.clone(),
             name: app.name.clone(),
@@ -169,6 +175,7 @@ impl Builder {
             next: AtomicUsize::new(0),
             balance: self.naming.balance,
             fail_open: self.naming.fail_open,
+            passthrough,
         }
     }
 }

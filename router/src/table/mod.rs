@@ -45,6 +45,10 @@ pub struct Route {
     pub(crate) next: AtomicUsize,
     pub(crate) balance: Balance,
     pub(crate) fail_open: bool,
+    /// Every member terminates TLS itself (protocol `tls`, not `https`/`wss`): TLS
+    /// connections for its names are relayed, not terminated (see
+    /// `request::passthrough`); a terminated request for them is 421.
+    pub passthrough: bool,
 }
 
 /// Where a route sends requests: a member (shared by every route and table that
@@ -92,6 +96,9 @@ impl Route {
 pub struct RouteTable {
     pub(crate) hosts: imbl::HashMap<Arc<str>, Arc<Route>>,
     pub(crate) apps: imbl::OrdMap<AppKey, Arc<Route>>,
+    /// How many routes are passthrough: with none, TLS connections are terminated
+    /// without reading their ClientHello first.
+    pub passthrough: usize,
 }
 
 impl RouteTable {

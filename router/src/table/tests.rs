@@ -188,6 +188,48 @@ fn tls_members_are_marked() {
     assert!(r.members[0].tls);
 }
 
+/// Applies an event body given inline (a variant of a fixture).
+fn step_body(b: &Builder, state: &mut RoutingState, table: &RouteTable, body: &str) -> RouteTable {
+    let Ok(Decoded::Event(e)) = decode(body.as_bytes()) else {
+        panic!("does not decode: {body}")
+    };
+    let mut changed = BTreeSet::new();
+    if let spi_consumer::apply::Applied::Changed(k) = state.apply(&e) {
+        changed.insert(k);
+    }
+    b.update(table, state, &changed)
+}
+
+/// An app is passthrough when every routed member terminates TLS itself (`tls`,
+/// not `https`/`wss`); the table counts such routes, and stops counting them when
+/// they change or go.
+#[test]
+fn passthrough_routes_are_marked_and_counted() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let ssl_to_gear =
+        String::from_utf8(fixture("42-edge-add_public_endpoint-ssl_to_gear.yaml")).expect("utf-8");
+    let sni_proxy = ssl_to_gear.replace("- https\n- wss\n", "- tls\n");
+    let t = step_body(&b, &mut state, &RouteTable::default(), &sni_proxy);
+    let r = t.lookup("ha-secureapp-demo.example.com").expect("route");
+    assert!(r.passthrough && r.members[0].tls);
+    assert_eq!(t.passthrough, 1);
+    // A second member that is re-encrypted (ssl_to_gear): the app is terminated.
+    let mixed = ssl_to_gear
+        .replace("38047", "38048")
+        .replace("000077", "000078");
+    let t = step_body(&b, &mut state, &t, &mixed);
+    let r = t.lookup("ha-secureapp-demo.example.com").expect("route");
+    assert_eq!(
+        (r.passthrough, r.members.len(), t.passthrough),
+        (false, 2, 0)
+    );
+    // The fixture itself (https, wss) was never passthrough.
+    let mut state = RoutingState::new();
+    let t = step_body(&b, &mut state, &RouteTable::default(), &ssl_to_gear);
+    assert_eq!(t.passthrough, 0);
+}
+
 /// The tables after fixture 03 (one member) and then 05 (two members).
 fn one_then_two_members() -> (RouteTable, RouteTable) {
     let b = builder(false);

@@ -6,10 +6,14 @@
 //!   table) and the resolver rustls asks during each handshake;
 //! - [`tickets`]: session-ticket keys derived from a shared secret file;
 //! - [`server`]: the rustls server configuration and the handshake metrics;
+//! - [`hello`]: reading a ClientHello without answering it (SNI passthrough), and
+//!   [`rewind`]: the stream with those bytes put back for our own handshake;
 //! - [`client`]: TLS towards `ssl_to_gear` members.
 
 pub mod client;
+pub mod hello;
 pub mod keys;
+pub mod rewind;
 pub mod server;
 pub mod store;
 pub mod tickets;

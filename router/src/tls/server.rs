@@ -12,11 +12,11 @@ use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{NoServerSessionStorage, ProducesTickets};
-use tokio::net::TcpStream;
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::metrics::TlsMetrics;
+use crate::tls::rewind::Rewind;
 use crate::tls::store::{Certs, Served, SniResolver};
 
 /// How sessions resume.
@@ -82,10 +82,10 @@ impl Acceptor {
 /// itself; the handshake then goes on so that the client gets its alert.
 pub async fn handshake(
     acceptor: &Acceptor,
-    stream: TcpStream,
+    stream: Rewind,
     timeout: Duration,
     metrics: &TlsMetrics,
-) -> Option<TlsStream<TcpStream>> {
+) -> Option<TlsStream<Rewind>> {
     let handshake = async {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
         let covered = {

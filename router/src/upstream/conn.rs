@@ -205,6 +205,26 @@ pub struct ConnectSettings {
     pub connect_timeout: Duration,
 }
 
+/// A TCP connection to `target` by `deadline`, without delay on small writes.
+pub async fn dial(
+    addr: &Arc<str>,
+    target: SocketAddr,
+    deadline: tokio::time::Instant,
+) -> Result<TcpStream, SendError> {
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(source)) => {
+            return Err(SendError::Connect {
+                addr: addr.clone(),
+                source,
+            });
+        }
+        Err(_) => return Err(SendError::ConnectTimeout { addr: addr.clone() }),
+    };
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
 impl Upstream {
     /// Opens a new connection to `addr` (`target`, its parsed form), with TLS if
     /// `tls` is given. The connect timeout covers the TLS handshake too.
@@ -225,12 +245,7 @@ impl Upstream {
             }
         };
         let deadline = tokio::time::Instant::now() + settings.connect_timeout;
-        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(source)) => return Err(SendError::Connect { addr, source }),
-            Err(_) => return Err(SendError::ConnectTimeout { addr }),
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = dial(&addr, target, deadline).await?;
         let (io, sni) = match tls {
             None => (MemberIo::Plain(stream), None),
             Some(tls) => {

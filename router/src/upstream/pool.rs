@@ -16,6 +16,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use prometheus::IntCounter;
 
 use super::conn::{ConnectSettings, MemberTls, SendError, Upstream};
+use tokio::net::TcpStream;
 
 /// How idle connections are kept, from `upstream.*`.
 #[derive(Clone, Debug)]
@@ -65,6 +66,18 @@ impl Pool {
         let up = Upstream::connect(&self.addr, self.target, settings, tls).await?;
         self.settings.opened.inc();
         Ok(up)
+    }
+
+    /// A new raw TCP connection (TLS passthrough), counted like the others.
+    pub async fn dial(&self, settings: ConnectSettings) -> Result<TcpStream, SendError> {
+        let target = self.target.ok_or_else(|| SendError::Connect {
+            addr: self.addr.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not an IP address"),
+        })?;
+        let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+        let stream = super::conn::dial(&self.addr, target, deadline).await?;
+        self.settings.opened.inc();
+        Ok(stream)
     }
 
     /// An idle connection that is still usable, if there is one.

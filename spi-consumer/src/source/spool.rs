@@ -136,8 +136,14 @@ impl Spool {
         for (path, d) in &settled {
             self.settle(path, d)?;
         }
-        durable_file::sync_dir(&self.dir.join(DONE))?;
-        durable_file::sync_dir(&self.dir.join(FAILED))?;
+        // Only the directories that changed: each sync is a disk flush.
+        let parked = |(_, d): &&(PathBuf, Disposition)| matches!(d, Disposition::DeadLetter(_));
+        if settled.iter().any(|s| parked(&s)) {
+            durable_file::sync_dir(&self.dir.join(FAILED))?;
+        }
+        if settled.iter().any(|s| !parked(&s)) {
+            durable_file::sync_dir(&self.dir.join(DONE))?;
+        }
         durable_file::sync_dir(&self.dir)?;
         self.prune_done();
         Ok(settled.len())
@@ -232,8 +238,15 @@ impl Spool {
             match result {
                 Ok((c, r)) => {
                     consumer = c;
-                    if let Err(e) = r {
-                        tracing::error!(dir = %self.dir.display(), error = %e, "spool batch failed, will retry");
+                    match r {
+                        // Files came: look again at once, so a backlog drains
+                        // batch after batch and events a few ms apart each get
+                        // their own batch, instead of waiting `interval` each time.
+                        Ok(n) if n > 0 => continue,
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::error!(dir = %self.dir.display(), error = %e, "spool batch failed, will retry");
+                        }
                     }
                 }
                 Err(e) => {
