@@ -25,6 +25,7 @@ pub mod request;
 pub mod stall;
 pub mod startup;
 pub mod table;
+pub mod tcp;
 pub mod tls;
 pub mod upstream;
 

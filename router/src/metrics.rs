@@ -114,6 +114,8 @@ pub struct Metrics {
     pub queue_waits: IntCounter,
     /// `router_tls_passthrough_total{result}`: relayed, no_member, member_failed.
     pub passthrough: IntCounterVec,
+    /// `router_tcp_connections_total{listener, result}` (`tcp.listen` ports).
+    pub tcp: IntCounterVec,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -213,12 +215,21 @@ impl Metrics {
             passthrough.with_label_values(&[r]);
         }
         registry.register(Box::new(passthrough.clone()))?;
+        let tcp = IntCounterVec::new(
+            Opts::new(
+                "router_tcp_connections_total",
+                "Connections on tcp.listen ports, by listener and result (relayed, no_member, member_failed)",
+            ),
+            &["listener", "result"],
+        )?;
+        registry.register(Box::new(tcp.clone()))?;
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
             health,
             tls,
             queue_waits,
             passthrough,
+            tcp,
             registry,
             by_class,
             duration,

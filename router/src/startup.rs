@@ -91,6 +91,8 @@ pub enum StartError {
 pub struct Router {
     config: Config,
     http: TcpListener,
+    /// `tcp.listen`, in the configuration's order.
+    tcp: Vec<TcpListener>,
     https: Option<(TcpListener, crate::request::accept::TlsListener)>,
     admin: Option<TcpListener>,
     certs: Arc<Mutex<CertIndex>>,
@@ -138,6 +140,7 @@ impl Router {
             endpoint_types: config.endpoint_types.clone(),
             balance: config.upstream.balance,
             fail_open: config.health.fail_open,
+            tcp: config.tcp.listen.iter().map(|p| p.matcher()).collect(),
         };
         // TLS: the default certificate must load, or the router does not start.
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -250,6 +253,12 @@ impl Router {
             .http
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 80)));
         let http = bind("listen.http", http_addr)?;
+        let tcp = config
+            .tcp
+            .listen
+            .iter()
+            .map(|p| bind("tcp.listen", p.address))
+            .collect::<Result<Vec<_>, _>>()?;
         let admin = config
             .listen
             .admin
@@ -329,6 +338,7 @@ impl Router {
         Ok(Router {
             config,
             http,
+            tcp,
             https,
             admin,
             certs,
@@ -349,6 +359,14 @@ impl Router {
     }
 
     /// The bound address of the HTTPS listener, if there is one.
+    /// The bound `tcp.listen` addresses, in the configuration's order.
+    pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.tcp
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
     pub fn https_addr(&self) -> Option<SocketAddr> {
         self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
@@ -432,6 +450,21 @@ impl Router {
                 self.config.shutdown_grace,
             ))
         });
+        for (rule, (listener, port)) in self
+            .tcp
+            .into_iter()
+            .zip(self.config.tcp.listen.clone())
+            .enumerate()
+        {
+            tokio::spawn(crate::tcp::serve(
+                listener,
+                rule,
+                port,
+                self.proxy.clone(),
+                self.config.limits.max_connections,
+                stop_rx.clone(),
+            ));
+        }
         let http_task = tokio::spawn(crate::request::accept::serve(
             self.http,
             "http",

@@ -17,6 +17,8 @@ pub struct TestRouter {
     pub http: SocketAddr,
     /// The HTTPS listener, when the configuration has `listen.https`.
     pub https: Option<SocketAddr>,
+    /// The `tcp.listen` ports, in the configuration's order.
+    pub tcp: Vec<SocketAddr>,
     pub admin: SocketAddr,
     pub spool: PathBuf,
     pub state: PathBuf,
@@ -71,6 +73,7 @@ impl TestRouter {
         let router = router::Router::bind(config).await.expect("bind");
         let http = router.http_addr();
         let https = router.https_addr();
+        let tcp = router.tcp_addrs();
         let admin = router.admin_addr().expect("admin");
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(router.run(async move {
@@ -79,6 +82,7 @@ impl TestRouter {
         let r = TestRouter {
             http,
             https,
+            tcp,
             admin,
             spool,
             state,

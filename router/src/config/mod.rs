@@ -62,6 +62,17 @@ pub struct Config {
     /// Worker threads of the runtime; 0 = one per CPU.
     #[serde(default)]
     pub worker_threads: usize,
+    /// TCP ports mapped to apps' non-HTTP endpoints.
+    #[serde(default)]
+    pub tcp: Tcp,
+}
+
+/// `tcp`: TCP balancing on external ports (see `router::tcp`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tcp {
+    #[serde(default)]
+    pub listen: Vec<crate::tcp::TcpPort>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -568,6 +579,17 @@ impl Config {
         }
         if self.listen.http.is_none() {
             return Err(("listen.http", "a listener is required".into()));
+        }
+        for p in &self.tcp.listen {
+            if p.cartridge.is_none() && p.endpoint.is_none() {
+                return Err((
+                    "tcp.listen",
+                    format!(
+                        "{}: name a cartridge (e.g. mysql-5.5) or an endpoint type or protocol (e.g. database, mysql)",
+                        p.address
+                    ),
+                ));
+            }
         }
         if self.spi.source == SourceKind::Spool && self.spi.spool.is_none() {
             return Err((

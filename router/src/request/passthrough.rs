@@ -49,10 +49,10 @@ impl Proxy {
             metrics.with_label_values(&["no_member"]).inc();
             return;
         };
-        let (target, (slot, mut member)) = match self.dial(&first, peer).await {
+        let (target, (slot, mut member)) = match self.dial_member(&first, peer).await {
             Ok(up) => (first, up),
             Err(e) => match route.pick_other(&first.member).cloned() {
-                Some(other) => match self.dial(&other, peer).await {
+                Some(other) => match self.dial_member(&other, peer).await {
                     Ok(up) => (other, up),
                     Err(e) => return self.passthrough_failed(e),
                 },
@@ -77,8 +77,9 @@ impl Proxy {
         drop(connection);
     }
 
-    /// A slot on `target` and a TCP connection to it.
-    async fn dial(
+    /// A slot on `target` and a raw TCP connection to it (passthrough and TCP
+    /// ports); a member's fault is recorded against it.
+    pub(crate) async fn dial_member(
         &self,
         target: &Target,
         peer: IpAddr,

@@ -33,6 +33,8 @@ pub struct Naming {
     pub balance: Balance,
     /// With every member down, send to them anyway (`health.fail_open`).
     pub fail_open: bool,
+    /// The `tcp.listen` rules, by number: their members are kept per app too.
+    pub tcp: Arc<[super::TcpMatch]>,
 }
 
 impl Naming {
@@ -163,6 +165,7 @@ impl Builder {
             });
         }
         let passthrough = passthrough && !members.is_empty();
+        let tcp = self.tcp_targets(key, app);
         Route {
             app: key.clone(),
             name: app.name.clone(),
@@ -176,7 +179,32 @@ impl Builder {
             balance: self.naming.balance,
             fail_open: self.naming.fail_open,
             passthrough,
+            tcp,
         }
+    }
+
+    /// Members of `app` for each `tcp.listen` rule that names it, checked by TCP.
+    fn tcp_targets(&self, key: &AppKey, app: &App) -> Vec<(usize, Vec<Target>)> {
+        let mut out = Vec::new();
+        for (rule, m) in self.naming.tcp.iter().enumerate() {
+            if m.app != *key {
+                continue;
+            }
+            let targets = app
+                .endpoints
+                .iter()
+                .filter(|(addr, ep)| m.matches(ep) && addr.parse::<SocketAddr>().is_ok())
+                .map(|(addr, _)| Target {
+                    member: self.registry.get(addr, || Probe {
+                        tcp_only: true,
+                        host: None,
+                    }),
+                    tls: false,
+                })
+                .collect();
+            out.push((rule, targets));
+        }
+        out
     }
 }
 

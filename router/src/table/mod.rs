@@ -49,6 +49,29 @@ pub struct Route {
     /// connections for its names are relayed, not terminated (see
     /// `request::passthrough`); a terminated request for them is 421.
     pub passthrough: bool,
+    /// Members for each `tcp.listen` rule naming this app: (rule number, members).
+    pub tcp: Vec<(usize, Vec<Target>)>,
+}
+
+/// Which endpoints of which app a `tcp.listen` port goes to (see [`crate::tcp`]):
+/// those with this cartridge name and/or listing this type or protocol.
+#[derive(Clone, Debug)]
+pub struct TcpMatch {
+    pub app: AppKey,
+    pub cartridge: Option<String>,
+    pub endpoint: Option<String>,
+}
+
+impl TcpMatch {
+    pub fn matches(&self, ep: &spi_consumer::decode::Endpoint) -> bool {
+        self.cartridge
+            .as_ref()
+            .is_none_or(|c| ep.port_name.as_ref() == Some(c))
+            && self
+                .endpoint
+                .as_ref()
+                .is_none_or(|e| ep.types.contains(e) || ep.protocols.contains(e))
+    }
 }
 
 /// Where a route sends requests: a member (shared by every route and table that
@@ -109,6 +132,13 @@ impl RouteTable {
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
         self.apps.values()
+    }
+
+    /// The app's route and its members for `tcp.listen` rule `rule`.
+    pub fn tcp_targets(&self, app: &AppKey, rule: usize) -> Option<(Arc<Route>, Vec<Target>)> {
+        let route = self.apps.get(app)?;
+        let (_, targets) = route.tcp.iter().find(|(r, _)| *r == rule)?;
+        Some((route.clone(), targets.clone()))
     }
 
     pub fn host_count(&self) -> usize {

@@ -19,6 +19,7 @@ fn naming(app_dns: bool) -> Naming {
         endpoint_types: vec!["load_balancer".into()],
         balance: crate::table::balance::Balance::RoundRobin,
         fail_open: true,
+        tcp: Arc::from([]),
     }
 }
 

@@ -60,6 +60,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
         endpoint_types: vec!["load_balancer".into()],
         balance: router::table::balance::Balance::default(),
         fail_open: true,
+        tcp: std::sync::Arc::from([]),
     };
     (
         Builder::new(naming, Arc::new(registry), live.clone(), metrics),

@@ -1,0 +1,173 @@
+//! TCP balancing on external ports (PEP 005: "the router's responsibility to provide
+//! external TCP port mapping"): each `tcp.listen` entry is a router port mapped by
+//! the operator to one app's non-HTTP endpoints (a `mysql` cartridge, a `tcp`
+//! endpoint), chosen by cartridge name and/or endpoint type or protocol.
+//!
+//! The path of a connection, like a request's: accepted (this module's listener,
+//! bounded by `limits.max_connections` per port) → routed (the app in the live table,
+//! which keeps each rule's members up to date from the routing events, see
+//! [`crate::table::build`]) → balanced (the app's balancer over those members, health
+//! checked by TCP connect; one other member if the first cannot be reached, since
+//! nothing was sent yet) → forwarded (an optional PROXY protocol header, then bytes
+//! both ways with half-closes passed on, ended after `limits.tunnel_idle_timeout`
+//! without a byte). A connection with nowhere to go is closed at once and counted in
+//! `router_tcp_connections_total{listener, result}`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+
+use crate::metrics::UpstreamError;
+use crate::request::Proxy;
+use crate::request::accept::stopped;
+use crate::table::TcpMatch;
+use portproxy::proxy_protocol::Version;
+
+/// One `tcp.listen` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpPort {
+    /// Where the router listens, e.g. `0.0.0.0:33306`.
+    pub address: SocketAddr,
+    /// The app (name and namespace, as in its HA name).
+    pub app: String,
+    pub namespace: String,
+    /// The endpoint's cartridge port name (`public_port_name`), e.g. `mysql-5.5`.
+    #[serde(default)]
+    pub cartridge: Option<String>,
+    /// An endpoint type (`database`) or protocol (`mysql`, `tcp`) it must list.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// A PROXY protocol header towards the member: `none` (default), `v1`, `v2`.
+    #[serde(default)]
+    pub proxy_protocol: ProxyProtocol,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    #[default]
+    None,
+    V1,
+    V2,
+}
+
+impl TcpPort {
+    /// Which endpoints of which app this port goes to (what the table keeps).
+    pub fn matcher(&self) -> TcpMatch {
+        TcpMatch {
+            app: spi_consumer::AppKey {
+                name: self.app.to_ascii_lowercase(),
+                namespace: self.namespace.to_ascii_lowercase(),
+            },
+            cartridge: self.cartridge.clone(),
+            endpoint: self.endpoint.clone(),
+        }
+    }
+}
+
+/// Serves `port` (rule number `rule` in `tcp.listen`) until `stop` turns true;
+/// relays already running go on to their end.
+pub async fn serve(
+    listener: TcpListener,
+    rule: usize,
+    port: TcpPort,
+    proxy: Arc<Proxy>,
+    max_connections: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name: Arc<str> = Arc::from(listener.local_addr().unwrap_or(port.address).to_string());
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let port = Arc::new(port);
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = stopped(&mut stop) => return,
+        };
+        let (client, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(listener = %name, error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        let (proxy, port, name) = (proxy.clone(), port.clone(), name.clone());
+        tokio::spawn(async move {
+            let result = relay(&proxy, rule, &port, client, peer).await;
+            proxy.metrics.tcp.with_label_values(&[&name, result]).inc();
+            drop(permit);
+        });
+    }
+}
+
+/// One client connection, from routing to the end of the relay; the result label.
+async fn relay(
+    proxy: &Proxy,
+    rule: usize,
+    port: &TcpPort,
+    client: TcpStream,
+    peer: SocketAddr,
+) -> &'static str {
+    let _ = client.set_nodelay(true);
+    let local = client.local_addr().unwrap_or(port.address);
+    let Some((route, targets)) = proxy.table.load().tcp_targets(&port.matcher().app, rule) else {
+        return "no_member";
+    };
+    let pick = |not| {
+        route
+            .balance
+            .pick(&targets, &route.next, route.fail_open, not)
+            .cloned()
+    };
+    let Some(first) = pick(None) else {
+        return "no_member";
+    };
+    let ip = peer.ip();
+    let (target, slot, mut member) = match proxy.dial_member(&first, ip).await {
+        Ok((slot, s)) => (first, slot, s),
+        Err(e) => {
+            proxy.metrics.upstream_error(e);
+            match pick(Some(&*first.member)) {
+                Some(other) => match proxy.dial_member(&other, ip).await {
+                    Ok((slot, s)) => (other, slot, s),
+                    Err(e) => {
+                        proxy.metrics.upstream_error(e);
+                        return "member_failed";
+                    }
+                },
+                None => return "member_failed",
+            }
+        }
+    };
+    let header = match port.proxy_protocol {
+        ProxyProtocol::None => None,
+        ProxyProtocol::V1 => Some(Version::V1),
+        ProxyProtocol::V2 => Some(Version::V2),
+    };
+    if let Some(version) = header {
+        let bytes = portproxy::proxy_protocol::header::encode(version, peer, local);
+        if member.write_all(&bytes).await.is_err() {
+            target.member.health.record_failure();
+            proxy.metrics.upstream_error(UpstreamError::Reset);
+            return "member_failed";
+        }
+    }
+    target.member.health.record_success();
+    let _tunnel = slot.into_tunnel();
+    crate::request::tunnel::relay(
+        client,
+        member,
+        proxy.tunnel_idle_timeout,
+        &target.member.addr,
+    )
+    .await;
+    "relayed"
+}
