@@ -486,7 +486,7 @@ def summary(out):
     if "routes" in out:
         r = out["routes"]["router"]
         ok = r["errors"] == 0 and r["non2xx"] == 0 and r["ws_closed"] == 0 and r["ws_echo_errors"] == 0
-        lines.append(f"{verdict(ok and r['swaps_per_s'] >= 190)}: route changes under load: "
+        lines.append(f"{verdict(ok and r['swaps_per_s'] >= 200)}: route changes under load: "
                      f"{r['swaps_per_s']:.0f} table swaps/s ({r['changes'] / r['seconds']:.0f} events/s) for "
                      f"{r['seconds']} s, {r['errors'] + r['non2xx']} failed "
                      f"requests, {r['ws_closed']} WebSocket closes (haproxy: {out['routes']['haproxy']['errors']} failed "
@@ -507,7 +507,7 @@ def main():
     ap.add_argument("--latency-seconds", type=int, default=15)
     ap.add_argument("--idle", type=int, default=2000)
     ap.add_argument("--route-seconds", type=int, default=60)
-    ap.add_argument("--route-rate", type=int, default=260,
+    ap.add_argument("--route-rate", type=int, default=320,
                     help="events a second (some land in one batch, so swaps are fewer)")
     ap.add_argument("--ws", type=int, default=200)
     args = ap.parse_args()
