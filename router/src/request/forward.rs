@@ -95,6 +95,15 @@ impl Proxy {
         if !parts.uri.path().starts_with('/') {
             return Err(ProxyError::BadTarget);
         }
+        // Direct routing: the endpoint's mappings (members of one app share them).
+        if let Some(mappings) = &target.mappings
+            && let Some(path) = parts
+                .uri
+                .path_and_query()
+                .and_then(|p| mappings.rewrite(p.as_str()))
+        {
+            parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+        }
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
         set_forwarded(&mut parts.headers, &conn, &host);

@@ -147,7 +147,17 @@ impl Builder {
                             tcp_only: !http,
                             host: Some(Arc::from(self.naming.app_name(key))),
                         });
-                        members.push(Target { member, tls })
+                        // A load balancer's mappings are the node's own (never
+                        // reachable through the router); a web framework's apply.
+                        let mappings = (!ep.types.iter().any(|t| t == "load_balancer"))
+                            .then(|| super::mappings::Mappings::of(&ep.mappings))
+                            .flatten()
+                            .map(Arc::new);
+                        members.push(Target {
+                            member,
+                            tls,
+                            mappings,
+                        })
                     }
                     Err(e) => {
                         tracing::warn!(app = %key, member = %addr, error = %e, "member address is not an IP address and port; not routed");
@@ -200,6 +210,7 @@ impl Builder {
                         host: None,
                     }),
                     tls: false,
+                    mappings: None,
                 })
                 .collect();
             out.push((rule, targets));

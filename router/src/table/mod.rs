@@ -14,6 +14,7 @@
 
 pub mod balance;
 pub mod build;
+pub mod mappings;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -81,6 +82,9 @@ pub struct Target {
     pub member: Arc<Member>,
     /// The gear expects TLS (`https`/`wss`/`tls` protocols, i.e. `ssl_to_gear`).
     pub tls: bool,
+    /// Path rewrites of a directly routed endpoint (see [`mappings`]); `None` for
+    /// load balancers and endpoints whose mappings change nothing.
+    pub mappings: Option<Arc<mappings::Mappings>>,
 }
 
 impl Candidate for Target {
