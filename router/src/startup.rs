@@ -169,7 +169,12 @@ impl Router {
         let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone())
             .with_certs(certs.clone());
         // The saved state is served before any source answers.
-        let consumer = Consumer::start(store, builder, metrics.spi.clone())?;
+        let consumer = Consumer::start_sharded(
+            store,
+            builder,
+            metrics.spi.clone(),
+            config.spi.shard.clone(),
+        )?;
         // Reading a large saved state leaves much freed heap behind (the file, the
         // parse): give it back before serving.
         tokio::task::spawn_blocking(crate::memory::trim);

@@ -18,6 +18,7 @@ use crate::decode::{DecodeError, Decoded, RoutingEvent, decode};
 use crate::metrics::Metrics;
 use crate::persist::{Store, StoreError};
 use crate::publish::Publish;
+use crate::shard::Shard;
 
 /// What became of one message.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub enum Disposition {
     Unchanged,
     /// Decoded but deliberately not applied (unknown action, deprecated duplicate).
     Ignored,
+    /// For an app another router's shard owns (`spi.shard`): acknowledged, not stored.
+    OtherShard,
     /// Cannot be decoded; park it with the reason and acknowledge it.
     DeadLetter(DecodeError),
 }
@@ -40,6 +43,7 @@ impl Disposition {
             Disposition::Applied => "applied",
             Disposition::Unchanged => "unchanged",
             Disposition::Ignored => "ignored",
+            Disposition::OtherShard => "other_shard",
             Disposition::DeadLetter(_) => "dead_letter",
         }
     }
@@ -53,13 +57,41 @@ pub struct Consumer<P> {
     metrics: Metrics,
     /// Apps changed in memory but not yet durable and published.
     pending: BTreeSet<AppKey>,
+    /// Which apps this router stores.
+    shard: Shard,
 }
 
 impl<P: Publish> Consumer<P> {
     /// Loads the saved state and publishes all of it, so the router serves what it
     /// served before a restart before any source has answered.
-    pub fn start(mut store: Store, mut publisher: P, metrics: Metrics) -> Result<Self, StoreError> {
-        let state = store.load()?;
+    pub fn start(store: Store, publisher: P, metrics: Metrics) -> Result<Self, StoreError> {
+        Consumer::start_sharded(store, publisher, metrics, Shard::default())
+    }
+
+    /// [`start`](Self::start) for the apps `shard` owns: saved apps it no longer
+    /// owns (the rule changed) are dropped, and the drop is saved first.
+    pub fn start_sharded(
+        mut store: Store,
+        mut publisher: P,
+        metrics: Metrics,
+        shard: Shard,
+    ) -> Result<Self, StoreError> {
+        let mut state = store.load()?;
+        let foreign: BTreeSet<AppKey> = state
+            .apps()
+            .filter(|(k, _)| !shard.owns(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !foreign.is_empty() {
+            for k in &foreign {
+                state.remove(k);
+            }
+            store.save(&state, &foreign)?;
+            tracing::warn!(
+                apps = foreign.len(),
+                "saved apps outside spi.shard dropped (the rule changed)"
+            );
+        }
         let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
         publisher.publish(&state, &all);
         tracing::info!(apps = state.len(), dir = %store.dir().display(), "routing state loaded");
@@ -69,6 +101,7 @@ impl<P: Publish> Consumer<P> {
             publisher,
             metrics,
             pending: BTreeSet::new(),
+            shard,
         })
     }
 
@@ -81,7 +114,11 @@ impl<P: Publish> Consumer<P> {
         self.metrics.last_event.set(unix_now());
         match decode(body) {
             Ok(Decoded::Event(event)) => {
-                let d = self.apply(&event);
+                let d = if self.shard.owns(&AppKey::of(event.app())) {
+                    self.apply(&event)
+                } else {
+                    Disposition::OtherShard
+                };
                 self.metrics
                     .events
                     .with_label_values(&[event.action(), d.label()])

@@ -73,7 +73,7 @@ pub fn ingest<P: Publish>(
                 tracing::warn!(message = %m.id, file = %path.display(), "message parked");
             }
             Disposition::Applied => applied.push(m.at),
-            Disposition::Unchanged | Disposition::Ignored => {}
+            Disposition::Unchanged | Disposition::Ignored | Disposition::OtherShard => {}
         }
     }
     consumer.commit()?;

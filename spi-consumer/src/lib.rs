@@ -23,6 +23,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod persist;
 pub mod publish;
+pub mod shard;
 pub mod source;
 
 #[cfg(any(test, feature = "test-util"))]

@@ -111,6 +111,9 @@ pub struct Spi {
     pub spool: Option<SpoolConfig>,
     pub stomp: Option<StompConfig>,
     pub amqp: Option<AmqpConfig>,
+    /// Which apps this router stores (sharding); all when absent.
+    #[serde(default)]
+    pub shard: spi_consumer::shard::Shard,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -580,6 +583,7 @@ impl Config {
         if self.listen.http.is_none() {
             return Err(("listen.http", "a listener is required".into()));
         }
+        self.spi.shard.validate()?;
         for p in &self.tcp.listen {
             if p.cartridge.is_none() && p.endpoint.is_none() {
                 return Err((
