@@ -4,7 +4,8 @@ same run. Method: ../shared/reference/anchors.md §3 and baseline.md (paired rat
 the backend served directly, proxy CPU per request from /proc/PID/stat).
 
 usage: bench/http.py [--rounds N] [--duration S] [--warmup S] [--connections C]
-                     [--router-threads T] [--pin]
+                     [--router-threads T] [--pin] [--baseline ROUTER_BINARY]
+                     [--router-extra YAML] [--baseline-extra YAML]
 
 Needs: nginx, haproxy, wrk (bench/run.sh installs them) and a release build of the
 router (target/release/router). Everything listens on 127.0.0.1; every process started
@@ -117,7 +118,7 @@ ROUTE_EVENT = f"""---
 """
 
 
-def router_config(d, threads, name="router"):
+def router_config(d, threads, name="router", extra=""):
     write(f"{d}/{name}.yaml", f"""
 cloud_domain: example.com
 state_dir: {d}/{name}-state
@@ -131,7 +132,7 @@ spi:
     path: {d}/{name}-spool
 access_log:
   enabled: false
-""")
+{extra}""")
 
 
 def stat_ticks(pid):
@@ -205,6 +206,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--router-threads", type=int, default=1)
+    ap.add_argument("--router-extra", default="", metavar="YAML",
+                    help="more router configuration (top-level keys; \\n for newlines), e.g. "
+                         "'upstream:\\n  source_share: 50'")
+    ap.add_argument("--baseline-extra", default="", metavar="YAML",
+                    help="the same for the baseline (e.g. the same binary without --router-extra's setting)")
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; wrk and backend on CPU 0")
     ap.add_argument("--baseline", metavar="ROUTER_BINARY",
                     help="also run this router binary (e.g. built from an older commit) as target 'baseline', "
@@ -216,9 +222,9 @@ def main():
         sys.exit("build first: cargo build --release -p router")
     d = workdir("router-bench-")
     configs(d)
-    router_config(d, args.router_threads)
+    router_config(d, args.router_threads, extra=args.router_extra.replace("\\n", "\n"))
     if args.baseline:
-        router_config(d, args.router_threads, "baseline")
+        router_config(d, args.router_threads, "baseline", extra=args.baseline_extra.replace("\\n", "\n"))
     procs = {}
     try:
         procs["backend"] = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],

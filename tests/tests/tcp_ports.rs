@@ -177,15 +177,15 @@ async fn tcp_ports_relay_byte_exact_to_the_apps_members() {
     let greeting = String::from_utf8_lossy(&line[..n]).into_owned();
     assert!(greeting.ends_with(&format!(" for {local}\n")), "{greeting}");
 
-    // One member killed mid-test: nothing was sent to it, so the next go to the other.
-    let before = m2.accepted();
+    // One member killed mid-test: nothing was sent to it, so the next go to the other
+    // (the greeting says which; the members' accept counts also see health checks).
     drop(m1);
     for _ in 0..4 {
         let (greeting, rest) = exchange(r.tcp[0], b"ping").await;
         assert!(greeting.starts_with("hello from m2"), "{greeting}");
         assert_eq!(rest, b"pingbye 4\n");
     }
-    assert_eq!(m2.accepted(), before + 4);
+    assert!(m2.accepted() >= 4);
     let relayed = format!(
         "router_tcp_connections_total{{listener=\"{}\",result=\"relayed\"}}",
         r.tcp[0]
