@@ -137,8 +137,9 @@ fn database(app: &str, addr: SocketAddr) -> String {
 #[tokio::test]
 async fn tcp_ports_relay_byte_exact_to_the_apps_members() {
     let (m1, m2) = (Member::start("m1").await, Member::start("m2").await);
+    // Round robin: six connections in a row reach both members, whatever the dice.
     let r = TestRouter::start(
-        "tcp:\n  listen:\n\
+        "upstream:\n  balance: round_robin\ntcp:\n  listen:\n\
          \x20   - address: 127.0.0.1:0\n      app: db\n      namespace: demo\n      cartridge: mysql-5.5\n\
          \x20   - address: 127.0.0.1:0\n      app: DB\n      namespace: demo\n      endpoint: mysql\n      proxy_protocol: v2\n",
     )

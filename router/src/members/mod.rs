@@ -169,6 +169,13 @@ impl Member {
         self.tunnels.load(Ordering::Relaxed)
     }
 
+    /// What the balancer compares: requests in flight plus open tunnels (a tunnel
+    /// holds no slot, but it is a connection the gear serves, as haproxy's
+    /// `leastconn` counts it).
+    pub fn load(&self) -> usize {
+        self.in_flight() + self.tunnels()
+    }
+
     /// Every slot is taken: a request will have to wait.
     pub fn full(&self) -> bool {
         self.slots.available_permits() == 0

@@ -1,7 +1,8 @@
 //! Choosing a member for a request.
 //!
 //! - [`Balance::P2c`] (default): power of two choices on least outstanding requests.
-//!   Two members are drawn at random and the one with fewer requests in flight wins:
+//!   Two members are drawn at random and the one with fewer requests in flight and
+//!   open tunnels (WebSocket, passthrough, TCP ports: see [`Member::load`]) wins:
 //!   nearly as good as scanning every member for the least loaded, at O(1), and it
 //!   keeps a slow or stuck member from collecting a queue (round robin would keep
 //!   sending it its share).
@@ -44,32 +45,36 @@ impl Balance {
         not: Option<&Member>,
     ) -> Option<&'a T> {
         let other = |m: &Member| not.is_none_or(|n| !std::ptr::eq(m, n));
-        if let Some(t) = self.pick_among(items, cursor, |m| m.eligible() && other(m)) {
+        // One turn of the cursor per pick, whichever pass answers: advancing it in
+        // both passes sent every fail-open pick (new members, all unknown) to the
+        // same member when there were two.
+        let start = match self {
+            Balance::RoundRobin => cursor.fetch_add(1, Ordering::Relaxed),
+            Balance::P2c => 0,
+        };
+        if let Some(t) = self.pick_among(items, start, |m| m.eligible() && other(m)) {
             return Some(t);
         }
         if fail_open {
-            return self.pick_among(items, cursor, |m| !m.rotated_out() && other(m));
+            return self.pick_among(items, start, |m| !m.rotated_out() && other(m));
         }
         None
     }
 
-    fn pick_among<'a, T: Candidate>(
+    fn pick_among<T: Candidate>(
         self,
-        items: &'a [T],
-        cursor: &AtomicUsize,
+        items: &[T],
+        start: usize,
         ok: impl Fn(&Member) -> bool,
-    ) -> Option<&'a T> {
+    ) -> Option<&T> {
         let n = items.len();
         match n {
             0 => None,
             1 => items.first().filter(|t| ok(t.member())),
             _ => match self {
-                Balance::RoundRobin => {
-                    let start = cursor.fetch_add(1, Ordering::Relaxed);
-                    (0..n)
-                        .filter_map(|i| items.get((start + i) % n))
-                        .find(|t| ok(t.member()))
-                }
+                Balance::RoundRobin => (0..n)
+                    .filter_map(|i| items.get((start + i) % n))
+                    .find(|t| ok(t.member())),
                 Balance::P2c => {
                     let a = fastrand::usize(..n);
                     // A second, different member: offset by 1..n.
@@ -77,17 +82,13 @@ impl Balance {
                     let (ta, tb) = (items.get(a)?, items.get(b)?);
                     let (ma, mb) = (ta.member(), tb.member());
                     match (ok(ma), ok(mb)) {
-                        (true, true) => Some(if mb.in_flight() < ma.in_flight() {
-                            tb
-                        } else {
-                            ta
-                        }),
+                        (true, true) => Some(if mb.load() < ma.load() { tb } else { ta }),
                         // Some members are out: the least busy of the others. Rare,
                         // and routes have few members, so a scan is fine.
                         _ => items
                             .iter()
                             .filter(|t| ok(t.member()))
-                            .min_by_key(|t| t.member().in_flight()),
+                            .min_by_key(|t| t.member().load()),
                     }
                 }
             },
@@ -139,6 +140,29 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    /// With no member eligible (new ones not checked yet, or all down) fail-open
+    /// round robin still takes turns: the cursor moves once per pick.
+    #[test]
+    fn fail_open_round_robin_takes_turns() {
+        let (ms, _r) = members(2);
+        for m in &ms {
+            for _ in 0..3 {
+                m.health.record_failure();
+            }
+        }
+        assert!(ms.iter().all(|m| !m.eligible()));
+        let cursor = AtomicUsize::new(0);
+        let picked: Vec<bool> = (0..4)
+            .map(|_| {
+                let m = Balance::RoundRobin
+                    .pick(&ms, &cursor, true, None)
+                    .expect("fail open");
+                Arc::ptr_eq(m, &ms[0])
+            })
+            .collect();
+        assert_eq!(picked, [true, false, true, false]);
     }
 
     #[tokio::test]
