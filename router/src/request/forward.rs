@@ -126,7 +126,7 @@ impl Proxy {
             let req = Request::from_parts(parts, body);
             let response = match tokio::time::timeout(
                 self.response_timeout,
-                up.send_upgrade(&member.addr, req),
+                Box::pin(up.send_upgrade(&member.addr, req)),
             )
             .await
             {
@@ -155,7 +155,7 @@ impl Proxy {
             // timeout: a new connection to it. A fresh one closed (or a refused
             // reconnect) means the member is going away: another member.
             let again = if e.on_reused() {
-                self.connect(&target, sni).await
+                Box::pin(self.connect(&target, sni)).await
             } else {
                 Err(self.failed(&target.member, UpstreamError::Reset))
             };
@@ -289,7 +289,10 @@ impl Proxy {
             .filter(|up| !target.tls || up.sni() == Some(sni));
         let up = match idle {
             Some(idle) => idle,
-            None => self.connect(target, sni).await?,
+            // Boxed: a new connection is the rare case on kept-alive pools, and its
+            // future (TLS, handshake: 1.5 KB) would otherwise be part of every
+            // request's future, copied into each h2 stream's task.
+            None => Box::pin(self.connect(target, sni)).await?,
         };
         Ok((slot, up))
     }
