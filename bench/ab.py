@@ -25,25 +25,7 @@ procs={}
 for name,binary,base in (("before",BEFORE,18700),("after",AFTER,18710)):
     os.makedirs(f"{d}/{name}-spool",exist_ok=True)
     H.write(f"{d}/{name}-spool/00.yaml", S.event(S.P["backend"]))
-    H.write(f"{d}/{name}.yaml", f"""cloud_domain: example.com
-state_dir: {d}/{name}-state
-worker_threads: 1
-listen:
-  http: 127.0.0.1:{base}
-  https: 127.0.0.1:{base+1}
-  admin: 127.0.0.1:{base+2}
-tls:
-  default_cert: {d}/tls.crt
-  default_key: {d}/tls.key
-spi:
-  source: spool
-  spool:
-    path: {d}/{name}-spool
-health:
-  checks: false
-access_log:
-  enabled: false
-""")
+    H.write(f"{d}/{name}.yaml", S.router_yaml(d, name, base, base + 1, base + 2, f"{d}/{name}-spool"))
     procs[name]=(subprocess.Popen([binary,"--config",f"{d}/{name}.yaml"],stderr=subprocess.DEVNULL),base)
 try:
     for name,(p,base) in procs.items(): H.wait_port(base, S.HOST)

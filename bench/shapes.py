@@ -87,6 +87,31 @@ def alias_event(action, alias):
     return f"---\n:action: :{action}\n:app_name: bench\n:namespace: bench\n:alias: {alias}\n"
 
 
+def router_yaml(d, name, http, https, admin, spool, threads=1, interval="1s"):
+    """A router on these ports with the bench certificate, fed by `spool`, checks
+    and access log off."""
+    return f"""cloud_domain: example.com
+state_dir: {d}/{name}-state
+worker_threads: {threads}
+listen:
+  http: 127.0.0.1:{http}
+  https: 127.0.0.1:{https}
+  admin: 127.0.0.1:{admin}
+tls:
+  default_cert: {d}/tls.crt
+  default_key: {d}/tls.key
+spi:
+  source: spool
+  spool:
+    path: {spool}
+    interval: {interval}
+health:
+  checks: false
+access_log:
+  enabled: false
+"""
+
+
 class Proxies:
     """The router, haproxy (-W) and nginx in front of one backend port."""
 
@@ -95,27 +120,8 @@ class Proxies:
         self.spool = f"{d}/spool"
         os.makedirs(self.spool, exist_ok=True)
         H.write(f"{self.spool}/00-bench.yaml", event(backend))
-        H.write(f"{d}/router.yaml", f"""
-cloud_domain: example.com
-state_dir: {d}/router-state
-worker_threads: {threads}
-listen:
-  http: 127.0.0.1:{P['router']}
-  https: 127.0.0.1:{P['router_https']}
-  admin: 127.0.0.1:{P['router_admin']}
-tls:
-  default_cert: {d}/tls.crt
-  default_key: {d}/tls.key
-spi:
-  source: spool
-  spool:
-    path: {self.spool}
-    interval: {spool_interval}
-health:
-  checks: false
-access_log:
-  enabled: false
-""")
+        H.write(f"{d}/router.yaml", router_yaml(d, "router", P["router"], P["router_https"], P["router_admin"],
+                                                self.spool, threads, spool_interval))
         H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
 frontend fe_http
     bind 127.0.0.1:{P['haproxy']}
