@@ -21,9 +21,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
+use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
 use crate::request::accept::stopped;
+use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
 use portproxy::proxy_protocol::Version;
 
@@ -121,31 +123,11 @@ async fn relay(
     let Some((route, targets)) = proxy.table.load().tcp_targets(&port.matcher().app, rule) else {
         return "no_member";
     };
-    let pick = |not| {
-        route
-            .balance
-            .pick(&targets, &route.next, route.fail_open, not)
-            .cloned()
-    };
-    let Some(first) = pick(None) else {
-        return "no_member";
-    };
-    let ip = peer.ip();
-    let (target, slot, mut member) = match proxy.dial_member(&first, ip).await {
-        Ok((slot, s)) => (first, slot, s),
-        Err(e) => {
-            proxy.metrics.upstream_error(e);
-            match pick(Some(&*first.member)) {
-                Some(other) => match proxy.dial_member(&other, ip).await {
-                    Ok((slot, s)) => (other, slot, s),
-                    Err(e) => {
-                        proxy.metrics.upstream_error(e);
-                        return "member_failed";
-                    }
-                },
-                None => return "member_failed",
-            }
-        }
+    let pick = |not: Option<&Member>| route.pick_from(&targets, not).cloned();
+    let (target, slot, mut member) = match proxy.dial_picked(pick, peer.ip()).await {
+        Ok(dialed) => dialed,
+        Err(Dial::NoMember) => return "no_member",
+        Err(Dial::Failed) => return "member_failed",
     };
     let header = match port.proxy_protocol {
         ProxyProtocol::None => None,

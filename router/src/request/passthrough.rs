@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 
 use super::Proxy;
 use super::activity::Activity;
-use crate::members::{Full, InFlight};
+use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
 
@@ -45,23 +45,23 @@ impl Proxy {
         connection: Arc<Activity>,
     ) {
         let metrics = &self.metrics.passthrough;
-        let Some(first) = route.pick().cloned() else {
-            metrics.with_label_values(&["no_member"]).inc();
-            return;
-        };
-        let (target, (slot, mut member)) = match self.dial_member(&first, peer).await {
-            Ok(up) => (first, up),
-            Err(e) => match route.pick_other(&first.member).cloned() {
-                Some(other) => match self.dial_member(&other, peer).await {
-                    Ok(up) => (other, up),
-                    Err(e) => return self.passthrough_failed(e),
-                },
-                None => return self.passthrough_failed(e),
-            },
+        let pick = |not: Option<&Member>| route.pick_from(&route.members, not).cloned();
+        let (target, slot, mut member) = match self.dial_picked(pick, peer).await {
+            Ok(dialed) => dialed,
+            Err(Dial::NoMember) => {
+                metrics.with_label_values(&["no_member"]).inc();
+                return;
+            }
+            Err(Dial::Failed) => {
+                metrics.with_label_values(&["member_failed"]).inc();
+                return;
+            }
         };
         if member.write_all(&hello).await.is_err() {
             target.member.health.record_failure();
-            return self.passthrough_failed(UpstreamError::Reset);
+            self.metrics.upstream_error(UpstreamError::Reset);
+            metrics.with_label_values(&["member_failed"]).inc();
+            return;
         }
         target.member.health.record_success();
         metrics.with_label_values(&["relayed"]).inc();
@@ -77,9 +77,36 @@ impl Proxy {
         drop(connection);
     }
 
-    /// A slot on `target` and a raw TCP connection to it (passthrough and TCP
-    /// ports); a member's fault is recorded against it.
-    pub(crate) async fn dial_member(
+    /// A member chosen by `pick` (given the member to avoid, if any), a slot on it
+    /// and a raw TCP connection to it, for passthrough and TCP ports. If the first
+    /// cannot be reached, nothing was sent: one other is tried. Every failure is
+    /// counted in `router_upstream_errors_total`, and against the member when it is
+    /// the member's fault.
+    pub(crate) async fn dial_picked(
+        &self,
+        pick: impl Fn(Option<&Member>) -> Option<Target>,
+        peer: IpAddr,
+    ) -> Result<(Target, InFlight, TcpStream), Dial> {
+        let first = pick(None).ok_or(Dial::NoMember)?;
+        let target = match self.dial_member(&first, peer).await {
+            Ok((slot, stream)) => return Ok((first, slot, stream)),
+            Err(e) => {
+                self.metrics.upstream_error(e);
+                pick(Some(&first.member)).ok_or(Dial::Failed)?
+            }
+        };
+        match self.dial_member(&target, peer).await {
+            Ok((slot, stream)) => Ok((target, slot, stream)),
+            Err(e) => {
+                self.metrics.upstream_error(e);
+                Err(Dial::Failed)
+            }
+        }
+    }
+
+    /// A slot on `target` and a raw TCP connection to it; a member's fault is
+    /// recorded against it.
+    async fn dial_member(
         &self,
         target: &Target,
         peer: IpAddr,
@@ -103,12 +130,13 @@ impl Proxy {
             }
         }
     }
+}
 
-    fn passthrough_failed(&self, kind: UpstreamError) {
-        self.metrics.upstream_error(kind);
-        self.metrics
-            .passthrough
-            .with_label_values(&["member_failed"])
-            .inc();
-    }
+/// Why [`Proxy::dial_picked`] gave no connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dial {
+    /// No member to pick.
+    NoMember,
+    /// The members tried could not be reached (counted already).
+    Failed,
 }

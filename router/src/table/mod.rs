@@ -106,15 +106,19 @@ pub struct EndpointInfo {
 impl Route {
     /// Picks the member for the next request (see [`balance`]).
     pub fn pick(&self) -> Option<&Target> {
-        self.balance
-            .pick(&self.members, &self.next, self.fail_open, None)
+        self.pick_from(&self.members, None)
+    }
+
+    /// Picks among `targets` (the route's members, or a `tcp.listen` rule's) with
+    /// the route's balancer, cursor and `fail_open`, avoiding `not` if given.
+    pub fn pick_from<'a>(&self, targets: &'a [Target], not: Option<&Member>) -> Option<&'a Target> {
+        self.balance.pick(targets, &self.next, self.fail_open, not)
     }
 
     /// Picks a member other than `not`, for a retry: the same policy, the same
     /// health and rotate rules and the same `fail_open`, minus the member that failed.
     pub fn pick_other(&self, not: &Member) -> Option<&Target> {
-        self.balance
-            .pick(&self.members, &self.next, self.fail_open, Some(not))
+        self.pick_from(&self.members, Some(not))
     }
 }
 
