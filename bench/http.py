@@ -173,8 +173,8 @@ def wait_port(port, host_header=None, limit=20):
     sys.exit(f"port {port} never answered 200")
 
 
-def wrk(port, seconds, conns):
-    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", "-H", f"Host: {HOST}",
+def wrk(port, seconds, conns, threads=1):
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency", "-H", f"Host: {HOST}",
                           f"http://127.0.0.1:{port}/"], capture_output=True, text=True).stdout
     req = int(re.search(r"(\d+) requests in", out).group(1))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))

@@ -439,13 +439,10 @@ def phase_scale(d, args, out):
                 H.wait_port(P["router"], HOST)
                 rows = []
                 for _ in range(args.rounds):
-                    subprocess.run(["wrk", "-t2", "-c128", "-d3s", "-H", f"Host: {HOST}",
-                                    f"http://127.0.0.1:{P['router']}/"], capture_output=True)
+                    H.wrk(P["router"], 3, 128, threads=2)
                     before = H.stat_ticks(px.procs["router"].pid)
-                    o = subprocess.run(["wrk", "-t2", "-c128", "-d10s", "-H", f"Host: {HOST}",
-                                        f"http://127.0.0.1:{P['router']}/"], capture_output=True, text=True).stdout
+                    req = H.wrk(P["router"], 10, 128, threads=2)["requests"]
                     cpu = (H.stat_ticks(px.procs["router"].pid) - before) / H.HZ
-                    req = int(re.search(r"(\d+) requests in", o).group(1))
                     rows.append({"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10})
                     print(f"scale threads {threads}: {req / 10:.0f} req/s, {cpu / req * 1e6:.1f} us/req, "
                           f"{cpu / 10:.2f} cores", flush=True)
