@@ -9,15 +9,24 @@
 //! | `GET /backends` | every member: health, in-flight requests, idle connections, rotate state, apps |
 //! | `POST /backends/{address:port}/rotate-out?timeout=2m` | no new requests for that member (persisted); answers once its in-flight requests have drained or the timeout (default 30s) passed, saying which |
 //! | `POST /backends/{address:port}/rotate-in` | takes new requests again at once (persisted) |
+//! | `POST /aliases/{name}/split` | body `{"app-ns": 90, "app2-ns": 10}`: the name's requests are shared between those apps by weight (persisted; `100/0` moves all at once) |
+//! | `DELETE /aliases/{name}/split` | the name goes back to its own app |
+//! | `GET /audit` | the last admin actions (who, what, result) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
 //! the opposite call; rotating out an address that is no member is a 404 (a typo
-//! must not be remembered), rotating one in always works.
+//! must not be remembered), rotating one in always works. The same holds for a
+//! split: the name and every app it names must be in the table.
+//!
+//! With `admin.token_file`, every mutating call (POST, DELETE) needs
+//! `Authorization: Bearer <token>` (401 without); reads stay open.
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -35,7 +44,11 @@ use tokio::sync::{Semaphore, watch};
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::request::accept::Limits;
+use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};
+
+/// Largest admin request body (a split's weights).
+const MAX_ADMIN_BODY: usize = 16 * 1024;
 
 /// Longest rotate-out wait an operator may ask for.
 const MAX_DRAIN_WAIT: Duration = Duration::from_secs(3600);
@@ -46,11 +59,73 @@ pub struct Admin {
     pub registry: Arc<MemberRegistry>,
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
+    /// Blue/green splits, saved.
+    pub splits: Arc<SplitStore>,
+    /// `admin.token_file`'s token: mutating calls need it.
+    pub token: Option<String>,
+    pub audit: Audit,
+}
+
+/// `admin:` settings.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSettings {
+    /// A file whose first line is the token mutating calls must present
+    /// (`Authorization: Bearer ...`). Without it, mutating calls are open to whoever
+    /// reaches the admin listener (keep it on loopback), and the status page shows
+    /// no buttons.
+    pub token_file: Option<std::path::PathBuf>,
+}
+
+/// The last admin actions, newest last, for `/audit` and the status page.
+#[derive(Default)]
+pub struct Audit {
+    entries: Mutex<VecDeque<AuditEntry>>,
+}
+
+/// How many actions [`Audit`] keeps.
+const AUDIT_LEN: usize = 200;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AuditEntry {
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub client: String,
+    pub action: String,
+    pub target: String,
+    pub result: String,
+}
+
+impl Audit {
+    pub fn record(&self, client: &str, action: &str, target: &str, result: &str) {
+        tracing::info!(client, action, target, result, "admin action");
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if e.len() == AUDIT_LEN {
+            e.pop_front();
+        }
+        e.push_back(AuditEntry {
+            at,
+            client: client.into(),
+            action: action.into(),
+            target: target.into(),
+            result: result.into(),
+        });
+    }
+
+    pub fn entries(&self) -> Vec<AuditEntry> {
+        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        e.iter().cloned().collect()
+    }
 }
 
 #[derive(Serialize)]
 struct RoutesDoc<'a> {
     apps: Vec<AppDoc<'a>>,
+    /// Names shared between apps by weight: name → app → weight.
+    splits: BTreeMap<&'a str, &'a BTreeMap<String, u32>>,
 }
 
 #[derive(Serialize)]
@@ -98,18 +173,62 @@ struct RotateDoc<'a> {
 }
 
 impl Admin {
-    async fn handle(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-        let path = req.uri().path();
+    async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_string();
+        let mutating = req.method() == Method::POST || req.method() == Method::DELETE;
+        if mutating && !self.authorized(&req) {
+            self.audit.record(
+                &client.ip().to_string(),
+                "refused",
+                &path,
+                "401 no valid token",
+            );
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "this call needs Authorization: Bearer <admin.token_file's token>\n",
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
         if let Some(rest) = path.strip_prefix("/backends/") {
             if req.method() != Method::POST {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
             }
-            return self.rotate(rest, req.uri().query()).await;
+            let r = self.rotate(rest, req.uri().query()).await;
+            self.audit.record(
+                &client.ip().to_string(),
+                rest.rsplit('/').next().unwrap_or(""),
+                rest.rsplit_once('/').map_or(rest, |(a, _)| a),
+                r.status().as_str(),
+            );
+            return r;
+        }
+        if let Some(name) = path
+            .strip_prefix("/aliases/")
+            .and_then(|r| r.strip_suffix("/split"))
+        {
+            let method = req.method().clone();
+            let r = match method {
+                Method::POST => self.split(name, Some(req)).await,
+                Method::DELETE => self.split(name, None).await,
+                _ => return text(StatusCode::METHOD_NOT_ALLOWED, "use POST or DELETE\n"),
+            };
+            let action = if method == Method::POST {
+                "split"
+            } else {
+                "unsplit"
+            };
+            self.audit
+                .record(&client.ip().to_string(), action, name, r.status().as_str());
+            return r;
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
         }
-        match path {
+        match path.as_str() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Acquire) {
@@ -128,6 +247,7 @@ impl Admin {
             }
             "/routes" => self.routes(),
             "/backends" => self.backends(),
+            "/audit" => json(&serde_json::json!({ "actions": self.audit.entries() })),
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         }
     }
@@ -238,6 +358,100 @@ impl Admin {
         })
     }
 
+    /// Whether the request carries the admin token (always, without one).
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        // Equal length and every byte compared: the time does not tell how much matched.
+        given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
+    /// `POST` (with the weights) or `DELETE` (`req` is `None`) `/aliases/{name}/split`.
+    async fn split(&self, raw: &str, req: Option<Request<Incoming>>) -> Response<Full<Bytes>> {
+        let Some(name) = percent_decode(raw)
+            .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
+        else {
+            return text(StatusCode::BAD_REQUEST, "not a host name\n");
+        };
+        let weights = match req {
+            Some(req) => {
+                let body = match read_limited(req.into_body(), MAX_ADMIN_BODY).await {
+                    Ok(b) => b,
+                    Err(status) => return text(status, "the body is a JSON object under 16 KiB\n"),
+                };
+                let weights: BTreeMap<String, u32> = match serde_json::from_slice(&body) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            &format!(
+                                "the body is {{\"app-namespace\": weight, ...}} with whole weights: {e}\n"
+                            ),
+                        );
+                    }
+                };
+                let split = match Split::new(weights.clone()) {
+                    Ok(s) => s,
+                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                };
+                let table = self.table.load();
+                if table.lookup(&name).is_none() {
+                    return text(
+                        StatusCode::NOT_FOUND,
+                        &format!("{name} is not a name in the route table\n"),
+                    );
+                }
+                if let Some(missing) = split.apps().find(|k| table.app(k).is_none()) {
+                    return text(
+                        StatusCode::NOT_FOUND,
+                        &format!("{missing} is not an app in the route table\n"),
+                    );
+                }
+                Some((weights, Arc::new(split)))
+            }
+            None => None,
+        };
+        if let Err(e) = self
+            .splits
+            .set(&name, weights.as_ref().map(|(w, _)| w.clone()))
+        {
+            tracing::error!(name, error = %e, "cannot persist the split");
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("split not saved, nothing changed: {e}\n"),
+            );
+        }
+        let key: Arc<str> = Arc::from(name.as_str());
+        self.table.rcu(|t| {
+            let mut next = RouteTable::clone(t);
+            match &weights {
+                Some((_, split)) => {
+                    next.splits.insert(key.clone(), split.clone());
+                }
+                None => {
+                    next.splits.remove(&key);
+                }
+            }
+            Arc::new(next)
+        });
+        json(&serde_json::json!({
+            "name": name,
+            "split": weights.map(|(w, _)| w),
+        }))
+    }
+
     fn routes(&self) -> Response<Full<Bytes>> {
         let table = self.table.load_full();
         let doc = RoutesDoc {
@@ -261,6 +475,11 @@ impl Admin {
                     aliases: &r.aliases,
                     certificates: &r.certificates,
                 })
+                .collect(),
+            splits: table
+                .splits
+                .iter()
+                .map(|(name, s)| (&**name, &s.weights))
                 .collect(),
         };
         json(&doc)
@@ -288,7 +507,7 @@ impl Admin {
                 s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => return },
                 _ = stopped(&mut stop) => return,
             };
-            let (stream, _) = tokio::select! {
+            let (stream, client) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
@@ -304,7 +523,7 @@ impl Admin {
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(admin.handle(&req).await) }
+                    async move { Ok::<_, Infallible>(admin.handle(req, client).await) }
                 });
                 let _ = builder
                     .serve_connection(TokioIo::new(stream), service)
@@ -312,6 +531,16 @@ impl Admin {
                 drop(slot);
             });
         }
+    }
+}
+
+/// The body, up to `limit` bytes: 413 beyond, 400 if it breaks off.
+async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, StatusCode> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(StatusCode::PAYLOAD_TOO_LARGE),
+        Err(_) => Err(StatusCode::BAD_REQUEST),
     }
 }
 

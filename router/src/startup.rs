@@ -24,6 +24,7 @@ use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
 use crate::request::upload::UploadSettings;
+use crate::table::split::{Split, SplitStore};
 use crate::table::{Builder, Naming, RouteTable};
 use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
@@ -79,6 +80,14 @@ pub enum StartError {
     Tls(#[from] rustls::Error),
     #[error("rotate state: {0}")]
     Rotate(#[from] crate::members::rotate::RotateError),
+    #[error("splits: {0}")]
+    Splits(#[from] crate::table::split::SplitStoreError),
+    #[error("admin.token_file {path}: {source}")]
+    AdminToken {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("dead-letter directory {path}: {source}")]
     DeadLetters {
         path: PathBuf,
@@ -116,9 +125,36 @@ impl Router {
     pub async fn bind(mut config: Config) -> Result<Router, StartError> {
         fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
-        let table = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
-        // The state directory holds the routing state and the rotate state.
+        // The state directory holds the routing state, the rotate state and the splits.
         let store = Store::open(&config.state_dir)?;
+        let splits = Arc::new(SplitStore::open(&config.state_dir)?);
+        let table = Arc::new(ArcSwap::from_pointee(RouteTable {
+            splits: splits
+                .all()
+                .into_iter()
+                .filter_map(|(name, w)| {
+                    Some((Arc::from(name.as_str()), Arc::new(Split::new(w).ok()?)))
+                })
+                .collect(),
+            ..RouteTable::default()
+        }));
+        let token = match &config.admin.token_file {
+            Some(path) => {
+                let t = std::fs::read_to_string(path).map_err(|source| StartError::AdminToken {
+                    path: path.clone(),
+                    source,
+                })?;
+                let t = t.lines().next().unwrap_or("").trim().to_string();
+                if t.is_empty() {
+                    return Err(StartError::AdminToken {
+                        path: path.clone(),
+                        source: std::io::Error::other("the first line is empty"),
+                    });
+                }
+                Some(t)
+            }
+            None => None,
+        };
         let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
             max_per_source: config.upstream.max_per_source(),
@@ -339,6 +375,9 @@ impl Router {
             registry: registry.clone(),
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
+            splits,
+            token,
+            audit: Default::default(),
         });
         Ok(Router {
             config,

@@ -202,6 +202,48 @@ impl TestRouter {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
+    /// Any call to the admin API, with a body and an optional bearer token.
+    pub async fn admin_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        let client: Client<HttpConnector, http_body_util::Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{}", self.admin, path));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .expect("request");
+        let resp = client.request(req).await.expect("admin call");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `n` GETs for `host` over one keep-alive client; the statuses.
+    pub async fn get_n(&self, host: &str, n: usize) -> Vec<u16> {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let req = Request::get(format!("http://{}/", self.http))
+                .header("host", host)
+                .body(Empty::new())
+                .expect("request");
+            let resp = client.request(req).await.expect("request through router");
+            out.push(resp.status().as_u16());
+            let _ = resp.into_body().collect().await;
+        }
+        out
+    }
+
     /// The member's entry in `GET /backends`, if it is listed.
     pub async fn backend_state(&self, addr: SocketAddr) -> Option<serde_json::Value> {
         let (_, body) = self.admin_get("/backends").await;

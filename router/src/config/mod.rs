@@ -65,6 +65,9 @@ pub struct Config {
     /// TCP ports mapped to apps' non-HTTP endpoints.
     #[serde(default)]
     pub tcp: Tcp,
+    /// The admin API's own settings (its address is `listen.admin`).
+    #[serde(default)]
+    pub admin: crate::admin::AdminSettings,
 }
 
 /// `tcp`: TCP balancing on external ports (see `router::tcp`).

@@ -54,7 +54,7 @@ impl Proxy {
         let route = self
             .table
             .load()
-            .lookup(&name)
+            .route_for(&name)
             .cloned()
             .ok_or(ProxyError::NoRoute)?;
         // Names whose TLS the gear terminates are relayed before any handshake: a

@@ -229,12 +229,13 @@ impl Publish for Builder {
                 std::time::Instant::now(),
             );
         }
-        let current = self.live.load_full();
-        let next = self.update(&current, state, changed);
+        // rcu: the admin API swaps the table too (splits), never losing either change.
+        self.live
+            .rcu(|current| Arc::new(self.update(current, state, changed)));
+        let next = self.live.load();
         self.metrics.routes.set(next.host_count() as i64);
         self.metrics.apps.set(next.app_count() as i64);
         self.metrics.table_updates.inc();
-        self.live.store(Arc::new(next));
         tracing::debug!(apps = changed.len(), "route table updated");
     }
 }

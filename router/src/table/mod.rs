@@ -15,6 +15,7 @@
 pub mod balance;
 pub mod build;
 pub mod mappings;
+pub mod split;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -130,12 +131,32 @@ pub struct RouteTable {
     /// How many routes are passthrough: with none, TLS connections are terminated
     /// without reading their ClientHello first.
     pub passthrough: usize,
+    /// Names shared between apps by weight (blue/green), set by the operator.
+    pub splits: imbl::HashMap<Arc<str>, Arc<split::Split>>,
 }
 
 impl RouteTable {
     /// The route for a normalised host name (see `request::route::normalize_host`).
     pub fn lookup(&self, host: &str) -> Option<&Arc<Route>> {
         self.hosts.get(host)
+    }
+
+    /// The route a request for `host` goes to: [`lookup`](Self::lookup), unless the
+    /// name is split between apps, then the next app of the split that is in the
+    /// table (none in the table: the name's own route).
+    pub fn route_for(&self, host: &str) -> Option<&Arc<Route>> {
+        if !self.splits.is_empty()
+            && let Some(split) = self.splits.get(host)
+            && let Some(app) = split.pick(|k| self.apps.contains_key(k))
+        {
+            return self.apps.get(app);
+        }
+        self.hosts.get(host)
+    }
+
+    /// The route of one app.
+    pub fn app(&self, key: &AppKey) -> Option<&Arc<Route>> {
+        self.apps.get(key)
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
