@@ -27,6 +27,7 @@ pub mod startup;
 pub mod table;
 pub mod tcp;
 pub mod tls;
+pub mod upgrade;
 pub mod upstream;
 
 pub use startup::{Router, StartError};

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(config.access_log.format);
-    match run(config) {
+    match run(config, cli.config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -82,7 +82,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run(config: Config) -> anyhow::Result<()> {
+fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     // One thread: a current-thread runtime, which skips the work-stealing machinery.
     let mut rt = if config.worker_threads == 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -94,7 +94,11 @@ fn run(config: Config) -> anyhow::Result<()> {
     }
     let rt = rt.enable_all().build().context("starting the runtime")?;
     rt.block_on(async {
+        // Before anything else: SIGHUP's default action would end the process.
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing the SIGHUP handler")?;
         let router = router::Router::bind(config).await?;
+        tokio::spawn(reload_on_hangup(hangups, path, router.reloader()));
         // State loaded, listeners bound: what `Type=notify` waits for.
         service_notify::ready();
         router
@@ -105,6 +109,40 @@ fn run(config: Config) -> anyhow::Result<()> {
             .await;
         Ok(())
     })
+}
+
+/// SIGHUP: the file is read and validated whole; on any error the running
+/// configuration stays and the error says file, line and field.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    path: PathBuf,
+    reloader: router::startup::Reloader,
+) {
+    while hangups.recv().await.is_some() {
+        tracing::info!(file = %path.display(), "SIGHUP: reloading the configuration");
+        let config = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                reloader.refused();
+                tracing::error!(error = %e, "reload refused; the running configuration stays");
+                continue;
+            }
+        };
+        match reloader.apply(config) {
+            Ok(not_live) => {
+                for setting in &not_live {
+                    tracing::warn!(
+                        setting,
+                        "changed in the file but cannot change while running; the running value stays until a restart or upgrade"
+                    );
+                }
+                tracing::info!(needs_restart = ?not_live, "configuration reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reload refused; the running configuration stays");
+            }
+        }
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -116,6 +116,14 @@ pub struct Metrics {
     pub passthrough: IntCounterVec,
     /// `router_tcp_connections_total{listener, result}` (`tcp.listen` ports).
     pub tcp: IntCounterVec,
+    /// `router_config_reloads_total{result}`: ok, error (SIGHUP).
+    pub reloads: IntCounterVec,
+    /// `router_reconcile_runs_total{result}`: ok, error (the broker's answer).
+    pub reconcile_runs: IntCounterVec,
+    /// `router_reconcile_differences_total{kind}`: what reconcile found between the
+    /// saved state and the broker (missing_app, stale_app, missing_member,
+    /// stale_member, missing_alias, stale_alias), fixed or not.
+    pub reconcile_differences: IntCounterVec,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -223,8 +231,39 @@ impl Metrics {
             &["listener", "result"],
         )?;
         registry.register(Box::new(tcp.clone()))?;
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "router_config_reloads_total",
+                "Configuration reloads (SIGHUP), by result (ok, error: the old configuration stays)",
+            ),
+            &["result"],
+        )?;
+        let reconcile_runs = IntCounterVec::new(
+            Opts::new(
+                "router_reconcile_runs_total",
+                "Comparisons of the saved state with the broker's REST API, by result (ok, error)",
+            ),
+            &["result"],
+        )?;
+        let reconcile_differences = IntCounterVec::new(
+            Opts::new(
+                "router_reconcile_differences_total",
+                "Differences reconcile found between the saved state and the broker, by kind",
+            ),
+            &["kind"],
+        )?;
+        for r in ["ok", "error"] {
+            reloads.with_label_values(&[r]);
+            reconcile_runs.with_label_values(&[r]);
+        }
+        registry.register(Box::new(reloads.clone()))?;
+        registry.register(Box::new(reconcile_runs.clone()))?;
+        registry.register(Box::new(reconcile_differences.clone()))?;
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
+            reloads,
+            reconcile_runs,
+            reconcile_differences,
             health,
             tls,
             queue_waits,

@@ -23,6 +23,7 @@ use crate::config::{Config, SourceKind};
 use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
+use crate::request::accept::{Live, Serving};
 use crate::request::upload::UploadSettings;
 use crate::table::split::{Split, SplitStore};
 use crate::table::{Builder, Naming, RouteTable};
@@ -102,15 +103,118 @@ pub struct Router {
     http: TcpListener,
     /// `tcp.listen`, in the configuration's order.
     tcp: Vec<TcpListener>,
-    https: Option<(TcpListener, crate::request::accept::TlsListener)>,
+    https: Option<(TcpListener, crate::tls::server::Acceptor)>,
     admin: Option<TcpListener>,
     certs: Arc<Mutex<CertIndex>>,
     ticketer: Option<Arc<SharedTicketer>>,
-    proxy: Arc<Proxy>,
+    /// The proxy and limits every listener reads; a reload swaps them.
+    live: Live,
+    provider: Arc<rustls::crypto::CryptoProvider>,
     admin_api: Arc<Admin>,
     registry: Arc<MemberRegistry>,
     consumer: Consumer<Builder>,
     source: Source,
+}
+
+/// What opens the saved state and the event source: at start, and again in a
+/// router whose upgrade failed after it had stopped its source.
+struct Events {
+    config: Config,
+    naming: Naming,
+    registry: Arc<MemberRegistry>,
+    table: Arc<ArcSwap<RouteTable>>,
+    metrics: Arc<Metrics>,
+    certs: Arc<Mutex<CertIndex>>,
+}
+
+impl Events {
+    /// Loads the saved state (publishing it whole) and opens the configured source.
+    fn open(&self) -> Result<(Consumer<Builder>, Source), StartError> {
+        let config = &self.config;
+        let store = Store::open(&config.state_dir)?;
+        let builder = Builder::new(
+            self.naming.clone(),
+            self.registry.clone(),
+            self.table.clone(),
+            (*self.metrics).clone(),
+        )
+        .with_certs(self.certs.clone());
+        // The saved state is served before any source answers.
+        let consumer = Consumer::start_sharded(
+            store,
+            builder,
+            self.metrics.spi.clone(),
+            config.spi.shard.clone(),
+        )?;
+        let dead_letters = || {
+            let dir = config.state_dir.join("dead-letters");
+            DeadLetters::open(&dir).map_err(|source| StartError::DeadLetters { path: dir, source })
+        };
+        let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
+            (SourceKind::Amqp, _, _) => match &config.spi.amqp {
+                Some(a) => Source::Amqp(a.clone(), dead_letters()?),
+                None => Source::None,
+            },
+            (SourceKind::Spool, Some(s), _) => {
+                let limits = spi_consumer::source::spool::SpoolLimits {
+                    max_file_bytes: s.max_file_bytes,
+                    done_retention: s.done_retention,
+                };
+                Source::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
+                    StartError::Spool {
+                        path: s.path.clone(),
+                        source,
+                    }
+                })?)
+            }
+            (SourceKind::Stomp, _, Some(s)) => {
+                let passcode = match &s.passcode_file {
+                    Some(path) => Some(
+                        std::fs::read_to_string(path)
+                            .map_err(|source| StartError::Passcode {
+                                path: path.clone(),
+                                source,
+                            })?
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let dead = dead_letters()?;
+                Source::Stomp(
+                    Box::new(SessionConfig {
+                        hosts: s.hosts.clone(),
+                        login: s.login.clone(),
+                        passcode,
+                        vhost: s.vhost.clone(),
+                        client_id: s.client_id.clone(),
+                        destination: s.destination.clone(),
+                        subscription_name: s.subscription_name.clone(),
+                        prefetch: s.prefetch,
+                        heartbeat: s.heartbeat,
+                        timeout: s.timeout,
+                        tls: s
+                            .tls
+                            .as_ref()
+                            .map(|t| {
+                                TlsClient::load(&TlsFiles {
+                                    ca_file: t.ca_file.clone(),
+                                    cert_file: t.cert_file.clone(),
+                                    key_file: t.key_file.clone(),
+                                    server_name: t.server_name.clone(),
+                                })
+                            })
+                            .transpose()?,
+                    }),
+                    dead,
+                )
+            }
+            _ => Source::None,
+        };
+        Ok((consumer, source))
+    }
 }
 
 /// Where routing events come from.
@@ -126,7 +230,6 @@ impl Router {
         fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
         // The state directory holds the routing state, the rotate state and the splits.
-        let store = Store::open(&config.state_dir)?;
         let splits = Arc::new(SplitStore::open(&config.state_dir)?);
         let table = Arc::new(ArcSwap::from_pointee(RouteTable {
             splits: splits
@@ -202,85 +305,19 @@ impl Router {
             )?)),
             _ => None,
         };
-        let builder = Builder::new(naming, registry.clone(), table.clone(), (*metrics).clone())
-            .with_certs(certs.clone());
+        let events = Events {
+            config: config.clone(),
+            naming,
+            registry: registry.clone(),
+            table: table.clone(),
+            metrics: metrics.clone(),
+            certs: certs.clone(),
+        };
         // The saved state is served before any source answers.
-        let consumer = Consumer::start_sharded(
-            store,
-            builder,
-            metrics.spi.clone(),
-            config.spi.shard.clone(),
-        )?;
+        let (consumer, source) = events.open()?;
         // Reading a large saved state leaves much freed heap behind (the file, the
         // parse): give it back before serving.
         tokio::task::spawn_blocking(crate::memory::trim);
-        let dead_letters = || {
-            let dir = config.state_dir.join("dead-letters");
-            DeadLetters::open(&dir).map_err(|source| StartError::DeadLetters { path: dir, source })
-        };
-        let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
-            (SourceKind::Amqp, _, _) => match &config.spi.amqp {
-                Some(a) => Source::Amqp(a.clone(), dead_letters()?),
-                None => Source::None,
-            },
-            (SourceKind::Spool, Some(s), _) => {
-                let limits = spi_consumer::source::spool::SpoolLimits {
-                    max_file_bytes: s.max_file_bytes,
-                    done_retention: s.done_retention,
-                };
-                Source::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
-                    StartError::Spool {
-                        path: s.path.clone(),
-                        source,
-                    }
-                })?)
-            }
-            (SourceKind::Stomp, _, Some(s)) => {
-                let passcode = match &s.passcode_file {
-                    Some(path) => Some(
-                        std::fs::read_to_string(path)
-                            .map_err(|source| StartError::Passcode {
-                                path: path.clone(),
-                                source,
-                            })?
-                            .lines()
-                            .next()
-                            .unwrap_or("")
-                            .to_string(),
-                    ),
-                    None => None,
-                };
-                let dead = dead_letters()?;
-                Source::Stomp(
-                    Box::new(SessionConfig {
-                        hosts: s.hosts.clone(),
-                        login: s.login.clone(),
-                        passcode,
-                        vhost: s.vhost.clone(),
-                        client_id: s.client_id.clone(),
-                        destination: s.destination.clone(),
-                        subscription_name: s.subscription_name.clone(),
-                        prefetch: s.prefetch,
-                        heartbeat: s.heartbeat,
-                        timeout: s.timeout,
-                        tls: s
-                            .tls
-                            .as_ref()
-                            .map(|t| {
-                                TlsClient::load(&TlsFiles {
-                                    ca_file: t.ca_file.clone(),
-                                    cert_file: t.cert_file.clone(),
-                                    key_file: t.key_file.clone(),
-                                    server_name: t.server_name.clone(),
-                                })
-                            })
-                            .transpose()?,
-                    }),
-                    dead,
-                )
-            }
-            _ => Source::None,
-        };
 
         let bind = |what, addr: SocketAddr| {
             crate::request::accept::bind(addr).map_err(|source| StartError::Bind {
@@ -327,20 +364,14 @@ impl Router {
                 };
                 let acceptor =
                     crate::tls::server::acceptor(live_certs.clone(), provider.clone(), resumption)?;
-                Some((
-                    bind("listen.https", addr)?,
-                    crate::request::accept::TlsListener {
-                        acceptor,
-                        handshake_timeout: config.tls.handshake_timeout,
-                    },
-                ))
+                Some((bind("listen.https", addr)?, acceptor))
             }
             None => None,
         };
         let member_tls = crate::tls::client::connector(
             config.upstream.tls.ca_file.as_deref(),
             config.upstream.tls.verify,
-            provider,
+            provider.clone(),
         )?;
         let redirect = match (&https, config.tls.redirect_http) {
             (Some((l, _)), true) => Some(crate::request::route::Redirect {
@@ -350,26 +381,21 @@ impl Router {
             _ => None,
         };
 
-        let proxy = Arc::new(Proxy {
-            table: table.clone(),
-            member_tls: Some(member_tls),
-            redirect,
-            upstream: upstream::ConnectSettings {
-                connect_timeout: config.upstream.connect_timeout,
+        let proxy = with_settings(
+            Shared {
+                table: table.clone(),
+                member_tls: Some(member_tls),
+                redirect,
+                metrics: metrics.clone(),
+                certs: https.is_some().then(|| live_certs.clone()),
             },
-            metrics: metrics.clone(),
-            response_timeout: config.upstream.response_timeout,
-            queue_timeout: config.upstream.queue_timeout,
-            upload: UploadSettings {
-                buffer: config.limits.body_buffer_bytes,
-                first: config.limits.header_read_timeout,
-                stall: config.limits.body_timeout,
-            },
-            tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
-            forwarded: config.forwarded.clone(),
-            certs: https.is_some().then(|| live_certs.clone()),
-            access_log: config.access_log.enabled,
-        });
+            &config,
+        );
+        let live: Live = Arc::new(ArcSwap::from_pointee(Serving {
+            proxy: Arc::new(proxy),
+            limits: config.limits.clone(),
+            handshake_timeout: config.tls.handshake_timeout,
+        }));
         let admin_api = Arc::new(Admin {
             table,
             registry: registry.clone(),
@@ -387,12 +413,25 @@ impl Router {
             admin,
             certs,
             ticketer,
-            proxy,
+            live,
+            provider,
             admin_api,
             registry,
             consumer,
             source,
         })
+    }
+
+    /// What applies a changed configuration while this router runs.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            live: self.live.clone(),
+            registry: self.registry.clone(),
+            certs: self.certs.clone(),
+            provider: self.provider.clone(),
+            metrics: self.admin_api.metrics.clone(),
+            started: Arc::new(self.config.clone()),
+        }
     }
 
     /// The bound address of the HTTP listener (useful with port 0).
@@ -450,7 +489,7 @@ impl Router {
                 }
                 Source::Stomp(session, dead) => {
                     tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
-                    let metrics = self.proxy.metrics.spi.source.clone();
+                    let metrics = self.admin_api.metrics.spi.source.clone();
                     Some(tokio::spawn(spi_consumer::source::stomp::source::run(
                         *session,
                         self.consumer,
@@ -461,7 +500,7 @@ impl Router {
                 }
                 Source::Amqp(amqp, dead) => {
                     tracing::info!(queue = %amqp.queue, "AMQP source started");
-                    let metrics = self.proxy.metrics.spi.source.clone();
+                    let metrics = self.admin_api.metrics.spi.source.clone();
                     Some(tokio::spawn(spi_consumer::source::amqp::run(
                         amqp,
                         self.consumer,
@@ -474,8 +513,8 @@ impl Router {
             }
         };
         let open_gauges = (
-            self.proxy.metrics.open_connections.clone(),
-            self.proxy.metrics.connections.clone(),
+            self.admin_api.metrics.open_connections.clone(),
+            self.admin_api.metrics.connections.clone(),
         );
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
@@ -488,8 +527,7 @@ impl Router {
                 l,
                 "https",
                 Some(tls),
-                self.proxy.clone(),
-                self.config.limits.clone(),
+                self.live.clone(),
                 stop_rx.clone(),
                 self.config.shutdown_grace,
             ))
@@ -504,8 +542,7 @@ impl Router {
                 listener,
                 rule,
                 port,
-                self.proxy.clone(),
-                self.config.limits.max_connections,
+                self.live.clone(),
                 stop_rx.clone(),
             ));
         }
@@ -513,8 +550,7 @@ impl Router {
             self.http,
             "http",
             None,
-            self.proxy,
-            self.config.limits.clone(),
+            self.live.clone(),
             stop_rx.clone(),
             self.config.shutdown_grace,
         ));
@@ -585,6 +621,146 @@ impl Router {
             let _ = t.await;
         }
         tracing::info!("stopped");
+    }
+}
+
+/// What every generation of the [`Proxy`] shares: a reload changes only settings.
+struct Shared {
+    table: Arc<ArcSwap<RouteTable>>,
+    member_tls: Option<tokio_rustls::TlsConnector>,
+    redirect: Option<crate::request::route::Redirect>,
+    metrics: Arc<Metrics>,
+    certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
+}
+
+impl Shared {
+    fn of(p: &Proxy) -> Shared {
+        Shared {
+            table: p.table.clone(),
+            member_tls: p.member_tls.clone(),
+            redirect: p.redirect.clone(),
+            metrics: p.metrics.clone(),
+            certs: p.certs.clone(),
+        }
+    }
+}
+
+/// The proxy with the settings of `config` (what a reload may change).
+fn with_settings(base: Shared, config: &Config) -> Proxy {
+    Proxy {
+        table: base.table,
+        member_tls: base.member_tls,
+        redirect: base.redirect,
+        upstream: upstream::ConnectSettings {
+            connect_timeout: config.upstream.connect_timeout,
+        },
+        metrics: base.metrics,
+        response_timeout: config.upstream.response_timeout,
+        queue_timeout: config.upstream.queue_timeout,
+        upload: UploadSettings {
+            buffer: config.limits.body_buffer_bytes,
+            first: config.limits.header_read_timeout,
+            stall: config.limits.body_timeout,
+        },
+        tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
+        forwarded: config.forwarded.clone(),
+        certs: base.certs,
+        access_log: config.access_log.enabled,
+    }
+}
+
+/// Applies a changed configuration file to the running router (SIGHUP, what
+/// `systemctl reload` sends).
+///
+/// Live at once: `limits.*` (connection-level ones for connections accepted from
+/// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
+/// certificate and the TLS handshake deadline, `access_log.enabled` and `forwarded`.
+/// Everything else needs a restart (or an upgrade, see the README); a reload that
+/// changes it says so by name and keeps the running value.
+#[derive(Clone)]
+pub struct Reloader {
+    live: Live,
+    registry: Arc<MemberRegistry>,
+    certs: Arc<Mutex<CertIndex>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    metrics: Arc<Metrics>,
+    /// As started: settings that cannot change live are compared with it.
+    started: Arc<Config>,
+}
+
+impl Reloader {
+    /// Applies `config` (already parsed and validated whole). On error nothing
+    /// changed; on success, the settings that need a restart and differ are returned.
+    pub fn apply(&self, mut config: Config) -> Result<Vec<&'static str>, StartError> {
+        fit_file_descriptors(&mut config);
+        let default_cert = match load_default_cert(&config.tls, &self.provider) {
+            Ok(c) => c,
+            Err(e) => {
+                self.metrics.reloads.with_label_values(&["error"]).inc();
+                return Err(e);
+            }
+        };
+        let current = self.live.load_full();
+        let proxy = with_settings(Shared::of(&current.proxy), &config);
+        self.registry.set_health(config.health.settings());
+        if let Some(l) = &default_cert {
+            self.metrics.tls.set_expiry("default", l.not_after);
+        }
+        self.certs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_default(default_cert.map(|l| l.key));
+        self.live.store(Arc::new(Serving {
+            proxy: Arc::new(proxy),
+            limits: config.limits.clone(),
+            handshake_timeout: config.tls.handshake_timeout,
+        }));
+        self.metrics.reloads.with_label_values(&["ok"]).inc();
+        Ok(not_live(&self.started, &config))
+    }
+
+    /// Counts a reload refused before [`apply`](Self::apply) (the file did not parse).
+    pub fn refused(&self) {
+        self.metrics.reloads.with_label_values(&["error"]).inc();
+    }
+}
+
+/// The settings that differ between `a` and `b` and cannot change without a restart.
+fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
+    macro_rules! fields {
+        ($($name:literal => $($f:ident).+),* $(,)?) => {{
+            let mut out = Vec::new();
+            $(if format!("{:?}", a.$($f).+) != format!("{:?}", b.$($f).+) { out.push($name); })*
+            out
+        }};
+    }
+    fields! {
+        "cloud_domain" => cloud_domain,
+        "ha_dns_prefix" => ha_dns_prefix,
+        "ha_dns_suffix" => ha_dns_suffix,
+        "app_dns" => app_dns,
+        "endpoint_types" => endpoint_types,
+        "listen" => listen,
+        "state_dir" => state_dir,
+        "spi" => spi,
+        "worker_threads" => worker_threads,
+        "tcp" => tcp,
+        "admin" => admin,
+        "shutdown_grace" => shutdown_grace,
+        "access_log.format" => access_log.format,
+        "limits.max_admin_connections" => limits.max_admin_connections,
+        "upstream.balance" => upstream.balance,
+        "upstream.tls" => upstream.tls,
+        "upstream.max_connections_per_backend" => upstream.max_connections_per_backend,
+        "upstream.max_idle_per_backend" => upstream.max_idle_per_backend,
+        "upstream.idle_timeout" => upstream.idle_timeout,
+        "upstream.source_share" => upstream.source_share,
+        "health.fail_open" => health.fail_open,
+        "tls.session_ticket_key_file" => tls.session_ticket_key_file,
+        "tls.session_ticket_rotation" => tls.session_ticket_rotation,
+        "tls.resumption" => tls.resumption,
+        "tls.replace_grace" => tls.replace_grace,
+        "tls.redirect_http" => tls.redirect_http,
     }
 }
 

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
-use crate::request::accept::stopped;
+use crate::request::accept::{Live, Slots, stopped};
 use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
 use portproxy::proxy_protocol::Version;
@@ -78,16 +78,16 @@ pub async fn serve(
     listener: TcpListener,
     rule: usize,
     port: TcpPort,
-    proxy: Arc<Proxy>,
-    max_connections: usize,
+    live: Live,
     mut stop: watch::Receiver<bool>,
 ) {
     let name: Arc<str> = Arc::from(listener.local_addr().unwrap_or(port.address).to_string());
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut current = live.load_full();
+    let mut slots = Slots::new(current.limits.max_connections);
     let port = Arc::new(port);
     loop {
         let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            p = slots.sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stopped(&mut stop) => return,
         };
         let (client, peer) = tokio::select! {
@@ -101,7 +101,13 @@ pub async fn serve(
             },
             _ = stopped(&mut stop) => return,
         };
-        let (proxy, port, name) = (proxy.clone(), port.clone(), name.clone());
+        // A reload: its limit and proxy settings from this connection on.
+        let latest = live.load_full();
+        if !Arc::ptr_eq(&latest, &current) {
+            slots.resize(latest.limits.max_connections);
+            current = latest;
+        }
+        let (proxy, port, name) = (current.proxy.clone(), port.clone(), name.clone());
         tokio::spawn(async move {
             let result = relay(&proxy, rule, &port, client, peer).await;
             proxy.metrics.tcp.with_label_values(&[&name, result]).inc();

@@ -15,7 +15,7 @@ use super::probe::{self, Outcome, Probe};
 
 /// Runs the checker of `member` with real checks ([`probe::check`]).
 pub async fn run(member: Weak<Tracker>, first: std::time::Duration) {
-    let Some(settings) = member.upgrade().map(|t| t.settings().clone()) else {
+    let Some(settings) = member.upgrade().map(|t| t.settings()) else {
         return;
     };
     run_with(member, first, move |addr, probe| {
@@ -39,7 +39,7 @@ where
     loop {
         let Some(t) = member.upgrade() else { return };
         let now = t.begin(&mut streak);
-        let settings = t.settings().clone();
+        let settings = t.settings();
         if !settings.active && now != Health::Down {
             // Nothing to probe until a passive ejection (or the member is freed).
             let notified = wake.notified();
@@ -90,7 +90,7 @@ mod tests {
                 Arc::from("10.0.0.1:80"),
                 Probe::default(),
                 initial,
-                Arc::new(settings),
+                Arc::new(arc_swap::ArcSwap::from_pointee(settings)),
                 HealthMetrics::detached(),
             )),
             outcomes: Arc::new(Mutex::new(outcomes.into())),

@@ -127,9 +127,14 @@ pub struct Tracker {
     /// Wakes the checker when the member is ejected or freed: with active checks
     /// off, the checker sleeps on this instead of waking every interval.
     wake: Arc<Notify>,
-    settings: Arc<HealthSettings>,
+    /// Shared by every member; a reload swaps it (see [`SharedSettings`]).
+    settings: SharedSettings,
     metrics: HealthMetrics,
 }
+
+/// The health settings every member reads, swapped whole by a reload: checkers take
+/// the new interval at their next sleep, thresholds apply at the next result.
+pub type SharedSettings = Arc<arc_swap::ArcSwap<HealthSettings>>;
 
 impl std::fmt::Debug for Tracker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,7 +158,7 @@ impl Tracker {
         addr: Arc<str>,
         probe: Probe,
         initial: Health,
-        settings: Arc<HealthSettings>,
+        settings: SharedSettings,
         metrics: HealthMetrics,
     ) -> Tracker {
         metrics.set_up(&addr, initial == Health::Up);
@@ -180,8 +185,8 @@ impl Tracker {
         &self.probe
     }
 
-    pub fn settings(&self) -> &Arc<HealthSettings> {
-        &self.settings
+    pub fn settings(&self) -> Arc<HealthSettings> {
+        self.settings.load_full()
     }
 
     pub fn metrics(&self) -> &HealthMetrics {
@@ -195,7 +200,7 @@ impl Tracker {
 
     /// A connect failure or reset: enough in a row eject the member at once.
     pub fn record_failure(&self) {
-        let threshold = self.settings.passive_failures;
+        let threshold = self.settings.load().passive_failures;
         if threshold == 0 {
             return;
         }
@@ -258,7 +263,7 @@ impl Tracker {
                 (streak.passes, streak.fails) = (streak.passes + 1, 0);
                 let up = match seen {
                     Health::Unknown => true,
-                    Health::Down => streak.passes >= self.settings.rise,
+                    Health::Down => streak.passes >= self.settings.load().rise,
                     Health::Up => false,
                 };
                 if up && self.cell.transition(seen, Health::Up) {
@@ -274,7 +279,7 @@ impl Tracker {
             Outcome::Fail(why) => {
                 (streak.passes, streak.fails) = (0, streak.fails + 1);
                 if seen != Health::Down
-                    && streak.fails >= self.settings.fall
+                    && streak.fails >= self.settings.load().fall
                     && self.cell.transition(seen, Health::Down)
                 {
                     if seen == Health::Up {
@@ -329,7 +334,7 @@ mod tests {
             Arc::from("10.0.0.1:80"),
             Probe::default(),
             initial,
-            Arc::new(settings),
+            Arc::new(arc_swap::ArcSwap::from_pointee(settings)),
             HealthMetrics::detached(),
         )
     }

@@ -310,7 +310,7 @@ pub struct MemberRegistry {
     max_in_flight: usize,
     max_per_source: usize,
     pool: Arc<PoolSettings>,
-    health: Arc<health::HealthSettings>,
+    health: health::SharedSettings,
     metrics: HealthMetrics,
     members: Mutex<HashMap<Arc<str>, Weak<Member>>>,
     rotate: RotateStore,
@@ -338,13 +338,18 @@ impl MemberRegistry {
             max_in_flight: c.max_in_flight,
             max_per_source: c.max_per_source,
             pool: Arc::new(c.pool),
-            health: Arc::new(c.health),
+            health: Arc::new(arc_swap::ArcSwap::from_pointee(c.health)),
             metrics: c.metrics,
             members: Mutex::new(HashMap::new()),
             rotate: c.rotate,
             checkers: c.checkers,
             startup_until: Instant::now() + Duration::from_secs(2),
         }
+    }
+
+    /// Replaces the health settings of every member (a reload).
+    pub fn set_health(&self, settings: health::HealthSettings) {
+        self.health.store(Arc::new(settings));
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<Arc<str>, Weak<Member>>> {
@@ -397,7 +402,7 @@ impl MemberRegistry {
         if let Some(m) = map.get(addr).and_then(Weak::upgrade) {
             return m;
         }
-        let settings = &self.health;
+        let settings = self.health.load();
         // Unchecked members wait for their first pass only if checks will run.
         let gated = settings.gate_new && settings.active && self.checkers.is_some();
         let initial = if gated { Health::Unknown } else { Health::Up };
@@ -411,7 +416,7 @@ impl MemberRegistry {
                 addr.clone(),
                 probe(),
                 initial,
-                settings.clone(),
+                self.health.clone(),
                 self.metrics.clone(),
             )),
             rotated_out: AtomicBool::new(self.rotate.contains(&addr)),
@@ -429,7 +434,7 @@ impl MemberRegistry {
         }
         map.insert(member.addr.clone(), Arc::downgrade(&member));
         if let Some(rt) = &self.checkers {
-            let first = health::first_delay(settings, Instant::now() < self.startup_until);
+            let first = health::first_delay(&settings, Instant::now() < self.startup_until);
             // The checker holds the tracker weakly: it ends when the member is freed.
             rt.spawn(checker::run(Arc::downgrade(&member.health), first));
         }

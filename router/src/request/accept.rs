@@ -233,17 +233,59 @@ pub struct TlsListener {
     pub handshake_timeout: Duration,
 }
 
-/// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
-#[allow(clippy::too_many_arguments)]
-pub async fn serve(
-    listener: TcpListener,
-    name: &'static str,
-    tls: Option<TlsListener>,
-    proxy: Arc<Proxy>,
-    limits: Limits,
-    mut stop: watch::Receiver<bool>,
-    grace: Duration,
-) {
+/// What the listeners read for each new connection (the limits, the TLS handshake
+/// deadline) and each request (the proxy and its timeouts). A reload swaps it whole:
+/// requests after the swap, on old connections too, get the new proxy settings;
+/// connection-level limits apply to connections accepted after it.
+pub struct Serving {
+    pub proxy: Arc<Proxy>,
+    pub limits: Limits,
+    pub handshake_timeout: Duration,
+}
+
+/// The one swappable [`Serving`], shared by every listener and the reloader.
+pub type Live = Arc<arc_swap::ArcSwap<Serving>>;
+
+/// A listener's connection slots, resizable when a reload changes
+/// `limits.max_connections`: growing adds permits at once; shrinking takes permits
+/// as connections end, never closing one.
+pub(crate) struct Slots {
+    pub(crate) sem: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Slots {
+    pub(crate) fn new(max: usize) -> Slots {
+        Slots {
+            sem: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    pub(crate) fn resize(&mut self, max: usize) {
+        if max > self.max {
+            self.sem.add_permits(max - self.max);
+        } else if max < self.max {
+            let (sem, fewer) = (self.sem.clone(), self.max - max);
+            tokio::spawn(async move {
+                if let Ok(p) = sem
+                    .acquire_many_owned(u32::try_from(fewer).unwrap_or(u32::MAX))
+                    .await
+                {
+                    p.forget();
+                }
+            });
+        }
+        self.max = max;
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// Hyper's server settings from the limits.
+fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -258,11 +300,26 @@ pub async fn serve(
         .keep_alive_timeout(limits.h2_keepalive_timeout)
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    builder
+}
+
+/// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    name: &'static str,
+    tls: Option<crate::tls::server::Acceptor>,
+    live: Live,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let mut current = live.load_full();
+    let mut builder = builder_for(&current.limits);
+    let mut slots = Slots::new(current.limits.max_connections);
     let quiet = Arc::new(Mutex::new(Connections::default()));
-    let evicted = proxy.metrics.evicted.with_label_values(&[name]);
-    let open = proxy.metrics.open_connections.with_label_values(&[name]);
-    let accepted = proxy.metrics.connections.with_label_values(&[name]);
+    let metrics = current.proxy.metrics.clone();
+    let evicted = metrics.evicted.with_label_values(&[name]);
+    let open = metrics.open_connections.with_label_values(&[name]);
+    let accepted = metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     // Connections still open when the grace period is over are closed through this.
     let (kill_tx, kill) = watch::channel(false);
@@ -280,7 +337,14 @@ pub async fn serve(
             },
             _ = stopped(&mut stop) => break,
         };
-        let slot = match slots.clone().try_acquire_owned() {
+        // A reload: new limits for the connections from here on.
+        let latest = live.load_full();
+        if !Arc::ptr_eq(&latest, &current) {
+            builder = builder_for(&latest.limits);
+            slots.resize(latest.limits.max_connections);
+            current = latest;
+        }
+        let slot = match slots.sem.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
                 // Full, and a client is here: make room by closing the connection
@@ -291,7 +355,7 @@ pub async fn serve(
                     evicted.inc();
                 }
                 tokio::select! {
-                    s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+                    s = slots.sem.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
                     _ = stopped(&mut stop) => break,
                 }
             }
@@ -303,6 +367,7 @@ pub async fn serve(
         let activity = Activity::new(Some(Place::new(slot, open.clone())));
         let member_of = Registered::new(&quiet, activity.clone());
         let evict = member_of.evict.clone();
+        let proxy = &current.proxy;
         // getsockname only when `Forwarded` names the address (`by: ip`).
         let local = (proxy.forwarded.header && proxy.forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
@@ -310,7 +375,11 @@ pub async fn serve(
         let mut conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
             .with_forwarded(&proxy.forwarded, local);
         let proxy = proxy.clone();
-        let (tls, builder, limits) = (tls.clone(), builder.clone(), limits.clone());
+        let tls = tls.as_ref().map(|acceptor| TlsListener {
+            acceptor: acceptor.clone(),
+            handshake_timeout: current.handshake_timeout,
+        });
+        let (builder, limits, live) = (builder.clone(), current.limits.clone(), live.clone());
         let (stop, kill) = (stop.clone(), kill.clone());
         let metrics = proxy.metrics.tls.clone();
         tokio::spawn(async move {
@@ -333,7 +402,9 @@ pub async fn serve(
                 },
             };
             let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
-            let service = service_fn(move |req| proxy.clone().serve(conn.clone(), req));
+            // Each request gets the proxy settings live at its start.
+            drop(proxy);
+            let service = service_fn(move |req| live.load().proxy.clone().serve(conn.clone(), req));
             let connection = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(connection);
             // Every quiet state has a deadline (see `Activity`); shutdown and
@@ -374,8 +445,8 @@ pub async fn serve(
     drop(listener);
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
     // Every connection holds a slot until it ends: all slots back means all done.
-    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-    if tokio::time::timeout(grace, slots.acquire_many(all))
+    let all = u32::try_from(slots.max()).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, slots.sem.acquire_many(all))
         .await
         .is_err()
     {

@@ -57,6 +57,7 @@ pub fn normalize_host(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
 /// Redirects plain HTTP to HTTPS for the hosts that have a certificate: an alias
 /// with its own, or an app's generated names when a default (wildcard) certificate
 /// is configured.
+#[derive(Clone)]
 pub struct Redirect {
     pub https_port: u16,
     pub certs: Arc<ArcSwap<Certs>>,

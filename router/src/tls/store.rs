@@ -383,6 +383,12 @@ impl CertIndex {
         self.pending.remove(alias);
     }
 
+    /// Replaces the default certificate (a reload); handshakes from now on get it.
+    pub fn set_default(&mut self, default: Option<Arc<CertifiedKey>>) {
+        self.current.default = default;
+        self.publish();
+    }
+
     /// Drops certificates whose replacement grace has passed; run periodically.
     pub fn purge(&mut self, now: Instant) {
         if self.purge_before(now) {
