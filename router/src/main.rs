@@ -30,6 +30,10 @@ enum Command {
     /// Validate the configuration file and exit: 0 if valid, 64 with
     /// `file:line: field: problem` if not.
     CheckConfig,
+    /// Take over the listening sockets of the router running on the same
+    /// `state_dir` (a new binary, no connection refused), then run; the old one
+    /// drains and exits.
+    Upgrade,
 }
 
 const EX_USAGE: u8 = 64;
@@ -48,7 +52,17 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(config.access_log.format);
-    match run(config, cli.config) {
+    let inherited = match cli.command {
+        Some(Command::Upgrade) => match router::upgrade::Inherited::take_over(&config.state_dir) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    match run(config, cli.config, inherited) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -82,7 +96,11 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+fn run(
+    config: Config,
+    path: PathBuf,
+    inherited: Option<router::upgrade::Inherited>,
+) -> anyhow::Result<()> {
     // One thread: a current-thread runtime, which skips the work-stealing machinery.
     let mut rt = if config.worker_threads == 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -97,9 +115,14 @@ fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
         // Before anything else: SIGHUP's default action would end the process.
         let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing the SIGHUP handler")?;
-        let router = router::Router::bind(config).await?;
+        let upgrade = inherited.is_some();
+        let router = router::Router::bind_with(config, inherited).await?;
         tokio::spawn(reload_on_hangup(hangups, path, router.reloader()));
-        // State loaded, listeners bound: what `Type=notify` waits for.
+        // State loaded, listeners bound: what `Type=notify` waits for. After an
+        // upgrade this process is the service's main one now.
+        if upgrade {
+            service_notify::main_pid(std::process::id());
+        }
         service_notify::ready();
         router
             .run(async {

@@ -29,6 +29,7 @@ use crate::table::split::{Split, SplitStore};
 use crate::table::{Builder, Naming, RouteTable};
 use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
+use crate::upgrade::{Handover, Inherited};
 use crate::upstream::{self, PoolSettings};
 
 /// Why the router could not start.
@@ -89,6 +90,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("upgrade socket: {0}")]
+    Handover(#[source] std::io::Error),
     #[error("dead-letter directory {path}: {source}")]
     DeadLetters {
         path: PathBuf,
@@ -114,6 +117,12 @@ pub struct Router {
     registry: Arc<MemberRegistry>,
     consumer: Consumer<Builder>,
     source: Source,
+    /// Opens the state and the source again if an upgrade fails half-way.
+    events: Events,
+    /// Where a successor asks for the listeners (`router upgrade`).
+    handover: Option<Handover>,
+    /// The predecessor, told once this router serves.
+    inherited: Option<Inherited>,
 }
 
 /// What opens the saved state and the event source: at start, and again in a
@@ -226,7 +235,17 @@ enum Source {
 }
 
 impl Router {
-    pub async fn bind(mut config: Config) -> Result<Router, StartError> {
+    pub async fn bind(config: Config) -> Result<Router, StartError> {
+        Router::bind_with(config, None).await
+    }
+
+    /// Like [`bind`](Self::bind), with the listening sockets of the router this one
+    /// replaces (see [`crate::upgrade`]): a listener the old process had under the
+    /// same name is used as it is, the others are bound.
+    pub async fn bind_with(
+        mut config: Config,
+        mut inherited: Option<Inherited>,
+    ) -> Result<Router, StartError> {
         fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
         // The state directory holds the routing state, the rotate state and the splits.
@@ -319,28 +338,38 @@ impl Router {
         // parse): give it back before serving.
         tokio::task::spawn_blocking(crate::memory::trim);
 
-        let bind = |what, addr: SocketAddr| {
-            crate::request::accept::bind(addr).map_err(|source| StartError::Bind {
-                what,
-                addr,
-                source,
-            })
+        let mut bind = |name: &str, what, addr: SocketAddr| {
+            let listener = match inherited.as_mut().and_then(|i| i.listener(name)) {
+                Some(l) => {
+                    if let Ok(had) = l.as_ref().map(|l| l.local_addr())
+                        && let Ok(had) = had
+                        && addr.port() != 0
+                        && had != addr
+                    {
+                        tracing::warn!(listener = name, inherited = %had, configured = %addr, "kept the inherited socket; a new address needs a restart");
+                    }
+                    l
+                }
+                None => crate::request::accept::bind(addr),
+            };
+            listener.map_err(|source| StartError::Bind { what, addr, source })
         };
         let http_addr = config
             .listen
             .http
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 80)));
-        let http = bind("listen.http", http_addr)?;
+        let http = bind("http", "listen.http", http_addr)?;
         let tcp = config
             .tcp
             .listen
             .iter()
-            .map(|p| bind("tcp.listen", p.address))
+            .enumerate()
+            .map(|(i, p)| bind(&format!("tcp.{i}"), "tcp.listen", p.address))
             .collect::<Result<Vec<_>, _>>()?;
         let admin = config
             .listen
             .admin
-            .map(|a| bind("listen.admin", a))
+            .map(|a| bind("admin", "listen.admin", a))
             .transpose()?;
         match config.listen.admin {
             Some(a) if !a.ip().is_loopback() => tracing::warn!(
@@ -364,9 +393,28 @@ impl Router {
                 };
                 let acceptor =
                     crate::tls::server::acceptor(live_certs.clone(), provider.clone(), resumption)?;
-                Some((bind("listen.https", addr)?, acceptor))
+                Some((bind("https", "listen.https", addr)?, acceptor))
             }
             None => None,
+        };
+        if let Some(i) = &inherited {
+            for name in i.unused() {
+                tracing::warn!(
+                    listener = name,
+                    "the old router's listener is not in this configuration; closed"
+                );
+            }
+        }
+        // Where a successor asks for these sockets. Without it, an upgrade is a restart.
+        let handover = match Handover::bind(&config.state_dir, inherited.is_some()).await {
+            Ok(h) => Some(h),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(StartError::Handover(e));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no upgrade socket: `router upgrade` cannot take over from this process");
+                None
+            }
         };
         let member_tls = crate::tls::client::connector(
             config.upstream.tls.ca_file.as_deref(),
@@ -416,6 +464,9 @@ impl Router {
             live,
             provider,
             admin_api,
+            events,
+            handover,
+            inherited,
             registry,
             consumer,
             source,
@@ -471,47 +522,29 @@ impl Router {
             }
         }
 
-        let source_task = {
-            let mut stop = stop_rx.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            match self.source {
-                Source::Spool(spool) => {
-                    let interval = self
-                        .config
-                        .spi
-                        .spool
-                        .as_ref()
-                        .map_or(std::time::Duration::from_secs(1), |s| s.interval);
-                    tracing::info!(dir = %spool.dir().display(), "spool source started");
-                    Some(tokio::spawn(spool.run(self.consumer, interval, stopped)))
-                }
-                Source::Stomp(session, dead) => {
-                    tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
-                    let metrics = self.admin_api.metrics.spi.source.clone();
-                    Some(tokio::spawn(spi_consumer::source::stomp::source::run(
-                        *session,
-                        self.consumer,
-                        dead,
-                        metrics,
-                        stopped,
-                    )))
-                }
-                Source::Amqp(amqp, dead) => {
-                    tracing::info!(queue = %amqp.queue, "AMQP source started");
-                    let metrics = self.admin_api.metrics.spi.source.clone();
-                    Some(tokio::spawn(spi_consumer::source::amqp::run(
-                        amqp,
-                        self.consumer,
-                        dead,
-                        metrics,
-                        stopped,
-                    )))
-                }
-                Source::None => None,
+        let (mut source_stop, source_stop_rx) = watch::channel(false);
+        let mut source_task = spawn_source(
+            self.source,
+            self.consumer,
+            &self.config,
+            &self.admin_api.metrics,
+            source_stop_rx,
+        );
+        // Descriptors a successor takes over (the tasks below keep them open).
+        let mut sockets: Vec<(String, std::os::fd::RawFd)> = Vec::new();
+        {
+            use std::os::fd::AsRawFd;
+            sockets.push(("http".into(), self.http.as_raw_fd()));
+            if let Some((l, _)) = &self.https {
+                sockets.push(("https".into(), l.as_raw_fd()));
             }
-        };
+            if let Some(l) = &self.admin {
+                sockets.push(("admin".into(), l.as_raw_fd()));
+            }
+            for (i, l) in self.tcp.iter().enumerate() {
+                sockets.push((format!("tcp.{i}"), l.as_raw_fd()));
+            }
+        }
         let open_gauges = (
             self.admin_api.metrics.open_connections.clone(),
             self.admin_api.metrics.connections.clone(),
@@ -601,11 +634,55 @@ impl Router {
             })
         };
         self.admin_api.ready.store(true, Ordering::Release);
+        if let Some(old) = self.inherited
+            && let Err(e) = old.confirm()
+        {
+            tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
+        }
 
-        shutdown.await;
-        tracing::info!("shutting down");
+        tokio::pin!(shutdown);
+        let handover = self.handover;
+        let upgraded = loop {
+            let request = async {
+                match &handover {
+                    Some(h) => h.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => break false,
+                request = request => {
+                    tracing::info!("upgrade: a new router asks for the listeners; stopping the event source first");
+                    let _ = source_stop.send(true);
+                    if let Some(t) = source_task.take() {
+                        let _ = t.await;
+                    }
+                    if request.hand_over(&sockets, UPGRADE_READY_WAIT).await {
+                        tracing::info!("upgrade: the new router serves; this one stops accepting and drains");
+                        break true;
+                    }
+                    tracing::error!("upgrade: the new router did not confirm; this one carries on with its event source");
+                    let (tx, rx) = watch::channel(false);
+                    source_stop = tx;
+                    match self.events.open() {
+                        Ok((consumer, source)) => {
+                            source_task = spawn_source(source, consumer, &self.config, &self.admin_api.metrics, rx);
+                        }
+                        Err(e) => tracing::error!(error = %e, "cannot open the event source again; serving the table as it is"),
+                    }
+                }
+            }
+        };
+        drop(handover);
+        if upgraded {
+            // Readiness checks and the admin API go to the new process from now on.
+            let _ = admin_stop_tx.send(true);
+        } else {
+            tracing::info!("shutting down");
+        }
         // Not ready first, so that the VIP moves before connections are refused.
         self.admin_api.ready.store(false, Ordering::Release);
+        let _ = source_stop.send(true);
         let _ = stop_tx.send(true);
         let _ = http_task.await;
         if let Some(t) = https_task {
@@ -621,6 +698,54 @@ impl Router {
             let _ = t.await;
         }
         tracing::info!("stopped");
+    }
+}
+
+/// How long an old router waits for its successor to load the state and serve.
+const UPGRADE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Starts the event source; `None` when there is none.
+fn spawn_source(
+    source: Source,
+    consumer: Consumer<Builder>,
+    config: &Config,
+    metrics: &Metrics,
+    mut stop: watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    match source {
+        Source::Spool(spool) => {
+            let interval = config
+                .spi
+                .spool
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(1), |s| s.interval);
+            tracing::info!(dir = %spool.dir().display(), "spool source started");
+            Some(tokio::spawn(spool.run(consumer, interval, stopped)))
+        }
+        Source::Stomp(session, dead) => {
+            tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
+            Some(tokio::spawn(spi_consumer::source::stomp::source::run(
+                *session,
+                consumer,
+                dead,
+                metrics.spi.source.clone(),
+                stopped,
+            )))
+        }
+        Source::Amqp(amqp, dead) => {
+            tracing::info!(queue = %amqp.queue, "AMQP source started");
+            Some(tokio::spawn(spi_consumer::source::amqp::run(
+                amqp,
+                consumer,
+                dead,
+                metrics.spi.source.clone(),
+                stopped,
+            )))
+        }
+        Source::None => None,
     }
 }
 

@@ -150,6 +150,9 @@ impl Inherited {
 pub struct Handover {
     listener: tokio::net::UnixListener,
     path: PathBuf,
+    /// The socket file's inode: a successor binds its own file at the same path,
+    /// which this one must not remove when it goes.
+    inode: u64,
 }
 
 /// A successor asking for the listeners.
@@ -160,10 +163,11 @@ pub struct Request {
 impl Handover {
     /// Listens on `state_dir/upgrade.sock`, mode 0600. A socket file nobody answers
     /// on is a leftover and is replaced; one a process answers on means another
-    /// router runs on this state directory, which is refused.
-    pub async fn bind(state_dir: &Path) -> std::io::Result<Handover> {
+    /// router runs on this state directory, which is refused (`AddrInUse`) unless
+    /// this router is its `successor`.
+    pub async fn bind(state_dir: &Path, successor: bool) -> std::io::Result<Handover> {
         let path = socket_path(state_dir);
-        if tokio::net::UnixStream::connect(&path).await.is_ok() {
+        if !successor && tokio::net::UnixStream::connect(&path).await.is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 format!(
@@ -178,9 +182,14 @@ impl Handover {
             Err(e) => return Err(e),
         }
         let listener = tokio::net::UnixListener::bind(&path)?;
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        Ok(Handover { listener, path })
+        let inode = std::fs::metadata(&path)?.ino();
+        Ok(Handover {
+            listener,
+            path,
+            inode,
+        })
     }
 
     /// The next successor that said hello (others are dropped).
@@ -209,7 +218,10 @@ impl Handover {
 
 impl Drop for Handover {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

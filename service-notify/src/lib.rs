@@ -21,6 +21,12 @@ pub fn ready() {
     }
 }
 
+/// Says this process is the service's main process now (after `router upgrade`
+/// took over from the old one; the unit needs `NotifyAccess=all`).
+pub fn main_pid(pid: u32) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
+}
+
 /// Says "stopping" (systemd then waits `TimeoutStopSec=` for the drain).
 pub fn stopping() {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);

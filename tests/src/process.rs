@@ -30,6 +30,14 @@ impl RouterProcess {
         RouterProcess::spawn(command).await
     }
 
+    /// `router --config CONFIG ARGS...` (e.g. `upgrade`), waiting for its "listening"
+    /// lines.
+    pub async fn start_args(config: &Path, args: &[&str]) -> RouterProcess {
+        let mut command = Command::new(crate::bin("router"));
+        command.arg("--config").arg(config).args(args);
+        RouterProcess::spawn(command).await
+    }
+
     /// The same under `ulimit -n NOFILE` (soft and hard), as an operator's unit with
     /// a low `LimitNOFILE=` would run it.
     pub async fn start_with_nofile(config: &Path, nofile: u32) -> RouterProcess {

@@ -233,6 +233,9 @@ pub struct TlsListener {
     pub handshake_timeout: Duration,
 }
 
+/// While draining, an HTTP/1 connection with no request for this long is closed.
+const DRAIN_QUIET: Duration = Duration::from_secs(1);
+
 /// What the listeners read for each new connection (the limits, the TLS handshake
 /// deadline) and each request (the proxy and its timeouts). A reload swaps it whole:
 /// requests after the swap, on old connections too, get the new proxy settings;
@@ -411,12 +414,23 @@ pub async fn serve(
             // quiet both end the connection gracefully (h1: after the response in
             // flight; h2: GOAWAY), and the kill switch drops it after the grace.
             let (mut stop, mut kill) = (stop, kill);
-            let mut closing = false;
+            let (mut closing, mut shut) = (false, false);
             let result = loop {
                 tokio::select! {
                     r = connection.as_mut() => break r,
+                    // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
+                    // responses carry `Connection: close` from now on, and a
+                    // connection left quiet for DRAIN_QUIET is closed.
                     _ = stopped(&mut stop), if !closing => {
                         closing = true;
+                        activity.close_after_responses();
+                        if activity.is_h2() {
+                            shut = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                    _ = activity.idle(DRAIN_QUIET, DRAIN_QUIET), if closing && !shut => {
+                        shut = true;
                         connection.as_mut().graceful_shutdown();
                     }
                     _ = activity.idle(limits.header_read_timeout, limits.idle_timeout), if !closing => {

@@ -62,6 +62,10 @@ pub struct Activity {
     awaiting: AtomicUsize,
     /// Milliseconds since `origin` when a response last moved on (or began to wait).
     moved_ms: AtomicU64,
+    /// Some request on it was h2.
+    h2: AtomicBool,
+    /// The router is draining: HTTP/1 responses say `Connection: close`.
+    closing: AtomicBool,
     _place: Option<Place>,
 }
 
@@ -77,6 +81,8 @@ impl Activity {
             changed: Notify::new(),
             awaiting: AtomicUsize::new(0),
             moved_ms: AtomicU64::new(0),
+            h2: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         })
     }
 
@@ -85,11 +91,30 @@ impl Activity {
     pub fn begin(self: &Arc<Self>, track: bool) -> ActiveRequest {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.started.store(true, Ordering::Relaxed);
+        if track {
+            self.h2.store(true, Ordering::Relaxed);
+        }
         ActiveRequest {
             activity: self.clone(),
             track,
             waiting: false,
         }
+    }
+
+    /// Whether the connection speaks h2 (known from its first request).
+    pub fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
+    }
+
+    /// The router drains: every HTTP/1 response from now on closes the connection
+    /// after it, so that a client never sends a request on a connection the router
+    /// closes at the same moment (only one left quiet is closed by the router).
+    pub fn close_after_responses(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
     }
 
     fn now_ms(&self) -> u64 {

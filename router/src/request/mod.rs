@@ -99,7 +99,9 @@ impl Proxy {
         req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
-        let mut active = conn.activity.begin(req.version() == http::Version::HTTP_2);
+        let h2 = req.version() == http::Version::HTTP_2;
+        let mut active = conn.activity.begin(h2);
+        let activity = conn.activity.clone();
         let host = host_of(&req);
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
@@ -132,6 +134,14 @@ impl Proxy {
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
+        }
+        // Draining: this HTTP/1 connection ends after this response (a 101 becomes
+        // a tunnel, which the drain leaves alone).
+        if !h2 && activity.closing() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
         }
         // The head is handed to hyper: on h2 it now waits on the client's window.
         active.wait_on_client();

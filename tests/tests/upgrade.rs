@@ -1,0 +1,150 @@
+//! Binary upgrade of the real process under wrk: `router upgrade` takes the
+//! listening sockets over from the running router, which drains and exits, with no
+//! failed request and no refused connection; events apply in the new process; a
+//! successor that goes away before it serves leaves the old one running with its
+//! event source.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use e2e::process::RouterProcess;
+use e2e::{Backend, events};
+
+const HA: &str = "ha-myapp-demo.example.com";
+
+#[tokio::test]
+async fn upgrade_under_wrk_drops_nothing_and_a_failed_successor_changes_nothing() {
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("upgrade");
+    let spool = dir.join("spool");
+    std::fs::create_dir_all(&spool).expect("spool");
+    std::fs::write(
+        spool.join("01.yaml"),
+        events::add_lb("myapp", "demo", b.addr),
+    )
+    .expect("event");
+    let cfg = dir.join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {d}/state\n\
+             listen: {{ http: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
+             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 50ms }} }}\n\
+             access_log: {{ format: json, enabled: false }}\n",
+            d = dir.display()
+        ),
+    )
+    .expect("config");
+    let mut old = RouterProcess::start(&cfg).await;
+    e2e::eventually("routed", Duration::from_secs(10), async || {
+        old.status(HA, "/").await == Some(200)
+    })
+    .await;
+
+    // A second router on the same state directory is refused while one runs.
+    let second = std::process::Command::new(e2e::bin("router"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("second router");
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another router runs"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+
+    // wrk for 6 s, keep-alive, 16 connections; the upgrade happens in the middle.
+    let wrk = tokio::process::Command::new("wrk")
+        .args(["-t2", "-c16", "-d6s", "-H", &format!("Host: {HA}")])
+        .arg(format!("http://{}/", old.http))
+        .kill_on_drop(true)
+        .output();
+    let wrk = tokio::spawn(wrk);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let new = RouterProcess::start_args(&cfg, &["upgrade"]).await;
+    assert_eq!(new.http, old.http, "the same socket");
+    assert_eq!(new.admin, old.admin);
+    let exit = tokio::time::timeout(Duration::from_secs(20), old.child.wait())
+        .await
+        .expect("the old router drains and exits")
+        .expect("wait");
+    assert!(exit.success(), "{exit:?}");
+    let out = wrk.await.expect("join").expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let requests: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" requests in ")
+                .map(|(n, _)| n.trim().parse().ok())
+        })
+        .flatten()
+        .expect("a request count");
+    assert!(requests > 1000, "{text}");
+    assert!(
+        !text.contains("Socket errors"),
+        "errors during the upgrade:\n{text}"
+    );
+    assert!(
+        !text.contains("Non-2xx"),
+        "failed requests during the upgrade:\n{text}"
+    );
+    let drained = old_logs(&mut old).await;
+    assert!(drained.contains("the new router serves"), "{drained}");
+
+    // The new process consumes events and answers readiness on the same admin port.
+    std::fs::write(
+        spool.join("02.yaml"),
+        events::add_alias("myapp", "demo", "www.example.org"),
+    )
+    .expect("event");
+    e2e::eventually(
+        "event applied by the new router",
+        Duration::from_secs(10),
+        async || new.status("www.example.org", "/").await == Some(200),
+    )
+    .await;
+    let ready = e2e::raw::exchange(
+        new.admin.expect("admin"),
+        b"GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(e2e::raw::status(&ready), Some(200));
+
+    // A successor that takes the sockets and goes away before READY: the running
+    // router keeps serving and starts its event source again.
+    let sock = dir.join("state/upgrade.sock");
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).expect("upgrade socket");
+    s.write_all(b"TAKEOVER 1\n").expect("hello");
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).expect("the listener list");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("\"http\""));
+    drop(s);
+    std::fs::write(
+        spool.join("03.yaml"),
+        events::add_alias("myapp", "demo", "www.example.com"),
+    )
+    .expect("event");
+    e2e::eventually("events apply again", Duration::from_secs(10), async || {
+        new.status("www.example.com", "/").await == Some(200)
+    })
+    .await;
+    assert_eq!(new.status(HA, "/").await, Some(200));
+    new.signal("TERM");
+    let mut new = new;
+    let _ = new.child.wait().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every log line the old router wrote, as one string.
+async fn old_logs(p: &mut RouterProcess) -> String {
+    let mut all = String::new();
+    while let Ok(Some(v)) = tokio::time::timeout(Duration::from_millis(200), p.logs.recv()).await {
+        all.push_str(&v.to_string());
+        all.push('\n');
+    }
+    all
+}
