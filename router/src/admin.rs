@@ -64,6 +64,8 @@ pub struct Admin {
     /// `admin.token_file`'s token: mutating calls need it.
     pub token: Option<String>,
     pub audit: Audit,
+    /// Where `POST /reconcile` asks for a run (`None`: no `reconcile:` section).
+    pub reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
 }
 
 /// `admin:` settings.
@@ -202,6 +204,19 @@ impl Admin {
                 &client.ip().to_string(),
                 rest.rsplit('/').next().unwrap_or(""),
                 rest.rsplit_once('/').map_or(rest, |(a, _)| a),
+                r.status().as_str(),
+            );
+            return r;
+        }
+        if path == "/reconcile" {
+            if req.method() != Method::POST {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+            }
+            let r = self.reconcile(req.uri().query()).await;
+            self.audit.record(
+                &client.ip().to_string(),
+                "reconcile",
+                req.uri().query().unwrap_or(""),
                 r.status().as_str(),
             );
             return r;
@@ -356,6 +371,42 @@ impl Admin {
             in_flight: member.as_ref().map_or(0, |m| m.in_flight()),
             waited_ms: start.elapsed().as_millis(),
         })
+    }
+
+    /// `POST /reconcile[?apply=true|false]`: one run now; answers with its report.
+    async fn reconcile(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let Some(jobs) = &self.reconcile else {
+            return text(
+                StatusCode::NOT_FOUND,
+                "reconcile is off: set reconcile.url in the configuration\n",
+            );
+        };
+        let mut apply = None;
+        for (k, v) in query
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|p| p.split_once('='))
+        {
+            if k == "apply" {
+                apply = match v {
+                    "true" | "1" => Some(true),
+                    "false" | "0" => Some(false),
+                    _ => return text(StatusCode::BAD_REQUEST, "apply is true or false\n"),
+                };
+            }
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = crate::reconcile::Job {
+            apply,
+            reply: Some(reply),
+        };
+        if jobs.send(job).await.is_err() {
+            return text(StatusCode::SERVICE_UNAVAILABLE, "the router is stopping\n");
+        }
+        match answer.await {
+            Ok(report) => json(&report),
+            Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "the router is stopping\n"),
+        }
     }
 
     /// Whether the request carries the admin token (always, without one).

@@ -21,6 +21,7 @@ pub mod log_limit;
 pub mod members;
 pub mod memory;
 pub mod metrics;
+pub mod reconcile;
 pub mod request;
 pub mod stall;
 pub mod startup;

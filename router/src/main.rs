@@ -30,6 +30,16 @@ enum Command {
     /// Validate the configuration file and exit: 0 if valid, 64 with
     /// `file:line: field: problem` if not.
     CheckConfig,
+    /// Run a reconcile in the running router now (its admin API, `listen.admin`,
+    /// with `admin.token_file`'s token) and print the report as JSON.
+    Reconcile {
+        /// Fix what differs, whatever `reconcile.apply` says.
+        #[arg(long)]
+        apply: bool,
+        /// Only report, whatever `reconcile.apply` says.
+        #[arg(long, conflicts_with = "apply")]
+        dry_run: bool,
+    },
     /// Take over the listening sockets of the router running on the same
     /// `state_dir` (a new binary, no connection refused), then run; the old one
     /// drains and exits.
@@ -51,6 +61,25 @@ fn main() -> ExitCode {
         println!("{}: ok", cli.config.display());
         return ExitCode::SUCCESS;
     }
+    if let Some(Command::Reconcile { apply, dry_run }) = cli.command {
+        let apply = if apply {
+            "?apply=true"
+        } else if dry_run {
+            "?apply=false"
+        } else {
+            ""
+        };
+        return match admin_post(&config, &format!("/reconcile{apply}")) {
+            Ok(body) => {
+                println!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("router reconcile: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_logging(config.access_log.format);
     let inherited = match cli.command {
         Some(Command::Upgrade) => match router::upgrade::Inherited::take_over(&config.state_dir) {
@@ -69,6 +98,46 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// POSTs to the running router's admin API (`listen.admin`) with the admin token;
+/// the body of a 200 answer.
+fn admin_post(config: &Config, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let addr = config
+        .listen
+        .admin
+        .context("listen.admin is off: no admin API to ask")?;
+    let token = match &config.admin.token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("admin.token_file {}", p.display()))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let mut s =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).unwrap_or("");
+    anyhow::ensure!(
+        status == "200",
+        "{addr}{path}: HTTP {status}: {}",
+        body.trim()
+    );
+    Ok(body.to_string())
 }
 
 /// Logs to stderr, text or JSON; lines that clients can cause are rate-limited (see

@@ -90,6 +90,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Reconcile(#[from] crate::reconcile::ReconcileError),
     #[error("upgrade socket: {0}")]
     Handover(#[source] std::io::Error),
     #[error("dead-letter directory {path}: {source}")]
@@ -123,6 +125,9 @@ pub struct Router {
     handover: Option<Handover>,
     /// The predecessor, told once this router serves.
     inherited: Option<Inherited>,
+    /// The broker client and the runs asked for (admin API, timer).
+    reconcile: Option<Arc<crate::reconcile::broker::Client>>,
+    reconcile_jobs: tokio::sync::mpsc::Receiver<crate::reconcile::Job>,
 }
 
 /// What opens the saved state and the event source: at start, and again in a
@@ -444,6 +449,12 @@ impl Router {
             limits: config.limits.clone(),
             handshake_timeout: config.tls.handshake_timeout,
         }));
+        let reconcile = config
+            .reconcile
+            .as_ref()
+            .map(|r| r.client(provider.clone()).map(Arc::new))
+            .transpose()?;
+        let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
         let admin_api = Arc::new(Admin {
             table,
             registry: registry.clone(),
@@ -452,6 +463,7 @@ impl Router {
             splits,
             token,
             audit: Default::default(),
+            reconcile: reconcile.is_some().then_some(reconcile_tx),
         });
         Ok(Router {
             config,
@@ -467,6 +479,8 @@ impl Router {
             events,
             handover,
             inherited,
+            reconcile,
+            reconcile_jobs,
             registry,
             consumer,
             source,
@@ -640,6 +654,31 @@ impl Router {
             tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
         }
 
+        // Reconcile every `reconcile.interval` (0: only when asked).
+        let reconcile_timer = match (&self.config.reconcile, &self.admin_api.reconcile) {
+            (Some(r), Some(jobs)) if !r.interval.is_zero() => {
+                let (every, jobs) = (r.interval, jobs.clone());
+                Some(tokio::spawn(async move {
+                    let mut tick =
+                        tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                    loop {
+                        tick.tick().await;
+                        if jobs
+                            .send(crate::reconcile::Job {
+                                apply: None,
+                                reply: None,
+                            })
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }))
+            }
+            _ => None,
+        };
+        let mut jobs = self.reconcile_jobs;
         tokio::pin!(shutdown);
         let handover = self.handover;
         let upgraded = loop {
@@ -651,6 +690,69 @@ impl Router {
             };
             tokio::select! {
                 _ = &mut shutdown => break false,
+                Some(job) = jobs.recv() => {
+                    let Some(client) = &self.reconcile else { continue };
+                    let settings = self.config.reconcile.as_ref();
+                    let apply = job.apply.unwrap_or(settings.is_some_and(|r| r.apply));
+                    let concurrency = settings.map_or(4, |r| r.concurrency);
+                    let table = self.admin_api.table.load_full();
+                    let checked = tokio::select! {
+                        c = crate::reconcile::check(client.clone(), &table, concurrency, &self.admin_api.metrics) => c,
+                        _ = &mut shutdown => break false,
+                    };
+                    let mut report = checked.report;
+                    report.apply = apply;
+                    if apply && !checked.found.is_empty() {
+                        // Nothing else writes the state while fixing.
+                        let _ = source_stop.send(true);
+                        if let Some(t) = source_task.take() {
+                            let _ = t.await;
+                        }
+                        let now = self.admin_api.table.load_full();
+                        let mut fix = Vec::new();
+                        for (key, route, theirs) in checked.found {
+                            if now.app(&key).is_some_and(|r| Arc::ptr_eq(r, &route)) {
+                                fix.push((key, theirs));
+                            } else {
+                                report.deferred.push(key.to_string());
+                            }
+                        }
+                        let (tx, rx) = watch::channel(false);
+                        source_stop = tx;
+                        match self.events.open() {
+                            Ok((mut consumer, source)) => {
+                                let events: Vec<_> = fix
+                                    .iter()
+                                    .filter_map(|(key, theirs)| consumer.state().app(key).map(|app| crate::reconcile::diff::fixes(app, theirs.as_ref())))
+                                    .flatten()
+                                    .collect();
+                                for e in &events {
+                                    tracing::info!(event = %e, "reconcile: applying");
+                                    consumer.apply_event(e);
+                                }
+                                match consumer.commit() {
+                                    Ok(()) => report.applied = events.len(),
+                                    Err(e) => {
+                                        tracing::error!(error = %e, "reconcile: cannot save the fixes; they stay pending");
+                                        report.errors.insert("state".into(), e.to_string());
+                                    }
+                                }
+                                source_task = spawn_source(source, consumer, &self.config, &self.admin_api.metrics, rx);
+                            }
+                            Err(e) => tracing::error!(error = %e, "reconcile: cannot open the state again; serving the table as it is"),
+                        }
+                    }
+                    tracing::info!(
+                        apps = report.apps_checked,
+                        differing = report.differences.len(),
+                        errors = report.errors.len(),
+                        applied = report.applied,
+                        "reconcile done"
+                    );
+                    if let Some(reply) = job.reply {
+                        let _ = reply.send(report);
+                    }
+                }
                 request = request => {
                     tracing::info!("upgrade: a new router asks for the listeners; stopping the event source first");
                     let _ = source_stop.send(true);
@@ -674,6 +776,9 @@ impl Router {
             }
         };
         drop(handover);
+        if let Some(t) = reconcile_timer {
+            t.abort();
+        }
         if upgraded {
             // Readiness checks and the admin API go to the new process from now on.
             let _ = admin_stop_tx.send(true);

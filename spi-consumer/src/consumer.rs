@@ -146,6 +146,23 @@ impl<P: Publish> Consumer<P> {
         }
     }
 
+    /// Applies an event that did not come from a source (reconcile: what the broker's
+    /// REST API says is missing or stale), through the same apply path; counted with
+    /// outcome `reconciled`. Like [`handle`](Self::handle), it is durable and
+    /// published only at the next [`commit`](Self::commit).
+    pub fn apply_event(&mut self, event: &RoutingEvent) -> Disposition {
+        let d = if self.shard.owns(&AppKey::of(event.app())) {
+            self.apply(event)
+        } else {
+            Disposition::OtherShard
+        };
+        self.metrics
+            .events
+            .with_label_values(&[event.action(), "reconciled"])
+            .inc();
+        d
+    }
+
     /// A message refused before decoding (e.g. too large), counted as undecodable.
     pub fn refuse(&mut self, error: DecodeError) -> Disposition {
         self.metrics

@@ -13,6 +13,7 @@
 
 pub mod activemq;
 pub mod backend;
+pub mod broker_api;
 pub mod events;
 pub mod hapair;
 pub mod netns;

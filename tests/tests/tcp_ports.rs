@@ -148,6 +148,9 @@ async fn tcp_ports_relay_byte_exact_to_the_apps_members() {
     r.drop_event("01.yaml", &database("db", m1.addr));
     r.drop_event("02.yaml", &database("db", m2.addr));
     r.wait_spool_empty().await;
+    // New members take connections once their first check passed.
+    r.wait_health(m1.addr, "up").await;
+    r.wait_health(m2.addr, "up").await;
 
     // Byte-exact both ways, server speaks first, half-close passed on.
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();

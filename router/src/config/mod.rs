@@ -68,6 +68,8 @@ pub struct Config {
     /// The admin API's own settings (its address is `listen.admin`).
     #[serde(default)]
     pub admin: crate::admin::AdminSettings,
+    /// Checking the saved state against the broker's REST API; off when absent.
+    pub reconcile: Option<crate::reconcile::ReconcileSettings>,
 }
 
 /// `tcp`: TCP balancing on external ports (see `router::tcp`).
