@@ -29,6 +29,10 @@ command -v readelf >/dev/null 2>&1 || need+=(binutils)
 command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)
 # haproxy is the PROXY-protocol peer (send-proxy / accept-proxy) of the portproxy tests.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+# chromium renders the admin status page (tests/tests/status_page.rs); wrk loads the
+# router during a binary upgrade (tests/tests/upgrade.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq

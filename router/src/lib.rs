@@ -23,6 +23,7 @@ pub mod memory;
 pub mod metrics;
 pub mod reconcile;
 pub mod request;
+pub mod ring;
 pub mod stall;
 pub mod startup;
 pub mod table;

@@ -139,6 +139,7 @@ struct Events {
     table: Arc<ArcSwap<RouteTable>>,
     metrics: Arc<Metrics>,
     certs: Arc<Mutex<CertIndex>>,
+    recent: Arc<crate::table::recent::Recent>,
 }
 
 impl Events {
@@ -152,7 +153,8 @@ impl Events {
             self.table.clone(),
             (*self.metrics).clone(),
         )
-        .with_certs(self.certs.clone());
+        .with_certs(self.certs.clone())
+        .with_recent(self.recent.clone());
         // The saved state is served before any source answers.
         let consumer = Consumer::start_sharded(
             store,
@@ -329,6 +331,7 @@ impl Router {
             )?)),
             _ => None,
         };
+        let recent = Arc::new(crate::table::recent::Recent::default());
         let events = Events {
             config: config.clone(),
             naming,
@@ -336,6 +339,7 @@ impl Router {
             table: table.clone(),
             metrics: metrics.clone(),
             certs: certs.clone(),
+            recent: recent.clone(),
         };
         // The saved state is served before any source answers.
         let (consumer, source) = events.open()?;
@@ -464,6 +468,18 @@ impl Router {
             token,
             audit: Default::default(),
             reconcile: reconcile.is_some().then_some(reconcile_tx),
+            recent,
+            source: match config.spi.source {
+                SourceKind::Spool => "spool",
+                SourceKind::Stomp => "stomp",
+                SourceKind::Amqp => "amqp",
+                SourceKind::None => "none",
+            },
+            // Where parked messages are: the spool's `failed/`, else the state's.
+            dead_letters: match (&config.spi.source, &config.spi.spool) {
+                (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
+                _ => config.state_dir.join("dead-letters"),
+            },
         });
         Ok(Router {
             config,

@@ -130,6 +130,21 @@ pub struct Tracker {
     /// Shared by every member; a reload swaps it (see [`SharedSettings`]).
     settings: SharedSettings,
     metrics: HealthMetrics,
+    /// The last transitions, newest last (the status page).
+    history: crate::ring::Ring<Transition>,
+}
+
+/// How many transitions a member remembers.
+const HISTORY: usize = 16;
+
+/// One health transition and why it happened.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Transition {
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub from: &'static str,
+    pub to: &'static str,
+    pub reason: String,
 }
 
 /// The health settings every member reads, swapped whole by a reload: checkers take
@@ -170,6 +185,7 @@ impl Tracker {
             wake: Arc::new(Notify::new()),
             settings,
             metrics,
+            history: crate::ring::Ring::new(HISTORY),
         }
     }
 
@@ -193,6 +209,20 @@ impl Tracker {
         &self.metrics
     }
 
+    /// The last transitions, oldest first.
+    pub fn history(&self) -> Vec<Transition> {
+        self.history.list()
+    }
+
+    fn remember(&self, from: Health, to: Health, reason: String) {
+        self.history.push(Transition {
+            at: crate::ring::unix_now(),
+            from: from.as_str(),
+            to: to.as_str(),
+            reason,
+        });
+    }
+
     /// What the checker waits on when it has nothing to probe.
     pub fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
@@ -214,6 +244,11 @@ impl Tracker {
             self.metrics.ejected("passive");
             self.wake.notify_one();
             self.metrics.set_up(&self.addr, false);
+            self.remember(
+                was,
+                Health::Down,
+                format!("{n} connection failures in a row"),
+            );
             tracing::warn!(member = %self.addr, failures = n, "member is down (connection failures)");
         }
     }
@@ -272,6 +307,11 @@ impl Tracker {
                         tracing::info!(member = %self.addr, "member is up again");
                     }
                     self.metrics.set_up(&self.addr, true);
+                    let reason = match seen {
+                        Health::Down => format!("{} checks passed in a row", streak.passes),
+                        _ => "first check passed".to_string(),
+                    };
+                    self.remember(seen, Health::Up, reason);
                     moved = Some((seen, Health::Up));
                 }
             }
@@ -287,6 +327,11 @@ impl Tracker {
                         tracing::warn!(member = %self.addr, reason = why, "member is down (health check)");
                     }
                     self.metrics.set_up(&self.addr, false);
+                    self.remember(
+                        seen,
+                        Health::Down,
+                        format!("{} checks failed in a row: {why}", streak.fails),
+                    );
                     moved = Some((seen, Health::Down));
                 }
             }

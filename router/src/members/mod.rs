@@ -26,7 +26,7 @@ pub mod rotate;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,67 @@ pub struct Member {
     drained: Notify,
     /// Slots held per client address, when one address may not take them all.
     sources: Option<Sources>,
+    /// Requests answered through it (the status page's rates and latencies).
+    pub stats: Stats,
+}
+
+/// Upper bounds of [`Stats`]' latency buckets, in milliseconds (the last is open).
+pub const LATENCY_BUCKETS_MS: [u64; 5] = [5, 25, 100, 500, 2500];
+
+/// Counters of the requests a member answered: a few relaxed atomic adds per
+/// request, read by the status page, which turns them into rates itself.
+#[derive(Debug, Default)]
+pub struct Stats {
+    requests: AtomicU64,
+    /// 5xx answers, the router's own (502, 504) included.
+    errors: AtomicU64,
+    latency_us: AtomicU64,
+    buckets: [AtomicU64; LATENCY_BUCKETS_MS.len() + 1],
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StatsSnapshot {
+    pub requests: u64,
+    pub errors: u64,
+    pub latency_us: u64,
+    pub buckets: Vec<u64>,
+}
+
+impl Stats {
+    pub fn record(&self, status: u16, elapsed: Duration) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if status >= 500 {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.latency_us.fetch_add(us, Ordering::Relaxed);
+        let i = LATENCY_BUCKETS_MS
+            .iter()
+            .position(|ms| us <= ms * 1000)
+            .unwrap_or(LATENCY_BUCKETS_MS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request that got no answer from the member (502, 504): an error, with no
+    /// latency to count.
+    pub fn record_failure(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            requests: self.requests.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            latency_us: self.latency_us.load(Ordering::Relaxed),
+            buckets: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
 }
 
 /// How many of a member's slots one client address holds, so that no single
@@ -426,6 +487,7 @@ impl MemberRegistry {
                 held: Mutex::new(HashMap::new()),
                 forgets: Default::default(),
             }),
+            stats: Stats::default(),
             addr,
         });
         // Forget members nobody refers to any more, so the map stays bounded.

@@ -144,6 +144,9 @@ impl Drop for Completion {
         let elapsed = self.start.elapsed();
         self.metrics.request(self.status);
         self.metrics.duration.observe(elapsed.as_secs_f64());
+        if let Some(slot) = &self.in_flight {
+            slot.member().stats.record(self.status, elapsed);
+        }
         if let Some(log) = self.log.take() {
             log.emit(self.status, self.bytes, elapsed, self.aborted);
         }

@@ -132,7 +132,7 @@ impl Proxy {
             {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
-                Err(_) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+                Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
             };
             member.health.record_success();
             return Ok(self.upgraded(response, client_upgrade, slot, &conn));
@@ -182,7 +182,7 @@ impl Proxy {
         let member = &target.member;
         let response = match result {
             Ok(r) => r,
-            Err(None) => return Err(self.fail(UpstreamError::ResponseTimeout)),
+            Err(None) => return Err(self.failed(member, UpstreamError::ResponseTimeout)),
             Err(Some(e)) => {
                 tracing::debug!(error = %e, "upstream request failed");
                 return Err(self.failed(member, e.kind()));
@@ -334,8 +334,9 @@ impl Proxy {
 
     /// An error that says something about the member's health: connection
     /// failures and resets count towards passive ejection (never the client's
-    /// faults: see [`UpstreamError::ClientBody`]).
+    /// faults: see [`UpstreamError::ClientBody`]). Counted in the member's stats.
     fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
+        member.stats.record_failure();
         if kind.members_fault() {
             member.health.record_failure();
         }

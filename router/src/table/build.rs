@@ -64,6 +64,8 @@ pub struct Builder {
     metrics: Metrics,
     /// The alias certificates follow the same changes (see [`crate::tls::store`]).
     certs: Option<Arc<std::sync::Mutex<CertIndex>>>,
+    /// Where changes are remembered for the status page.
+    recent: Option<Arc<super::recent::Recent>>,
 }
 
 impl Builder {
@@ -79,7 +81,14 @@ impl Builder {
             live,
             metrics,
             certs: None,
+            recent: None,
         }
+    }
+
+    /// Also remembers each change in `recent`.
+    pub fn with_recent(mut self, recent: Arc<super::recent::Recent>) -> Builder {
+        self.recent = Some(recent);
+        self
     }
 
     /// Also keeps `certs` in step with the state.
@@ -236,6 +245,9 @@ impl Publish for Builder {
         self.metrics.routes.set(next.host_count() as i64);
         self.metrics.apps.set(next.app_count() as i64);
         self.metrics.table_updates.inc();
+        if let Some(recent) = self.recent.as_ref().filter(|_| !changed.is_empty()) {
+            recent.record(changed.len(), changed.iter().map(|k| k.to_string()));
+        }
         tracing::debug!(apps = changed.len(), "route table updated");
     }
 }

@@ -15,6 +15,7 @@
 pub mod balance;
 pub mod build;
 pub mod mappings;
+pub mod recent;
 pub mod split;
 
 use std::sync::Arc;

@@ -2,6 +2,8 @@
 //!
 //! | path | answer |
 //! |---|---|
+//! | `GET /` | the status page (HTML, embedded; see [`status`]) |
+//! | `GET /status` | what the status page shows, as JSON |
 //! | `GET /healthz` | 200 while the process runs |
 //! | `GET /readyz` | 200 once the state is loaded and the listeners are up; 503 before, and from the moment shutdown begins (so keepalived moves the VIP away first) |
 //! | `GET /metrics` | Prometheus text format |
@@ -22,11 +24,10 @@
 //! `Authorization: Bearer <token>` (401 without); reads stay open.
 
 use std::collections::BTreeMap;
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -41,9 +42,12 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+mod status;
+
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::request::accept::Limits;
+use crate::ring::{Ring, unix_now};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};
 
@@ -66,6 +70,12 @@ pub struct Admin {
     pub audit: Audit,
     /// Where `POST /reconcile` asks for a run (`None`: no `reconcile:` section).
     pub reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
+    /// The last table changes (the status page).
+    pub recent: Arc<crate::table::recent::Recent>,
+    /// The event source's kind (`spool`, `stomp`, `amqp`, `none`).
+    pub source: &'static str,
+    /// Where parked messages are (`spool/failed` or `state_dir/dead-letters`).
+    pub dead_letters: std::path::PathBuf,
 }
 
 /// `admin:` settings.
@@ -80,9 +90,16 @@ pub struct AdminSettings {
 }
 
 /// The last admin actions, newest last, for `/audit` and the status page.
-#[derive(Default)]
 pub struct Audit {
-    entries: Mutex<VecDeque<AuditEntry>>,
+    entries: Ring<AuditEntry>,
+}
+
+impl Default for Audit {
+    fn default() -> Audit {
+        Audit {
+            entries: Ring::new(AUDIT_LEN),
+        }
+    }
 }
 
 /// How many actions [`Audit`] keeps.
@@ -101,15 +118,8 @@ pub struct AuditEntry {
 impl Audit {
     pub fn record(&self, client: &str, action: &str, target: &str, result: &str) {
         tracing::info!(client, action, target, result, "admin action");
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if e.len() == AUDIT_LEN {
-            e.pop_front();
-        }
-        e.push_back(AuditEntry {
-            at,
+        self.entries.push(AuditEntry {
+            at: unix_now(),
             client: client.into(),
             action: action.into(),
             target: target.into(),
@@ -118,8 +128,7 @@ impl Audit {
     }
 
     pub fn entries(&self) -> Vec<AuditEntry> {
-        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        e.iter().cloned().collect()
+        self.entries.list()
     }
 }
 
@@ -244,6 +253,10 @@ impl Admin {
             return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
         }
         match path.as_str() {
+            "/" => asset(status::PAGE, "text/html; charset=utf-8"),
+            "/status.js" => asset(status::SCRIPT, "text/javascript; charset=utf-8"),
+            "/status.css" => asset(status::STYLE, "text/css; charset=utf-8"),
+            "/status" => json(&status::document(self)),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Acquire) {
@@ -643,6 +656,27 @@ fn valid_member_address(a: &str) -> bool {
         }
         None => false,
     }
+}
+
+/// An embedded file of the status page: it may load only itself (no other origin,
+/// no inline script), and is never framed.
+fn asset(body: &'static str, kind: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("default-src 'self'; frame-ancestors 'none'"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
 }
 
 fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
