@@ -184,8 +184,11 @@ fn run(
         // Before anything else: SIGHUP's default action would end the process.
         let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing the SIGHUP handler")?;
+        let usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())
+            .context("installing the SIGUSR2 handler")?;
         let upgrade = inherited.is_some();
         let router = router::Router::bind_with(config, inherited).await?;
+        tokio::spawn(upgrade_on_usr2(usr2, path.clone()));
         tokio::spawn(reload_on_hangup(hangups, path, router.reloader()));
         // State loaded, listeners bound: what `Type=notify` waits for. After an
         // upgrade this process is the service's main one now.
@@ -233,6 +236,30 @@ async fn reload_on_hangup(
             Err(e) => {
                 tracing::error!(error = %e, "reload refused; the running configuration stays");
             }
+        }
+    }
+}
+
+/// SIGUSR2 (nginx's binary-upgrade signal; `systemctl kill -s USR2 router`): starts
+/// the binary at this process's own path (`argv[0]`: after a package upgrade, the new
+/// one) as `router --config FILE upgrade`. As a child it stays in the service's
+/// cgroup; it takes the listeners over, tells systemd it is the main process now
+/// (`MAINPID=`, the unit has `NotifyAccess=all`), and this process drains and exits.
+async fn upgrade_on_usr2(mut usr2: tokio::signal::unix::Signal, path: PathBuf) {
+    while usr2.recv().await.is_some() {
+        let Some(exe) = std::env::args_os().next() else {
+            continue;
+        };
+        tracing::info!(binary = %PathBuf::from(&exe).display(), "SIGUSR2: starting the new binary to take over");
+        match tokio::process::Command::new(&exe)
+            .arg("--config")
+            .arg(&path)
+            .arg("upgrade")
+            .spawn()
+        {
+            // Not awaited: it outlives this process.
+            Ok(child) => tracing::info!(pid = child.id(), "upgrade: new process started"),
+            Err(e) => tracing::error!(error = %e, "upgrade: cannot start the new binary"),
         }
     }
 }

@@ -133,10 +133,71 @@ async fn upgrade_under_wrk_drops_nothing_and_a_failed_successor_changes_nothing(
     })
     .await;
     assert_eq!(new.status(HA, "/").await, Some(200));
-    new.signal("TERM");
+
+    // SIGUSR2 (what `systemctl kill -s USR2 router` sends): the router starts its own
+    // binary as `upgrade`, which takes over; the old one exits.
+    let admin = new.admin.expect("admin");
+    let pid_of = async || -> Option<u64> {
+        let raw = e2e::raw::exchange(
+            admin,
+            b"GET /status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&raw);
+        let body = text.split_once("\r\n\r\n")?.1;
+        serde_json::from_str::<serde_json::Value>(body).ok()?["pid"].as_u64()
+    };
+    let before = pid_of().await.expect("pid");
+    new.signal("USR2");
     let mut new = new;
-    let _ = new.child.wait().await;
+    let exit = tokio::time::timeout(Duration::from_secs(20), new.child.wait())
+        .await
+        .expect("the signalled router drains and exits")
+        .expect("wait");
+    assert!(exit.success(), "{exit:?}");
+    let after = pid_of()
+        .await
+        .expect("the successor answers on the same admin port");
+    assert_ne!(after, before);
+    // Not our child: killed by its PID if an assertion below fails.
+    let guard = KillOnDrop(Some(after));
+    assert_eq!(
+        new.status(HA, "/").await,
+        Some(200),
+        "served by the successor"
+    );
+    // The successor is not our child: end it by its PID, and wait for the port to close.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &after.to_string()])
+        .status();
+    e2e::eventually(
+        "the successor stopped",
+        Duration::from_secs(20),
+        async || tokio::net::TcpStream::connect(new.http).await.is_err(),
+    )
+    .await;
+    guard.disarm();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGKILL to a process this test caused but did not spawn, unless disarmed.
+struct KillOnDrop(Option<u64>);
+
+impl KillOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
 }
 
 /// Every log line the old router wrote, as one string.

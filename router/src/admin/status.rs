@@ -162,6 +162,7 @@ pub fn document(admin: &Admin) -> Value {
     json!({
         "now": now,
         "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
         "ready": admin.ready.load(std::sync::atomic::Ordering::Acquire),
         "token_required": admin.token.is_some(),
         "totals": {
