@@ -552,13 +552,11 @@ impl Router {
             }
         }
 
-        let (mut source_stop, source_stop_rx) = watch::channel(false);
-        let mut source_task = spawn_source(
+        let mut sourcing = Sourcing::start(
             self.source,
             self.consumer,
             &self.config,
             &self.admin_api.metrics,
-            source_stop_rx,
         );
         // Descriptors a successor takes over (the tasks below keep them open).
         let mut sockets: Vec<(String, std::os::fd::RawFd)> = Vec::new();
@@ -708,86 +706,31 @@ impl Router {
                 _ = &mut shutdown => break false,
                 Some(job) = jobs.recv() => {
                     let Some(client) = &self.reconcile else { continue };
-                    let settings = self.config.reconcile.as_ref();
-                    let apply = job.apply.unwrap_or(settings.is_some_and(|r| r.apply));
-                    let concurrency = settings.map_or(4, |r| r.concurrency);
-                    let table = self.admin_api.table.load_full();
-                    let checked = tokio::select! {
-                        c = crate::reconcile::check(client.clone(), &table, concurrency, &self.admin_api.metrics) => c,
+                    let run = reconcile_once(
+                        client.clone(),
+                        job.apply,
+                        &self.config,
+                        &self.admin_api,
+                        &self.events,
+                        &mut sourcing,
+                    );
+                    let report = tokio::select! {
+                        r = run => r,
                         _ = &mut shutdown => break false,
                     };
-                    let mut report = checked.report;
-                    report.apply = apply;
-                    if apply && !checked.found.is_empty() {
-                        // Nothing else writes the state while fixing.
-                        let _ = source_stop.send(true);
-                        if let Some(t) = source_task.take() {
-                            let _ = t.await;
-                        }
-                        let now = self.admin_api.table.load_full();
-                        let mut fix = Vec::new();
-                        for (key, route, theirs) in checked.found {
-                            if now.app(&key).is_some_and(|r| Arc::ptr_eq(r, &route)) {
-                                fix.push((key, theirs));
-                            } else {
-                                report.deferred.push(key.to_string());
-                            }
-                        }
-                        let (tx, rx) = watch::channel(false);
-                        source_stop = tx;
-                        match self.events.open() {
-                            Ok((mut consumer, source)) => {
-                                let events: Vec<_> = fix
-                                    .iter()
-                                    .filter_map(|(key, theirs)| consumer.state().app(key).map(|app| crate::reconcile::diff::fixes(app, theirs.as_ref())))
-                                    .flatten()
-                                    .collect();
-                                for e in &events {
-                                    tracing::info!(event = %e, "reconcile: applying");
-                                    consumer.apply_event(e);
-                                }
-                                match consumer.commit() {
-                                    Ok(()) => report.applied = events.len(),
-                                    Err(e) => {
-                                        tracing::error!(error = %e, "reconcile: cannot save the fixes; they stay pending");
-                                        report.errors.insert("state".into(), e.to_string());
-                                    }
-                                }
-                                source_task = spawn_source(source, consumer, &self.config, &self.admin_api.metrics, rx);
-                            }
-                            Err(e) => tracing::error!(error = %e, "reconcile: cannot open the state again; serving the table as it is"),
-                        }
-                    }
-                    tracing::info!(
-                        apps = report.apps_checked,
-                        differing = report.differences.len(),
-                        errors = report.errors.len(),
-                        applied = report.applied,
-                        "reconcile done"
-                    );
                     if let Some(reply) = job.reply {
                         let _ = reply.send(report);
                     }
                 }
                 request = request => {
                     tracing::info!("upgrade: a new router asks for the listeners; stopping the event source first");
-                    let _ = source_stop.send(true);
-                    if let Some(t) = source_task.take() {
-                        let _ = t.await;
-                    }
+                    sourcing.stop().await;
                     if request.hand_over(&sockets, UPGRADE_READY_WAIT).await {
                         tracing::info!("upgrade: the new router serves; this one stops accepting and drains");
                         break true;
                     }
                     tracing::error!("upgrade: the new router did not confirm; this one carries on with its event source");
-                    let (tx, rx) = watch::channel(false);
-                    source_stop = tx;
-                    match self.events.open() {
-                        Ok((consumer, source)) => {
-                            source_task = spawn_source(source, consumer, &self.config, &self.admin_api.metrics, rx);
-                        }
-                        Err(e) => tracing::error!(error = %e, "cannot open the event source again; serving the table as it is"),
-                    }
+                    sourcing.reopen(&self.events, &self.config, &self.admin_api.metrics, |_| {});
                 }
             }
         };
@@ -803,15 +746,14 @@ impl Router {
         }
         // Not ready first, so that the VIP moves before connections are refused.
         self.admin_api.ready.store(false, Ordering::Release);
-        let _ = source_stop.send(true);
+        // The source stops with the listeners; its task is awaited below.
+        let _ = sourcing.stop.send(true);
         let _ = stop_tx.send(true);
         let _ = http_task.await;
         if let Some(t) = https_task {
             let _ = t.await;
         }
-        if let Some(t) = source_task {
-            let _ = t.await;
-        }
+        sourcing.stop().await;
         sweeper.abort();
         trimmer.abort();
         let _ = admin_stop_tx.send(true);
@@ -824,6 +766,117 @@ impl Router {
 
 /// How long an old router waits for its successor to load the state and serve.
 const UPGRADE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The running event source, which an upgrade and a reconcile stop and start again.
+struct Sourcing {
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Sourcing {
+    fn start(
+        source: Source,
+        consumer: Consumer<Builder>,
+        config: &Config,
+        metrics: &Metrics,
+    ) -> Sourcing {
+        let (stop, rx) = watch::channel(false);
+        Sourcing {
+            stop,
+            task: spawn_source(source, consumer, config, metrics, rx),
+        }
+    }
+
+    /// Stops the source and waits until it has (its last batch saved and acked).
+    async fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    /// After [`stop`](Self::stop): opens the saved state again (publishing it
+    /// whole), lets `first` apply changes through the consumer, and starts the source.
+    fn reopen(
+        &mut self,
+        events: &Events,
+        config: &Config,
+        metrics: &Metrics,
+        first: impl FnOnce(&mut Consumer<Builder>),
+    ) {
+        match events.open() {
+            Ok((mut consumer, source)) => {
+                first(&mut consumer);
+                *self = Sourcing::start(source, consumer, config, metrics);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the event source again; serving the table as it is")
+            }
+        }
+    }
+}
+
+/// One reconcile run (see [`crate::reconcile`]): check; then, if asked and anything
+/// differs, fix with the source stopped.
+async fn reconcile_once(
+    client: Arc<crate::reconcile::broker::Client>,
+    apply: Option<bool>,
+    config: &Config,
+    admin: &Admin,
+    events: &Events,
+    sourcing: &mut Sourcing,
+) -> crate::reconcile::Report {
+    let settings = config.reconcile.as_ref();
+    let apply = apply.unwrap_or(settings.is_some_and(|r| r.apply));
+    let concurrency = settings.map_or(4, |r| r.concurrency);
+    let table = admin.table.load_full();
+    let checked = crate::reconcile::check(client, &table, concurrency, &admin.metrics).await;
+    let mut report = checked.report;
+    report.apply = apply;
+    if apply && !checked.found.is_empty() {
+        // Nothing else writes the state while fixing.
+        sourcing.stop().await;
+        // An app an event changed since the check: the broker's answer may be older.
+        let now = admin.table.load_full();
+        let (fix, deferred): (Vec<_>, Vec<_>) = checked
+            .found
+            .into_iter()
+            .partition(|(key, route, _)| now.app(key).is_some_and(|r| Arc::ptr_eq(r, route)));
+        report.deferred = deferred
+            .into_iter()
+            .map(|(k, _, _)| k.to_string())
+            .collect();
+        sourcing.reopen(events, config, &admin.metrics, |consumer| {
+            let fixes: Vec<_> = fix
+                .iter()
+                .filter_map(|(key, _, theirs)| {
+                    let app = consumer.state().app(key)?;
+                    Some(crate::reconcile::diff::fixes(app, theirs.as_ref()))
+                })
+                .flatten()
+                .collect();
+            for e in &fixes {
+                tracing::info!(event = %e, "reconcile: applying");
+                consumer.apply_event(e);
+            }
+            match consumer.commit() {
+                Ok(()) => report.applied = fixes.len(),
+                Err(e) => {
+                    tracing::error!(error = %e, "reconcile: cannot save the fixes; they stay pending");
+                    report.errors.insert("state".into(), e.to_string());
+                }
+            }
+        });
+    }
+    tracing::info!(
+        apps = report.apps_checked,
+        differing = report.differences.len(),
+        errors = report.errors.len(),
+        applied = report.applied,
+        "reconcile done"
+    );
+    report
+}
 
 /// Starts the event source; `None` when there is none.
 fn spawn_source(

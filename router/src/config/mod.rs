@@ -756,6 +756,29 @@ impl Config {
                 return Err((field, "must be longer than 0s".into()));
             }
         }
+        if let Some(r) = &self.reconcile {
+            let url = r.url.parse::<http::Uri>().ok();
+            if !url.is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            }) {
+                return Err((
+                    "reconcile.url",
+                    "must be an http:// or https:// URL such as https://broker.example.com/broker/rest".into(),
+                ));
+            }
+            if r.timeout.is_zero() {
+                return Err(("reconcile.timeout", "must be longer than 0s".into()));
+            }
+            if r.concurrency == 0 || r.concurrency > 64 {
+                return Err(("reconcile.concurrency", "must be from 1 to 64".into()));
+            }
+            if r.user.is_some() != r.password_file.is_some() {
+                return Err((
+                    "reconcile.user",
+                    "reconcile.user and reconcile.password_file go together".into(),
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -208,3 +208,29 @@ fn admin_defaults_to_loopback_9090_even_in_a_listen_block_and_null_turns_it_off(
     let e = err(&format!("{GOOD}limits:\n  max_admin_connections: 0\n"));
     assert_eq!(e.field, "limits.max_admin_connections", "{e}");
 }
+
+#[test]
+fn reconcile_and_admin_settings_are_checked_with_their_line() {
+    let ok = format!(
+        "{GOOD}admin:\n  token_file: /etc/router/admin.token\nreconcile:\n  url: https://broker.example.com/broker/rest\n  interval: 0s\n"
+    );
+    let c = Config::parse(&ok, "r.yaml").expect("valid");
+    let r = c.reconcile.expect("reconcile");
+    assert!(r.interval.is_zero() && !r.apply && r.concurrency == 4);
+    for (bad, field) in [
+        ("reconcile:\n  url: ftp://broker/x\n", "reconcile.url"),
+        (
+            "reconcile:\n  url: http://b/x\n  concurrency: 0\n",
+            "reconcile.concurrency",
+        ),
+        (
+            "reconcile:\n  url: http://b/x\n  user: admin\n",
+            "reconcile.user",
+        ),
+        ("reconcile:\n  url: http://b/x\n  nope: 1\n", "nope"),
+        ("admin:\n  token: x\n", "token"),
+    ] {
+        let e = err(&format!("{GOOD}{bad}")).to_string();
+        assert!(e.contains("r.yaml:") && e.contains(field), "{bad}: {e}");
+    }
+}
