@@ -256,6 +256,16 @@ impl Metrics {
             reloads.with_label_values(&[r]);
             reconcile_runs.with_label_values(&[r]);
         }
+        for k in [
+            "missing_member",
+            "stale_member",
+            "changed_member",
+            "missing_alias",
+            "stale_alias",
+            "stale_app",
+        ] {
+            reconcile_differences.with_label_values(&[k]);
+        }
         registry.register(Box::new(reloads.clone()))?;
         registry.register(Box::new(reconcile_runs.clone()))?;
         registry.register(Box::new(reconcile_differences.clone()))?;

@@ -267,23 +267,7 @@ impl Router {
                 .collect(),
             ..RouteTable::default()
         }));
-        let token = match &config.admin.token_file {
-            Some(path) => {
-                let t = std::fs::read_to_string(path).map_err(|source| StartError::AdminToken {
-                    path: path.clone(),
-                    source,
-                })?;
-                let t = t.lines().next().unwrap_or("").trim().to_string();
-                if t.is_empty() {
-                    return Err(StartError::AdminToken {
-                        path: path.clone(),
-                        source: std::io::Error::other("the first line is empty"),
-                    });
-                }
-                Some(t)
-            }
-            None => None,
-        };
+        let token = admin_token(&config)?;
         let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
             max_per_source: config.upstream.max_per_source(),
@@ -465,7 +449,7 @@ impl Router {
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
             splits,
-            token,
+            token: arc_swap::ArcSwapOption::from(token.map(Arc::new)),
             audit: Default::default(),
             reconcile: reconcile.is_some().then_some(reconcile_tx),
             recent,
@@ -507,6 +491,7 @@ impl Router {
     pub fn reloader(&self) -> Reloader {
         Reloader {
             live: self.live.clone(),
+            admin: self.admin_api.clone(),
             registry: self.registry.clone(),
             certs: self.certs.clone(),
             provider: self.provider.clone(),
@@ -973,12 +958,14 @@ fn with_settings(base: Shared, config: &Config) -> Proxy {
 ///
 /// Live at once: `limits.*` (connection-level ones for connections accepted from
 /// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
-/// certificate and the TLS handshake deadline, `access_log.enabled` and `forwarded`.
+/// certificate and the TLS handshake deadline, `access_log.enabled`, `forwarded` and
+/// the admin token.
 /// Everything else needs a restart (or an upgrade, see the README); a reload that
 /// changes it says so by name and keeps the running value.
 #[derive(Clone)]
 pub struct Reloader {
     live: Live,
+    admin: Arc<Admin>,
     registry: Arc<MemberRegistry>,
     certs: Arc<Mutex<CertIndex>>,
     provider: Arc<rustls::crypto::CryptoProvider>,
@@ -992,13 +979,17 @@ impl Reloader {
     /// changed; on success, the settings that need a restart and differ are returned.
     pub fn apply(&self, mut config: Config) -> Result<Vec<&'static str>, StartError> {
         fit_file_descriptors(&mut config);
-        let default_cert = match load_default_cert(&config.tls, &self.provider) {
-            Ok(c) => c,
+        // Everything that can fail first: on error nothing has changed.
+        let loaded = load_default_cert(&config.tls, &self.provider)
+            .and_then(|cert| Ok((cert, admin_token(&config)?)));
+        let (default_cert, token) = match loaded {
+            Ok(l) => l,
             Err(e) => {
                 self.metrics.reloads.with_label_values(&["error"]).inc();
                 return Err(e);
             }
         };
+        self.admin.token.store(token.map(Arc::new));
         let current = self.live.load_full();
         let proxy = with_settings(Shared::of(&current.proxy), &config);
         self.registry.set_health(config.health.settings());
@@ -1044,8 +1035,8 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "spi" => spi,
         "worker_threads" => worker_threads,
         "tcp" => tcp,
-        "admin" => admin,
         "shutdown_grace" => shutdown_grace,
+        "reconcile" => reconcile,
         "access_log.format" => access_log.format,
         "limits.max_admin_connections" => limits.max_admin_connections,
         "upstream.balance" => upstream.balance,
@@ -1061,6 +1052,23 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.replace_grace" => tls.replace_grace,
         "tls.redirect_http" => tls.redirect_http,
     }
+}
+
+/// `admin.token_file`'s first line (an empty one is refused).
+fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
+    let Some(path) = &config.admin.token_file else {
+        return Ok(None);
+    };
+    let error = |source| StartError::AdminToken {
+        path: path.clone(),
+        source,
+    };
+    let t = std::fs::read_to_string(path).map_err(error)?;
+    let t = t.lines().next().unwrap_or("").trim().to_string();
+    if t.is_empty() {
+        return Err(error(std::io::Error::other("the first line is empty")));
+    }
+    Ok(Some(t))
 }
 
 /// Raises the file-descriptor limit and lowers `limits.max_connections` to what

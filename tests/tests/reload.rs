@@ -45,6 +45,22 @@ async fn status(router: &RouterProcess, path: &str) -> u16 {
     router.status(HA, path).await.expect("a status")
 }
 
+/// A mutating admin call with this token; its status.
+async fn rotate_in(router: &RouterProcess, token: &str) -> Option<u16> {
+    e2e::raw::status(
+        &e2e::raw::exchange(
+            router.admin?,
+            format!(
+                "POST /backends/10.9.9.9:80/rotate-in HTTP/1.1\r\nHost: a\r\n\
+                 Authorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+            Duration::from_secs(5),
+        )
+        .await,
+    )
+}
+
 #[tokio::test]
 async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     let b = Backend::start().await;
@@ -56,9 +72,16 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     )
     .expect("event");
     let cfg = dir.join("router.yaml");
+    std::fs::write(dir.join("old.token"), "old-token\n").expect("token");
+    std::fs::write(dir.join("new.token"), "new-token\n").expect("token");
+    let token = |name: &str| format!("admin:\n  token_file: {}\n", dir.join(name).display());
     std::fs::write(
         &cfg,
-        config(&dir, "127.0.0.1:0", "upstream:\n  response_timeout: 10s\n"),
+        config(
+            &dir,
+            "127.0.0.1:0",
+            &format!("upstream:\n  response_timeout: 10s\n{}", token("old.token")),
+        ),
     )
     .expect("config");
     let mut router = RouterProcess::start(&cfg).await;
@@ -104,6 +127,8 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     };
     assert_eq!(slow(&before, 10).await, 200);
 
+    assert_eq!(rotate_in(&router, "old-token").await, Some(200));
+    assert_eq!(rotate_in(&router, "new-token").await, Some(401));
     // A valid file: a 500 ms response timeout, and a listener change that needs a
     // restart (named, not applied: the old port keeps serving).
     std::fs::write(
@@ -111,7 +136,10 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
         config(
             &dir,
             "127.0.0.1:1",
-            "upstream:\n  response_timeout: 500ms\n",
+            &format!(
+                "upstream:\n  response_timeout: 500ms\n{}",
+                token("new.token")
+            ),
         ),
     )
     .expect("config");
@@ -123,6 +151,9 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     assert_eq!(status(&router, "/slow?ms=1500").await, 504, "new timeout");
     assert_eq!(slow(&before, 1500).await, 504, "also on an old connection");
     assert_eq!(status(&router, "/slow?ms=50").await, 200);
+    // The admin token changed with the file.
+    assert_eq!(rotate_in(&router, "old-token").await, Some(401));
+    assert_eq!(rotate_in(&router, "new-token").await, Some(200));
 
     // An invalid file (a good-looking timeout plus a bad field): refused with
     // file:line, and the running 500 ms stays.

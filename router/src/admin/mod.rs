@@ -65,8 +65,8 @@ pub struct Admin {
     pub ready: Arc<AtomicBool>,
     /// Blue/green splits, saved.
     pub splits: Arc<SplitStore>,
-    /// `admin.token_file`'s token: mutating calls need it.
-    pub token: Option<String>,
+    /// `admin.token_file`'s token: mutating calls need it (a reload replaces it).
+    pub token: arc_swap::ArcSwapOption<String>,
     pub audit: Audit,
     /// Where `POST /reconcile` asks for a run (`None`: no `reconcile:` section).
     pub reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
@@ -424,7 +424,8 @@ impl Admin {
 
     /// Whether the request carries the admin token (always, without one).
     fn authorized(&self, req: &Request<Incoming>) -> bool {
-        let Some(token) = &self.token else {
+        let token = self.token.load();
+        let Some(token) = token.as_deref() else {
             return true;
         };
         let given = req

@@ -164,7 +164,7 @@ pub fn document(admin: &Admin) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "pid": std::process::id(),
         "ready": admin.ready.load(std::sync::atomic::Ordering::Acquire),
-        "token_required": admin.token.is_some(),
+        "token_required": admin.token.load().is_some(),
         "totals": {
             "requests": sum_of("router_http_requests_total{"),
             "errors": get("router_http_requests_total{class=\"5xx\"}"),
