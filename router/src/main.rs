@@ -72,7 +72,7 @@ fn main() -> ExitCode {
         return match admin_post(&config, &format!("/reconcile{apply}")) {
             Ok(body) => {
                 println!("{body}");
-                ExitCode::SUCCESS
+                reconcile_exit(&body)
             }
             Err(e) => {
                 eprintln!("router reconcile: {e:#}");
@@ -97,6 +97,26 @@ fn main() -> ExitCode {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `router reconcile`'s exit code, for cron and monitoring: 0 in step with the
+/// broker (or every difference fixed), 2 if some apps could not be checked, 3 if
+/// differences remain (a dry run, or apps left for the next run).
+fn reconcile_exit(report: &str) -> ExitCode {
+    let Ok(r) = serde_json::from_str::<serde_json::Value>(report) else {
+        return ExitCode::FAILURE;
+    };
+    let some = |k: &str| {
+        r[k].as_object().is_some_and(|o| !o.is_empty())
+            || r[k].as_array().is_some_and(|a| !a.is_empty())
+    };
+    if some("errors") {
+        ExitCode::from(2)
+    } else if some("differences") && (r["apply"] != true || some("deferred")) {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -281,5 +301,27 @@ async fn shutdown_signal() {
             tracing::warn!("cannot install signal handlers; stop with SIGKILL");
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_exit_codes() {
+        let code = |r: &str| format!("{:?}", reconcile_exit(r));
+        let ok = r#"{"differences":{},"errors":{},"apply":false,"deferred":[]}"#;
+        let fixed = r#"{"differences":{"a-b":[{}]},"errors":{},"apply":true,"deferred":[]}"#;
+        let left = r#"{"differences":{"a-b":[{}]},"errors":{},"apply":false,"deferred":[]}"#;
+        let deferred =
+            r#"{"differences":{"a-b":[{}]},"errors":{},"apply":true,"deferred":["a-b"]}"#;
+        let errors = r#"{"differences":{},"errors":{"a-b":"x"},"apply":true,"deferred":[]}"#;
+        assert_eq!(code(ok), format!("{:?}", ExitCode::SUCCESS));
+        assert_eq!(code(fixed), format!("{:?}", ExitCode::SUCCESS));
+        assert_eq!(code(left), format!("{:?}", ExitCode::from(3)));
+        assert_eq!(code(deferred), format!("{:?}", ExitCode::from(3)));
+        assert_eq!(code(errors), format!("{:?}", ExitCode::from(2)));
+        assert_eq!(code("nope"), format!("{:?}", ExitCode::FAILURE));
     }
 }

@@ -165,8 +165,10 @@ async fn reconcile_reports_fixes_on_demand_persists_and_runs_on_its_timer() {
         .await
         .expect("router reconcile");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
+    // Exit 2: it fixed what it could, but one app's answer was malformed.
+    assert_eq!(
+        out.status.code(),
+        Some(2),
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
