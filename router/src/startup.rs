@@ -863,7 +863,7 @@ async fn reconcile_once(
     report
 }
 
-/// Starts the event source; `None` when there is none.
+/// Starts the event source (with none, a task that keeps the consumer until stop).
 fn spawn_source(
     source: Source,
     consumer: Consumer<Builder>,
@@ -904,7 +904,12 @@ fn spawn_source(
                 stopped,
             )))
         }
-        Source::None => None,
+        // No source: the consumer (the whole state) is kept until shutdown rather
+        // than freed during start (0.1 s of a 100k-app start went to that).
+        Source::None => Some(tokio::spawn(async move {
+            stopped.await;
+            drop(consumer);
+        })),
     }
 }
 
