@@ -460,6 +460,7 @@ impl Router {
                 SourceKind::None => "none",
             },
             // Where parked messages are: the spool's `failed/`, else the state's.
+            body_deadline: config.limits.header_read_timeout,
             dead_letters: match (&config.spi.source, &config.spi.spool) {
                 (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
                 _ => config.state_dir.join("dead-letters"),

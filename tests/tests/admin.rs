@@ -154,3 +154,24 @@ async fn admin_connections_are_capped_and_idle_ones_time_out() {
         "served once the slot freed"
     );
 }
+
+/// A client that sends an admin request body slowly (or never) gets 408 at the head
+/// deadline instead of keeping its admin connection.
+#[tokio::test]
+async fn a_silent_admin_body_gets_408_at_the_deadline() {
+    let r = TestRouter::start("limits:\n  header_read_timeout: 1s\n").await;
+    let started = std::time::Instant::now();
+    let resp = e2e::raw::exchange(
+        r.admin,
+        b"POST /aliases/www.example.net/split HTTP/1.1\r\nHost: a\r\nContent-Length: 40\r\n\r\n{\"a-b\"",
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        e2e::raw::status(&resp),
+        Some(408),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}

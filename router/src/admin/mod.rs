@@ -76,6 +76,10 @@ pub struct Admin {
     pub source: &'static str,
     /// Where parked messages are (`spool/failed` or `state_dir/dead-letters`).
     pub dead_letters: std::path::PathBuf,
+    /// A request body (a split's weights) must arrive within this
+    /// (`limits.header_read_timeout`), or 408: a silent client cannot keep its
+    /// admin connection.
+    pub body_deadline: Duration,
 }
 
 /// `admin:` settings.
@@ -452,9 +456,16 @@ impl Admin {
         };
         let weights = match req {
             Some(req) => {
-                let body = match read_limited(req.into_body(), MAX_ADMIN_BODY).await {
+                let body = match read_limited(req.into_body(), MAX_ADMIN_BODY, self.body_deadline)
+                    .await
+                {
                     Ok(b) => b,
-                    Err(status) => return text(status, "the body is a JSON object under 16 KiB\n"),
+                    Err(status) => {
+                        return text(
+                            status,
+                            "the body is a JSON object under 16 KiB, sent within limits.header_read_timeout\n",
+                        );
+                    }
                 };
                 let weights: BTreeMap<String, u32> = match serde_json::from_slice(&body) {
                     Ok(w) => w,
@@ -599,13 +610,22 @@ impl Admin {
     }
 }
 
-/// The body, up to `limit` bytes: 413 beyond, 400 if it breaks off.
-async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, StatusCode> {
+/// The body, up to `limit` bytes within `deadline`: 413 beyond, 408 late, 400 if it
+/// breaks off.
+async fn read_limited(
+    body: Incoming,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, StatusCode> {
     use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(StatusCode::PAYLOAD_TOO_LARGE),
-        Err(_) => Err(StatusCode::BAD_REQUEST),
+    let read = http_body_util::Limited::new(body, limit).collect();
+    match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(StatusCode::PAYLOAD_TOO_LARGE)
+        }
+        Ok(Err(_)) => Err(StatusCode::BAD_REQUEST),
+        Err(_) => Err(StatusCode::REQUEST_TIMEOUT),
     }
 }
 
