@@ -81,6 +81,16 @@ impl ConfigError {
     }
 }
 
+/// The first line of a secret file (a pass phrase, a passcode, a token: what the
+/// `*_file` settings name), without its line ending; empty for an empty file.
+pub fn first_line(path: &Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(path)?
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string())
+}
+
 /// Reads a file as UTF-8 text; the error names the file.
 pub fn read_text(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path)

@@ -128,18 +128,7 @@ fn admin_post(config: &Config, path: &str) -> anyhow::Result<String> {
         .listen
         .admin
         .context("listen.admin is off: no admin API to ask")?;
-    let token = match &config.admin.token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("admin.token_file {}", p.display()))?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let token = router::startup::admin_token(config)?;
     let mut s =
         std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));

@@ -185,17 +185,12 @@ impl Events {
             }
             (SourceKind::Stomp, _, Some(s)) => {
                 let passcode = match &s.passcode_file {
-                    Some(path) => Some(
-                        std::fs::read_to_string(path)
-                            .map_err(|source| StartError::Passcode {
-                                path: path.clone(),
-                                source,
-                            })?
-                            .lines()
-                            .next()
-                            .unwrap_or("")
-                            .to_string(),
-                    ),
+                    Some(path) => Some(config_file::first_line(path).map_err(|source| {
+                        StartError::Passcode {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?),
                     None => None,
                 };
                 let dead = dead_letters()?;
@@ -1061,7 +1056,7 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
 }
 
 /// `admin.token_file`'s first line (an empty one is refused).
-fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
+pub fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
     let Some(path) = &config.admin.token_file else {
         return Ok(None);
     };
@@ -1069,8 +1064,10 @@ fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
         path: path.clone(),
         source,
     };
-    let t = std::fs::read_to_string(path).map_err(error)?;
-    let t = t.lines().next().unwrap_or("").trim().to_string();
+    let t = config_file::first_line(path)
+        .map_err(error)?
+        .trim()
+        .to_string();
     if t.is_empty() {
         return Err(error(std::io::Error::other("the first line is empty")));
     }
@@ -1126,13 +1123,15 @@ fn load_default_cert(
     let cert_pem = read("tls.default_cert", cert)?;
     let key_pem = read("tls.default_key", key)?;
     let pass = match &tls.default_key_pass_file {
-        Some(p) => Some(
-            read("tls.default_key_pass_file", p)?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_string(),
-        ),
+        Some(p) => {
+            Some(
+                config_file::first_line(p).map_err(|source| StartError::DefaultCertRead {
+                    field: "tls.default_key_pass_file",
+                    path: p.clone(),
+                    source,
+                })?,
+            )
+        }
         None => None,
     };
     crate::tls::keys::load(&cert_pem, &key_pem, pass.as_deref(), provider)

@@ -10,6 +10,29 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+/// A configuration for the binary: `http` and an admin listener on loopback, the
+/// spool `dir/spool` (scanned every 100 ms), state in `dir/state`, JSON logs (what
+/// [`RouterProcess`] reads), access lines only if `access_lines`; `extra` appended.
+pub fn spool_config(dir: &Path, http: &str, access_lines: bool, extra: &str) -> String {
+    format!(
+        "cloud_domain: example.com\nstate_dir: {d}/state\n\
+         listen:\n  http: {http}\n  admin: 127.0.0.1:0\n\
+         spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
+         access_log: {{ format: json, enabled: {access_lines} }}\n{extra}",
+        d = dir.display()
+    )
+}
+
+/// `dir/spool/01.yaml` holding `first_event`, and `dir/router.yaml` holding
+/// `config`; the configuration's path.
+pub fn spool_router(dir: &Path, first_event: &str, config: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("spool")).expect("spool");
+    std::fs::write(dir.join("spool/01.yaml"), first_event).expect("event");
+    let cfg = dir.join("router.yaml");
+    std::fs::write(&cfg, config).expect("config");
+    cfg
+}
+
 pub struct RouterProcess {
     pub child: Child,
     pub http: SocketAddr,

@@ -17,13 +17,7 @@ use hyper_util::rt::TokioExecutor;
 const HA: &str = "ha-myapp-demo.example.com";
 
 fn config(dir: &std::path::Path, http: &str, extra: &str) -> String {
-    format!(
-        "cloud_domain: example.com\nstate_dir: {d}/state\n\
-         listen:\n  http: {http}\n  admin: 127.0.0.1:0\n\
-         spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
-         access_log: {{ format: json }}\n{extra}",
-        d = dir.display()
-    )
+    e2e::process::spool_config(dir, http, true, extra)
 }
 
 /// Waits for a log line whose `message` contains `what`; returns it.
@@ -65,25 +59,19 @@ async fn rotate_in(router: &RouterProcess, token: &str) -> Option<u16> {
 async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     let b = Backend::start().await;
     let dir = e2e::tempdir("reload");
-    std::fs::create_dir_all(dir.join("spool")).expect("spool");
-    std::fs::write(
-        dir.join("spool/01.yaml"),
-        events::add_lb("myapp", "demo", b.addr),
-    )
-    .expect("event");
-    let cfg = dir.join("router.yaml");
+    std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("old.token"), "old-token\n").expect("token");
     std::fs::write(dir.join("new.token"), "new-token\n").expect("token");
     let token = |name: &str| format!("admin:\n  token_file: {}\n", dir.join(name).display());
-    std::fs::write(
-        &cfg,
-        config(
+    let cfg = e2e::process::spool_router(
+        &dir,
+        &events::add_lb("myapp", "demo", b.addr),
+        &config(
             &dir,
             "127.0.0.1:0",
             &format!("upstream:\n  response_timeout: 10s\n{}", token("old.token")),
         ),
-    )
-    .expect("config");
+    );
     let mut router = RouterProcess::start(&cfg).await;
     e2e::eventually("routed", Duration::from_secs(10), async || {
         router.status(HA, "/").await == Some(200)

@@ -17,24 +17,11 @@ async fn upgrade_under_wrk_drops_nothing_and_a_failed_successor_changes_nothing(
     let b = Backend::start().await;
     let dir = e2e::tempdir("upgrade");
     let spool = dir.join("spool");
-    std::fs::create_dir_all(&spool).expect("spool");
-    std::fs::write(
-        spool.join("01.yaml"),
-        events::add_lb("myapp", "demo", b.addr),
-    )
-    .expect("event");
-    let cfg = dir.join("router.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "cloud_domain: example.com\nstate_dir: {d}/state\n\
-             listen: {{ http: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
-             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 50ms }} }}\n\
-             access_log: {{ format: json, enabled: false }}\n",
-            d = dir.display()
-        ),
-    )
-    .expect("config");
+    let cfg = e2e::process::spool_router(
+        &dir,
+        &events::add_lb("myapp", "demo", b.addr),
+        &e2e::process::spool_config(&dir, "127.0.0.1:0", false, ""),
+    );
     let mut old = RouterProcess::start(&cfg).await;
     e2e::eventually("routed", Duration::from_secs(10), async || {
         old.status(HA, "/").await == Some(200)

@@ -117,24 +117,11 @@ async fn tunnels_leave_the_members_request_slots_free() {
 async fn websocket_access_line_names_the_member() {
     let b = Backend::start().await;
     let dir = e2e::tempdir("ws-log");
-    std::fs::create_dir_all(dir.join("spool")).expect("spool");
-    std::fs::write(
-        dir.join("spool/01.yaml"),
-        events::add_lb("myapp", "demo", b.addr),
-    )
-    .expect("event");
-    let cfg = dir.join("router.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "cloud_domain: example.com\nstate_dir: {d}/state\n\
-             listen: {{ http: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
-             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
-             access_log: {{ format: json }}\n",
-            d = dir.display()
-        ),
-    )
-    .expect("config");
+    let cfg = e2e::process::spool_router(
+        &dir,
+        &events::add_lb("myapp", "demo", b.addr),
+        &e2e::process::spool_config(&dir, "127.0.0.1:0", true, ""),
+    );
     let mut router = e2e::process::RouterProcess::start(&cfg).await;
     e2e::eventually("route", std::time::Duration::from_secs(10), async || {
         router.status("ha-myapp-demo.example.com", "/").await == Some(200)

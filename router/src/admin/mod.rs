@@ -337,11 +337,7 @@ impl Admin {
             );
         };
         let mut wait = DEFAULT_DRAIN_WAIT;
-        for (k, v) in query
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|p| p.split_once('='))
-        {
+        for (k, v) in query_params(query) {
             if k == "timeout" {
                 match humantime::parse_duration(v) {
                     Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
@@ -399,11 +395,7 @@ impl Admin {
             );
         };
         let mut apply = None;
-        for (k, v) in query
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|p| p.split_once('='))
-        {
+        for (k, v) in query_params(query) {
             if k == "apply" {
                 apply = match v {
                     "true" | "1" => Some(true),
@@ -641,6 +633,14 @@ fn json<T: Serialize>(doc: &T) -> Response<Full<Bytes>> {
         }
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n")),
     }
+}
+
+/// `k=v` pairs of a query string (none without one).
+fn query_params(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
 }
 
 /// `%3A` and friends, for clients that escape the `:` or brackets of an address.

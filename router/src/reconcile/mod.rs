@@ -104,8 +104,8 @@ impl ReconcileSettings {
             _ => return Err(ReconcileError::Url("an http:// or https:// URL".into())),
         }
         let first_line = |field, path: &PathBuf| {
-            std::fs::read_to_string(path)
-                .map(|s| s.lines().next().unwrap_or("").trim().to_string())
+            config_file::first_line(path)
+                .map(|s| s.trim().to_string())
                 .map_err(|source| ReconcileError::Secret {
                     field,
                     path: path.clone(),
