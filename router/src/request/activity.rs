@@ -199,6 +199,11 @@ impl ActiveRequest {
         }
     }
 
+    /// Whether its connection is draining (see [`Activity::close_after_responses`]).
+    pub fn closing(&self) -> bool {
+        self.activity.closing()
+    }
+
     /// hyper came back for more: what the response handed over is on its way.
     pub fn client_took(&mut self) {
         if self.waiting {

@@ -101,7 +101,6 @@ impl Proxy {
         let start = Instant::now();
         let h2 = req.version() == http::Version::HTTP_2;
         let mut active = conn.activity.begin(h2);
-        let activity = conn.activity.clone();
         let host = host_of(&req);
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
@@ -137,7 +136,7 @@ impl Proxy {
         }
         // Draining: this HTTP/1 connection ends after this response (a 101 becomes
         // a tunnel, which the drain leaves alone).
-        if !h2 && activity.closing() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        if !h2 && active.closing() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
             response.headers_mut().insert(
                 http::header::CONNECTION,
                 http::HeaderValue::from_static("close"),
