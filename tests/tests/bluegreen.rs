@@ -28,6 +28,8 @@ async fn an_alias_split_by_weight_survives_a_restart_and_needs_the_token() {
     r.drop_event("03.yaml", &events::add_alias("blue", "shop", ALIAS));
     r.wait_route(ALIAS).await;
     r.wait_route("ha-green-shop.example.com").await;
+    r.wait_health(blue.addr, "up").await;
+    r.wait_health(green.addr, "up").await;
     assert_eq!(
         share(&r, &blue, &green, 20).await,
         (20, 0),
@@ -86,6 +88,8 @@ async fn an_alias_split_by_weight_survives_a_restart_and_needs_the_token() {
         &events::add_lb("green", "shop", green2.addr).replace("000001", "000002"),
     );
     r.wait_member(green2.addr).await;
+    // A new member takes requests once its first check passed.
+    r.wait_health(green2.addr, "up").await;
     let g2 = green2.proxied();
     let (b, g) = share(&r, &blue, &green, 400).await;
     let g2 = green2.proxied() - g2;
@@ -97,7 +101,9 @@ async fn an_alias_split_by_weight_survives_a_restart_and_needs_the_token() {
     r.stop().await;
     let r = TestRouter::start_in(root.clone(), &extra).await;
     r.wait_route(ALIAS).await;
-    r.wait_member(green2.addr).await;
+    for m in [blue.addr, green.addr, green2.addr] {
+        r.wait_health(m, "up").await;
+    }
     let (b, _) = share(&r, &blue, &green, 100).await;
     assert!((85..=95).contains(&b), "after restart: {b}");
 
