@@ -33,6 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 spec = importlib.util.spec_from_file_location("bench_http", os.path.join(ROOT, "bench", "http.py"))
 H = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(H)
+spec = importlib.util.spec_from_file_location("bench_start", os.path.join(ROOT, "bench", "start.py"))
+S = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(S)
 
 P = {"backend": 18080, "haproxy": 18443, "haproxy_full": 18445, "nginx": 18444, "nginx_full": 18446,
      "router": 18447, "router_full": 18448, "router_http": 18083, "router_full_http": 18084,
@@ -161,25 +164,8 @@ def certs_phase(d, router_bin, counts, handshakes, rounds, no_certs=False):
                         f"127.0.0.1:{P['backend']}"] + (["--no-certs"] if no_certs else []),
                        check=True, stderr=subprocess.DEVNULL)
         gen = time.time() - t
-        H.write(f"{d}/certs-{n}.yaml", f"""
-cloud_domain: example.com
-state_dir: {state}
-worker_threads: 1
-listen:
-  http: 127.0.0.1:{P['certs_http']}
-  https: 127.0.0.1:{P['certs_https']}
-  admin: 127.0.0.1:{P['certs_admin']}
-tls:
-  default_cert: {d}/tls.crt
-  default_key: {d}/tls.key
-  resumption: false
-spi:
-  source: none
-health:
-  checks: false
-access_log:
-  enabled: false
-""")
+        H.write(f"{d}/certs-{n}.yaml", S.router_yaml(state, d, {
+            "http": P["certs_http"], "https": P["certs_https"], "admin": P["certs_admin"]}))
         t = time.time()
         proc = subprocess.Popen([router_bin, "--config", f"{d}/certs-{n}.yaml"],
                                 stdout=subprocess.DEVNULL, stderr=open(f"{d}/certs-{n}.log", "w"))
@@ -187,7 +173,7 @@ access_log:
             alias = f"alias{n // 2}.bench.test"
             wait_https(P["certs_https"], alias, limit=600)
             ready = time.time() - t
-            rss = int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{proc.pid}/status").read()).group(1))
+            rss = S.rss_kb(proc.pid)
             url = f"https://{alias}:{P['certs_https']}/"
             connect_to = f"127.0.0.1:{P['certs_https']}"
             h2load(url, 1000, 50, connect_to, alias)
@@ -201,15 +187,10 @@ access_log:
                       f"failed {r['failed']}", flush=True)
             # Again after the rounds (seconds later): background work such as the
             # restored certificates' expiry gauges has finished by then.
-            rss_after = int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{proc.pid}/status").read()).group(1))
             results[n] = {"runs": runs, "generate_s": gen, "ready_s": ready, "rss_kb": rss,
-                          "rss_after_kb": rss_after}
+                          "rss_after_kb": S.rss_kb(proc.pid)}
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            S.stop(proc)
     return results
 
 

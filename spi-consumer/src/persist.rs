@@ -25,6 +25,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::apply::{App, AppKey, RoutingState};
 
@@ -47,6 +48,14 @@ pub enum StoreError {
     #[error("{path}: not a routing-state file: {source}")]
     Corrupt {
         path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: not a routing-state file: app {index}: {source}")]
+    CorruptApp {
+        path: PathBuf,
+        /// The app's position in the snapshot, from 0.
+        index: usize,
         #[source]
         source: serde_json::Error,
     },
@@ -77,6 +86,38 @@ struct Snapshot<A> {
 enum Entry<A> {
     Put { app: A },
     Del { key: AppKey },
+}
+
+/// From this many apps on, a snapshot's apps are decoded on two threads.
+const PARALLEL_FROM: usize = 2_000;
+
+/// Decodes a snapshot's apps (already split by the first pass, which checked the
+/// JSON's syntax). At 100k apps this is most of a router's start, so a large
+/// snapshot is decoded in two halves side by side; the order is kept.
+fn parse_apps(raw: &[&RawValue]) -> Result<Vec<App>, (usize, serde_json::Error)> {
+    let parse = |from: usize, part: &[&RawValue]| {
+        part.iter()
+            .enumerate()
+            .map(|(i, r)| serde_json::from_str::<App>(r.get()).map_err(|e| (from + i, e)))
+            .collect::<Result<Vec<App>, _>>()
+    };
+    if raw.len() < PARALLEL_FROM {
+        return parse(0, raw);
+    }
+    let (first, second) = raw.split_at(raw.len() / 2);
+    let (mut a, b) = std::thread::scope(|s| {
+        let later = s.spawn(|| parse(first.len(), second));
+        let a = parse(0, first);
+        // A panic in the decoder is a bug, not input: pass it on.
+        let b = later
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (a, b)
+    });
+    if let Ok(a) = &mut a {
+        a.extend(b?);
+    }
+    a
 }
 
 /// The state directory.
@@ -134,7 +175,7 @@ impl Store {
         let path = self.dir.join(SNAPSHOT);
         let mut state = match fs::read(&path) {
             Ok(bytes) => {
-                let snap: Snapshot<App> =
+                let snap: Snapshot<&RawValue> =
                     serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
                         path: path.clone(),
                         source,
@@ -146,7 +187,13 @@ impl Store {
                         want: FORMAT,
                     });
                 }
-                RoutingState::from_apps(snap.apps)
+                let apps =
+                    parse_apps(&snap.apps).map_err(|(index, source)| StoreError::CorruptApp {
+                        path: path.clone(),
+                        index,
+                        source,
+                    })?;
+                RoutingState::from_apps(apps)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => RoutingState::new(),
             Err(source) => return Err(StoreError::Io { path, source }),

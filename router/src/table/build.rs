@@ -228,19 +228,51 @@ impl Builder {
     }
 }
 
+/// From this many changed apps on (the saved state at start, a resync), the
+/// certificates are indexed on a thread of their own while the table is built.
+pub(crate) const SIDE_BY_SIDE: usize = 1_000;
+
 impl Publish for Builder {
     fn publish(&mut self, state: &RoutingState, changed: &BTreeSet<AppKey>) {
-        // Certificates first: a new alias is routable only once its certificate is.
-        if let Some(certs) = &self.certs {
-            certs.lock().unwrap_or_else(|p| p.into_inner()).update(
-                state,
-                changed,
-                std::time::Instant::now(),
-            );
-        }
+        let now = std::time::Instant::now();
+        let certs = self.certs.clone();
+        let index = |certs: &std::sync::Mutex<CertIndex>| {
+            certs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .update(state, changed, now)
+        };
+        // Certificates are published before the table: a new alias is routable only
+        // once its certificate is.
+        let built = match &certs {
+            Some(certs) if changed.len() >= SIDE_BY_SIDE => {
+                let base = self.live.load_full();
+                std::thread::scope(|s| {
+                    let indexed = s.spawn(|| index(certs));
+                    let next = Arc::new(self.update(&base, state, changed));
+                    if indexed.join().is_err() {
+                        tracing::error!("indexing the certificates failed");
+                    }
+                    Some((base, next))
+                })
+            }
+            Some(certs) => {
+                index(certs);
+                None
+            }
+            None => None,
+        };
         // rcu: the admin API swaps the table too (splits), never losing either change.
-        self.live
-            .rcu(|current| Arc::new(self.update(current, state, changed)));
+        self.live.rcu(|current| match &built {
+            Some((base, next)) if Arc::ptr_eq(base, current) => next.clone(),
+            _ => Arc::new(self.update(current, state, changed)),
+        });
+        if let Some(certs) = &certs {
+            certs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .read_restored_expiry();
+        }
         let next = self.live.load();
         self.metrics.routes.set(next.host_count() as i64);
         self.metrics.apps.set(next.app_count() as i64);

@@ -270,3 +270,86 @@ fn round_robin_visits_every_member() {
         .collect();
     assert_eq!(picked.len(), 2);
 }
+
+/// `n` apps, each with one load-balancer member, one alias and its certificate.
+fn many_apps(n: usize) -> RoutingState {
+    RoutingState::from_apps((0..n).map(|i| {
+        let alias = format!("www{i}.example.net");
+        let endpoint = spi_consumer::decode::Endpoint {
+            gear_id: Some(format!("gear{i}")),
+            port_name: Some("haproxy-1.4".into()),
+            address: "10.1.0.1".into(),
+            port: 30_000 + (i % 30_000) as u16,
+            protocols: vec!["http".into()],
+            types: vec!["load_balancer".into()],
+            mappings: Vec::new(),
+        };
+        let bundle = spi_consumer::CertBundle {
+            certificate_pem: format!("cert {i}"),
+            private_key_pem: format!("key {i}"),
+            pass_phrase: None,
+        };
+        spi_consumer::App {
+            name: format!("app{i}"),
+            namespace: "demo".into(),
+            scalable: None,
+            ha: None,
+            endpoints: [(endpoint.key(), Box::new(endpoint))].into_iter().collect(),
+            aliases: [alias.clone()].into_iter().collect(),
+            certificates: [(alias, Arc::new(bundle))].into_iter().collect(),
+        }
+    }))
+}
+
+fn restoring_index() -> Arc<std::sync::Mutex<crate::tls::store::CertIndex>> {
+    Arc::new(std::sync::Mutex::new(
+        crate::tls::store::CertIndex::new(
+            None,
+            Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+            crate::metrics::TlsMetrics::detached(),
+            std::time::Duration::from_secs(10),
+        )
+        .restoring(),
+    ))
+}
+
+/// A batch large enough to index the certificates on another thread (the saved
+/// state at start) publishes the same table as the same apps published one by one,
+/// and indexes every certificate.
+#[test]
+fn a_large_batch_publishes_what_one_by_one_does() {
+    let state = many_apps(super::build::SIDE_BY_SIDE + 200);
+    let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
+
+    let publisher = |certs| {
+        let live = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
+        let b = Builder::new(
+            naming(false),
+            Arc::new(crate::members::tests::registry(100)),
+            live.clone(),
+            Metrics::new().expect("metrics"),
+        )
+        .with_certs(certs);
+        (b, live)
+    };
+    let certs = restoring_index();
+    let (mut batch, a) = publisher(certs.clone());
+    spi_consumer::Publish::publish(&mut batch, &state, &all);
+
+    let (mut one, b) = publisher(restoring_index());
+    for key in &all {
+        spi_consumer::Publish::publish(&mut one, &state, &BTreeSet::from([key.clone()]));
+    }
+
+    let (a, b) = (a.load_full(), b.load_full());
+    assert_eq!(a.app_count(), all.len());
+    assert_eq!(a.host_count(), 2 * all.len(), "HA name and alias");
+    assert_eq!(view(&a), view(&b));
+    // Restored certificates are indexed unparsed (the one-by-one index parses each
+    // after the first, and these are not real keys): every alias is listed.
+    let listed = certs.lock().expect("index").live().load_full();
+    for i in 0..all.len() {
+        let alias = format!("www{i}.example.net");
+        assert!(listed.has_own(&alias), "{alias}");
+    }
+}

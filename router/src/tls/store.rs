@@ -247,6 +247,9 @@ pub struct CertIndex {
     replace_grace: Duration,
     /// The next update restores the saved state: its certificates load lazily.
     restoring: bool,
+    /// Restored certificates whose expiry gauges are still to be read (see
+    /// [`read_restored_expiry`](Self::read_restored_expiry)).
+    expiry_unread: bool,
 }
 
 impl CertIndex {
@@ -274,6 +277,7 @@ impl CertIndex {
             metrics,
             replace_grace,
             restoring: false,
+            expiry_unread: false,
         }
     }
 
@@ -330,14 +334,17 @@ impl CertIndex {
         }
         self.purge_before(now);
         self.publish();
-        if restoring && !self.current.by_name.is_empty() {
-            self.fill_expiry_gauges();
-        }
+        self.expiry_unread |= restoring && !self.current.by_name.is_empty();
     }
 
-    /// Restored certificates' expiry gauges, from their leaves alone, off the
-    /// request threads (the keys stay unparsed until a handshake needs them).
-    fn fill_expiry_gauges(&self) {
+    /// Fills the restored certificates' expiry gauges from their leaves alone, on a
+    /// thread of its own (the keys stay unparsed until a handshake needs them). The
+    /// caller starts it once the route table is published, so that at start it
+    /// does not take the core the table is being built on.
+    pub fn read_restored_expiry(&mut self) {
+        if !std::mem::take(&mut self.expiry_unread) {
+            return;
+        }
         let slots = self.current.by_name.clone();
         let metrics = self.metrics.clone();
         let spawned = std::thread::Builder::new()

@@ -163,3 +163,56 @@ fn a_state_dir_written_by_format_1_still_loads() {
     assert!(app.aliases.contains("www.example.net"));
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// A snapshot large enough to be decoded in two halves loads back whole and in
+/// order; an app that does not decode is named by its position, in either half.
+#[test]
+fn a_large_snapshot_decodes_in_two_halves() {
+    let dir = tempdir("halves");
+    let mut store = Store::open(&dir).expect("open");
+    let n = PARALLEL_FROM * 2 + 1;
+    let apps = (0..n).map(|i| App {
+        name: format!("App{i}"),
+        namespace: "demo".into(),
+        scalable: Some(i % 2 == 0),
+        ha: None,
+        endpoints: Default::default(),
+        aliases: [format!("www{i}.example.net")].into_iter().collect(),
+        certificates: Default::default(),
+    });
+    let state = RoutingState::from_apps(apps);
+    store.compact(&state).expect("snapshot");
+    let loaded = Store::open(&dir).expect("open").load().expect("load");
+    assert_eq!(loaded.len(), n);
+    assert!(
+        loaded.apps().zip(state.apps()).all(|(a, b)| a == b),
+        "the same apps"
+    );
+
+    let text = fs::read_to_string(dir.join(SNAPSHOT)).expect("read");
+    for bad in [3, n - 2] {
+        let broken = text.replacen(
+            &format!("\"name\":\"App{bad}\""),
+            &format!("\"name\":{bad}"),
+            1,
+        );
+        assert_ne!(broken, text, "the snapshot names App{bad}");
+        fs::write(dir.join(SNAPSHOT), broken).expect("write");
+        let err = Store::open(&dir)
+            .expect("open")
+            .load()
+            .expect_err("corrupt");
+        // The snapshot lists apps in key order.
+        let index = state
+            .apps()
+            .position(|(k, _)| k.name == format!("app{bad}"))
+            .expect("in the state");
+        assert!(
+            err.to_string().contains(&format!(
+                "state.json: not a routing-state file: app {index}:"
+            )),
+            "{err}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
