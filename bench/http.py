@@ -26,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HZ = os.sysconf("SC_CLK_TCK")
 PORTS = {"backend": 18080, "haproxy": 18081, "nginx": 18082, "router": 18083, "router_admin": 18093,
-         "baseline": 18084, "baseline_admin": 18094}
+         "baseline": 18084, "baseline_admin": 18094, "floor": 18085}
 HOST = "ha-bench-bench.example.com"
 BODY = "b" * 99 + "\n"  # 100 bytes
 
@@ -215,6 +215,9 @@ def main():
     ap.add_argument("--baseline", metavar="ROUTER_BINARY",
                     help="also run this router binary (e.g. built from an older commit) as target 'baseline', "
                          "to tell a regression from this machine's noise")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run target/release/bench-h1-floor (a bare httparse proxy: what a native "
+                         "HTTP/1 path could reach here) as target 'floor'")
     args = ap.parse_args()
 
     router_bin = os.path.join(ROOT, "target/release/router")
@@ -239,18 +242,24 @@ def main():
             procs["baseline"] = subprocess.Popen([args.baseline, "--config", f"{d}/baseline.yaml"],
                                                  stdout=subprocess.DEVNULL, stderr=open(f"{d}/baseline.log", "w"))
             wait_port(PORTS["baseline"], HOST)
+        if args.floor:
+            procs["floor"] = subprocess.Popen([os.path.join(ROOT, "target/release/bench-h1-floor"),
+                                               f"127.0.0.1:{PORTS['floor']}", f"127.0.0.1:{PORTS['backend']}"],
+                                              stdout=subprocess.DEVNULL, stderr=open(f"{d}/floor.log", "w"))
+            wait_port(PORTS["floor"], HOST)
         wait_port(PORTS["backend"])
         wait_port(PORTS["nginx"])
         wait_port(PORTS["haproxy"])
         wait_port(PORTS["router"], HOST)
         if args.pin:
             pin(procs["backend"].pid, {0})
-            for name in ("nginx", "haproxy", "router", "baseline"):
+            for name in ("nginx", "haproxy", "router", "baseline", "floor"):
                 if name in procs:
                     pin(procs[name].pid, {1})
             os.sched_setaffinity(0, {0})
 
-        targets = ["direct", "router", "haproxy", "nginx"] + (["baseline"] if args.baseline else [])
+        targets = ["direct", "router", "haproxy", "nginx"] + (["baseline"] if args.baseline else []) \
+            + (["floor"] if args.floor else [])
         results = {t: [] for t in targets}
         for rnd in range(args.rounds):
             order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]
@@ -301,7 +310,7 @@ def main():
               f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f} | "
               f"{sum(r['errors'] + r['non2xx'] for r in rs)} |")
     print()
-    for p in ("haproxy", "nginx") + (("baseline",) if args.baseline else ()):
+    for p in ("haproxy", "nginx") + (("baseline",) if args.baseline else ()) + (("floor",) if args.floor else ()):
         print(f"router vs {p}: throughput ratio {summary['router']['ratio'] / summary[p]['ratio']:.2f}x, "
               f"CPU per request {summary['router']['cpu_us_per_req'] / summary[p]['cpu_us_per_req']:.2f}x")
     out = os.path.join(ROOT, "bench", "last-http.json")

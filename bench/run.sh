@@ -13,5 +13,5 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
-cargo build --release -p router
+cargo build --release -p router -p e2e --bin router --bin bench-h1-floor
 python3 bench/http.py "$@"

@@ -7,6 +7,10 @@
 //!
 //! The deadline is armed only when a write returns `Pending` and disarmed by the next
 //! write that makes progress, so the usual path costs one branch.
+//!
+//! HTTP/1 reads are followed by [`Framing`]: a request-smuggling shape hyper would
+//! accept is cut where it shows and replaced by [`POISON`], so hyper answers 400
+//! and closes (see [`super::framing`]).
 
 use std::io;
 use std::pin::Pin;
@@ -17,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use super::framing::{Framing, POISON};
 use crate::stall::StallTimer;
 use crate::tls::rewind::Rewind;
 
@@ -30,13 +35,20 @@ pub struct ClientIo {
     stream: Stream,
     /// Armed while a write is pending (`limits.send_timeout`).
     stall: StallTimer,
+    /// HTTP/1 request framing (`None` for h2 by ALPN).
+    framing: Option<Box<Framing>>,
+    /// After a cut: what of [`POISON`] hyper has still to read, then end of stream.
+    cut: Option<&'static [u8]>,
 }
 
 impl ClientIo {
     pub fn new(stream: Stream, send_timeout: Duration) -> ClientIo {
+        let h2 = matches!(&stream, Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"));
         ClientIo {
             stream,
             stall: StallTimer::new(send_timeout),
+            framing: (!h2).then(Box::default),
+            cut: None,
         }
     }
 
@@ -65,10 +77,33 @@ impl AsyncRead for ClientIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().stream {
+        let this = self.get_mut();
+        if let Some(rest) = &mut this.cut {
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            *rest = &rest[n..];
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let r = match &mut this.stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let (Poll::Ready(Ok(())), Some(framing)) = (&r, &mut this.framing)
+            && let Some((at, why)) = framing.feed(&buf.filled()[before..])
+        {
+            tracing::debug!(
+                violation = why.as_str(),
+                "request framing refused; answering 400 and closing"
+            );
+            // At least the cut byte is taken back, so the poison's first byte fits.
+            buf.set_filled(before + at);
+            let n = POISON.len().min(buf.remaining());
+            buf.put_slice(&POISON[..n]);
+            this.cut = Some(&POISON[n..]);
+            this.framing = None;
         }
+        r
     }
 }
 

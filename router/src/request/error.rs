@@ -17,6 +17,10 @@ pub enum ProxyError {
     BadHost,
     /// A request target we cannot forward (e.g. `OPTIONS *`).
     BadTarget,
+    /// An HTTP/1 request whose body length is ambiguous (see
+    /// `request::headers::framing_is_clear`): a request-smuggling shape. The
+    /// connection is closed after the 400, as its next bytes cannot be trusted.
+    BadFraming,
     /// `CONNECT`: a reverse proxy opens no tunnels to arbitrary places (405).
     MethodNotAllowed,
     /// No route for this host.
@@ -48,6 +52,10 @@ impl ProxyError {
         let (status, text) = match self {
             ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
             ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
+            ProxyError::BadFraming => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous request length (Content-Length and Transfer-Encoding)\n",
+            ),
             ProxyError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method not allowed through this router\n",
@@ -98,6 +106,10 @@ impl ProxyError {
         );
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if matches!(self, ProxyError::BadFraming) {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if matches!(self, ProxyError::MethodNotAllowed) {
             // RFC 9110 §15.5.6: a 405 says what is allowed.
             resp.headers_mut().insert(

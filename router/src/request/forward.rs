@@ -16,7 +16,9 @@ use hyper::body::Incoming;
 
 use super::body::ProxyBody;
 use super::error::ProxyError;
-use super::headers::{ClientConn, remove_hop_by_hop, set_forwarded, wants_upgrade};
+use super::headers::{
+    ClientConn, framing_is_clear, remove_hop_by_hop, set_forwarded, wants_upgrade,
+};
 use super::route::normalize_host;
 use super::tunnel::Tunnel;
 use super::upload::read_ahead;
@@ -35,6 +37,10 @@ impl Proxy {
     ) -> Result<Forwarded, ProxyError> {
         if req.method() == Method::CONNECT {
             return Err(ProxyError::MethodNotAllowed);
+        }
+        // 0. framing: an ambiguous body length is a smuggling attempt (h2 has none).
+        if req.version() < Version::HTTP_2 && !framing_is_clear(req.headers(), req.version()) {
+            return Err(ProxyError::BadFraming);
         }
         // 1. host
         let host = host.ok_or(ProxyError::BadHost)?;

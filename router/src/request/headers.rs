@@ -99,6 +99,37 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
             .any(|v| has_token(v, "upgrade"))
 }
 
+/// Whether an HTTP/1 request's body length is beyond doubt (RFC 9112 §6): with a
+/// `Transfer-Encoding`, it must be HTTP/1.1, name exactly one coding, `chunked`
+/// (over one header or several), and come without `Content-Length`. Anything else
+/// is how request smuggling makes two parsers disagree: `Content-Length` beside
+/// `Transfer-Encoding` (hyper would let chunked win), `chunked` twice, or a coding
+/// the router would drop with the hop-by-hop header (`gzip, chunked`).
+/// (Malformed `Content-Length` values and codings not ending in `chunked` never
+/// get here: hyper answers 400 itself.)
+pub fn framing_is_clear(headers: &HeaderMap, version: http::Version) -> bool {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter().peekable();
+    if codings.peek().is_none() {
+        return true;
+    }
+    if version != http::Version::HTTP_11 || headers.contains_key(header::CONTENT_LENGTH) {
+        return false;
+    }
+    let mut chunked = 0;
+    for value in codings {
+        let Ok(text) = value.to_str() else {
+            return false;
+        };
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                return false;
+            }
+            chunked += 1;
+        }
+    }
+    chunked == 1
+}
+
 fn has_token(value: &HeaderValue, token: &str) -> bool {
     value
         .to_str()
@@ -287,6 +318,32 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn framing_is_clear_only_for_one_chunked_or_none() {
+        let v11 = http::Version::HTTP_11;
+        let clear = |pairs: &[(&str, &str)]| framing_is_clear(&map(pairs), v11);
+        assert!(clear(&[]));
+        assert!(clear(&[("content-length", "5")]));
+        assert!(clear(&[("transfer-encoding", "chunked")]));
+        assert!(clear(&[("transfer-encoding", "Chunked ")]));
+        assert!(!clear(&[
+            ("transfer-encoding", "chunked"),
+            ("content-length", "5")
+        ]));
+        assert!(!clear(&[("transfer-encoding", "chunked, chunked")]));
+        assert!(!clear(&[
+            ("transfer-encoding", "chunked"),
+            ("transfer-encoding", "chunked")
+        ]));
+        assert!(!clear(&[("transfer-encoding", "gzip, chunked")]));
+        assert!(!clear(&[("transfer-encoding", "xchunked")]));
+        assert!(!clear(&[("transfer-encoding", "")]));
+        assert!(!framing_is_clear(
+            &map(&[("transfer-encoding", "chunked")]),
+            http::Version::HTTP_10
+        ));
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -34,6 +34,7 @@ pub mod body;
 pub mod client_io;
 pub mod error;
 pub mod forward;
+pub mod framing;
 pub mod headers;
 pub mod passthrough;
 pub mod route;

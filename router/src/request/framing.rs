@@ -1,0 +1,382 @@
+//! HTTP/1 request framing, followed as a client connection's bytes arrive, to refuse
+//! the two request-smuggling shapes hyper cannot be told to refuse:
+//!
+//! - a bare LF as a line end in a head or a chunked body's framing (RFC 9112 §2.2
+//!   lets a recipient accept it; httparse does, so a proxy in front that does not
+//!   would see other header lines than the router);
+//! - `Content-Length` beside `Transfer-Encoding` (hyper lets chunked win and drops
+//!   the length before the router's service sees the headers; RFC 9112 §6.1 allows
+//!   refusing it, and a proxy in front may have used the length).
+//!
+//! [`Framing`] finds where each request's head and body end, the way hyper will
+//! (a head up to its empty line; then `Transfer-Encoding` means chunked, else
+//! `Content-Length`, else no body), and says at which byte the stream must be cut.
+//! The reader ([`super::client_io`]) then hands hyper, instead of that byte and the
+//! rest, [`POISON`]: bytes that are invalid wherever hyper is in its parse, so hyper
+//! answers 400 (or the body fails with 400) after the responses already due, and
+//! closes. Everything hyper refuses anyway (bad chunk sizes, obsolete line folding,
+//! a lone CR) is left to it; where this scanner is stricter it cuts, so the two can
+//! never disagree on where a message ends.
+//!
+//! Hand-written because no crate follows framing without owning the connection; it
+//! keeps a few bytes of state per connection and never buffers, and it is
+//! property-tested over arbitrary read splits (`framing::tests`). A connection whose
+//! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
+//! past that head (what follows is not HTTP/1).
+
+/// What the reader hands hyper in place of the cut bytes: a control byte is invalid
+/// in a request line, a header name or value, a chunk size and a chunk's line end;
+/// the empty lines end any head hyper may be waiting for.
+pub const POISON: &[u8] = b"\x01\r\n\r\n";
+
+/// Why a stream was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// A line ended by LF alone, or a CR not followed by LF.
+    BareLineEnd,
+    /// `Content-Length` and `Transfer-Encoding` in one head.
+    LengthAndChunked,
+    /// A `Content-Length` that is not one decimal number (repeated or listed
+    /// values must be equal).
+    BadLength,
+    /// A chunk size line or a chunk's end that is not what RFC 9112 §7.1 says.
+    BadChunk,
+}
+
+impl Violation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Violation::BareLineEnd => "bare line end",
+            Violation::LengthAndChunked => "Content-Length with Transfer-Encoding",
+            Violation::BadLength => "invalid Content-Length",
+            Violation::BadChunk => "invalid chunk framing",
+        }
+    }
+}
+
+/// Where a connection's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// In a head (or before one).
+    Head,
+    /// This many bytes of a `Content-Length` body still to come.
+    Body(u64),
+    /// In a chunk size line: the size so far, whether a digit was seen, and whether
+    /// the extension part has begun (anything until the line end; hyper checks it).
+    ChunkSize { size: u64, digits: bool, ext: bool },
+    /// This many bytes of chunk data, then CRLF.
+    ChunkData(u64),
+    /// The CR, then the LF, after a chunk's data.
+    ChunkEnd { cr: bool },
+    /// Trailer lines after the last chunk, until an empty line.
+    Trailers,
+    /// Not followed any more.
+    Off,
+}
+
+/// The header lines that decide framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Unknown,
+    ContentLength,
+    TransferEncoding,
+    Upgrade,
+}
+
+/// How many bytes of a line's start are kept to recognise its name.
+const NAME_MAX: usize = 18;
+/// How many bytes of a `Content-Length` value are kept (a list of equal values).
+const VALUE_MAX: usize = 64;
+
+/// The state of one connection's request framing. See the module doc.
+#[derive(Debug, Clone)]
+pub struct Framing {
+    state: State,
+    /// The previous byte was a CR (line ends may span reads).
+    cr: bool,
+    /// Bytes of the current line so far (saturating).
+    line_len: usize,
+    /// The current line's first bytes, lower-cased, until its colon.
+    name: [u8; NAME_MAX],
+    /// The current line's name, once its colon is seen.
+    this: Option<Name>,
+    /// A `Content-Length` value being read.
+    value: [u8; VALUE_MAX],
+    value_len: usize,
+    /// What the head so far has said.
+    saw_request_line: bool,
+    length: Option<u64>,
+    chunked: bool,
+    upgrade: bool,
+    /// No head finished yet: an h2 preface is recognised only here.
+    first: bool,
+}
+
+impl Default for Framing {
+    fn default() -> Self {
+        Framing::new()
+    }
+}
+
+impl Framing {
+    pub fn new() -> Framing {
+        Framing {
+            state: State::Head,
+            cr: false,
+            line_len: 0,
+            name: [0; NAME_MAX],
+            this: None,
+            value: [0; VALUE_MAX],
+            value_len: 0,
+            saw_request_line: false,
+            length: None,
+            chunked: false,
+            upgrade: false,
+            first: true,
+        }
+    }
+
+    /// Follows the next `bytes` from the client. `Some((i, why))`: `bytes[i]` and
+    /// everything after must not reach hyper (and nothing more is followed).
+    pub fn feed(&mut self, bytes: &[u8]) -> Option<(usize, Violation)> {
+        let mut i = 0;
+        while i < bytes.len() {
+            let step = match self.state {
+                State::Off => return None,
+                State::Body(left) => {
+                    let take = left.min((bytes.len() - i) as u64);
+                    self.state = match left - take {
+                        0 => State::Head,
+                        rest => State::Body(rest),
+                    };
+                    Ok(take as usize)
+                }
+                State::ChunkData(left) => {
+                    let take = left.min((bytes.len() - i) as u64);
+                    self.state = match left - take {
+                        0 => State::ChunkEnd { cr: false },
+                        rest => State::ChunkData(rest),
+                    };
+                    Ok(take as usize)
+                }
+                State::ChunkEnd { cr } => match (cr, bytes[i]) {
+                    (false, b'\r') => {
+                        self.state = State::ChunkEnd { cr: true };
+                        Ok(1)
+                    }
+                    (true, b'\n') => {
+                        self.state = State::ChunkSize {
+                            size: 0,
+                            digits: false,
+                            ext: false,
+                        };
+                        Ok(1)
+                    }
+                    _ => Err(Violation::BadChunk),
+                },
+                State::ChunkSize { .. } => self.chunk_size(bytes[i]).map(|()| 1),
+                State::Head | State::Trailers => self.line_byte(bytes[i]).map(|()| 1),
+            };
+            match step {
+                Ok(n) => i += n,
+                Err(why) => {
+                    self.state = State::Off;
+                    return Some((i, why));
+                }
+            }
+        }
+        None
+    }
+
+    fn chunk_size(&mut self, b: u8) -> Result<(), Violation> {
+        let State::ChunkSize { size, digits, ext } = self.state else {
+            return Ok(());
+        };
+        if self.cr {
+            self.cr = false;
+            if b != b'\n' || !digits {
+                return Err(if b == b'\n' {
+                    Violation::BadChunk
+                } else {
+                    Violation::BareLineEnd
+                });
+            }
+            self.state = if size == 0 {
+                self.line_len = 0;
+                State::Trailers
+            } else {
+                State::ChunkData(size)
+            };
+            return Ok(());
+        }
+        match b {
+            b'\r' => self.cr = true,
+            b'\n' => return Err(Violation::BareLineEnd),
+            _ if ext => {}
+            _ => match (b as char).to_digit(16) {
+                Some(d) => {
+                    let size = size
+                        .checked_mul(16)
+                        .and_then(|s| s.checked_add(u64::from(d)))
+                        .ok_or(Violation::BadChunk)?;
+                    self.state = State::ChunkSize {
+                        size,
+                        digits: true,
+                        ext: false,
+                    };
+                }
+                // Whitespace or `;` starts what hyper reads as the extension.
+                None if digits => {
+                    self.state = State::ChunkSize {
+                        size,
+                        digits,
+                        ext: true,
+                    }
+                }
+                None => return Err(Violation::BadChunk),
+            },
+        }
+        Ok(())
+    }
+
+    /// One byte of a head or of the trailers.
+    fn line_byte(&mut self, b: u8) -> Result<(), Violation> {
+        if self.cr {
+            self.cr = false;
+            if b != b'\n' {
+                return Err(Violation::BareLineEnd);
+            }
+            return self.line_end();
+        }
+        match b {
+            b'\r' => {
+                self.cr = true;
+                return Ok(());
+            }
+            b'\n' => return Err(Violation::BareLineEnd),
+            _ => {}
+        }
+        let at = self.line_len;
+        self.line_len = self.line_len.saturating_add(1);
+        if self.state == State::Trailers {
+            return Ok(());
+        }
+        match self.this {
+            None if b == b':' && self.saw_request_line => {
+                self.this = Some(self.name_of(at));
+                self.value_len = 0;
+            }
+            None => {
+                if at < NAME_MAX {
+                    self.name[at] = b.to_ascii_lowercase();
+                }
+            }
+            Some(Name::ContentLength) => {
+                if self.value_len < VALUE_MAX {
+                    self.value[self.value_len] = b;
+                    self.value_len += 1;
+                } else {
+                    return Err(Violation::BadLength);
+                }
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    fn name_of(&self, len: usize) -> Name {
+        match self.name.get(..len) {
+            Some(b"content-length") => Name::ContentLength,
+            Some(b"transfer-encoding") => Name::TransferEncoding,
+            Some(b"upgrade") => Name::Upgrade,
+            _ => Name::Unknown,
+        }
+    }
+
+    /// A CRLF: the end of a line of a head or of the trailers.
+    fn line_end(&mut self) -> Result<(), Violation> {
+        let empty = self.line_len == 0;
+        let this = self.this.take();
+        let len = std::mem::take(&mut self.line_len);
+        if self.state == State::Trailers {
+            if empty {
+                self.state = State::Head;
+                self.first = false;
+            }
+            return Ok(());
+        }
+        if !self.saw_request_line {
+            // Empty lines before a request line are skipped (RFC 9112 §2.2).
+            if !empty {
+                self.saw_request_line = true;
+                if self.first && len == 14 && self.name[..14] == *b"pri * http/2.0" {
+                    self.state = State::Off;
+                }
+            }
+            return Ok(());
+        }
+        if !empty {
+            match this {
+                Some(Name::ContentLength) => {
+                    let value = parse_length(&self.value[..self.value_len])?;
+                    if self.length.is_some_and(|l| l != value) {
+                        return Err(Violation::BadLength);
+                    }
+                    self.length = Some(value);
+                }
+                Some(Name::TransferEncoding) => self.chunked = true,
+                Some(Name::Upgrade) => self.upgrade = true,
+                _ => {}
+            }
+            return Ok(());
+        }
+        // The head is complete.
+        if self.chunked && self.length.is_some() {
+            return Err(Violation::LengthAndChunked);
+        }
+        self.state = if self.upgrade {
+            State::Off
+        } else if self.chunked {
+            State::ChunkSize {
+                size: 0,
+                digits: false,
+                ext: false,
+            }
+        } else {
+            match self.length {
+                Some(n) if n > 0 => State::Body(n),
+                _ => State::Head,
+            }
+        };
+        self.saw_request_line = false;
+        self.length = None;
+        self.chunked = false;
+        self.upgrade = false;
+        self.first = false;
+        Ok(())
+    }
+}
+
+/// A `Content-Length` value: one decimal number, or a list of equal ones (as hyper
+/// accepts), with optional whitespace around the elements.
+fn parse_length(value: &[u8]) -> Result<u64, Violation> {
+    let mut found: Option<u64> = None;
+    for part in value.split(|b| *b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return Err(Violation::BadLength);
+        }
+        let n = std::str::from_utf8(part)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(Violation::BadLength)?;
+        if found.is_some_and(|f| f != n) {
+            return Err(Violation::BadLength);
+        }
+        found = Some(n);
+    }
+    found.ok_or(Violation::BadLength)
+}
+
+#[cfg(test)]
+mod tests;
