@@ -29,10 +29,13 @@
 //! closes what is left.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -306,6 +309,20 @@ fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// What ends or changes a client connection besides its own progress.
+enum Event {
+    /// The listener drains.
+    Drain,
+    /// Quiet for `DRAIN_QUIET` while draining.
+    Quiet,
+    /// Quiet past its deadline (see `Activity::idle`).
+    Idle,
+    /// An h2 client took nothing for `limits.send_timeout`.
+    Stalled,
+    /// The grace period ended, or the connection was evicted.
+    End,
+}
+
 /// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
 pub async fn serve(
     listener: TcpListener,
@@ -413,27 +430,66 @@ pub async fn serve(
             // Every quiet state has a deadline (see `Activity`); shutdown and
             // quiet both end the connection gracefully (h1: after the response in
             // flight; h2: GOAWAY), and the kill switch drops it after the grace.
+            // Each of these is polled only when its own waker fires, never on
+            // the connection's wake-ups (several per request).
             let (mut stop, mut kill) = (stop, kill);
+            let mut events: FuturesUnordered<Pin<Box<dyn Future<Output = Event> + Send + '_>>> =
+                FuturesUnordered::new();
+            events.push(Box::pin(async {
+                stopped(&mut stop).await;
+                Event::Drain
+            }));
+            events.push(Box::pin(async {
+                activity
+                    .idle(limits.header_read_timeout, limits.idle_timeout)
+                    .await;
+                Event::Idle
+            }));
+            events.push(Box::pin(async {
+                activity.stalled(limits.send_timeout).await;
+                Event::Stalled
+            }));
+            events.push(Box::pin(async {
+                stopped(&mut kill).await;
+                Event::End
+            }));
+            events.push(Box::pin(async {
+                evict.notified().await;
+                Event::End
+            }));
             let (mut closing, mut shut) = (false, false);
             let result = loop {
-                tokio::select! {
+                let event = tokio::select! {
+                    biased;
                     r = connection.as_mut() => break r,
+                    Some(event) = events.next() => event,
+                };
+                match event {
                     // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
                     // responses carry `Connection: close` from now on, and a
                     // connection left quiet for DRAIN_QUIET is closed.
-                    _ = stopped(&mut stop), if !closing => {
+                    Event::Drain => {
                         closing = true;
                         activity.close_after_responses();
                         if activity.is_h2() {
                             shut = true;
                             connection.as_mut().graceful_shutdown();
+                        } else {
+                            events.push(Box::pin(async {
+                                activity.idle(DRAIN_QUIET, DRAIN_QUIET).await;
+                                Event::Quiet
+                            }));
                         }
                     }
-                    _ = activity.idle(DRAIN_QUIET, DRAIN_QUIET), if closing && !shut => {
-                        shut = true;
-                        connection.as_mut().graceful_shutdown();
+                    Event::Quiet => {
+                        if !shut {
+                            shut = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
                     }
-                    _ = activity.idle(limits.header_read_timeout, limits.idle_timeout), if !closing => {
+                    // Draining has its own quiet deadline.
+                    Event::Idle if closing => {}
+                    Event::Idle => {
                         connection.as_mut().graceful_shutdown();
                         // A peer that ignores the GOAWAY is dropped soon after.
                         let bound = limits.header_read_timeout;
@@ -442,14 +498,14 @@ pub async fn serve(
                             Err(_) => Ok(()),
                         };
                     }
-                    _ = activity.stalled(limits.send_timeout) => {
+                    Event::Stalled => {
                         tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
                         break Ok(());
                     }
-                    _ = stopped(&mut kill) => break Ok(()),
-                    _ = evict.notified() => break Ok(()),
+                    Event::End => break Ok(()),
                 }
             };
+            drop(events);
             if let Err(e) = result {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }

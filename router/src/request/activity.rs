@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus::IntGauge;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 /// A connection's place among its listener's `limits.max_connections`, and its count
@@ -57,7 +57,6 @@ pub struct Activity {
     /// Milliseconds since `origin` when the connection last had a request end.
     last_ms: AtomicU64,
     origin: Instant,
-    changed: Notify,
     /// h2 responses waiting on the client to take more (see the module doc).
     awaiting: AtomicUsize,
     /// Milliseconds since `origin` when a response last moved on (or began to wait).
@@ -78,7 +77,6 @@ impl Activity {
             started: AtomicBool::new(false),
             last_ms: AtomicU64::new(0),
             origin: Instant::now(),
-            changed: Notify::new(),
             awaiting: AtomicUsize::new(0),
             moved_ms: AtomicU64::new(0),
             h2: AtomicBool::new(false),
@@ -148,29 +146,26 @@ impl Activity {
 
     /// Resolves once the connection has had no request in flight for `limit`, or,
     /// before its first request, for `first` from its start.
+    ///
+    /// Re-armed lazily: requests never wake it (no notification, no new timer per
+    /// request); when its timer fires it reads the state again and, if the
+    /// connection was busy meanwhile, sleeps until the deadline the state gives now.
     pub async fn idle(&self, first: Duration, limit: Duration) {
+        let mut deadline = self.origin + first;
         loop {
+            tokio::time::sleep_until(deadline).await;
             let limit = if self.started.load(Ordering::Relaxed) {
                 limit
             } else {
                 first
             };
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            match self.idle_since() {
-                Some(since) => {
-                    let deadline = since + limit;
-                    if Instant::now() >= deadline {
-                        return;
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(deadline) => {}
-                        _ = changed => {}
-                    }
-                }
-                None => changed.await,
-            }
+            let now = Instant::now();
+            deadline = match self.idle_since() {
+                Some(since) if now >= since + limit => return,
+                Some(since) => since + limit,
+                // Busy: look again once `limit` has passed.
+                None => now + limit,
+            };
         }
     }
 }
@@ -223,7 +218,6 @@ impl Drop for ActiveRequest {
         }
         a.last_ms.store(a.now_ms(), Ordering::Release);
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
-        a.changed.notify_waiters();
     }
 }
 
