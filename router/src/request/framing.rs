@@ -175,7 +175,13 @@ impl Framing {
                     _ => Err(Violation::BadChunk),
                 },
                 State::ChunkSize { .. } => self.chunk_size(bytes[i]).map(|()| 1),
-                State::Head | State::Trailers => self.line_byte(bytes[i]).map(|()| 1),
+                State::Head | State::Trailers => match self.line_run(&bytes[i..]) {
+                    Ok(n) => Ok(n),
+                    Err((at, why)) => {
+                        self.state = State::Off;
+                        return Some((i + at, why));
+                    }
+                },
             };
             match step {
                 Ok(n) => i += n,
@@ -239,47 +245,69 @@ impl Framing {
         Ok(())
     }
 
-    /// One byte of a head or of the trailers.
-    fn line_byte(&mut self, b: u8) -> Result<(), Violation> {
+    /// The next bytes of a head or of the trailers, up to and including the next CR
+    /// or LF (a run at a time: most of a head is skipped, not looked at byte by
+    /// byte). How many were taken, or where (in `rest`) and why to cut.
+    fn line_run(&mut self, rest: &[u8]) -> Result<usize, (usize, Violation)> {
         if self.cr {
             self.cr = false;
-            if b != b'\n' {
-                return Err(Violation::BareLineEnd);
+            if rest[0] != b'\n' {
+                return Err((0, Violation::BareLineEnd));
             }
-            return self.line_end();
+            return self.line_end().map(|()| 1).map_err(|why| (0, why));
         }
-        match b {
-            b'\r' => {
+        let end = rest.iter().position(|b| matches!(b, b'\r' | b'\n'));
+        let content = &rest[..end.unwrap_or(rest.len())];
+        self.line_content(content)?;
+        match end.map(|e| (e, rest[e])) {
+            None => Ok(rest.len()),
+            Some((e, b'\r')) => {
                 self.cr = true;
-                return Ok(());
+                Ok(e + 1)
             }
-            b'\n' => return Err(Violation::BareLineEnd),
-            _ => {}
+            Some((e, _)) => Err((e, Violation::BareLineEnd)),
         }
-        let at = self.line_len;
-        self.line_len = self.line_len.saturating_add(1);
+    }
+
+    /// Bytes of a line, no CR or LF among them.
+    fn line_content(&mut self, mut content: &[u8]) -> Result<(), (usize, Violation)> {
+        let start = self.line_len;
+        self.line_len = self.line_len.saturating_add(content.len());
         if self.state == State::Trailers {
             return Ok(());
         }
-        match self.this {
-            None if b == b':' && self.saw_request_line => {
-                self.this = Some(self.name_of(at));
-                self.value_len = 0;
-            }
-            None => {
-                if at < NAME_MAX {
-                    self.name[at] = b.to_ascii_lowercase();
+        let keep = |name: &mut [u8; NAME_MAX], from: usize, bytes: &[u8]| {
+            for (k, b) in bytes.iter().enumerate() {
+                match name.get_mut(from + k) {
+                    Some(slot) => *slot = b.to_ascii_lowercase(),
+                    None => break,
                 }
             }
-            Some(Name::ContentLength) => {
-                if self.value_len < VALUE_MAX {
-                    self.value[self.value_len] = b;
-                    self.value_len += 1;
-                } else {
-                    return Err(Violation::BadLength);
-                }
+        };
+        let mut taken = 0;
+        if self.this.is_none() {
+            let colon = if self.saw_request_line {
+                content.iter().position(|b| *b == b':')
+            } else {
+                None
+            };
+            let name = &content[..colon.unwrap_or(content.len())];
+            keep(&mut self.name, start, name);
+            let Some(c) = colon else {
+                return Ok(());
+            };
+            self.this = Some(self.name_of(start + c));
+            self.value_len = 0;
+            taken = c + 1;
+            content = &content[c + 1..];
+        }
+        if self.this == Some(Name::ContentLength) {
+            let room = VALUE_MAX - self.value_len;
+            if content.len() > room {
+                return Err((taken + room, Violation::BadLength));
             }
-            Some(_) => {}
+            self.value[self.value_len..self.value_len + content.len()].copy_from_slice(content);
+            self.value_len += content.len();
         }
         Ok(())
     }
