@@ -29,13 +29,10 @@
 //! closes what is left.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -46,6 +43,7 @@ use super::Proxy;
 use super::activity::{Activity, Place};
 use super::client_io::{ClientIo, Stream};
 use super::headers::ClientConn;
+use super::own_waker::{Flag, OwnWaker};
 use crate::tls::rewind::Rewind;
 
 /// Protections of the listeners against clients.
@@ -323,6 +321,33 @@ enum Event {
     End,
 }
 
+/// What a connection's events are waited on with (moved in and handed back, so
+/// that the next wait can take it again).
+struct Watch {
+    stop: watch::Receiver<bool>,
+    kill: watch::Receiver<bool>,
+    evict: Arc<Notify>,
+    activity: Arc<Activity>,
+    /// `limits.header_read_timeout`, `limits.idle_timeout`, `limits.send_timeout`.
+    first: Duration,
+    idle: Duration,
+    send_timeout: Duration,
+}
+
+/// The next [`Event`] of a connection that is `closing` (draining) and, if so,
+/// already `shut` (told to close).
+async fn next_event(mut w: Watch, closing: bool, shut: bool) -> (Event, Watch) {
+    let event = tokio::select! {
+        _ = stopped(&mut w.stop), if !closing => Event::Drain,
+        _ = w.activity.idle(DRAIN_QUIET, DRAIN_QUIET), if closing && !shut => Event::Quiet,
+        _ = w.activity.idle(w.first, w.idle), if !closing => Event::Idle,
+        _ = w.activity.stalled(w.send_timeout) => Event::Stalled,
+        _ = stopped(&mut w.kill) => Event::End,
+        _ = w.evict.notified() => Event::End,
+    };
+    (event, w)
+}
+
 /// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
 pub async fn serve(
     listener: TcpListener,
@@ -406,8 +431,10 @@ pub async fn serve(
             let io = match tls {
                 None => Stream::Plain(stream),
                 // The handshake runs in the connection's task, never in this loop.
+                // Boxed: the handshake's state is freed once it is done, not
+                // kept in the task for the connection's whole life.
                 Some(tls) => match tokio::select! {
-                    s = hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics) => s,
+                    s = Box::pin(hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics)) => s,
                     _ = evict.notified() => None,
                 } {
                     Some(s) => {
@@ -424,46 +451,39 @@ pub async fn serve(
             let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
             // Each request gets the proxy settings live at its start.
             drop(proxy);
-            let service = service_fn(move |req| live.load().proxy.clone().serve(conn.clone(), req));
+            // Boxed: hyper keeps the box of its service future for the connection's
+            // whole life, so an unboxed one (4 KiB) would stay with every idle
+            // connection; boxed, it is freed with each response.
+            let service =
+                service_fn(move |req| Box::pin(live.load().proxy.clone().serve(conn.clone(), req)));
             let connection = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(connection);
             // Every quiet state has a deadline (see `Activity`); shutdown and
             // quiet both end the connection gracefully (h1: after the response in
             // flight; h2: GOAWAY), and the kill switch drops it after the grace.
-            // Each of these is polled only when its own waker fires, never on
-            // the connection's wake-ups (several per request).
-            let (mut stop, mut kill) = (stop, kill);
-            let mut events: FuturesUnordered<Pin<Box<dyn Future<Output = Event> + Send + '_>>> =
-                FuturesUnordered::new();
-            events.push(Box::pin(async {
-                stopped(&mut stop).await;
-                Event::Drain
-            }));
-            events.push(Box::pin(async {
-                activity
-                    .idle(limits.header_read_timeout, limits.idle_timeout)
-                    .await;
-                Event::Idle
-            }));
-            events.push(Box::pin(async {
-                activity.stalled(limits.send_timeout).await;
-                Event::Stalled
-            }));
-            events.push(Box::pin(async {
-                stopped(&mut kill).await;
-                Event::End
-            }));
-            events.push(Box::pin(async {
-                evict.notified().await;
-                Event::End
-            }));
+            // They are waited for in one future with a waker of its own, so
+            // they are polled when one of them fires, never on the connection's
+            // own wake-ups (several per request).
+            let mut watch = Watch {
+                stop,
+                kill,
+                evict,
+                activity: activity.clone(),
+                first: limits.header_read_timeout,
+                idle: limits.idle_timeout,
+                send_timeout: limits.send_timeout,
+            };
             let (mut closing, mut shut) = (false, false);
+            let flag = Arc::new(Flag::default());
             let result = loop {
-                let event = tokio::select! {
+                let next = next_event(watch, closing, shut);
+                tokio::pin!(next);
+                let (event, w) = tokio::select! {
                     biased;
                     r = connection.as_mut() => break r,
-                    Some(event) = events.next() => event,
+                    next = OwnWaker::new(next.as_mut(), &flag) => next,
                 };
+                watch = w;
                 match event {
                     // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
                     // responses carry `Connection: close` from now on, and a
@@ -474,21 +494,12 @@ pub async fn serve(
                         if activity.is_h2() {
                             shut = true;
                             connection.as_mut().graceful_shutdown();
-                        } else {
-                            events.push(Box::pin(async {
-                                activity.idle(DRAIN_QUIET, DRAIN_QUIET).await;
-                                Event::Quiet
-                            }));
                         }
                     }
                     Event::Quiet => {
-                        if !shut {
-                            shut = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
+                        shut = true;
+                        connection.as_mut().graceful_shutdown();
                     }
-                    // Draining has its own quiet deadline.
-                    Event::Idle if closing => {}
                     Event::Idle => {
                         connection.as_mut().graceful_shutdown();
                         // A peer that ignores the GOAWAY is dropped soon after.
@@ -505,7 +516,6 @@ pub async fn serve(
                     Event::End => break Ok(()),
                 }
             };
-            drop(events);
             if let Err(e) = result {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }

@@ -36,6 +36,7 @@ pub mod error;
 pub mod forward;
 pub mod framing;
 pub mod headers;
+pub mod own_waker;
 pub mod passthrough;
 pub mod route;
 pub mod tunnel;
