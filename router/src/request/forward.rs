@@ -197,9 +197,9 @@ impl Proxy {
         member.health.record_success();
 
         // 7. respond
-        let (mut parts, body) = response.into_parts();
+        let (mut parts, ()) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, false);
-        let body = ProxyBody::upstream(Lease::new(body, up, member.pool.clone()));
+        let body = ProxyBody::upstream(Lease::new(up, member.pool.clone()));
         Ok(Forwarded {
             response: Response::from_parts(parts, body),
             in_flight: Some(slot),
@@ -330,7 +330,7 @@ impl Proxy {
         up: &mut Upstream,
         addr: &Arc<str>,
         req: Request<RequestBody>,
-    ) -> Result<Response<Incoming>, Option<SendError>> {
+    ) -> Result<Response<()>, Option<SendError>> {
         match tokio::time::timeout(self.response_timeout, up.send(addr, req)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(Some(e)),

@@ -5,15 +5,18 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, Connection, SendRequest};
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::h1::{self, Chunked, Decoded, Framing, ParseError};
 use super::request_body::{BodyError, RequestBody};
 use crate::metrics::UpstreamError;
 
@@ -81,24 +84,72 @@ impl tokio::io::AsyncWrite for MemberIo {
     }
 }
 
-type Io = TokioIo<MemberIo>;
-
 /// TLS towards a member: the connector and the name to ask for and verify.
 pub struct MemberTls<'a> {
     pub connector: &'a tokio_rustls::TlsConnector,
     pub host: &'a str,
 }
 
-/// One HTTP/1.1 connection to a member.
+/// One HTTP/1.1 connection to a member, framed by `h1`.
 pub struct Upstream {
-    sender: SendRequest<RequestBody>,
+    io: MemberIo,
     /// The TLS server name, for TLS members: reused only for the same host.
     sni: Option<Arc<str>>,
-    /// Boxed once per connection: it is large, and connections move between the
-    /// pool, requests and bodies.
-    conn: Box<Connection<Io, RequestBody>>,
     /// When it was last returned idle; `None` if it was never used before.
     idle_since: Option<Instant>,
+    /// Bytes read from the member and not yet handed on.
+    rbuf: BytesMut,
+    /// Where the current response's body stands.
+    body: BodyState,
+    /// The member may take another request once this response has ended.
+    keep_alive: bool,
+}
+
+/// The response body being read.
+#[derive(Debug)]
+enum BodyState {
+    /// Ended (or not begun): the connection is between messages.
+    Done,
+    Length(u64),
+    Chunked(Chunked),
+    /// Up to the member's close.
+    Close,
+}
+
+/// How much of a member's bytes one read takes at most.
+const READ_CHUNK: usize = 8 * 1024;
+/// How much of a request body is gathered before it is written.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// What went wrong in one request and response with a member.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The member closed the connection before a whole response head.
+    #[error("connection closed before a response")]
+    Closed,
+    #[error("{source}")]
+    Io {
+        source: io::Error,
+        /// No byte of a response had arrived.
+        before_response: bool,
+    },
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+    /// The client's request body, on its way to the member, failed.
+    #[error("{0}")]
+    Body(#[from] BodyError),
+}
+
+/// Why a member's response body broke off (the client's connection is then
+/// aborted: HTTP/1 cannot say it otherwise).
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseBodyError {
+    #[error("member response body: {0}")]
+    Io(#[from] io::Error),
+    #[error("member closed the connection before the end of the response body")]
+    Incomplete,
+    #[error("member response body: {0}")]
+    Parse(#[from] ParseError),
 }
 
 /// The error is this process running out of something (file descriptors, memory),
@@ -127,6 +178,7 @@ pub enum SendError {
         #[source]
         source: io::Error,
     },
+    /// An upgrade request (hyper's client drives those).
     #[error("member {addr}: {source}")]
     Http {
         addr: Arc<str>,
@@ -134,6 +186,14 @@ pub enum SendError {
         reused: bool,
         #[source]
         source: hyper::Error,
+    },
+    #[error("member {addr}: {source}")]
+    Exchange {
+        addr: Arc<str>,
+        /// The connection had served a request before (a pooled one).
+        reused: bool,
+        #[source]
+        source: ExchangeError,
     },
 }
 
@@ -157,6 +217,13 @@ impl SendError {
             }
             SendError::Http { source, .. } if source.is_parse() => UpstreamError::Protocol,
             SendError::Http { .. } => UpstreamError::Reset,
+            SendError::Exchange { source, .. } => match source {
+                // The client's side failed, not the member.
+                ExchangeError::Body(BodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                ExchangeError::Body(_) => UpstreamError::ClientBody,
+                ExchangeError::Parse(_) => UpstreamError::Protocol,
+                ExchangeError::Closed | ExchangeError::Io { .. } => UpstreamError::Reset,
+            },
         }
     }
 
@@ -165,8 +232,19 @@ impl SendError {
     /// nginx's default `proxy_next_upstream error` does). A garbled response or a
     /// timeout is not one of them.
     pub fn closed_before_response(&self) -> bool {
-        let SendError::Http { source, .. } = self else {
-            return false;
+        let source = match self {
+            SendError::Exchange { source, .. } => {
+                return match source {
+                    ExchangeError::Closed => true,
+                    ExchangeError::Io {
+                        source,
+                        before_response: true,
+                    } => closed_kind(source),
+                    _ => false,
+                };
+            }
+            SendError::Http { source, .. } => source,
+            _ => return false,
         };
         if source.is_user() {
             return false;
@@ -179,12 +257,7 @@ impl SendError {
             std::error::Error::source(source);
         while let Some(e) = cause {
             if let Some(io) = e.downcast_ref::<io::Error>() {
-                return matches!(
-                    io.kind(),
-                    io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::BrokenPipe
-                        | io::ErrorKind::ConnectionAborted
-                );
+                return closed_kind(io);
             }
             cause = e.source();
         }
@@ -194,8 +267,21 @@ impl SendError {
     /// The connection had served a request before: its close was likely the
     /// member's keep-alive timeout, not the member dying.
     pub fn on_reused(&self) -> bool {
-        matches!(self, SendError::Http { reused: true, .. })
+        matches!(
+            self,
+            SendError::Http { reused: true, .. } | SendError::Exchange { reused: true, .. }
+        )
     }
+}
+
+/// The peer closed or reset the connection (not some other I/O failure).
+fn closed_kind(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
 }
 
 /// How a new connection is made, from `upstream.*` (how idle ones are kept is
@@ -263,19 +349,13 @@ impl Upstream {
                 }
             }
         };
-        let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(io))
-            .await
-            .map_err(|source| SendError::Http {
-                addr,
-                reused: false,
-                source,
-            })?;
         Ok(Upstream {
-            sender,
+            io,
             sni,
-            conn: Box::new(conn),
             idle_since: None,
+            rbuf: BytesMut::new(),
+            body: BodyState::Done,
+            keep_alive: true,
         })
     }
 
@@ -289,41 +369,203 @@ impl Upstream {
         self.idle_since.is_some()
     }
 
-    /// Sends `req` and waits for the response head, driving the connection meanwhile.
+    /// Sends `req` and waits for the response head, writing the request body
+    /// meanwhile; the response body is then read through [`Upstream::poll_body`].
+    /// A member that answers before it has read the whole body (a 413, say) gets
+    /// its answer taken, and the connection is not reused.
     pub async fn send(
         &mut self,
         addr: &Arc<str>,
         req: Request<RequestBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> Result<Response<()>, SendError> {
         let reused = self.reused();
-        let response = self.sender.send_request(req);
-        let conn = &mut self.conn;
-        tokio::pin!(response);
-        let result = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = response.as_mut().poll(cx) {
-                return Poll::Ready(r);
+        let (mut parts, mut body) = req.into_parts();
+        let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut out = Vec::with_capacity(512);
+        let framing = h1::encode_request_head(
+            &parts.method,
+            target,
+            &mut parts.headers,
+            body_len,
+            &mut out,
+        );
+        let mut ex = Outgoing {
+            out,
+            written: 0,
+            chunked: framing == Framing::Chunked,
+            done: framing == Framing::Empty,
+            trailers: None,
+            flushed: false,
+        };
+        let head_request = parts.method == Method::HEAD;
+        let result =
+            std::future::poll_fn(|cx| self.poll_exchange(cx, &mut ex, &mut body, head_request))
+                .await;
+        match result {
+            Ok(head) => {
+                // An answer before the whole request was written ends the exchange:
+                // what is left of the body cannot be sent on this connection.
+                self.keep_alive = head.keep_alive && ex.done && ex.written == ex.out.len();
+                self.body = match head.framing {
+                    Framing::Empty => BodyState::Done,
+                    Framing::Length(n) => BodyState::Length(n),
+                    Framing::Chunked => BodyState::Chunked(Chunked::default()),
+                    Framing::Close => BodyState::Close,
+                };
+                let mut response = Response::new(());
+                *response.status_mut() = head.status;
+                *response.version_mut() = head.version;
+                *response.headers_mut() = head.headers;
+                if let Some(reason) = head.reason {
+                    response.extensions_mut().insert(reason);
+                }
+                Ok(response)
             }
-            // Writes the request (and its body), reads the response. When the
-            // connection ends, the response future fails and says why.
-            let _ = conn.poll_without_shutdown(cx);
-            response.as_mut().poll(cx)
-        })
-        .await;
-        result.map_err(|source| SendError::Http {
-            addr: addr.clone(),
-            reused,
-            source,
-        })
+            Err(source) => {
+                self.keep_alive = false;
+                Err(SendError::Exchange {
+                    addr: addr.clone(),
+                    reused,
+                    source,
+                })
+            }
+        }
     }
 
-    /// Polls the connection once without waiting; false if it has closed or is busy.
-    /// Cheap: the socket is only read if the runtime saw it become readable.
+    /// Writes what it can of the request and reads what the member sent, until a
+    /// final response head is complete.
+    fn poll_exchange(
+        &mut self,
+        cx: &mut Context<'_>,
+        ex: &mut Outgoing,
+        body: &mut RequestBody,
+        head_request: bool,
+    ) -> Poll<Result<h1::ResponseHead, ExchangeError>> {
+        loop {
+            if let Some(head) = h1::parse_response_head(&mut self.rbuf, head_request)? {
+                return Poll::Ready(Ok(head));
+            }
+            let mut progressed = false;
+            if !ex.finished() {
+                match ex.poll_write(cx, &mut self.io, body) {
+                    Poll::Ready(Ok(p)) => progressed |= p,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into_exchange(&self.rbuf))),
+                    Poll::Pending => {}
+                }
+            }
+            match poll_fill(&mut self.io, &mut self.rbuf, cx) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(ExchangeError::Closed)),
+                Poll::Ready(Ok(_)) => progressed = true,
+                Poll::Ready(Err(source)) => {
+                    return Poll::Ready(Err(ExchangeError::Io {
+                        before_response: self.rbuf.is_empty(),
+                        source,
+                    }));
+                }
+                Poll::Pending => {}
+            }
+            if !progressed {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// The next frame of the response body; `None` once it has ended.
+    pub fn poll_body(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        loop {
+            match &mut self.body {
+                BodyState::Done => return Poll::Ready(None),
+                BodyState::Length(0) => {
+                    self.body = BodyState::Done;
+                    return Poll::Ready(None);
+                }
+                BodyState::Length(left) if !self.rbuf.is_empty() => {
+                    let take = usize::try_from(*left)
+                        .unwrap_or(usize::MAX)
+                        .min(self.rbuf.len());
+                    *left -= take as u64;
+                    if *left == 0 {
+                        self.body = BodyState::Done;
+                    }
+                    let data = self.rbuf.split_to(take).freeze();
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                BodyState::Close if !self.rbuf.is_empty() => {
+                    let data = self.rbuf.split().freeze();
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                BodyState::Chunked(chunked) => match chunked.decode(&mut self.rbuf) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    // Trailers are the last frame: the body has ended with them
+                    // (a server may never poll past them).
+                    Ok(Decoded::Trailers(t)) => {
+                        self.body = BodyState::Done;
+                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                    }
+                    Ok(Decoded::End) => {
+                        self.body = BodyState::Done;
+                        return Poll::Ready(None);
+                    }
+                    Ok(Decoded::More) => {}
+                    Err(e) => {
+                        self.broken();
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                },
+                BodyState::Length(_) | BodyState::Close => {}
+            }
+            match ready!(poll_fill(&mut self.io, &mut self.rbuf, cx)) {
+                Ok(0) if matches!(self.body, BodyState::Close) => {
+                    self.body = BodyState::Done;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    self.broken();
+                    return Poll::Ready(Some(Err(ResponseBodyError::Incomplete)));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.broken();
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+        }
+    }
+
+    /// The response body has ended (or there was none).
+    pub fn body_ended(&self) -> bool {
+        matches!(self.body, BodyState::Done)
+    }
+
+    /// What is known of the response body's length.
+    pub fn body_size_hint(&self) -> SizeHint {
+        match self.body {
+            BodyState::Done => SizeHint::with_exact(0),
+            BodyState::Length(n) => SizeHint::with_exact(n),
+            BodyState::Chunked(_) | BodyState::Close => SizeHint::default(),
+        }
+    }
+
+    /// Never to be reused (the stream is no longer at a message boundary).
+    fn broken(&mut self) {
+        self.keep_alive = false;
+        self.body = BodyState::Done;
+    }
+
+    /// Whether it can take another request: the last response ended at a message
+    /// boundary with keep-alive, nothing unasked-for arrived since, and the member
+    /// has not closed it. Cheap: the socket is only read if the runtime saw it
+    /// become readable.
     pub fn is_reusable(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        if self.conn.poll_without_shutdown(&mut cx).is_ready() {
+        if !self.keep_alive || !self.body_ended() || !self.rbuf.is_empty() {
             return false;
         }
-        self.sender.is_ready()
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        poll_fill(&mut self.io, &mut self.rbuf, &mut cx).is_pending()
     }
 
     /// Whether it has been idle longer than `limit` at `now`.
@@ -336,33 +578,145 @@ impl Upstream {
         self.idle_since = Some(now);
     }
 
-    /// Sends a request that asks for an upgrade (WebSocket). The connection is handed
-    /// to a task of its own first, which drives it through the switch (polling it
-    /// here would consume the upgrade); it is never pooled.
+    /// Sends a request that asks for an upgrade (WebSocket) through hyper's client,
+    /// which drives the switch in a task of its own; the connection is never pooled.
     pub async fn send_upgrade(
         self,
         addr: &Arc<str>,
         req: Request<RequestBody>,
     ) -> Result<Response<Incoming>, SendError> {
-        let Upstream {
-            mut sender, conn, ..
-        } = self;
-        tokio::spawn(async move {
-            let _ = (*conn).with_upgrades().await;
-        });
-        sender
-            .send_request(req)
+        let http = |source| SendError::Http {
+            addr: addr.clone(),
+            reused: false,
+            source,
+        };
+        let (mut sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(self.io))
             .await
-            .map_err(|source| SendError::Http {
-                addr: addr.clone(),
-                reused: false,
+            .map_err(http)?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        sender.send_request(req).await.map_err(http)
+    }
+}
+
+/// A request on its way out: its encoded bytes and where its body stands.
+struct Outgoing {
+    out: Vec<u8>,
+    written: usize,
+    chunked: bool,
+    /// The body has ended (its last bytes are in `out`).
+    done: bool,
+    /// Trailers, sent with the last chunk.
+    trailers: Option<http::HeaderMap>,
+    /// Everything written has been flushed (out of a TLS buffer too).
+    flushed: bool,
+}
+
+/// A failure while writing a request.
+enum WriteError {
+    Io(io::Error),
+    Body(BodyError),
+}
+
+impl WriteError {
+    fn into_exchange(self, rbuf: &BytesMut) -> ExchangeError {
+        match self {
+            WriteError::Io(source) => ExchangeError::Io {
+                before_response: rbuf.is_empty(),
                 source,
-            })
+            },
+            WriteError::Body(e) => ExchangeError::Body(e),
+        }
+    }
+}
+
+impl Outgoing {
+    fn finished(&self) -> bool {
+        self.done && self.written == self.out.len() && self.flushed
     }
 
-    pub(super) fn poll_drive(&mut self, cx: &mut Context<'_>) {
-        let _ = self.conn.poll_without_shutdown(cx);
+    /// Gathers the body frames that are ready, then writes; `Ready(Ok(true))` if
+    /// anything moved.
+    fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut MemberIo,
+        body: &mut RequestBody,
+    ) -> Poll<Result<bool, WriteError>> {
+        let mut progressed = false;
+        loop {
+            while !self.done && self.out.len() - self.written < WRITE_BATCH {
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        progressed = true;
+                        match frame.into_data() {
+                            Ok(data) if self.chunked => h1::encode_chunk(&data, &mut self.out),
+                            Ok(data) => self.out.extend_from_slice(&data),
+                            Err(frame) => {
+                                if let Ok(t) = frame.into_trailers() {
+                                    self.trailers = Some(t);
+                                }
+                            }
+                        }
+                    }
+                    Poll::Ready(None) => {
+                        progressed = true;
+                        if self.chunked {
+                            h1::encode_last_chunk(self.trailers.as_ref(), &mut self.out);
+                        }
+                        self.done = true;
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(WriteError::Body(e))),
+                    Poll::Pending => break,
+                }
+            }
+            if self.written < self.out.len() {
+                match Pin::new(&mut *io).poll_write(cx, &self.out[self.written..]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(WriteError::Io(io::ErrorKind::WriteZero.into())));
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        progressed = true;
+                        self.flushed = false;
+                        self.written += n;
+                        if self.written == self.out.len() && !self.done {
+                            self.out.clear();
+                            self.written = 0;
+                        }
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(WriteError::Io(e))),
+                    Poll::Pending => {}
+                }
+            } else {
+                // All written so far: push it out of any TLS buffer.
+                match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.flushed = true,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(WriteError::Io(e))),
+                    Poll::Pending => {}
+                }
+            }
+            return if progressed {
+                Poll::Ready(Ok(true))
+            } else {
+                Poll::Pending
+            };
+        }
     }
+}
+
+/// Reads what the member sent into `buf` (`Ok(0)`: it closed).
+fn poll_fill(
+    io: &mut MemberIo,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
+    }
+    std::pin::pin!(io.read_buf(buf)).poll(cx)
 }
 
 impl std::fmt::Debug for Upstream {

@@ -6,16 +6,15 @@
 //! measurable at these sizes.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Frame, SizeHint};
 use prometheus::IntCounter;
 
-use super::conn::{ConnectSettings, MemberTls, SendError, Upstream};
+use super::conn::{ConnectSettings, MemberTls, ResponseBodyError, SendError, Upstream};
 use tokio::net::TcpStream;
 
 /// How idle connections are kept, from `upstream.*`.
@@ -123,52 +122,49 @@ impl Pool {
 }
 
 /// A member's response body together with the connection it arrives on. Polling the
-/// body drives the connection; once the body has ended the connection goes back to
+/// body reads the connection; once the body has ended the connection goes back to
 /// the member's idle list, otherwise it is closed with the lease.
 pub struct Lease {
-    body: Incoming,
     upstream: Option<Upstream>,
     pool: Arc<Pool>,
-    ended: bool,
 }
 
 impl Lease {
-    pub fn new(body: Incoming, upstream: Upstream, pool: Arc<Pool>) -> Lease {
-        let ended = body.is_end_stream();
+    /// `upstream` has just returned a response head (see [`Upstream::send`]).
+    pub fn new(upstream: Upstream, pool: Arc<Pool>) -> Lease {
         Lease {
-            body,
             upstream: Some(upstream),
             pool,
-            ended,
         }
     }
 
     pub fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(up) = self.upstream.as_mut() {
-            up.poll_drive(cx);
-        }
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        let Some(up) = self.upstream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = up.poll_body(cx);
         if let Poll::Ready(None) = polled {
-            self.ended = true;
             self.release();
         }
         polled
     }
 
     pub fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.upstream.as_ref().is_none_or(Upstream::body_ended)
     }
 
     pub fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.upstream
+            .as_ref()
+            .map_or(SizeHint::with_exact(0), Upstream::body_size_hint)
     }
 
     fn release(&mut self) {
         if let Some(up) = self.upstream.take()
-            && self.ended
+            && up.body_ended()
         {
             self.pool.put_idle(up);
         }
@@ -177,8 +173,8 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // A body that never needed polling (HEAD, 204, 304) has ended too.
-        self.ended |= self.body.is_end_stream();
+        // A body that never needed polling (HEAD, 204, 304) has ended too; one
+        // dropped before its end closes the connection (HTTP/1 cannot skip it).
         self.release();
     }
 }
