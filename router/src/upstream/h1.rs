@@ -214,15 +214,28 @@ pub fn parse_response_head(
             .reason
             .filter(|r| status.canonical_reason() != Some(*r))
             .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
-        let mut headers = HeaderMap::with_capacity(res.headers.len());
-        for h in res.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| ParseError::Head("bad header name"))?;
-            let value = HeaderValue::from_bytes(h.value)
+        // Names are mostly standard (no allocation); values are taken as slices of
+        // the head, not copied one by one.
+        let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+        let base = buf.as_ptr() as usize;
+        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
+            let name = h.name.as_ptr() as usize - base;
+            let value = h.value.as_ptr() as usize - base;
+            *slot = (name, name + h.name.len(), value, value + h.value.len());
+        }
+        let count = res.headers.len();
+        let head_bytes = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(count);
+        for &(n0, n1, v0, v1) in fields.iter().take(count) {
+            let (Some(name), Some(_)) = (head_bytes.get(n0..n1), head_bytes.get(v0..v1)) else {
+                return Err(ParseError::Head("bad header"));
+            };
+            let name =
+                HeaderName::from_bytes(name).map_err(|_| ParseError::Head("bad header name"))?;
+            let value = HeaderValue::from_maybe_shared(head_bytes.slice(v0..v1))
                 .map_err(|_| ParseError::Head("bad header value"))?;
             headers.append(name, value);
         }
-        buf.advance(len);
         let mut keep_alive = if version == Version::HTTP_10 {
             has_token(&headers, &header::CONNECTION, "keep-alive")
         } else {
