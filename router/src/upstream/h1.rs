@@ -181,9 +181,13 @@ pub fn parse_response_head(
     head: bool,
 ) -> Result<Option<ResponseHead>, ParseError> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut slots);
-        let len = match res.parse(buf) {
+        // Uninitialised slots: initialising 100 of them costs more than the parse.
+        let mut slots =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(&mut res, buf, &mut slots);
+        let len = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(ParseError::HeadTooLarge);
@@ -216,17 +220,19 @@ pub fn parse_response_head(
             .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
         // Names are mostly standard (no allocation); values are taken as slices of
         // the head, not copied one by one.
-        let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
         let base = buf.as_ptr() as usize;
-        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
-            let name = h.name.as_ptr() as usize - base;
-            let value = h.value.as_ptr() as usize - base;
-            *slot = (name, name + h.name.len(), value, value + h.value.len());
-        }
-        let count = res.headers.len();
+        let fields: Vec<(usize, usize, usize, usize)> = res
+            .headers
+            .iter()
+            .map(|h| {
+                let name = h.name.as_ptr() as usize - base;
+                let value = h.value.as_ptr() as usize - base;
+                (name, name + h.name.len(), value, value + h.value.len())
+            })
+            .collect();
         let head_bytes = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(count);
-        for &(n0, n1, v0, v1) in fields.iter().take(count) {
+        let mut headers = HeaderMap::with_capacity(fields.len());
+        for &(n0, n1, v0, v1) in &fields {
             let (Some(name), Some(_)) = (head_bytes.get(n0..n1), head_bytes.get(v0..v1)) else {
                 return Err(ParseError::Head("bad header"));
             };
