@@ -29,7 +29,9 @@
 //! closes what is left.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,8 +44,10 @@ use tokio::sync::{Notify, Semaphore, watch};
 use super::Proxy;
 use super::activity::{Activity, Place};
 use super::client_io::{ClientIo, Stream};
+use super::h1;
 use super::headers::ClientConn;
 use super::own_waker::{Flag, OwnWaker};
+use super::upload::Received;
 use crate::tls::rewind::Rewind;
 
 /// Protections of the listeners against clients.
@@ -448,15 +452,59 @@ pub async fn serve(
                     None => return,
                 },
             };
-            let io = TokioIo::new(ClientIo::new(io, limits.send_timeout));
+            let mut io = ClientIo::new(io, limits.send_timeout);
             // Each request gets the proxy settings live at its start.
             drop(proxy);
-            // Boxed: hyper keeps the box of its service future for the connection's
-            // whole life, so an unboxed one (4 KiB) would stay with every idle
-            // connection; boxed, it is freed with each response.
-            let service =
-                service_fn(move |req| Box::pin(live.load().proxy.clone().serve(conn.clone(), req)));
-            let connection = builder.serve_connection_with_upgrades(io, service);
+            // Told to close gracefully (drain, idle): HTTP/1 after the response
+            // in progress, h2 with a GOAWAY.
+            let finish = Arc::new(AtomicBool::new(false));
+            let own = h1::Settings {
+                head: h1::HeadLimits {
+                    max_bytes: limits.max_header_bytes,
+                    max_headers: limits.max_headers,
+                    max_body: limits.body_buffer_bytes,
+                },
+                header_read_timeout: limits.header_read_timeout,
+            };
+            let connection = {
+                let finish = finish.clone();
+                async move {
+                    // HTTP/1.1 on the router's own path while it can; hyper for
+                    // the rest (see `h1`).
+                    let read = if io.is_h2() {
+                        Vec::new()
+                    } else {
+                        let proxy = || live.load().proxy.clone();
+                        match h1::serve(&mut io, proxy, &conn, &finish, own).await {
+                            h1::End::Closed => return Ok(()),
+                            h1::End::Handoff(read) => read,
+                        }
+                    };
+                    let io = TokioIo::new(Rewind::new(io, read));
+                    // Boxed: hyper keeps the box of its service future for the
+                    // connection's whole life, so an unboxed one (4 KiB) would stay
+                    // with every idle connection; boxed, it is freed with each
+                    // response.
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        Box::pin(
+                            live.load()
+                                .proxy
+                                .clone()
+                                .serve(conn.clone(), req.map(Received::Hyper)),
+                        )
+                    });
+                    let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));
+                    let mut told = false;
+                    std::future::poll_fn(|cx| {
+                        if !told && finish.load(Ordering::Acquire) {
+                            told = true;
+                            hyper.as_mut().graceful_shutdown();
+                        }
+                        hyper.as_mut().poll(cx)
+                    })
+                    .await
+                }
+            };
             tokio::pin!(connection);
             // Every quiet state has a deadline (see `Activity`); shutdown and
             // quiet both end the connection gracefully (h1: after the response in
@@ -493,15 +541,15 @@ pub async fn serve(
                         activity.close_after_responses();
                         if activity.is_h2() {
                             shut = true;
-                            connection.as_mut().graceful_shutdown();
+                            finish.store(true, Ordering::Release);
                         }
                     }
                     Event::Quiet => {
                         shut = true;
-                        connection.as_mut().graceful_shutdown();
+                        finish.store(true, Ordering::Release);
                     }
                     Event::Idle => {
-                        connection.as_mut().graceful_shutdown();
+                        finish.store(true, Ordering::Release);
                         // A peer that ignores the GOAWAY is dropped soon after.
                         let bound = limits.header_read_timeout;
                         break match tokio::time::timeout(bound, connection.as_mut()).await {

@@ -52,6 +52,11 @@ impl ClientIo {
         }
     }
 
+    /// Whether TLS negotiated h2 (ALPN): no HTTP/1 on this connection.
+    pub fn is_h2(&self) -> bool {
+        self.framing.is_none() && self.cut.is_none()
+    }
+
     /// After a write poll: progress disarms the deadline; `Pending` arms it (or
     /// fails once it has passed).
     fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

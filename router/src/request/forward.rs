@@ -21,7 +21,7 @@ use super::headers::{
 };
 use super::route::normalize_host;
 use super::tunnel::Tunnel;
-use super::upload::read_ahead;
+use super::upload::{Received, read_ahead};
 use super::{Forwarded, Proxy};
 use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
@@ -32,7 +32,7 @@ impl Proxy {
     pub(super) async fn forward(
         &self,
         conn: ClientConn,
-        mut req: Request<Incoming>,
+        mut req: Request<Received>,
         host: Option<HeaderValue>,
     ) -> Result<Forwarded, ProxyError> {
         if req.method() == Method::CONNECT {

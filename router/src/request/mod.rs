@@ -35,6 +35,7 @@ pub mod client_io;
 pub mod error;
 pub mod forward;
 pub mod framing;
+pub mod h1;
 pub mod headers;
 pub mod own_waker;
 pub mod passthrough;
@@ -48,13 +49,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use self::access_log::AccessRecord;
 use self::body::{Completion, ProxyBody};
 use self::headers::ClientConn;
 use self::route::{Redirect, host_of};
-use self::upload::UploadSettings;
+use self::upload::{Received, UploadSettings};
 use crate::members::InFlight;
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
@@ -98,7 +98,7 @@ impl Proxy {
     pub async fn serve(
         self: Arc<Self>,
         conn: ClientConn,
-        req: Request<Incoming>,
+        req: Request<Received>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
         let h2 = req.version() == http::Version::HTTP_2;

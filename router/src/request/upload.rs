@@ -13,8 +13,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body_util::BodyExt as _;
-use hyper::body::{Body as _, Incoming};
+use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Instant;
 
 use crate::metrics::UpstreamError;
@@ -31,13 +32,32 @@ pub struct UploadSettings {
     pub stall: Duration,
 }
 
+/// A request body as the client's connection delivers it: hyper's (h2, and HTTP/1
+/// on connections hyper serves), or read whole already by the router's own
+/// HTTP/1 path (see [`super::h1`]; empty when the request has none).
+pub enum Received {
+    Hyper(Incoming),
+    Read(Bytes),
+}
+
 /// Reads the start of `body` (see the module doc). Errors are the client's: a
 /// malformed or aborted body ([`UpstreamError::ClientBody`], 400) or one too slow
 /// ([`UpstreamError::ClientTimeout`], 408).
 pub async fn read_ahead(
-    mut body: Incoming,
+    body: Received,
     settings: &UploadSettings,
 ) -> Result<RequestBody, UpstreamError> {
+    let mut body = match body {
+        Received::Hyper(body) => body,
+        Received::Read(bytes) if bytes.is_empty() => return Ok(RequestBody::Empty),
+        Received::Read(bytes) => {
+            return Ok(RequestBody::Client(Box::new(ClientBody::new(
+                VecDeque::from([Frame::data(bytes)]),
+                None,
+                settings.stall,
+            ))));
+        }
+    };
     if body.is_end_stream() {
         return Ok(RequestBody::Empty);
     }

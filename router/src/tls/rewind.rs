@@ -1,6 +1,8 @@
 //! A client stream with bytes already read from it put back in front: the
 //! ClientHello read to look for a passthrough name (see [`crate::tls::hello`]) is
-//! read again by our own handshake, as if it had never been taken.
+//! read again by our own handshake, as if it had never been taken; and a client
+//! connection the router's own HTTP/1 path hands to hyper gives hyper the bytes it
+//! had read (see [`crate::request::h1`]).
 //!
 //! Hand-written because hyper-util's equivalent is private; small enough to read
 //! whole. Writes go straight to the stream.
@@ -12,15 +14,15 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-pub struct Rewind {
+pub struct Rewind<T = TcpStream> {
     /// Bytes to hand out before reading the stream again; empty when none.
     prefix: Vec<u8>,
     at: usize,
-    inner: TcpStream,
+    inner: T,
 }
 
-impl Rewind {
-    pub fn new(inner: TcpStream, prefix: Vec<u8>) -> Rewind {
+impl<T> Rewind<T> {
+    pub fn new(inner: T, prefix: Vec<u8>) -> Rewind<T> {
         Rewind {
             prefix,
             at: 0,
@@ -28,12 +30,12 @@ impl Rewind {
         }
     }
 
-    pub fn get_ref(&self) -> &TcpStream {
+    pub fn get_ref(&self) -> &T {
         &self.inner
     }
 }
 
-impl AsyncRead for Rewind {
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -55,7 +57,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

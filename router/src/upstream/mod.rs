@@ -37,7 +37,7 @@
 //! knows about routes or member health: callers say what a failure means.
 
 mod conn;
-mod h1;
+pub(crate) mod h1;
 mod pool;
 mod request_body;
 

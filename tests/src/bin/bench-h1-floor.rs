@@ -11,6 +11,11 @@
 //! head, and copy it and its `Content-Length` body back. Anything else (chunked
 //! bodies, upgrades, a missing host) closes the connection: wrk and the nginx backend
 //! never send it.
+//!
+//! With `--hyper` as a third argument the client side is hyper's HTTP/1 server
+//! instead (request head into a `HeaderMap`, a service call, the response head back
+//! from a `HeaderMap`), the member side unchanged: the difference between the two
+//! modes is what hyper's server costs per request on this path.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,7 +37,7 @@ const HOP: [&str; 8] = [
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (Some(listen), Some(member)) = (args.next(), args.next()) else {
+    let (Some(listen), Some(member), hyper) = (args.next(), args.next(), args.next()) else {
         eprintln!("usage: bench-h1-floor LISTEN MEMBER");
         std::process::exit(64);
     };
@@ -51,7 +56,11 @@ fn main() {
             std::process::exit(1);
         }
     };
-    rt.block_on(serve(listen, member));
+    if hyper.as_deref() == Some("--hyper") {
+        rt.block_on(serve_hyper(listen, member));
+    } else {
+        rt.block_on(serve(listen, member));
+    }
 }
 
 async fn serve(listen: SocketAddr, member: SocketAddr) {
@@ -249,4 +258,141 @@ fn response_head(buf: &[u8]) -> std::io::Result<Option<Head>> {
         len,
         body: body.ok_or_else(|| invalid("no content-length"))?,
     }))
+}
+
+type Member = Arc<tokio::sync::Mutex<(Option<TcpStream>, Vec<u8>, Vec<u8>)>>;
+
+async fn serve_hyper(listen: SocketAddr, member: SocketAddr) {
+    use hyper::service::service_fn;
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("bench-h1-floor: {listen}: {e}");
+            std::process::exit(1);
+        }
+    };
+    let routes: Arc<HashMap<String, SocketAddr>> = Arc::new(
+        ["ha-bench-bench.example.com", "localhost", "127.0.0.1"]
+            .into_iter()
+            .map(|h| (h.to_string(), member))
+            .collect(),
+    );
+    loop {
+        let Ok((client, peer)) = listener.accept().await else {
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let routes = routes.clone();
+        let port = listen.port();
+        let up: Member = Arc::new(tokio::sync::Mutex::new((None, Vec::new(), Vec::new())));
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let (routes, up) = (routes.clone(), up.clone());
+                async move { exchange(req, peer, port, &routes, &up).await }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(client), service)
+                .await;
+        });
+    }
+}
+
+async fn exchange(
+    req: http::Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+    port: u16,
+    routes: &HashMap<String, SocketAddr>,
+    up: &Member,
+) -> std::io::Result<http::Response<http_body_util::Full<bytes::Bytes>>> {
+    use http_body_util::BodyExt;
+    let gone = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(|_| gone())?.to_bytes();
+    let host = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .ok_or_else(|| invalid("host"))?;
+    let name = host.split(':').next().unwrap_or(host);
+    let target = routes
+        .get(name)
+        .copied()
+        .ok_or_else(|| invalid("unknown host"))?;
+    let mut guard = up.lock().await;
+    let (conn, out, resp) = &mut *guard;
+    out.clear();
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes(),
+    );
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut xff = None;
+    for (n, v) in parts.headers.iter() {
+        if n.as_str() == "x-forwarded-for" {
+            xff = Some(v.as_bytes());
+            continue;
+        }
+        if HOP.contains(&n.as_str()) {
+            continue;
+        }
+        out.extend_from_slice(n.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if let Some(v) = xff {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(peer.ip().to_string().as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ");
+    out.extend_from_slice(host.as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Port: ");
+    out.extend_from_slice(port.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&body);
+    let member = match conn.as_mut() {
+        Some(m) => m,
+        None => {
+            let m = TcpStream::connect(target).await?;
+            let _ = m.set_nodelay(true);
+            conn.insert(m)
+        }
+    };
+    member.write_all(out).await?;
+    resp.clear();
+    let head = loop {
+        if let Some(h) = response_head(resp)? {
+            break h;
+        }
+        if read_more(member, resp).await? == 0 {
+            return Err(gone());
+        }
+    };
+    while resp.len() < head.len + head.body {
+        if read_more(member, resp).await? == 0 {
+            return Err(gone());
+        }
+    }
+    // The response head into a `HeaderMap`, as a hyper-based proxy must.
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let _ = parsed.parse(resp).map_err(|_| invalid("response head"))?;
+    let mut response = http::Response::builder().status(parsed.code.unwrap_or(502));
+    for h in parsed.headers.iter() {
+        if HOP.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        response = response.header(h.name, h.value);
+    }
+    let body = bytes::Bytes::copy_from_slice(&resp[head.len..head.len + head.body]);
+    response
+        .body(http_body_util::Full::new(body))
+        .map_err(|_| invalid("response"))
 }

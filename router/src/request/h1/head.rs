@@ -1,0 +1,160 @@
+//! The request heads the router's own HTTP/1.1 path serves, parsed in place.
+//!
+//! [`parse`] says one of three things about the bytes at the start of a connection's
+//! buffer: more are needed; here is a request this path serves (with how many bytes
+//! its head and body take); or this is something else, and hyper is to serve the
+//! connection from here (see the parent module for what that covers). It never
+//! answers an error itself: every request it does not take reaches hyper byte for
+//! byte, so errors (400, 431, 414) stay hyper's.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri, Version};
+
+/// Header fields at most in a head this path takes (hyper's server default); with
+/// more, or with `limits.max_headers` lower and exceeded, hyper takes the
+/// connection and applies the limit.
+pub const MAX_HEADERS: usize = 100;
+/// hyper answers 414 to a longer request target.
+const MAX_URI: usize = u16::MAX as usize - 1;
+
+/// What the limits say about a head this path takes.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadLimits {
+    /// `limits.max_header_bytes`.
+    pub max_bytes: usize,
+    /// `limits.max_headers`.
+    pub max_headers: usize,
+    /// `limits.body_buffer_bytes`: a longer body is streamed, which hyper does.
+    pub max_body: usize,
+}
+
+/// What [`parse`] found.
+#[derive(Debug)]
+pub enum Parsed {
+    /// No complete head yet (and not over the size limit).
+    Partial,
+    /// A request this path serves: its head is `head` bytes long and its
+    /// `Content-Length` body (`body` bytes) follows.
+    Request {
+        head: usize,
+        body: usize,
+        parts: Box<http::request::Parts>,
+    },
+    /// Anything else: hyper takes the connection with these bytes.
+    Other,
+}
+
+/// Reads the request head at the start of `buf` (see the module doc).
+pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
+    let mut slots =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let slots = &mut slots[..limits.max_headers.min(MAX_HEADERS)];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, buf, slots)
+    {
+        Ok(httparse::Status::Complete(n)) if n <= limits.max_bytes => n,
+        Ok(httparse::Status::Partial) if buf.len() <= limits.max_bytes => return Parsed::Partial,
+        _ => return Parsed::Other,
+    };
+    let (Some(method), Some(path), Some(1)) = (req.method, req.path, req.version) else {
+        return Parsed::Other;
+    };
+    if !path.starts_with('/') || path.len() >= MAX_URI {
+        return Parsed::Other;
+    }
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::Other;
+    };
+    let mut body = 0;
+    let mut lengths = 0;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            lengths += 1;
+            match decimal(h.value) {
+                Some(n) if n <= limits.max_body => body = n,
+                _ => return Parsed::Other,
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            // Keep-alive is the default; a close, an upgrade or another token is
+            // hyper's to handle.
+            if !h.value.eq_ignore_ascii_case(b"keep-alive") {
+                return Parsed::Other;
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"upgrade")
+            || name.eq_ignore_ascii_case(b"expect")
+        {
+            return Parsed::Other;
+        }
+    }
+    if lengths > 1 {
+        return Parsed::Other;
+    }
+    // Offsets, so that the head can become shared bytes the values are slices of.
+    let base = buf.as_ptr() as usize;
+    let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let count = req.headers.len();
+    for (slot, h) in fields.iter_mut().zip(req.headers.iter()) {
+        let name = h.name.as_ptr() as usize - base;
+        let value = h.value.as_ptr() as usize - base;
+        *slot = (name, name + h.name.len(), value, value + h.value.len());
+    }
+    let path = (path.as_ptr() as usize - base, path.len());
+    // A copy of the head (a few hundred bytes) rather than a split of the
+    // connection's buffer, which would make that buffer shared.
+    let head = Bytes::copy_from_slice(&buf[..len]);
+    match request_parts(&head, method, path, &fields[..count]) {
+        Some(parts) => Parsed::Request {
+            head: len,
+            body,
+            parts: Box::new(parts),
+        },
+        None => Parsed::Other,
+    }
+}
+
+/// The request's parts, its target and header values slices of `head`.
+fn request_parts(
+    head: &Bytes,
+    method: Method,
+    (at, len): (usize, usize),
+    fields: &[(usize, usize, usize, usize)],
+) -> Option<http::request::Parts> {
+    let uri = Uri::from_maybe_shared(head.slice(at..at + len)).ok()?;
+    // Room for the forwarding headers the request gains on its way (growing the
+    // map would move it whole).
+    let mut headers = HeaderMap::with_capacity(fields.len() + 6);
+    for &(n0, n1, v0, v1) in fields {
+        let name = HeaderName::from_bytes(head.get(n0..n1)?).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1)).ok()?;
+        headers.append(name, value);
+    }
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    parts.headers = headers;
+    Some(parts)
+}
+
+/// A `Content-Length` value: decimal digits only (hyper reads lists and signs,
+/// so anything else is left to it).
+fn decimal(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 15 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Moves a served request's head and body out of `buf`: the body as shared bytes.
+pub fn take(buf: &mut BytesMut, head: usize, body: usize) -> Bytes {
+    bytes::Buf::advance(buf, head);
+    if body == 0 {
+        Bytes::new()
+    } else {
+        buf.split_to(body).freeze()
+    }
+}

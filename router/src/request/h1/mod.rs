@@ -1,0 +1,268 @@
+//! The client side of HTTP/1.1 on the router's own framing, with hyper behind it.
+//!
+//! The common request (HTTP/1.1 in origin form, a complete head within the limits,
+//! no body or a `Content-Length` one that has arrived with its head and fits
+//! `limits.body_buffer_bytes`, keep-alive, no upgrade, no `Expect`, no
+//! `Transfer-Encoding`) is parsed in place with `httparse` ([`head`]), served by
+//! [`Proxy::serve`](super::Proxy::serve) like any other, and its response written
+//! here ([`response`], exactly as hyper writes it). At the first request that is
+//! anything else the connection is handed to hyper with every byte read so far put
+//! back in front ([`End::Handoff`]), and hyper serves it from there as it serves
+//! every h2 connection: its error answers (400, 431, 414), `100-continue`, chunked
+//! and slow request bodies, upgrades, h2 with prior knowledge, HTTP/1.0. So every
+//! shape the tests pin down reaches the same code as before, and the request
+//! framing checks ([`super::framing`], on every read of the connection) still
+//! cut smuggling shapes before either parser sees them.
+//!
+//! Why: on the keep-alive path hyper's server costs about 1.6 µs per request
+//! (`bench-h1-floor` with and without `--hyper`: 8.9 against 7.3 µs), and it keeps
+//! its read and write buffers with every idle connection; this path holds no
+//! buffer while a connection waits for its next request.
+//!
+//! Deadlines: between requests the connection's [`Activity`](super::activity)
+//! deadlines apply, as on hyper's connections; a head that has begun must be
+//! complete within `limits.header_read_timeout` (hyper's `header_read_timeout`),
+//! else the connection is closed without an answer, as hyper closes it.
+
+mod head;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+
+use bytes::BytesMut;
+use futures_util::FutureExt as _;
+use http::{Method, Request, Response};
+use http_body_util::BodyExt as _;
+use hyper::body::Body as _;
+use tokio::io::{AsyncRead as _, AsyncWriteExt as _, ReadBuf};
+use tokio::time::Sleep;
+
+use self::head::Parsed;
+use self::response::{BodyLength, DateCache, Encoder};
+use super::Proxy;
+use super::body::ProxyBody;
+use super::client_io::ClientIo;
+use super::headers::ClientConn;
+use super::upload::Received;
+
+/// How the router's own path left a connection.
+pub enum End {
+    /// Done: closed by either side, or at a deadline.
+    Closed,
+    /// hyper serves it from here, these bytes first.
+    Handoff(Vec<u8>),
+}
+
+pub use self::head::HeadLimits;
+
+/// A response larger than this is written in pieces, not gathered first.
+const GATHER: usize = 64 * 1024;
+
+/// What the path needs from `limits`.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub head: HeadLimits,
+    /// `limits.header_read_timeout`: a begun head must be complete within it.
+    pub header_read_timeout: std::time::Duration,
+}
+
+/// Serves `io` until it closes or needs hyper (see the module doc); each request
+/// is served by the proxy `proxy()` returns at its start. `shut` set (drain, idle
+/// deadline): the connection closes once no request is in progress.
+pub async fn serve(
+    io: &mut ClientIo,
+    proxy: impl Fn() -> std::sync::Arc<Proxy>,
+    conn: &ClientConn,
+    shut: &AtomicBool,
+    settings: Settings,
+) -> End {
+    let mut buf = BytesMut::new();
+    let mut date = DateCache::default();
+    loop {
+        // 1. A head (and its body, if it came along).
+        let mut deadline: Option<Pin<Box<Sleep>>> = None;
+        let (head, body, parts) = loop {
+            if !buf.is_empty() {
+                match head::parse(&buf, &settings.head) {
+                    Parsed::Request { head, body, parts } if buf.len() >= head + body => {
+                        break (head, body, parts);
+                    }
+                    // A body still on its way is hyper's to read, with its
+                    // deadlines and 408.
+                    Parsed::Request { .. } | Parsed::Other => return End::Handoff(buf.to_vec()),
+                    Parsed::Partial => {}
+                }
+                if deadline.is_none() {
+                    deadline = Some(Box::pin(tokio::time::sleep(settings.header_read_timeout)));
+                }
+            }
+            match read(io, &mut buf, shut, deadline.as_mut()).await {
+                Read::Bytes => {}
+                Read::Ended => return End::Closed,
+            }
+        };
+        let method = parts.method.clone();
+        let body = head::take(&mut buf, head, body);
+        let req = Request::from_parts(*parts, Received::Read(body));
+        // Boxed: a waiting connection keeps only this loop's few words.
+        let response = Box::pin(proxy().serve(conn.clone(), req)).await;
+        let Ok(response) = response;
+        // 2. The response.
+        match write(io, response, &method, &mut date).await {
+            Ok(true) if !shut.load(Ordering::Acquire) => {}
+            Ok(_) => {
+                let _ = io.shutdown().await;
+                return End::Closed;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "client connection ended mid-response");
+                return End::Closed;
+            }
+        }
+    }
+}
+
+/// What waiting for a head's bytes ended with.
+enum Read {
+    Bytes,
+    /// EOF, an error, the head deadline, or `shut`.
+    Ended,
+}
+
+/// Reads more of a head into `buf`, through a buffer on the stack: `buf` holds
+/// only the bytes read (a small allocation), and a waiting connection holds no
+/// buffer at all.
+async fn read(
+    io: &mut ClientIo,
+    buf: &mut BytesMut,
+    shut: &AtomicBool,
+    mut deadline: Option<&mut Pin<Box<Sleep>>>,
+) -> Read {
+    std::future::poll_fn(|cx| {
+        if shut.load(Ordering::Acquire) {
+            return Poll::Ready(Read::Ended);
+        }
+        if let Some(d) = deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            tracing::debug!("request head not complete within limits.header_read_timeout; closing");
+            return Poll::Ready(Read::Ended);
+        }
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut rb = ReadBuf::uninit(&mut stack);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Read::Ended),
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(rb.filled());
+                Poll::Ready(Read::Bytes)
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(Read::Ended),
+            Poll::Pending => {
+                if buf.is_empty() {
+                    *buf = BytesMut::new();
+                }
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// Writes `response` (to a `method` request); `Ok(false)`: the connection closes
+/// after it.
+async fn write(
+    io: &mut ClientIo,
+    response: Response<ProxyBody>,
+    method: &Method,
+    date: &mut DateCache,
+) -> std::io::Result<bool> {
+    let (parts, body) = response.into_parts();
+    let length = if body.is_end_stream() {
+        BodyLength::None
+    } else {
+        body.size_hint()
+            .exact()
+            .map_or(BodyLength::Unknown, BodyLength::Known)
+    };
+    let mut out = Vec::with_capacity(512);
+    let head = response::encode_head(&parts, method, length, date, &mut out);
+    drop(parts);
+    let mut encoder = head.encoder;
+    // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as
+    // hyper drops it, and the framing ended.
+    let mut body = (length != BodyLength::None && encoder != Encoder::Length(0)).then_some(body);
+    if body.is_none() && !encoder.end(None, &mut out) {
+        return Err(std::io::Error::other(
+            "response body ended short of its length",
+        ));
+    }
+    while let Some(b) = body.as_mut() {
+        // Gathered into one write while frames are ready; written out before
+        // waiting for the next.
+        let frame = if out.is_empty() {
+            b.frame().await
+        } else {
+            match b.frame().now_or_never() {
+                Some(f) => f,
+                None => {
+                    flush(io, &mut out).await?;
+                    continue;
+                }
+            }
+        };
+        match frame {
+            None => {
+                body = None;
+                if !encoder.end(None, &mut out) {
+                    return Err(std::io::Error::other(
+                        "response body ended short of its length",
+                    ));
+                }
+            }
+            Some(Err(e)) => return Err(std::io::Error::other(e)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if data.is_empty() && !b.is_end_stream() {
+                        continue;
+                    }
+                    if out.len() + data.len() > GATHER {
+                        flush(io, &mut out).await?;
+                    }
+                    let done = encoder.data(&data, &mut out) == response::Wrote::Done;
+                    if b.is_end_stream() {
+                        body = None;
+                        if !encoder.end(None, &mut out) {
+                            return Err(std::io::Error::other(
+                                "response body ended short of its length",
+                            ));
+                        }
+                    } else if done {
+                        body = None;
+                    }
+                    if out.len() >= GATHER {
+                        flush(io, &mut out).await?;
+                    }
+                }
+                Err(frame) => {
+                    body = None;
+                    encoder.end(frame.trailers_ref(), &mut out);
+                }
+            },
+        }
+    }
+    flush(io, &mut out).await?;
+    Ok(!head.last && encoder != Encoder::CloseDelimited)
+}
+
+async fn flush(io: &mut ClientIo, out: &mut Vec<u8>) -> std::io::Result<()> {
+    if !out.is_empty() {
+        io.write_all(out).await?;
+        out.clear();
+    }
+    io.flush().await
+}

@@ -1,0 +1,330 @@
+//! Responses on the router's own HTTP/1.1 path, written exactly as hyper's server
+//! writes them (hyper 1.x `proto::h1::role::Server::encode`), so that a client
+//! cannot tell which of the two served it: the status line (a member's own reason
+//! phrase kept), lower-case names, one line per value except `connection`,
+//! `transfer-encoding` and `trailer` (joined), `content-length` or
+//! `transfer-encoding: chunked` by the same rules, `date` when the response has
+//! none, and trailers only for the fields the response's `Trailer` names.
+//!
+//! Pure: bytes out only, no I/O (the connection loop is the parent module).
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Method, StatusCode};
+
+use crate::upstream::h1::encode_chunk;
+
+/// What the body's framing will be, from the body itself (hyper's `BodyLength`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyLength {
+    /// The body has ended already.
+    None,
+    /// The body says how long it is.
+    Known(u64),
+    /// It does not.
+    Unknown,
+}
+
+/// How the body is written.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Encoder {
+    /// This many bytes still to write.
+    Length(u64),
+    /// Chunked, with the trailer fields the response announced (`None`: trailers
+    /// are dropped, as hyper drops them).
+    Chunked(Option<Vec<HeaderName>>),
+    /// Up to the connection's close.
+    CloseDelimited,
+}
+
+/// The head written and what follows it.
+#[derive(Debug)]
+pub struct Head {
+    pub encoder: Encoder,
+    /// The connection closes after this response.
+    pub last: bool,
+}
+
+/// A `date` value, formatted once per second per connection.
+#[derive(Default)]
+pub struct DateCache {
+    second: u64,
+    text: String,
+}
+
+impl DateCache {
+    fn value(&mut self) -> &[u8] {
+        let now = std::time::SystemTime::now();
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = httpdate::fmt_http_date(now);
+        }
+        self.text.as_bytes()
+    }
+}
+
+fn can_chunked(method: &Method, status: StatusCode) -> bool {
+    !(*method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED)
+}
+
+fn can_have_content_length(status: StatusCode) -> bool {
+    !(status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED)
+}
+
+/// Appends the head of `parts` (a response to a `method` request) to `out`.
+pub fn encode_head(
+    parts: &http::response::Parts,
+    method: &Method,
+    body: BodyLength,
+    date: &mut DateCache,
+    out: &mut Vec<u8>,
+) -> Head {
+    let status = parts.status;
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    if status == StatusCode::OK && reason.is_none() {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        match reason {
+            Some(r) => out.extend_from_slice(r.as_bytes()),
+            None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunkable = can_chunked(method, status);
+    let mut last = false;
+    let mut wrote_len = false;
+    let mut wrote_date = false;
+    let mut encoder = Encoder::Length(0);
+    let mut trailers: Option<Vec<HeaderName>> = None;
+    for name in parts.headers.keys() {
+        let mut values = parts.headers.get_all(name).iter();
+        match *name {
+            header::CONTENT_LENGTH => {
+                let Some(first) = values.next() else { continue };
+                match body {
+                    BodyLength::Known(n) => encoder = Encoder::Length(n),
+                    BodyLength::Unknown => match decimal(first.as_bytes()) {
+                        Some(n) => encoder = Encoder::Length(n),
+                        // hyper refuses to send such a response; close instead
+                        // of guessing.
+                        None => {
+                            encoder = Encoder::CloseDelimited;
+                            last = true;
+                        }
+                    },
+                    // No body: only a HEAD response keeps its length.
+                    BodyLength::None if *method != Method::HEAD => continue,
+                    BodyLength::None => {}
+                }
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(first.as_bytes());
+                out.extend_from_slice(b"\r\n");
+                wrote_len = true;
+            }
+            header::TRANSFER_ENCODING => {
+                if !chunkable {
+                    continue;
+                }
+                wrote_len = true;
+                let mut chunked_last = false;
+                out.extend_from_slice(b"transfer-encoding: ");
+                for (i, v) in values.enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b", ");
+                    }
+                    out.extend_from_slice(v.as_bytes());
+                    chunked_last = v
+                        .as_bytes()
+                        .rsplit(|b| *b == b',')
+                        .next()
+                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                }
+                if !chunked_last {
+                    out.extend_from_slice(b", chunked");
+                }
+                out.extend_from_slice(b"\r\n");
+                encoder = Encoder::Chunked(None);
+            }
+            header::CONNECTION => {
+                out.extend_from_slice(b"connection: ");
+                for (i, v) in values.enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b", ");
+                    }
+                    out.extend_from_slice(v.as_bytes());
+                    if v.as_bytes()
+                        .split(|b| *b == b',')
+                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                    {
+                        last = true;
+                    }
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+            header::TRAILER => {
+                if !chunkable {
+                    continue;
+                }
+                out.extend_from_slice(b"trailer: ");
+                let names = trailers.get_or_insert_with(Vec::new);
+                for (i, v) in values.enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b", ");
+                    }
+                    out.extend_from_slice(v.as_bytes());
+                    if let Ok(s) = v.to_str() {
+                        names.extend(
+                            s.split(',')
+                                .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+                        );
+                    }
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+            _ => {
+                if *name == header::DATE {
+                    wrote_date = true;
+                }
+                for v in values {
+                    out.extend_from_slice(name.as_str().as_bytes());
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(v.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+    }
+    if !wrote_len {
+        encoder = match body {
+            BodyLength::Unknown if chunkable => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                Encoder::Chunked(None)
+            }
+            BodyLength::Unknown => {
+                last = true;
+                Encoder::CloseDelimited
+            }
+            BodyLength::None | BodyLength::Known(0) => {
+                if can_have_content_length(status) && *method != Method::HEAD {
+                    out.extend_from_slice(b"content-length: 0\r\n");
+                }
+                Encoder::Length(0)
+            }
+            BodyLength::Known(n) if can_have_content_length(status) => {
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(n.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                Encoder::Length(n)
+            }
+            BodyLength::Known(_) => Encoder::Length(0),
+        };
+    }
+    if !chunkable {
+        encoder = Encoder::Length(0);
+    }
+    if let (Encoder::Chunked(allowed), Some(names)) = (&mut encoder, trailers) {
+        *allowed = Some(names);
+    }
+    if !wrote_date {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(date.value());
+        out.extend_from_slice(b"\r\n\r\n");
+    } else {
+        out.extend_from_slice(b"\r\n");
+    }
+    Head { encoder, last }
+}
+
+/// What writing a body frame found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wrote {
+    /// More may follow.
+    More,
+    /// The body is complete as framed (what went past its length was dropped,
+    /// as hyper drops it).
+    Done,
+}
+
+impl Encoder {
+    /// Appends one data frame.
+    pub fn data(&mut self, data: &Bytes, out: &mut Vec<u8>) -> Wrote {
+        match self {
+            Encoder::Length(left) => {
+                let n = usize::try_from(*left).map_or(data.len(), |l| l.min(data.len()));
+                out.extend_from_slice(&data[..n]);
+                *left -= n as u64;
+                if *left == 0 { Wrote::Done } else { Wrote::More }
+            }
+            Encoder::Chunked(_) => {
+                encode_chunk(data, out);
+                Wrote::More
+            }
+            Encoder::CloseDelimited => {
+                out.extend_from_slice(data);
+                Wrote::More
+            }
+        }
+    }
+
+    /// Appends the end of the body (with the announced trailers, if any); false if
+    /// the body ended short of its length.
+    pub fn end(&mut self, trailers: Option<&HeaderMap>, out: &mut Vec<u8>) -> bool {
+        match self {
+            Encoder::Length(left) => *left == 0,
+            Encoder::Chunked(allowed) => {
+                out.extend_from_slice(b"0\r\n");
+                if let (Some(trailers), Some(allowed)) = (trailers, allowed.as_ref()) {
+                    for (name, value) in trailers {
+                        if allowed.contains(name) && valid_trailer(name) {
+                            out.extend_from_slice(name.as_str().as_bytes());
+                            out.extend_from_slice(b": ");
+                            out.extend_from_slice(value.as_bytes());
+                            out.extend_from_slice(b"\r\n");
+                        }
+                    }
+                }
+                out.extend_from_slice(b"\r\n");
+                true
+            }
+            Encoder::CloseDelimited => true,
+        }
+    }
+}
+
+/// RFC 9110 §6.5.1: fields that must not be trailers (hyper's list).
+fn valid_trailer(name: &HeaderName) -> bool {
+    !matches!(
+        *name,
+        header::AUTHORIZATION
+            | header::CACHE_CONTROL
+            | header::CONTENT_ENCODING
+            | header::CONTENT_LENGTH
+            | header::CONTENT_RANGE
+            | header::CONTENT_TYPE
+            | header::HOST
+            | header::MAX_FORWARDS
+            | header::SET_COOKIE
+            | header::TRAILER
+            | header::TRANSFER_ENCODING
+            | header::TE
+    )
+}
+
+fn decimal(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
