@@ -33,6 +33,19 @@ impl TestRouter {
         TestRouter::start_in(crate::tempdir("router"), extra).await
     }
 
+    /// [`TestRouter::start`] with one app, `myapp` in `demo`
+    /// (`ha-myapp-demo.example.com`), on a new [`crate::Backend`], routed already.
+    pub async fn with_backend(extra: &str) -> (TestRouter, crate::Backend) {
+        let backend = crate::Backend::start().await;
+        let r = TestRouter::start(extra).await;
+        r.drop_event(
+            "01.yaml",
+            &crate::events::add_lb("myapp", "demo", backend.addr),
+        );
+        r.wait_route("ha-myapp-demo.example.com").await;
+        (r, backend)
+    }
+
     /// Starts on an existing root (to restart over the same state directory).
     pub async fn start_in(root: PathBuf, extra: &str) -> TestRouter {
         let spool = root.join("spool");

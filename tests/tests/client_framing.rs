@@ -10,11 +10,7 @@ use e2e::{Backend, Echo, TestRouter, events, raw};
 const HA: &str = "ha-myapp-demo.example.com";
 
 async fn router_with_backend() -> (TestRouter, Backend) {
-    let backend = Backend::start().await;
-    let r = TestRouter::start("health:\n  checks: false\n").await;
-    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", backend.addr));
-    r.wait_route(HA).await;
-    (r, backend)
+    TestRouter::with_backend("health:\n  checks: false\n").await
 }
 
 /// Splits raw HTTP/1.1 responses (each framed by `content-length`) into (head,

@@ -9,11 +9,7 @@ use e2e::{Backend, TestRouter, events, raw};
 const HA: &str = "ha-myapp-demo.example.com";
 
 async fn router_with_backend() -> (TestRouter, Backend) {
-    let backend = Backend::start().await;
-    let r = TestRouter::start("health:\n  checks: false\n").await;
-    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", backend.addr));
-    r.wait_route(HA).await;
-    (r, backend)
+    TestRouter::with_backend("health:\n  checks: false\n").await
 }
 
 /// A request with `headers` (CRLF-terminated lines) and `body`, whose body carries a

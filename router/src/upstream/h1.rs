@@ -133,11 +133,16 @@ pub fn encode_chunk(data: &[u8], out: &mut Vec<u8>) {
 pub fn encode_last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        encode_field(name, value, out);
     }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends one header field line.
+pub fn encode_field(name: &HeaderName, value: &HeaderValue, out: &mut Vec<u8>) {
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 

@@ -63,7 +63,12 @@ fn main() {
     }
 }
 
-async fn serve(listen: SocketAddr, member: SocketAddr) {
+/// The listener, and the names that route to the one member (the lookup is what
+/// a router pays).
+async fn bind(
+    listen: SocketAddr,
+    member: SocketAddr,
+) -> (TcpListener, Arc<HashMap<String, SocketAddr>>) {
     let listener = match TcpListener::bind(listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -71,13 +76,17 @@ async fn serve(listen: SocketAddr, member: SocketAddr) {
             std::process::exit(1);
         }
     };
-    // Every name routes to the one member; the lookup is what a router pays.
-    let routes: Arc<HashMap<String, SocketAddr>> = Arc::new(
+    let routes = Arc::new(
         ["ha-bench-bench.example.com", "localhost", "127.0.0.1"]
             .into_iter()
             .map(|h| (h.to_string(), member))
             .collect(),
     );
+    (listener, routes)
+}
+
+async fn serve(listen: SocketAddr, member: SocketAddr) {
+    let (listener, routes) = bind(listen, member).await;
     loop {
         let Ok((client, peer)) = listener.accept().await else {
             continue;
@@ -264,19 +273,7 @@ type Member = Arc<tokio::sync::Mutex<(Option<TcpStream>, Vec<u8>, Vec<u8>)>>;
 
 async fn serve_hyper(listen: SocketAddr, member: SocketAddr) {
     use hyper::service::service_fn;
-    let listener = match TcpListener::bind(listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("bench-h1-floor: {listen}: {e}");
-            std::process::exit(1);
-        }
-    };
-    let routes: Arc<HashMap<String, SocketAddr>> = Arc::new(
-        ["ha-bench-bench.example.com", "localhost", "127.0.0.1"]
-            .into_iter()
-            .map(|h| (h.to_string(), member))
-            .collect(),
-    );
+    let (listener, routes) = bind(listen, member).await;
     loop {
         let Ok((client, peer)) = listener.accept().await else {
             continue;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode};
 
-use crate::upstream::h1::encode_chunk;
+use crate::upstream::h1::{encode_chunk, encode_field};
 
 /// What the body's framing will be, from the body itself (hyper's `BodyLength`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,10 +197,7 @@ pub fn encode_head(
                     wrote_date = true;
                 }
                 for v in values {
-                    out.extend_from_slice(name.as_str().as_bytes());
-                    out.extend_from_slice(b": ");
-                    out.extend_from_slice(v.as_bytes());
-                    out.extend_from_slice(b"\r\n");
+                    encode_field(name, v, out);
                 }
             }
         }
@@ -287,10 +284,7 @@ impl Encoder {
                 if let (Some(trailers), Some(allowed)) = (trailers, allowed.as_ref()) {
                     for (name, value) in trailers {
                         if allowed.contains(name) && valid_trailer(name) {
-                            out.extend_from_slice(name.as_str().as_bytes());
-                            out.extend_from_slice(b": ");
-                            out.extend_from_slice(value.as_bytes());
-                            out.extend_from_slice(b"\r\n");
+                            encode_field(name, value, out);
                         }
                     }
                 }
