@@ -26,7 +26,7 @@ use super::{Forwarded, Proxy};
 use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
-use crate::upstream::{Lease, MemberTls, RequestBody, SendError, Upstream};
+use crate::upstream::{Encoded, Lease, MemberTls, SendError, Upstream};
 
 impl Proxy {
     pub(super) async fn forward(
@@ -143,17 +143,13 @@ impl Proxy {
             member.health.record_success();
             return Ok(self.upgraded(response, client_upgrade, slot, &conn));
         }
-        // Only a request that can be sent again exactly may be replayed.
-        let replay = (idempotent(&parts.method) && matches!(body, RequestBody::Empty)).then(|| {
-            (
-                parts.method.clone(),
-                parts.uri.clone(),
-                parts.headers.clone(),
-            )
-        });
-        let first = Request::from_parts(parts, body);
-        let mut result = self.send(&mut up, &target.member.addr, first).await;
-        if let (Err(Some(e)), Some((method, uri, headers))) = (&result, replay)
+        // Only a request that can be sent again exactly may be replayed: its head
+        // is encoded once and, without a body, is all of it.
+        let idempotent = idempotent(&parts.method);
+        let mut request = Encoded::new(Request::from_parts(parts, body));
+        let replay = idempotent && request.has_no_body();
+        let mut result = self.send(&mut up, &target.member.addr, &mut request).await;
+        if let (Err(Some(e)), true) = (&result, replay)
             && e.closed_before_response()
         {
             self.metrics.retries.inc();
@@ -178,11 +174,8 @@ impl Proxy {
                 }
                 Err(e) => return Err(e),
             };
-            let mut again = Request::new(RequestBody::Empty);
-            *again.method_mut() = method;
-            *again.uri_mut() = uri;
-            *again.headers_mut() = headers;
-            result = self.send(&mut up, &target.member.addr, again).await;
+            request.rewind();
+            result = self.send(&mut up, &target.member.addr, &mut request).await;
         }
         drop(route);
         let member = &target.member;
@@ -329,13 +322,9 @@ impl Proxy {
         &self,
         up: &mut Upstream,
         addr: &Arc<str>,
-        req: Request<RequestBody>,
+        req: &mut Encoded,
     ) -> Result<Response<()>, Option<SendError>> {
-        match tokio::time::timeout(self.response_timeout, up.send(addr, req)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(Some(e)),
-            Err(_) => Err(None),
-        }
+        up.send(addr, req, self.response_timeout).await
     }
 
     /// An error that says something about the member's health: connection

@@ -103,6 +103,8 @@ pub struct Upstream {
     body: BodyState,
     /// The member may take another request once this response has ended.
     keep_alive: bool,
+    /// The response-head deadline's timer, armed lazily (see [`Upstream::past`]).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// The response body being read.
@@ -356,6 +358,7 @@ impl Upstream {
             rbuf: BytesMut::new(),
             body: BodyState::Done,
             keep_alive: true,
+            timer: None,
         })
     }
 
@@ -373,35 +376,32 @@ impl Upstream {
     /// meanwhile; the response body is then read through [`Upstream::poll_body`].
     /// A member that answers before it has read the whole body (a 413, say) gets
     /// its answer taken, and the connection is not reused.
+    /// `Err(None)`: no response head within `within`.
     pub async fn send(
         &mut self,
         addr: &Arc<str>,
-        req: Request<RequestBody>,
-    ) -> Result<Response<()>, SendError> {
+        req: &mut Encoded,
+        within: Duration,
+    ) -> Result<Response<()>, Option<SendError>> {
+        let deadline = tokio::time::Instant::now() + within;
         let reused = self.reused();
-        let (mut parts, mut body) = req.into_parts();
-        let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut out = Vec::with_capacity(512);
-        let framing = h1::encode_request_head(
-            &parts.method,
-            target,
-            &mut parts.headers,
-            body_len,
-            &mut out,
-        );
-        let mut ex = Outgoing {
-            out,
-            written: 0,
-            chunked: framing == Framing::Chunked,
-            done: framing == Framing::Empty,
-            trailers: None,
-            flushed: false,
-        };
-        let head_request = parts.method == Method::HEAD;
+        let Encoded {
+            ex,
+            body,
+            head_request,
+        } = req;
+        let head_request = *head_request;
         let result =
-            std::future::poll_fn(|cx| self.poll_exchange(cx, &mut ex, &mut body, head_request))
-                .await;
+            std::future::poll_fn(|cx| match self.poll_exchange(cx, ex, body, head_request) {
+                Poll::Ready(r) => Poll::Ready(Some(r)),
+                Poll::Pending if self.past(cx, deadline) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            })
+            .await;
+        let Some(result) = result else {
+            self.keep_alive = false;
+            return Err(None);
+        };
         match result {
             Ok(head) => {
                 // An answer before the whole request was written ends the exchange:
@@ -424,12 +424,37 @@ impl Upstream {
             }
             Err(source) => {
                 self.keep_alive = false;
-                Err(SendError::Exchange {
+                Err(Some(SendError::Exchange {
                     addr: addr.clone(),
                     reused,
                     source,
-                })
+                }))
             }
+        }
+    }
+
+    /// Whether `deadline` has passed, with the waker registered for it if not.
+    ///
+    /// One timer per connection, re-armed only when it fires before the current
+    /// deadline (it was set for an earlier request) or a nearer one comes (a
+    /// reload shortened `response_timeout`): a request costs no registration in
+    /// the timer wheel, where a `tokio::time::timeout` per request registered and
+    /// cleared an entry each time.
+    fn past(&mut self, cx: &mut Context<'_>, deadline: tokio::time::Instant) -> bool {
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return true;
+            }
+            timer.as_mut().reset(deadline);
         }
     }
 
@@ -598,6 +623,55 @@ impl Upstream {
             let _ = conn.with_upgrades().await;
         });
         sender.send_request(req).await.map_err(http)
+    }
+}
+
+/// A request to send: its head encoded once, its body as it comes. One without a
+/// body can be sent again exactly ([`Encoded::rewind`]), on another connection.
+pub struct Encoded {
+    ex: Outgoing,
+    body: RequestBody,
+    head_request: bool,
+}
+
+impl Encoded {
+    pub fn new(req: Request<RequestBody>) -> Encoded {
+        let (mut parts, body) = req.into_parts();
+        let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut out = Vec::with_capacity(512);
+        let framing = h1::encode_request_head(
+            &parts.method,
+            target,
+            &mut parts.headers,
+            body_len,
+            &mut out,
+        );
+        Encoded {
+            ex: Outgoing {
+                out,
+                written: 0,
+                chunked: framing == Framing::Chunked,
+                done: framing == Framing::Empty,
+                trailers: None,
+                flushed: false,
+            },
+            body,
+            head_request: parts.method == Method::HEAD,
+        }
+    }
+
+    /// The request has no body: all of it is the encoded head.
+    pub fn has_no_body(&self) -> bool {
+        matches!(self.body, RequestBody::Empty) && self.ex.done
+    }
+
+    /// Makes a request without a body ready to be sent again from its start.
+    pub fn rewind(&mut self) {
+        if self.has_no_body() {
+            self.ex.written = 0;
+            self.ex.flushed = false;
+        }
     }
 }
 

@@ -42,8 +42,8 @@ mod pool;
 mod request_body;
 
 pub use conn::{
-    ConnectSettings, ExchangeError, MemberIo, MemberTls, ResponseBodyError, SendError, Upstream,
-    local_shortage,
+    ConnectSettings, Encoded, ExchangeError, MemberIo, MemberTls, ResponseBodyError, SendError,
+    Upstream, local_shortage,
 };
 pub use pool::{Lease, Pool, PoolSettings};
 pub use request_body::{BodyError, ClientBody, RequestBody};
