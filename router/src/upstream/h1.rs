@@ -226,18 +226,19 @@ pub fn parse_response_head(
         // Names are mostly standard (no allocation); values are taken as slices of
         // the head, not copied one by one.
         let base = buf.as_ptr() as usize;
-        let fields: Vec<(usize, usize, usize, usize)> = res
-            .headers
-            .iter()
-            .map(|h| {
-                let name = h.name.as_ptr() as usize - base;
-                let value = h.value.as_ptr() as usize - base;
-                (name, name + h.name.len(), value, value + h.value.len())
-            })
-            .collect();
-        let head_bytes = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(fields.len());
-        for &(n0, n1, v0, v1) in &fields {
+        let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+        let count = res.headers.len();
+        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
+            let name = h.name.as_ptr() as usize - base;
+            let value = h.value.as_ptr() as usize - base;
+            *slot = (name, name + h.name.len(), value, value + h.value.len());
+        }
+        // A copy of the head (a few hundred bytes): splitting it off would make
+        // the connection's read buffer shared, and its next reserve allocate.
+        let head_bytes = Bytes::copy_from_slice(&buf[..len]);
+        buf.advance(len);
+        let mut headers = HeaderMap::with_capacity(count);
+        for &(n0, n1, v0, v1) in &fields[..count] {
             let (Some(name), Some(_)) = (head_bytes.get(n0..n1), head_bytes.get(v0..v1)) else {
                 return Err(ParseError::Head("bad header"));
             };
