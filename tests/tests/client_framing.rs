@@ -136,3 +136,38 @@ async fn a_head_begun_and_never_finished_is_closed_at_the_head_deadline() {
         "closed at the head deadline, not the idle one: {elapsed:?}"
     );
 }
+
+/// A client that leaves while its request waits on the member cancels it, as hyper
+/// cancels it: the member's slot is free at once, not when the member answers.
+#[tokio::test]
+async fn a_client_that_leaves_mid_request_frees_its_member_slot_at_once() {
+    let (r, _b) = router_with_backend().await;
+    let in_flight = async || {
+        let (_, doc) = r.admin_get("/backends").await;
+        let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+        doc["backends"][0]["in_flight"].as_u64()
+    };
+    let mut s = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    tokio::io::AsyncWriteExt::write_all(
+        &mut s,
+        format!("GET /slow?ms=8000 HTTP/1.1\r\nHost: {HA}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("write");
+    e2e::eventually(
+        "the request holds a slot on the member",
+        Duration::from_secs(5),
+        async || in_flight().await == Some(1),
+    )
+    .await;
+    drop(s);
+    // The member answers after 8 s; the slot must be free well before.
+    e2e::eventually(
+        "the slot is free once the client left",
+        Duration::from_secs(3),
+        async || in_flight().await == Some(0),
+    )
+    .await;
+}

@@ -1,14 +1,17 @@
-//! Client-facing listeners: accept, limit, hand each connection to hyper, drain.
+//! Client-facing listeners: accept, limit, serve each connection, drain.
 //!
 //! The accept loop only accepts: it accepts a client, takes a connection slot for
 //! it, then spawns a task that owns the connection. At `limits.max_connections` a
 //! new client evicts the connection that has been quiet the longest (no request in
 //! flight: a slowloris head that never ends, an idle keep-alive), as nginx reuses
 //! its keep-alive connections when it runs out; when every connection is busy, the
-//! new client waits for a slot and the ones behind it wait in the kernel backlog. hyper serves HTTP/1.1 and
-//! h2 (detected by the client preface, so h2 with prior knowledge works on the plain
-//! port), enforces the header size and count limits (431) and the request-head read
-//! timeout (slowloris), and hands upgraded connections back for tunnelling.
+//! new client waits for a slot and the ones behind it wait in the kernel backlog.
+//! An HTTP/1.1 connection starts on the router's own path ([`super::h1`]) and is
+//! handed to hyper at the first request that path does not take; hyper serves the
+//! rest and h2 (by ALPN, or detected by the client preface, so h2 with prior
+//! knowledge works on the plain port), enforces the header size and count limits
+//! (431) and the request-head read timeout (slowloris), and hands upgraded
+//! connections back for tunnelling.
 //!
 //! A TLS listener does the handshake in the connection's task (never in the accept
 //! loop), within `tls.handshake_timeout`, then serves the same way; ALPN picks h2 or

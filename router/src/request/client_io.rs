@@ -57,6 +57,12 @@ impl ClientIo {
         self.framing.is_none() && self.cut.is_none()
     }
 
+    /// The framing reader cut the stream (see [`super::framing`]): its end is not
+    /// the client's.
+    pub fn was_cut(&self) -> bool {
+        self.cut.is_some()
+    }
+
     /// After a write poll: progress disarms the deadline; `Pending` arms it (or
     /// fails once it has passed).
     fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

@@ -24,7 +24,8 @@
 //!    connections (WebSocket).
 //!
 //! Every error becomes a response in one place, [`ProxyError::response`]. If the
-//! client goes away mid-request, hyper drops this future: on HTTP/1 that closes the
+//! client goes away mid-request, the connection (hyper's, or the own HTTP/1.1
+//! path in [`h1`]) drops this future: on HTTP/1 that closes the
 //! member connection (it is not reused), on h2 it resets only that stream.
 
 pub mod accept;

@@ -19,6 +19,10 @@
 //! its read and write buffers with every idle connection; this path holds no
 //! buffer while a connection waits for its next request.
 //!
+//! While a request is in flight the client's side is still read (on its own waker):
+//! pipelined bytes are buffered up to a head's size, and an end of stream cancels
+//! the request, as hyper cancels it, so a client that left holds no member slot.
+//!
 //! Deadlines: between requests the connection's [`Activity`](super::activity)
 //! deadlines apply, as on hyper's connections; a head that has begun must be
 //! complete within `limits.header_read_timeout` (hyper's `header_read_timeout`),
@@ -48,6 +52,7 @@ use super::Proxy;
 use super::body::ProxyBody;
 use super::client_io::ClientIo;
 use super::headers::ClientConn;
+use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
 
 /// How the router's own path left a connection.
@@ -83,6 +88,7 @@ pub async fn serve(
 ) -> End {
     let mut buf = BytesMut::new();
     let mut date = DateCache::default();
+    let flag = std::sync::Arc::new(Flag::default());
     loop {
         // 1. A head (and its body, if it came along).
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
@@ -110,8 +116,46 @@ pub async fn serve(
         let body = head::take(&mut buf, head, body);
         let req = Request::from_parts(*parts, Received::Read(body));
         // Boxed: a waiting connection keeps only this loop's few words.
-        let response = Box::pin(proxy().serve(conn.clone(), req)).await;
-        let Ok(response) = response;
+        let mut served = Box::pin(proxy().serve(conn.clone(), req));
+        // Meanwhile the client's side is read: pipelined requests are buffered (up
+        // to a head's size), and an end of stream cancels the request, as hyper
+        // cancels it (no half-close), so a client that left holds no member slot.
+        // The client's side is polled on its own waker: only when it has news, not
+        // on every wake-up of the request (a poll of an idle socket costs a waker
+        // registration).
+        let client = std::future::poll_fn(|cx| {
+            loop {
+                if buf.len() >= settings.head.max_bytes {
+                    // Enough buffered: the client waits (TCP back-pressure).
+                    return Poll::Pending;
+                }
+                match poll_fill(io, &mut buf, cx) {
+                    // A smuggling shape was cut behind this request: it is
+                    // answered, then hyper refuses what follows.
+                    Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
+                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        });
+        let client = std::pin::pin!(client);
+        let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
+        let response = std::future::poll_fn(|cx| {
+            if let Poll::Ready(Ok(r)) = served.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            match client.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        drop(served);
+        let Some(response) = response else {
+            tracing::debug!("client closed its connection mid-request; request cancelled");
+            return End::Closed;
+        };
         // 2. The response.
         match write(io, response, &method, &mut date).await {
             Ok(true) if !shut.load(Ordering::Acquire) => {}
@@ -134,9 +178,8 @@ enum Read {
     Ended,
 }
 
-/// Reads more of a head into `buf`, through a buffer on the stack: `buf` holds
-/// only the bytes read (a small allocation), and a waiting connection holds no
-/// buffer at all.
+/// Reads more of a head into `buf`. While nothing is buffered, the buffer is
+/// freed: an idle connection holds none.
 async fn read(
     io: &mut ClientIo,
     buf: &mut BytesMut,
@@ -153,15 +196,9 @@ async fn read(
             tracing::debug!("request head not complete within limits.header_read_timeout; closing");
             return Poll::Ready(Read::Ended);
         }
-        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut rb = ReadBuf::uninit(&mut stack);
-        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Read::Ended),
-            Poll::Ready(Ok(())) => {
-                buf.extend_from_slice(rb.filled());
-                Poll::Ready(Read::Bytes)
-            }
-            Poll::Ready(Err(_)) => Poll::Ready(Read::Ended),
+        match poll_fill(io, buf, cx) {
+            Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(Read::Ended),
+            Poll::Ready(Ok(_)) => Poll::Ready(Read::Bytes),
             Poll::Pending => {
                 if buf.is_empty() {
                     *buf = BytesMut::new();
@@ -171,6 +208,25 @@ async fn read(
         }
     })
     .await
+}
+
+/// One read from the client, appended to `buf` through a buffer on the stack: `buf`
+/// holds only the bytes read (a small allocation). `Ok(0)`: end of stream.
+fn poll_fill(
+    io: &mut ClientIo,
+    buf: &mut BytesMut,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<std::io::Result<usize>> {
+    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    let mut rb = ReadBuf::uninit(&mut stack);
+    match Pin::new(io).poll_read(cx, &mut rb) {
+        Poll::Ready(Ok(())) => {
+            buf.extend_from_slice(rb.filled());
+            Poll::Ready(Ok(rb.filled().len()))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        Poll::Pending => Poll::Pending,
+    }
 }
 
 /// Writes `response` (to a `method` request); `Ok(false)`: the connection closes
