@@ -26,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HZ = os.sysconf("SC_CLK_TCK")
 PORTS = {"backend": 18080, "haproxy": 18081, "nginx": 18082, "router": 18083, "router_admin": 18093,
-         "baseline": 18084, "baseline_admin": 18094, "floor": 18085}
+         "baseline": 18084, "baseline_admin": 18094, "floor": 18085, "floor_hyper": 18086}
 HOST = "ha-bench-bench.example.com"
 BODY = "b" * 99 + "\n"  # 100 bytes
 
@@ -218,6 +218,9 @@ def main():
     ap.add_argument("--floor", action="store_true",
                     help="also run target/release/bench-h1-floor (a bare httparse proxy: what a native "
                          "HTTP/1 path could reach here) as target 'floor'")
+    ap.add_argument("--floor-hyper", action="store_true",
+                    help="also run bench-h1-floor --hyper (the same with hyper's HTTP/1 server in front: "
+                         "what hyper's server costs per request) as target 'floor_hyper'")
     args = ap.parse_args()
 
     router_bin = os.path.join(ROOT, "target/release/router")
@@ -247,19 +250,25 @@ def main():
                                                f"127.0.0.1:{PORTS['floor']}", f"127.0.0.1:{PORTS['backend']}"],
                                               stdout=subprocess.DEVNULL, stderr=open(f"{d}/floor.log", "w"))
             wait_port(PORTS["floor"], HOST)
+        if args.floor_hyper:
+            procs["floor_hyper"] = subprocess.Popen([os.path.join(ROOT, "target/release/bench-h1-floor"),
+                                                     f"127.0.0.1:{PORTS['floor_hyper']}",
+                                                     f"127.0.0.1:{PORTS['backend']}", "--hyper"],
+                                                    stdout=subprocess.DEVNULL, stderr=open(f"{d}/floor_hyper.log", "w"))
+            wait_port(PORTS["floor_hyper"], HOST)
         wait_port(PORTS["backend"])
         wait_port(PORTS["nginx"])
         wait_port(PORTS["haproxy"])
         wait_port(PORTS["router"], HOST)
         if args.pin:
             pin(procs["backend"].pid, {0})
-            for name in ("nginx", "haproxy", "router", "baseline", "floor"):
+            for name in ("nginx", "haproxy", "router", "baseline", "floor", "floor_hyper"):
                 if name in procs:
                     pin(procs[name].pid, {1})
             os.sched_setaffinity(0, {0})
 
         targets = ["direct", "router", "haproxy", "nginx"] + (["baseline"] if args.baseline else []) \
-            + (["floor"] if args.floor else [])
+            + (["floor"] if args.floor else []) + (["floor_hyper"] if args.floor_hyper else [])
         results = {t: [] for t in targets}
         for rnd in range(args.rounds):
             order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]
@@ -310,7 +319,8 @@ def main():
               f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f} | "
               f"{sum(r['errors'] + r['non2xx'] for r in rs)} |")
     print()
-    for p in ("haproxy", "nginx") + (("baseline",) if args.baseline else ()) + (("floor",) if args.floor else ()):
+    for p in ("haproxy", "nginx") + (("baseline",) if args.baseline else ()) + (("floor",) if args.floor else ()) \
+            + (("floor_hyper",) if args.floor_hyper else ()):
         print(f"router vs {p}: throughput ratio {summary['router']['ratio'] / summary[p]['ratio']:.2f}x, "
               f"CPU per request {summary['router']['cpu_us_per_req'] / summary[p]['cpu_us_per_req']:.2f}x")
     out = os.path.join(ROOT, "bench", "last-http.json")
