@@ -169,6 +169,29 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ParseError> {
     Ok(found)
 }
 
+/// The fields httparse found in the head that is the first `len` bytes of `buf`, as
+/// a map (with room for `room` more) whose values are slices of one copy of the
+/// head, returned with it. Names are mostly standard (no allocation); values are
+/// not copied one by one. The copy (a few hundred bytes) leaves `buf` unshared, so
+/// its next reserve does not allocate. `None`: a name or value `http` refuses.
+pub fn header_map(
+    buf: &[u8],
+    len: usize,
+    fields: &[httparse::Header<'_>],
+    room: usize,
+) -> Option<(Bytes, HeaderMap)> {
+    let head = Bytes::copy_from_slice(buf.get(..len)?);
+    let base = buf.as_ptr() as usize;
+    let mut headers = HeaderMap::with_capacity(fields.len() + room);
+    for h in fields {
+        let at = (h.value.as_ptr() as usize).checked_sub(base)?;
+        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(at..at + h.value.len())).ok()?;
+        headers.append(name, value);
+    }
+    Some((head, headers))
+}
+
 /// Whether a comma-separated header says `token` (ASCII case-insensitive).
 fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
     headers.get_all(name).iter().any(|v| {
@@ -223,31 +246,10 @@ pub fn parse_response_head(
             .reason
             .filter(|r| status.canonical_reason() != Some(*r))
             .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
-        // Names are mostly standard (no allocation); values are taken as slices of
-        // the head, not copied one by one.
-        let base = buf.as_ptr() as usize;
-        let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-        let count = res.headers.len();
-        for (slot, h) in fields.iter_mut().zip(res.headers.iter()) {
-            let name = h.name.as_ptr() as usize - base;
-            let value = h.value.as_ptr() as usize - base;
-            *slot = (name, name + h.name.len(), value, value + h.value.len());
-        }
-        // A copy of the head (a few hundred bytes): splitting it off would make
-        // the connection's read buffer shared, and its next reserve allocate.
-        let head_bytes = Bytes::copy_from_slice(&buf[..len]);
+        let Some((_, headers)) = header_map(buf, len, res.headers, 0) else {
+            return Err(ParseError::Head("bad header"));
+        };
         buf.advance(len);
-        let mut headers = HeaderMap::with_capacity(count);
-        for &(n0, n1, v0, v1) in &fields[..count] {
-            let (Some(name), Some(_)) = (head_bytes.get(n0..n1), head_bytes.get(v0..v1)) else {
-                return Err(ParseError::Head("bad header"));
-            };
-            let name =
-                HeaderName::from_bytes(name).map_err(|_| ParseError::Head("bad header name"))?;
-            let value = HeaderValue::from_maybe_shared(head_bytes.slice(v0..v1))
-                .map_err(|_| ParseError::Head("bad header value"))?;
-            headers.append(name, value);
-        }
         let mut keep_alive = if version == Version::HTTP_10 {
             has_token(&headers, &header::CONNECTION, "keep-alive")
         } else {

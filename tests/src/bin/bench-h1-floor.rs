@@ -85,19 +85,28 @@ async fn bind(
     (listener, routes)
 }
 
-async fn serve(listen: SocketAddr, member: SocketAddr) {
+/// Accepts for ever, handing each client (with its address, the listening port and
+/// the routes) to `each`, spawned.
+async fn accept_each<F, Fut>(listen: SocketAddr, member: SocketAddr, each: F)
+where
+    F: Fn(TcpStream, SocketAddr, u16, Arc<HashMap<String, SocketAddr>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let (listener, routes) = bind(listen, member).await;
     loop {
         let Ok((client, peer)) = listener.accept().await else {
             continue;
         };
         let _ = client.set_nodelay(true);
-        let routes = routes.clone();
-        let port = listen.port();
-        tokio::spawn(async move {
-            let _ = connection(client, peer, port, &routes).await;
-        });
+        tokio::spawn(each(client, peer, listen.port(), routes.clone()));
     }
+}
+
+async fn serve(listen: SocketAddr, member: SocketAddr) {
+    accept_each(listen, member, |client, peer, port, routes| async move {
+        let _ = connection(client, peer, port, &routes).await;
+    })
+    .await;
 }
 
 /// How far a head goes and how long its body is.
@@ -273,25 +282,17 @@ type Member = Arc<tokio::sync::Mutex<(Option<TcpStream>, Vec<u8>, Vec<u8>)>>;
 
 async fn serve_hyper(listen: SocketAddr, member: SocketAddr) {
     use hyper::service::service_fn;
-    let (listener, routes) = bind(listen, member).await;
-    loop {
-        let Ok((client, peer)) = listener.accept().await else {
-            continue;
-        };
-        let _ = client.set_nodelay(true);
-        let routes = routes.clone();
-        let port = listen.port();
+    accept_each(listen, member, |client, peer, port, routes| async move {
         let up: Member = Arc::new(tokio::sync::Mutex::new((None, Vec::new(), Vec::new())));
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let (routes, up) = (routes.clone(), up.clone());
-                async move { exchange(req, peer, port, &routes, &up).await }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(client), service)
-                .await;
+        let service = service_fn(move |req| {
+            let (routes, up) = (routes.clone(), up.clone());
+            async move { exchange(req, peer, port, &routes, &up).await }
         });
-    }
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(client), service)
+            .await;
+    })
+    .await;
 }
 
 async fn exchange(

@@ -8,7 +8,8 @@
 //! byte, so errors (400, 431, 414) stay hyper's.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::upstream::h1::header_map;
 use http::{Method, Request, Uri, Version};
 
 /// Header fields at most in a head this path takes (hyper's server default); with
@@ -93,51 +94,25 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
     if lengths > 1 {
         return Parsed::Other;
     }
-    // Offsets, so that the head can become shared bytes the values are slices of.
-    let base = buf.as_ptr() as usize;
-    let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-    let count = req.headers.len();
-    for (slot, h) in fields.iter_mut().zip(req.headers.iter()) {
-        let name = h.name.as_ptr() as usize - base;
-        let value = h.value.as_ptr() as usize - base;
-        *slot = (name, name + h.name.len(), value, value + h.value.len());
-    }
-    let path = (path.as_ptr() as usize - base, path.len());
-    // A copy of the head (a few hundred bytes) rather than a split of the
-    // connection's buffer, which would make that buffer shared.
-    let head = Bytes::copy_from_slice(&buf[..len]);
-    match request_parts(&head, method, path, &fields[..count]) {
-        Some(parts) => Parsed::Request {
-            head: len,
-            body,
-            parts: Box::new(parts),
-        },
-        None => Parsed::Other,
-    }
-}
-
-/// The request's parts, its target and header values slices of `head`.
-fn request_parts(
-    head: &Bytes,
-    method: Method,
-    (at, len): (usize, usize),
-    fields: &[(usize, usize, usize, usize)],
-) -> Option<http::request::Parts> {
-    let uri = Uri::from_maybe_shared(head.slice(at..at + len)).ok()?;
     // Room for the forwarding headers the request gains on its way (growing the
     // map would move it whole).
-    let mut headers = HeaderMap::with_capacity(fields.len() + 6);
-    for &(n0, n1, v0, v1) in fields {
-        let name = HeaderName::from_bytes(head.get(n0..n1)?).ok()?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1)).ok()?;
-        headers.append(name, value);
-    }
+    let Some((head, headers)) = header_map(buf, len, req.headers, 6) else {
+        return Parsed::Other;
+    };
+    let at = path.as_ptr() as usize - buf.as_ptr() as usize;
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(at..at + path.len())) else {
+        return Parsed::Other;
+    };
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     parts.headers = headers;
-    Some(parts)
+    Parsed::Request {
+        head: len,
+        body,
+        parts: Box::new(parts),
+    }
 }
 
 /// A `Content-Length` value: decimal digits only (hyper reads lists and signs,
