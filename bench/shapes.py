@@ -24,8 +24,9 @@ Phases:
            added and removed, another app created and deleted), table swaps counted by
            router_table_updates_total; haproxy -W reloaded (USR2) and nginx -s reload,
            20 times 1 s apart (baseline.md Table 4).
-  scale    router alone with worker_threads 1 then 2 (unpinned, wrk -t2 -c128): req/s
-           and CPU per request.
+  scale    router alone with worker_threads 1, then 2 per-core runtimes (the default
+           model), then 2 on tokio's work-stealing runtime (`work_stealing: true`),
+           unpinned, wrk -t2 -c128, rounds alternating: req/s and CPU per request.
 
 Needs: nginx, haproxy, wrk, h2load (bench/run.sh installs them) and release builds:
 cargo build --release -p router -p e2e --bin router --bin bench-clients --bin echo-backend
@@ -426,29 +427,36 @@ def phase_routes(d, args, out):
 # ---------------------------------------------------------------- scale
 
 def phase_scale(d, args, out):
+    """worker_threads 1, then 2 as per-core runtimes (the default), then 2 on tokio's
+    work-stealing runtime (`work_stealing: true`): wrk -t2 -c128, unpinned."""
     backend = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
                                stderr=subprocess.DEVNULL)
     res = {}
     try:
         H.wait_port(P["backend"])
-        for threads in (1, 2):
-            px = Proxies(f"{d}/t{threads}", P["backend"], threads=threads)
-            px.procs["router"] = subprocess.Popen([f"{REL}/router", "--config", f"{px.d}/router.yaml"],
-                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                H.wait_port(P["router"], HOST)
-                rows = []
-                for _ in range(args.rounds):
+        variants = {"1": (1, ""), "2": (2, ""), "2-stealing": (2, "work_stealing: true\n")}
+        runs = {k: [] for k in variants}
+        for rnd in range(args.rounds):
+            for name, (threads, extra) in variants.items():
+                px = Proxies(f"{d}/t{name}", P["backend"], threads=threads)
+                with open(f"{px.d}/router.yaml", "a") as f:
+                    f.write(extra)
+                px.procs["router"] = subprocess.Popen([f"{REL}/router", "--config", f"{px.d}/router.yaml"],
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    H.wait_port(P["router"], HOST)
                     H.wrk(P["router"], 3, 128, threads=2)
                     before = H.stat_ticks(px.procs["router"].pid)
-                    req = H.wrk(P["router"], 10, 128, threads=2)["requests"]
+                    w = H.wrk(P["router"], 10, 128, threads=2)
+                    req = w["requests"]
                     cpu = (H.stat_ticks(px.procs["router"].pid) - before) / H.HZ
-                    rows.append({"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10})
-                    print(f"scale threads {threads}: {req / 10:.0f} req/s, {cpu / req * 1e6:.1f} us/req, "
-                          f"{cpu / 10:.2f} cores", flush=True)
-                res[threads] = {k: median([r[k] for r in rows]) for k in rows[0]}
-            finally:
-                px.stop()
+                    runs[name].append({"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10,
+                                       "errors": w["errors"] + w["non2xx"]})
+                    print(f"scale round {rnd} threads {name}: {req / 10:.0f} req/s, {cpu / req * 1e6:.1f} us/req, "
+                          f"{cpu / 10:.2f} cores, errors {w['errors'] + w['non2xx']}", flush=True)
+                finally:
+                    px.stop()
+        res = {k: {m: median([r[m] for r in v]) for m in v[0]} for k, v in runs.items()}
     finally:
         stop(backend)
     out["scale"] = res
@@ -496,8 +504,11 @@ def summary(out):
                      f"per 20 reloads, nginx: {out['routes']['nginx']['errors']}; target 0 and 0 at 200 swaps/s)")
     if "scale" in out:
         s = out["scale"]
-        lines.append(f"measured: worker_threads 1 -> 2: {s[1]['rps']:.0f} -> {s[2]['rps']:.0f} req/s "
-                     f"({s[2]['rps'] / s[1]['rps']:.2f}x) on 2 cores shared with wrk and the backend")
+        one, two, ws = s["1"], s["2"], s["2-stealing"]
+        lines.append(f"measured: worker_threads 1 -> 2 per-core: {one['rps']:.0f} -> {two['rps']:.0f} req/s "
+                     f"({two['rps'] / one['rps']:.2f}x), CPU {one['cpu_us_per_req']:.1f} -> "
+                     f"{two['cpu_us_per_req']:.1f} us/req; work-stealing 2: {ws['rps']:.0f} req/s, "
+                     f"{ws['cpu_us_per_req']:.1f} us/req (2 cores shared with wrk and the backend)")
     print("\n".join(lines))
     return lines
 
@@ -555,7 +566,7 @@ def main():
                 for f in ("tls.crt", "tls.key", "tls.pem", "ca.pem", "backend.conf"):
                     shutil.copy(f"{d}/{f}", f"{sub}/{f}")
                 if ph == "scale":
-                    for t in (1, 2):
+                    for t in ("1", "2", "2-stealing"):
                         os.makedirs(f"{sub}/t{t}", exist_ok=True)
                         for k in TEMP:
                             os.makedirs(f"{sub}/t{t}/tmp-{k}", exist_ok=True)

@@ -12,7 +12,8 @@
 //! Dependencies run one way: `request → table → members → upstream → metrics`;
 //! [`tls`] serves both ends; [`config`] knows only each module's settings types;
 //! [`startup`] wires everything; [`admin`] reads the table and the members;
-//! [`stall`] (a no-progress deadline) is used by both `request` and `upstream`.
+//! [`stall`] (a no-progress deadline) is used by both `request` and `upstream`;
+//! [`workers`] are the per-core runtimes the accept loops hand connections to.
 
 pub mod admin;
 pub mod config;
@@ -31,5 +32,6 @@ pub mod tcp;
 pub mod tls;
 pub mod upgrade;
 pub mod upstream;
+pub mod workers;
 
 pub use startup::{Router, StartError};

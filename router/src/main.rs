@@ -179,13 +179,17 @@ fn run(
     path: PathBuf,
     inherited: Option<router::upgrade::Inherited>,
 ) -> anyhow::Result<()> {
-    // One thread: a current-thread runtime, which skips the work-stealing machinery.
-    let mut rt = if config.worker_threads == 1 {
+    // One thread, or one runtime per worker thread (the router starts those): a
+    // current-thread runtime here, for the accept loops, the event source, the
+    // admin API and the health checks. `work_stealing: true`: tokio's
+    // multi-threaded runtime serves everything.
+    let per_core = router::workers::count(config.worker_threads, config.work_stealing).is_some();
+    let mut rt = if config.worker_threads == 1 || per_core {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
     };
-    if config.worker_threads > 1 {
+    if config.worker_threads > 1 && !per_core {
         rt.worker_threads(config.worker_threads);
     }
     let rt = rt.enable_all().build().context("starting the runtime")?;

@@ -101,6 +101,9 @@ pub struct Metrics {
     pub retries: IntCounter,
     pub upstream_connections: IntCounter,
     pub open_connections: IntGaugeVec,
+    /// `router_worker_connections{worker}`: client connections open on each
+    /// per-core worker (none without workers; see `router::workers`).
+    pub worker_connections: IntGaugeVec,
     pub connections: IntCounterVec,
     /// `router_connections_evicted_total{listener}`: quiet connections closed to
     /// make room when every slot was taken.
@@ -176,6 +179,13 @@ impl Metrics {
             ),
             &["listener"],
         )?;
+        let worker_connections = IntGaugeVec::new(
+            Opts::new(
+                "router_worker_connections",
+                "Client connections open on each worker thread (per-core runtimes)",
+            ),
+            &["worker"],
+        )?;
         let connections = IntCounterVec::new(
             Opts::new(
                 "router_connections_total",
@@ -200,6 +210,7 @@ impl Metrics {
         registry.register(Box::new(retries.clone()))?;
         registry.register(Box::new(upstream_connections.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
+        registry.register(Box::new(worker_connections.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(evicted.clone()))?;
         registry.register(Box::new(routes.clone()))?;
@@ -286,6 +297,7 @@ impl Metrics {
             retries,
             upstream_connections,
             open_connections,
+            worker_connections,
             connections,
             evicted,
             routes,

@@ -31,6 +31,7 @@ use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
 use crate::upgrade::{Handover, Inherited};
 use crate::upstream::{self, PoolSettings};
+use crate::workers::Workers;
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +95,8 @@ pub enum StartError {
     Reconcile(#[from] crate::reconcile::ReconcileError),
     #[error("upgrade socket: {0}")]
     Handover(#[source] std::io::Error),
+    #[error("starting the worker threads: {0}")]
+    Workers(#[source] std::io::Error),
     #[error("dead-letter directory {path}: {source}")]
     DeadLetters {
         path: PathBuf,
@@ -128,6 +131,9 @@ pub struct Router {
     /// The broker client and the runs asked for (admin API, timer).
     reconcile: Option<Arc<crate::reconcile::broker::Client>>,
     reconcile_jobs: tokio::sync::mpsc::Receiver<crate::reconcile::Job>,
+    /// The per-core runtimes client connections are served on; `None`: on the
+    /// runtime this router runs on (see [`crate::workers`]).
+    workers: Option<Arc<Workers>>,
 }
 
 /// What opens the saved state and the event source: at start, and again in a
@@ -263,11 +269,17 @@ impl Router {
             ..RouteTable::default()
         }));
         let token = admin_token(&config)?;
+        let workers = crate::workers::count(config.worker_threads, config.work_stealing)
+            .map(|n| Workers::start(n, &metrics.worker_connections))
+            .transpose()
+            .map_err(StartError::Workers)?
+            .map(Arc::new);
         let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
             max_per_source: config.upstream.max_per_source(),
             pool: PoolSettings {
-                max_idle: config.upstream.max_idle_per_backend,
+                max_idle: config.upstream.max_idle(),
+                workers: workers.as_ref().map_or(1, |w| w.threads()),
                 idle_timeout: config.upstream.idle_timeout,
                 opened: metrics.upstream_connections.clone(),
             },
@@ -480,6 +492,7 @@ impl Router {
             registry,
             consumer,
             source,
+            workers,
         })
     }
 
@@ -572,6 +585,7 @@ impl Router {
                 self.live.clone(),
                 stop_rx.clone(),
                 self.config.shutdown_grace,
+                self.workers.clone(),
             ))
         });
         for (rule, (listener, port)) in self
@@ -595,6 +609,7 @@ impl Router {
             self.live.clone(),
             stop_rx.clone(),
             self.config.shutdown_grace,
+            self.workers.clone(),
         ));
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
@@ -1035,6 +1050,7 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "state_dir" => state_dir,
         "spi" => spi,
         "worker_threads" => worker_threads,
+        "work_stealing" => work_stealing,
         "tcp" => tcp,
         "shutdown_grace" => shutdown_grace,
         "reconcile" => reconcile,

@@ -59,9 +59,15 @@ pub struct Config {
     /// RFC 7239 `Forwarded` and the trust rule for the client's forwarding headers.
     #[serde(default)]
     pub forwarded: ForwardedSettings,
-    /// Worker threads of the runtime; 0 = one per CPU.
+    /// Threads serving client connections; 0 = one per CPU. More than one: a
+    /// single-threaded runtime per thread, each connection on one of them for its
+    /// life (see [`crate::workers`]).
     #[serde(default)]
     pub worker_threads: usize,
+    /// `true`: tokio's work-stealing runtime for everything instead of one runtime
+    /// per worker thread (the router's model before 2026-11-25).
+    #[serde(default)]
+    pub work_stealing: bool,
     /// TCP ports mapped to apps' non-HTTP endpoints.
     #[serde(default)]
     pub tcp: Tcp,
@@ -301,9 +307,11 @@ pub struct Upstream {
     /// per-address limit (e.g. behind a CDN that is the only client address).
     #[serde(default = "default_source_share")]
     pub source_share: u8,
-    /// Idle connections kept per member.
-    #[serde(default = "default_max_idle")]
-    pub max_idle_per_backend: usize,
+    /// Idle connections kept per member; unset: `max_connections_per_backend`
+    /// (fewer than the requests in flight closes and reopens connections under
+    /// steady load: 12 000 connects in 10 s at 128 clients and 64).
+    #[serde(default)]
+    pub max_idle_per_backend: Option<usize>,
     /// `p2c` (least outstanding of two random members) or `round_robin`.
     #[serde(default)]
     pub balance: Balance,
@@ -321,7 +329,7 @@ impl Default for Upstream {
             max_connections_per_backend: default_max_conns(),
             queue_timeout: default_queue_timeout(),
             source_share: default_source_share(),
-            max_idle_per_backend: default_max_idle(),
+            max_idle_per_backend: None,
             balance: Balance::default(),
             tls: UpstreamTls::default(),
         }
@@ -527,15 +535,18 @@ impl Upstream {
             .div_ceil(100)
             .max(1)
     }
+
+    /// Idle connections kept per member (`max_idle_per_backend`, else as many as
+    /// it has request slots).
+    pub fn max_idle(&self) -> usize {
+        self.max_idle_per_backend
+            .unwrap_or(self.max_connections_per_backend)
+    }
 }
 
 fn default_queue_timeout() -> Duration {
     Duration::from_secs(1)
 }
-fn default_max_idle() -> usize {
-    64
-}
-
 pub use config_file::ConfigError;
 
 impl Config {

@@ -515,6 +515,7 @@ pub(crate) mod tests {
             max_per_source: max_in_flight,
             pool: PoolSettings {
                 max_idle: 4,
+                workers: 1,
                 idle_timeout: Duration::from_secs(8),
                 opened: prometheus::IntCounter::new("t", "t").expect("counter"),
             },

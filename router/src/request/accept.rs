@@ -363,6 +363,7 @@ pub async fn serve(
     live: Live,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
+    workers: Option<Arc<crate::workers::Workers>>,
 ) {
     let mut current = live.load_full();
     let mut builder = builder_for(&current.limits);
@@ -424,154 +425,56 @@ pub async fn serve(
         let local = (proxy.forwarded.header && proxy.forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
-        let mut conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
+        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
             .with_forwarded(&proxy.forwarded, local);
         let proxy = proxy.clone();
         let tls = tls.as_ref().map(|acceptor| TlsListener {
             acceptor: acceptor.clone(),
             handshake_timeout: current.handshake_timeout,
         });
-        let (builder, limits, live) = (builder.clone(), current.limits.clone(), live.clone());
-        let (stop, kill) = (stop.clone(), kill.clone());
         let metrics = proxy.metrics.tls.clone();
-        tokio::spawn(async move {
-            let io = match tls {
-                None => Stream::Plain(stream),
-                // The handshake runs in the connection's task, never in this loop.
-                // Boxed: the handshake's state is freed once it is done, not
-                // kept in the task for the connection's whole life.
-                Some(tls) => match tokio::select! {
-                    s = Box::pin(hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics)) => s,
-                    _ = evict.notified() => None,
-                } {
-                    Some(s) => {
-                        // Which certificate this connection presented: requests
-                        // for names that would get another are 421 (coalescing).
-                        if let Some(sni) = s.get_ref().1.server_name() {
-                            conn.served = Some(tls.acceptor.served(sni));
-                        }
-                        Stream::Tls(Box::new(s))
-                    }
-                    None => return,
-                },
-            };
-            let mut io = ClientIo::new(io, limits.send_timeout);
-            // Each request gets the proxy settings live at its start.
-            drop(proxy);
-            // Told to close gracefully (drain, idle): HTTP/1 after the response
-            // in progress, h2 with a GOAWAY.
-            let finish = Arc::new(AtomicBool::new(false));
-            let own = h1::Settings {
-                head: h1::HeadLimits {
-                    max_bytes: limits.max_header_bytes,
-                    max_headers: limits.max_headers,
-                    max_body: limits.body_buffer_bytes,
-                },
-                header_read_timeout: limits.header_read_timeout,
-            };
-            let connection = {
-                let finish = finish.clone();
-                async move {
-                    // HTTP/1.1 on the router's own path while it can; hyper for
-                    // the rest (see `h1`).
-                    let read = if io.is_h2() {
-                        Vec::new()
-                    } else {
-                        let proxy = || live.load().proxy.clone();
-                        match h1::serve(&mut io, proxy, &conn, &finish, own).await {
-                            h1::End::Closed => return Ok(()),
-                            h1::End::Handoff(read) => read,
-                        }
-                    };
-                    let io = TokioIo::new(Rewind::new(io, read));
-                    // Boxed: hyper keeps the box of its service future for the
-                    // connection's whole life, so an unboxed one (4 KiB) would stay
-                    // with every idle connection; boxed, it is freed with each
-                    // response.
-                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        Box::pin(
-                            live.load()
-                                .proxy
-                                .clone()
-                                .serve(conn.clone(), req.map(Received::Hyper)),
-                        )
-                    });
-                    let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));
-                    let mut told = false;
-                    std::future::poll_fn(|cx| {
-                        if !told && finish.load(Ordering::Acquire) {
-                            told = true;
-                            hyper.as_mut().graceful_shutdown();
-                        }
-                        hyper.as_mut().poll(cx)
-                    })
-                    .await
-                }
-            };
-            tokio::pin!(connection);
-            // Every quiet state has a deadline (see `Activity`); shutdown and
-            // quiet both end the connection gracefully (h1: after the response in
-            // flight; h2: GOAWAY), and the kill switch drops it after the grace.
-            // They are waited for in one future with a waker of its own, so
-            // they are polled when one of them fires, never on the connection's
-            // own wake-ups (several per request).
-            let mut watch = Watch {
-                stop,
-                kill,
-                evict,
-                activity: activity.clone(),
-                first: limits.header_read_timeout,
-                idle: limits.idle_timeout,
-                send_timeout: limits.send_timeout,
-            };
-            let (mut closing, mut shut) = (false, false);
-            let flag = Arc::new(Flag::default());
-            let result = loop {
-                let next = next_event(watch, closing, shut);
-                tokio::pin!(next);
-                let (event, w) = tokio::select! {
-                    biased;
-                    r = connection.as_mut() => break r,
-                    next = OwnWaker::new(next.as_mut(), &flag) => next,
-                };
-                watch = w;
-                match event {
-                    // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
-                    // responses carry `Connection: close` from now on, and a
-                    // connection left quiet for DRAIN_QUIET is closed.
-                    Event::Drain => {
-                        closing = true;
-                        activity.close_after_responses();
-                        if activity.is_h2() {
-                            shut = true;
-                            finish.store(true, Ordering::Release);
-                        }
-                    }
-                    Event::Quiet => {
-                        shut = true;
-                        finish.store(true, Ordering::Release);
-                    }
-                    Event::Idle => {
-                        finish.store(true, Ordering::Release);
-                        // A peer that ignores the GOAWAY is dropped soon after.
-                        let bound = limits.header_read_timeout;
-                        break match tokio::time::timeout(bound, connection.as_mut()).await {
-                            Ok(r) => r,
-                            Err(_) => Ok(()),
-                        };
-                    }
-                    Event::Stalled => {
-                        tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
-                        break Ok(());
-                    }
-                    Event::End => break Ok(()),
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+        let mut connection = Connection {
+            peer,
+            conn,
+            tls,
+            proxy,
+            activity,
+            evict,
+            member_of,
+            builder: builder.clone(),
+            limits: current.limits.clone(),
+            live: live.clone(),
+            stop: stop.clone(),
+            kill: kill.clone(),
+            metrics,
+        };
+        match &workers {
+            None => {
+                tokio::spawn(connection.serve(stream));
             }
-            drop(member_of);
-        });
+            // On the worker with the fewest connections, registered with its
+            // reactor (see `crate::workers`).
+            Some(workers) => {
+                let (placed, worker) = workers.pick();
+                connection.conn.worker = placed.index;
+                match stream.into_std() {
+                    Ok(stream) => {
+                        worker.spawn(async move {
+                            let _placed = placed;
+                            match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => connection.serve(stream).await,
+                                Err(e) => {
+                                    tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
+                                }
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(client = %peer, error = %e, "cannot hand a connection to a worker");
+                    }
+                }
+            }
+        }
     }
     drop(listener);
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
@@ -586,6 +489,181 @@ pub async fn serve(
             "grace period over; closing the remaining connections"
         );
         let _ = kill_tx.send(true);
+    }
+}
+
+/// An accepted client connection and what serving it needs, moved into its task
+/// (on this runtime, or on a per-core worker's).
+struct Connection {
+    peer: SocketAddr,
+    conn: ClientConn,
+    tls: Option<TlsListener>,
+    proxy: Arc<Proxy>,
+    activity: Arc<Activity>,
+    evict: Arc<Notify>,
+    member_of: Registered,
+    builder: auto::Builder<TokioExecutor>,
+    limits: Limits,
+    live: Live,
+    stop: watch::Receiver<bool>,
+    kill: watch::Receiver<bool>,
+    metrics: crate::metrics::TlsMetrics,
+}
+
+impl Connection {
+    /// Serves the connection until it closes, a deadline passes or the drain ends it.
+    async fn serve(self, stream: tokio::net::TcpStream) {
+        let Connection {
+            peer,
+            mut conn,
+            tls,
+            proxy,
+            activity,
+            evict,
+            member_of,
+            builder,
+            limits,
+            live,
+            stop,
+            kill,
+            metrics,
+        } = self;
+        let io = match tls {
+            None => Stream::Plain(stream),
+            // The handshake runs in the connection's task, never in this loop.
+            // Boxed: the handshake's state is freed once it is done, not
+            // kept in the task for the connection's whole life.
+            Some(tls) => match tokio::select! {
+                s = Box::pin(hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics)) => s,
+                _ = evict.notified() => None,
+            } {
+                Some(s) => {
+                    // Which certificate this connection presented: requests
+                    // for names that would get another are 421 (coalescing).
+                    if let Some(sni) = s.get_ref().1.server_name() {
+                        conn.served = Some(tls.acceptor.served(sni));
+                    }
+                    Stream::Tls(Box::new(s))
+                }
+                None => return,
+            },
+        };
+        let mut io = ClientIo::new(io, limits.send_timeout);
+        // Each request gets the proxy settings live at its start.
+        drop(proxy);
+        // Told to close gracefully (drain, idle): HTTP/1 after the response
+        // in progress, h2 with a GOAWAY.
+        let finish = Arc::new(AtomicBool::new(false));
+        let own = h1::Settings {
+            head: h1::HeadLimits {
+                max_bytes: limits.max_header_bytes,
+                max_headers: limits.max_headers,
+                max_body: limits.body_buffer_bytes,
+            },
+            header_read_timeout: limits.header_read_timeout,
+        };
+        let connection = {
+            let finish = finish.clone();
+            async move {
+                // HTTP/1.1 on the router's own path while it can; hyper for
+                // the rest (see `h1`).
+                let read = if io.is_h2() {
+                    Vec::new()
+                } else {
+                    let proxy = || live.load().proxy.clone();
+                    match h1::serve(&mut io, proxy, &conn, &finish, own).await {
+                        h1::End::Closed => return Ok(()),
+                        h1::End::Handoff(read) => read,
+                    }
+                };
+                let io = TokioIo::new(Rewind::new(io, read));
+                // Boxed: hyper keeps the box of its service future for the
+                // connection's whole life, so an unboxed one (4 KiB) would stay
+                // with every idle connection; boxed, it is freed with each
+                // response.
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    Box::pin(
+                        live.load()
+                            .proxy
+                            .clone()
+                            .serve(conn.clone(), req.map(Received::Hyper)),
+                    )
+                });
+                let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));
+                let mut told = false;
+                std::future::poll_fn(|cx| {
+                    if !told && finish.load(Ordering::Acquire) {
+                        told = true;
+                        hyper.as_mut().graceful_shutdown();
+                    }
+                    hyper.as_mut().poll(cx)
+                })
+                .await
+            }
+        };
+        tokio::pin!(connection);
+        // Every quiet state has a deadline (see `Activity`); shutdown and
+        // quiet both end the connection gracefully (h1: after the response in
+        // flight; h2: GOAWAY), and the kill switch drops it after the grace.
+        // They are waited for in one future with a waker of its own, so
+        // they are polled when one of them fires, never on the connection's
+        // own wake-ups (several per request).
+        let mut watch = Watch {
+            stop,
+            kill,
+            evict,
+            activity: activity.clone(),
+            first: limits.header_read_timeout,
+            idle: limits.idle_timeout,
+            send_timeout: limits.send_timeout,
+        };
+        let (mut closing, mut shut) = (false, false);
+        let flag = Arc::new(Flag::default());
+        let result = loop {
+            let next = next_event(watch, closing, shut);
+            tokio::pin!(next);
+            let (event, w) = tokio::select! {
+                biased;
+                r = connection.as_mut() => break r,
+                next = OwnWaker::new(next.as_mut(), &flag) => next,
+            };
+            watch = w;
+            match event {
+                // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
+                // responses carry `Connection: close` from now on, and a
+                // connection left quiet for DRAIN_QUIET is closed.
+                Event::Drain => {
+                    closing = true;
+                    activity.close_after_responses();
+                    if activity.is_h2() {
+                        shut = true;
+                        finish.store(true, Ordering::Release);
+                    }
+                }
+                Event::Quiet => {
+                    shut = true;
+                    finish.store(true, Ordering::Release);
+                }
+                Event::Idle => {
+                    finish.store(true, Ordering::Release);
+                    // A peer that ignores the GOAWAY is dropped soon after.
+                    let bound = limits.header_read_timeout;
+                    break match tokio::time::timeout(bound, connection.as_mut()).await {
+                        Ok(r) => r,
+                        Err(_) => Ok(()),
+                    };
+                }
+                Event::Stalled => {
+                    tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
+                    break Ok(());
+                }
+                Event::End => break Ok(()),
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+        }
+        drop(member_of);
     }
 }
 

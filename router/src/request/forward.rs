@@ -85,6 +85,8 @@ impl Proxy {
         let sni: &str = &name;
         // Whose share of a member's slots the request counts in.
         let source = conn.ip;
+        // Whose idle member connections it may reuse.
+        let worker = conn.worker;
 
         // 6. forward (4 and 5, the body and the slot, once the request is ready)
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
@@ -124,7 +126,7 @@ impl Proxy {
         // on another member if nothing was sent to this one.
         let fresh = client_upgrade.is_some();
         let (mut target, mut slot, mut up) = self
-            .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
+            .checkout_or_other(&route, target, sni, (source, worker), &parts.method, fresh)
             .await?;
 
         if let Some(client_upgrade) = client_upgrade {
@@ -157,7 +159,7 @@ impl Proxy {
             // timeout: a new connection to it. A fresh one closed (or a refused
             // reconnect) means the member is going away: another member.
             let again = if e.on_reused() {
-                Box::pin(self.connect(&target, sni)).await
+                Box::pin(self.connect(&target, sni, worker)).await
             } else {
                 Err(self.failed(&target.member, UpstreamError::Reset))
             };
@@ -168,7 +170,7 @@ impl Proxy {
                         || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
                 {
                     let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                    let (s, u) = self.checkout(&other, sni, source, false).await?;
+                    let (s, u) = self.checkout(&other, sni, (source, worker), false).await?;
                     (target, slot) = (other, s);
                     u
                 }
@@ -207,7 +209,7 @@ impl Proxy {
         route: &Route,
         target: Target,
         sni: &str,
-        source: IpAddr,
+        source: (IpAddr, usize),
         method: &Method,
         fresh: bool,
     ) -> Result<(Target, InFlight, Upstream), ProxyError> {
@@ -262,11 +264,13 @@ impl Proxy {
 
     /// A slot and a connection on `target`: an idle one unless `fresh` is asked
     /// for (a TLS member's idle connection only if made for the same name).
+    /// `source`: the client's address (its share of slots) and the worker serving
+    /// it (whose idle connections it may reuse).
     async fn checkout(
         &self,
         target: &Target,
         sni: &str,
-        source: IpAddr,
+        (source, worker): (IpAddr, usize),
         fresh: bool,
     ) -> Result<(InFlight, Upstream), ProxyError> {
         let member = &target.member;
@@ -283,7 +287,7 @@ impl Proxy {
                 })
             })?;
         let idle = (!fresh)
-            .then(|| member.pool.take_idle())
+            .then(|| member.pool.take_idle(worker))
             .flatten()
             .filter(|up| !target.tls || up.sni() == Some(sni));
         let up = match idle {
@@ -291,12 +295,18 @@ impl Proxy {
             // Boxed: a new connection is the rare case on kept-alive pools, and its
             // future (TLS, handshake: 1.5 KB) would otherwise be part of every
             // request's future, copied into each h2 stream's task.
-            None => Box::pin(self.connect(target, sni)).await?,
+            None => Box::pin(self.connect(target, sni, worker)).await?,
         };
         Ok((slot, up))
     }
 
-    async fn connect(&self, target: &Target, sni: &str) -> Result<Upstream, ProxyError> {
+    /// A new connection to `target`'s member, opened on worker `worker`.
+    async fn connect(
+        &self,
+        target: &Target,
+        sni: &str,
+        worker: usize,
+    ) -> Result<Upstream, ProxyError> {
         let tls = match (&self.member_tls, target.tls) {
             (Some(connector), true) => Some(MemberTls {
                 connector,
@@ -309,7 +319,7 @@ impl Proxy {
         target
             .member
             .pool
-            .connect(self.upstream, tls)
+            .connect(self.upstream, tls, worker)
             .await
             .map_err(|e| {
                 tracing::debug!(error = %e, "upstream connect failed");

@@ -196,6 +196,9 @@ pub struct ClientConn {
     port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
     forwarded: Option<Arc<str>>,
+    /// The per-core worker serving the connection (0 without workers): whose idle
+    /// member connections its requests reuse (see [`crate::workers`]).
+    pub worker: usize,
 }
 
 impl ClientConn {
@@ -212,6 +215,7 @@ impl ClientConn {
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),
             forwarded: None,
+            worker: 0,
         }
     }
 

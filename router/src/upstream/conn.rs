@@ -105,6 +105,9 @@ pub struct Upstream {
     keep_alive: bool,
     /// The response-head deadline's timer, armed lazily (see [`Upstream::past`]).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The per-core worker whose reactor the connection is registered with, whose
+    /// idle list it goes back to (see [`super::Pool`]); 0 without workers.
+    home: usize,
 }
 
 /// The response body being read.
@@ -359,7 +362,18 @@ impl Upstream {
             body: BodyState::Done,
             keep_alive: true,
             timer: None,
+            home: 0,
         })
+    }
+
+    /// The worker whose idle list the connection returns to.
+    pub fn home(&self) -> usize {
+        self.home
+    }
+
+    /// Opened on worker `worker` (its reactor has the connection's I/O).
+    pub fn set_home(&mut self, worker: usize) {
+        self.home = worker;
     }
 
     /// The TLS server name this connection was made for (`None`: plain TCP).

@@ -4,8 +4,22 @@
 //! A short std `Mutex` around a `Vec` (push and pop, never held across an await):
 //! the pool is touched twice per request, and a lock-free stack would buy nothing
 //! measurable at these sizes.
+//!
+//! With per-core workers ([`crate::workers`]) each worker has a list of its own: a
+//! connection is registered with the reactor of the thread that opened it, and is
+//! reused only by requests on that thread (as each nginx worker keeps its own
+//! `keepalive` connections). `upstream.max_idle_per_backend` stays the bound of
+//! the member's idle connections as a whole, counted across the lists: a list may
+//! hold all of them while another holds none (an even split made the busier
+//! worker close and reopen connections on every burst: 77 000 connects in 10 s).
+//! A worker with none left borrows another's idle connection before it opens one
+//! ([`Pool::take_idle`]): a member still never sees more connections than
+//! `upstream.max_connections_per_backend`. (Closing the other's instead, so that
+//! every connection stays on its own thread, made the two workers close and
+//! reopen 48 000 connections in 10 s as slots moved between them.)
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -20,7 +34,10 @@ use tokio::net::TcpStream;
 /// How idle connections are kept, from `upstream.*`.
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
+    /// Idle connections kept per member, all workers' lists together.
     pub max_idle: usize,
+    /// Idle lists per member: the number of per-core workers, or 1.
+    pub workers: usize,
     pub idle_timeout: Duration,
     /// `router_upstream_connections_opened_total`.
     pub opened: IntCounter,
@@ -33,17 +50,22 @@ pub struct Pool {
     addr: Arc<str>,
     /// The same, parsed; `None` if the address is not an IP literal (never dialled).
     target: Option<SocketAddr>,
-    /// Keep-alive connections waiting for a request, most recently used last.
-    idle: Mutex<Vec<Upstream>>,
+    /// Keep-alive connections waiting for a request, most recently used last; one
+    /// list per worker (see the module doc).
+    idle: Box<[Mutex<Vec<Upstream>>]>,
+    /// Idle connections in all lists together (at most `settings.max_idle`).
+    total: AtomicUsize,
     settings: Arc<PoolSettings>,
 }
 
 impl Pool {
     pub fn new(addr: Arc<str>, settings: Arc<PoolSettings>) -> Pool {
+        let lists = settings.workers.max(1);
         Pool {
             target: addr.parse().ok(),
             addr,
-            idle: Mutex::new(Vec::new()),
+            idle: (0..lists).map(|_| Mutex::new(Vec::new())).collect(),
+            total: AtomicUsize::new(0),
             settings,
         }
     }
@@ -52,17 +74,23 @@ impl Pool {
         &self.addr
     }
 
-    fn idle(&self) -> MutexGuard<'_, Vec<Upstream>> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    /// Worker `worker`'s list (the last one for an index past them: never the
+    /// case, as both come from the same `worker_threads`).
+    fn idle(&self, worker: usize) -> MutexGuard<'_, Vec<Upstream>> {
+        let list = &self.idle[worker.min(self.idle.len() - 1)];
+        list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new connection (counted in `router_upstream_connections_opened_total`).
+    /// A new connection opened on worker `worker` (counted in
+    /// `router_upstream_connections_opened_total`).
     pub async fn connect(
         &self,
         settings: ConnectSettings,
         tls: Option<MemberTls<'_>>,
+        worker: usize,
     ) -> Result<Upstream, SendError> {
-        let up = Upstream::connect(&self.addr, self.target, settings, tls).await?;
+        let mut up = Upstream::connect(&self.addr, self.target, settings, tls).await?;
+        up.set_home(worker);
         self.settings.opened.inc();
         Ok(up)
     }
@@ -79,11 +107,25 @@ impl Pool {
         Ok(stream)
     }
 
-    /// An idle connection that is still usable, if there is one.
-    pub fn take_idle(&self) -> Option<Upstream> {
+    /// An idle connection that is still usable, if there is one: worker
+    /// `worker`'s own first, else another worker's, borrowed for one request (its
+    /// I/O is then woken through its own worker's reactor) and returned to that
+    /// worker's list. So a connection is opened only when no list has an idle one,
+    /// as with one list, and a member never sees more connections than it has
+    /// request slots; and no worker opens and closes connections because the other
+    /// holds the idle ones (slots move between workers, connections do not).
+    pub fn take_idle(&self, worker: usize) -> Option<Upstream> {
+        let lists = self.idle.len();
+        (0..lists)
+            .map(|i| (worker + i) % lists)
+            .find_map(|w| self.take_from(w))
+    }
+
+    fn take_from(&self, worker: usize) -> Option<Upstream> {
         let now = Instant::now();
         loop {
-            let mut up = self.idle().pop()?;
+            let mut up = self.idle(worker).pop()?;
+            self.total.fetch_sub(1, Ordering::Relaxed);
             if !up.expired(now, self.settings.idle_timeout) && up.is_reusable() {
                 return Some(up);
             }
@@ -91,33 +133,41 @@ impl Pool {
         }
     }
 
-    /// Returns a connection after its response was read to the end.
+    /// Returns a connection to its worker's list (see [`Upstream::home`]) after
+    /// its response was read to the end.
     pub fn put_idle(&self, mut up: Upstream) {
         if !up.is_reusable() {
             return;
         }
         up.mark_idle(Instant::now());
-        let mut idle = self.idle();
-        if idle.len() < self.settings.max_idle {
-            idle.push(up);
+        // Counted before it is pushed: never more than `max_idle`, whichever
+        // workers return connections at once.
+        if self.total.fetch_add(1, Ordering::Relaxed) < self.settings.max_idle {
+            self.idle(up.home()).push(up);
+        } else {
+            self.total.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// Closes idle connections older than the idle timeout.
     pub fn sweep(&self, now: Instant) {
-        let expired: Vec<Upstream> = {
-            let mut idle = self.idle();
-            let (old, keep) = std::mem::take(&mut *idle)
-                .into_iter()
-                .partition(|u| u.expired(now, self.settings.idle_timeout));
-            *idle = keep;
-            old
-        };
-        drop(expired);
+        for worker in 0..self.idle.len() {
+            let expired: Vec<Upstream> = {
+                let mut idle = self.idle(worker);
+                let (old, keep) = std::mem::take(&mut *idle)
+                    .into_iter()
+                    .partition(|u| u.expired(now, self.settings.idle_timeout));
+                *idle = keep;
+                self.total.fetch_sub(old.len(), Ordering::Relaxed);
+                old
+            };
+            drop(expired);
+        }
     }
 
+    /// Idle connections, all workers' together.
     pub fn idle_count(&self) -> usize {
-        self.idle().len()
+        (0..self.idle.len()).map(|w| self.idle(w).len()).sum()
     }
 }
 

@@ -42,6 +42,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
         max_per_source: 100,
         pool: PoolSettings {
             max_idle: 4,
+            workers: 1,
             idle_timeout: Duration::from_secs(8),
             opened: metrics.upstream_connections.clone(),
         },
