@@ -577,8 +577,14 @@ impl Router {
             let limits = self.config.limits.clone();
             tokio::spawn(self.admin_api.clone().serve(l, limits, admin_stop_rx))
         });
+        // With per-core workers the client listeners accept on the first one
+        // (see `crate::workers`).
+        let listeners = self
+            .workers
+            .as_ref()
+            .map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
         let https_task = self.https.map(|(l, tls)| {
-            tokio::spawn(crate::request::accept::serve(
+            listeners.spawn(crate::request::accept::serve(
                 l,
                 "https",
                 Some(tls),
@@ -602,7 +608,7 @@ impl Router {
                 stop_rx.clone(),
             ));
         }
-        let http_task = tokio::spawn(crate::request::accept::serve(
+        let http_task = listeners.spawn(crate::request::accept::serve(
             self.http,
             "http",
             None,

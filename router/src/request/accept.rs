@@ -376,6 +376,13 @@ pub async fn serve(
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     // Connections still open when the grace period is over are closed through this.
     let (kill_tx, kill) = watch::channel(false);
+    let listener = match Listening::new(listener, workers.is_some()) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(listener = name, error = %e, "cannot watch the listener; not accepting");
+            return;
+        }
+    };
 
     loop {
         let (stream, peer) = tokio::select! {
@@ -448,32 +455,33 @@ pub async fn serve(
             kill: kill.clone(),
             metrics,
         };
-        match &workers {
-            None => {
+        match (stream, &workers) {
+            (Accepted::Here(stream), _) => {
                 tokio::spawn(connection.serve(stream));
             }
             // On the worker with the fewest connections, registered with its
-            // reactor (see `crate::workers`).
-            Some(workers) => {
+            // reactor there (see `crate::workers`).
+            (Accepted::ForWorker(stream), Some(workers)) => {
                 let (placed, worker) = workers.pick();
                 connection.conn.worker = placed.index;
-                match stream.into_std() {
-                    Ok(stream) => {
-                        worker.spawn(async move {
-                            let _placed = placed;
-                            match tokio::net::TcpStream::from_std(stream) {
-                                Ok(stream) => connection.serve(stream).await,
-                                Err(e) => {
-                                    tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
-                                }
-                            }
-                        });
+                worker.spawn(async move {
+                    let _placed = placed;
+                    match tokio::net::TcpStream::from_std(stream) {
+                        Ok(stream) => connection.serve(stream).await,
+                        Err(e) => {
+                            tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(client = %peer, error = %e, "cannot hand a connection to a worker");
-                    }
-                }
+                });
             }
+            (Accepted::ForWorker(stream), None) => match tokio::net::TcpStream::from_std(stream) {
+                Ok(stream) => {
+                    tokio::spawn(connection.serve(stream));
+                }
+                Err(e) => {
+                    tracing::warn!(client = %peer, error = %e, "cannot register a connection");
+                }
+            },
         }
     }
     drop(listener);
@@ -489,6 +497,83 @@ pub async fn serve(
             "grace period over; closing the remaining connections"
         );
         let _ = kill_tx.send(true);
+    }
+}
+
+/// A listener's accepting side. Without workers, a tokio listener: each accepted
+/// socket is registered with this runtime, which serves it. With workers, the
+/// listener is only watched for readiness here and its sockets are accepted
+/// unregistered (`accept4` with `SOCK_NONBLOCK`), so that each is registered once,
+/// with its worker's reactor: accepting through tokio and moving the socket
+/// registered it here and removed it again, two `epoll_ctl` calls per connection.
+enum Listening {
+    Here(TcpListener),
+    ForWorkers(tokio::io::unix::AsyncFd<std::net::TcpListener>),
+}
+
+/// An accepted socket: registered with this runtime, or not yet with any.
+enum Accepted {
+    Here(tokio::net::TcpStream),
+    ForWorker(std::net::TcpStream),
+}
+
+impl Listening {
+    fn new(listener: TcpListener, for_workers: bool) -> std::io::Result<Listening> {
+        if !for_workers {
+            return Ok(Listening::Here(listener));
+        }
+        let listener = listener.into_std()?;
+        // SAFETY: a `std::net::TcpListener` owns its descriptor: it stays open and
+        // the same for as long as the `AsyncFd` owns the listener.
+        let watched = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                listener,
+                tokio::io::Interest::READABLE,
+            )
+        };
+        watched
+            .map(Listening::ForWorkers)
+            .map_err(|e| e.into_parts().1)
+    }
+
+    async fn accept(&self) -> std::io::Result<(Accepted, SocketAddr)> {
+        let watched = match self {
+            Listening::Here(l) => {
+                return l.accept().await.map(|(s, a)| (Accepted::Here(s), a));
+            }
+            Listening::ForWorkers(watched) => watched,
+        };
+        loop {
+            let mut ready = watched.readable().await?;
+            let accepted = ready.try_io(|l| {
+                socket2::SockRef::from(l.get_ref())
+                    .accept4(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+            });
+            let Ok(accepted) = accepted else {
+                continue; // would block: readiness cleared, wait again
+            };
+            let (socket, addr) = accepted?;
+            let addr = addr.as_socket().ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "not an IP peer")
+            })?;
+            return Ok((Accepted::ForWorker(socket.into()), addr));
+        }
+    }
+}
+
+impl Accepted {
+    fn set_nodelay(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            Accepted::Here(s) => s.set_nodelay(on),
+            Accepted::ForWorker(s) => s.set_nodelay(on),
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Accepted::Here(s) => s.local_addr(),
+            Accepted::ForWorker(s) => s.local_addr(),
+        }
     }
 }
 
