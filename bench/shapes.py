@@ -426,6 +426,19 @@ def phase_routes(d, args, out):
 
 # ---------------------------------------------------------------- scale
 
+def wrk_close(port, seconds):
+    """wrk -t2 -c32 with `Connection: close`: a new connection for every request."""
+    out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", "-H", f"Host: {HOST}", "-H", "Connection: close",
+                          f"http://127.0.0.1:{port}/"], capture_output=True, text=True).stdout
+    req = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    # wrk counts the server's close after each response as a read error: not one.
+    bad = (int(errors.group(1)) + int(errors.group(3)) + int(errors.group(4)) if errors else 0) \
+        + (int(non2xx.group(1)) if non2xx else 0)
+    return {"requests": req, "errors": bad}
+
+
 def phase_scale(d, args, out):
     """worker_threads 1, then 2 as per-core runtimes (the default), then 2 on tokio's
     work-stealing runtime (`work_stealing: true`): wrk -t2 -c128, unpinned."""
@@ -446,14 +459,24 @@ def phase_scale(d, args, out):
                 try:
                     H.wait_port(P["router"], HOST)
                     H.wrk(P["router"], 3, 128, threads=2)
-                    before = H.stat_ticks(px.procs["router"].pid)
+                    pid = px.procs["router"].pid
+                    before = H.stat_ticks(pid)
                     w = H.wrk(P["router"], 10, 128, threads=2)
                     req = w["requests"]
-                    cpu = (H.stat_ticks(px.procs["router"].pid) - before) / H.HZ
+                    cpu = (H.stat_ticks(pid) - before) / H.HZ
+                    # A connection per request (Connection: close): what handing a
+                    # connection to a worker costs.
+                    before = H.stat_ticks(pid)
+                    c = wrk_close(P["router"], 8)
+                    conn_cpu = (H.stat_ticks(pid) - before) / H.HZ
                     runs[name].append({"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10,
-                                       "errors": w["errors"] + w["non2xx"]})
+                                       "errors": w["errors"] + w["non2xx"] + c["errors"],
+                                       "close_rps": c["requests"] / 8,
+                                       "close_cpu_us": conn_cpu / max(c["requests"], 1) * 1e6})
                     print(f"scale round {rnd} threads {name}: {req / 10:.0f} req/s, {cpu / req * 1e6:.1f} us/req, "
-                          f"{cpu / 10:.2f} cores, errors {w['errors'] + w['non2xx']}", flush=True)
+                          f"{cpu / 10:.2f} cores; a connection per request: {c['requests'] / 8:.0f} req/s, "
+                          f"{conn_cpu / max(c['requests'], 1) * 1e6:.1f} us/req; "
+                          f"errors {w['errors'] + w['non2xx'] + c['errors']}", flush=True)
                 finally:
                     px.stop()
         res = {k: {m: median([r[m] for r in v]) for m in v[0]} for k, v in runs.items()}
@@ -509,6 +532,8 @@ def summary(out):
                      f"({two['rps'] / one['rps']:.2f}x), CPU {one['cpu_us_per_req']:.1f} -> "
                      f"{two['cpu_us_per_req']:.1f} us/req; work-stealing 2: {ws['rps']:.0f} req/s, "
                      f"{ws['cpu_us_per_req']:.1f} us/req (2 cores shared with wrk and the backend)")
+        lines.append(f"measured: a connection per request, CPU per request: 1 thread {one['close_cpu_us']:.1f} us, "
+                     f"2 per-core {two['close_cpu_us']:.1f} us, 2 work-stealing {ws['close_cpu_us']:.1f} us")
     print("\n".join(lines))
     return lines
 
