@@ -14,6 +14,7 @@ ROWS = [
             "histogram_quantile(0.99, sum by (le) (rate(router_http_request_duration_seconds_bucket[5m])))"], "s"),
         ("Open client connections", "sum by (instance, listener) (router_open_connections)", "short"),
         ("New client connections per second", "sum by (listener) (rate(router_connections_total[1m]))", "short"),
+        ("Client connections per worker thread", "sum by (instance, worker) (router_worker_connections)", "short"),
     ]),
     ("Members", [
         ("Members up / down", ["sum(router_backend_up)", "count(router_backend_up == 0)"], "short"),

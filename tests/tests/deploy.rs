@@ -119,7 +119,8 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
              listen: {{ http: 127.0.0.1:0, https: 127.0.0.1:0, admin: 127.0.0.1:0 }}\n\
              tls: {{ default_cert: {c}, default_key: {k} }}\n\
              spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
-             health: {{ interval: 200ms, timeout: 100ms, fall: 2 }}\naccess_log: {{ format: json }}\n",
+             health: {{ interval: 200ms, timeout: 100ms, fall: 2 }}\naccess_log: {{ format: json }}\n\
+             worker_threads: 2\n",
             d = dir.display(),
             c = cert.display(),
             k = key.display()
