@@ -26,7 +26,9 @@ Phases:
            20 times 1 s apart (baseline.md Table 4).
   scale    router alone with worker_threads 1, then 2 per-core runtimes (the default
            model), then 2 on tokio's work-stealing runtime (`work_stealing: true`),
-           unpinned, wrk -t2 -c128, rounds alternating: req/s and CPU per request.
+           unpinned, rounds alternating: req/s and CPU per request with wrk -t2
+           -c128, then with a connection per request (wrk -c32, Connection: close),
+           then h2 over TLS (h2load -c10 -m10).
 
 Needs: nginx, haproxy, wrk, h2load (bench/run.sh installs them) and release builds:
 cargo build --release -p router -p e2e --bin router --bin bench-clients --bin echo-backend
@@ -469,13 +471,20 @@ def phase_scale(d, args, out):
                     before = H.stat_ticks(pid)
                     c = wrk_close(P["router"], 8)
                     conn_cpu = (H.stat_ticks(pid) - before) / H.HZ
-                    runs[name].append({"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10,
+                    # h2 over TLS: hyper runs a task per stream on the runtime.
+                    h2load(P["router_https"], args.h2_requests // 5)
+                    before = H.stat_ticks(pid)
+                    h = h2load(P["router_https"], args.h2_requests)
+                    h2_cpu = (H.stat_ticks(pid) - before) / H.HZ
+                    runs[name].append({"h2_cpu_us": h2_cpu / max(h["ok"], 1) * 1e6,
+                                       "h2_failed": h["failed"],"rps": req / 10, "cpu_us_per_req": cpu / req * 1e6, "cores": cpu / 10,
                                        "errors": w["errors"] + w["non2xx"] + c["errors"],
                                        "close_rps": c["requests"] / 8,
                                        "close_cpu_us": conn_cpu / max(c["requests"], 1) * 1e6})
                     print(f"scale round {rnd} threads {name}: {req / 10:.0f} req/s, {cpu / req * 1e6:.1f} us/req, "
                           f"{cpu / 10:.2f} cores; a connection per request: {c['requests'] / 8:.0f} req/s, "
                           f"{conn_cpu / max(c['requests'], 1) * 1e6:.1f} us/req; "
+                          f"h2: {h2_cpu / max(h['ok'], 1) * 1e6:.1f} us/req, failed {h['failed']}; "
                           f"errors {w['errors'] + w['non2xx'] + c['errors']}", flush=True)
                 finally:
                     px.stop()
@@ -534,6 +543,8 @@ def summary(out):
                      f"{ws['cpu_us_per_req']:.1f} us/req (2 cores shared with wrk and the backend)")
         lines.append(f"measured: a connection per request, CPU per request: 1 thread {one['close_cpu_us']:.1f} us, "
                      f"2 per-core {two['close_cpu_us']:.1f} us, 2 work-stealing {ws['close_cpu_us']:.1f} us")
+        lines.append(f"measured: h2 over TLS (h2load -c10 -m10), CPU per request: 1 thread {one['h2_cpu_us']:.1f} us, "
+                     f"2 per-core {two['h2_cpu_us']:.1f} us, 2 work-stealing {ws['h2_cpu_us']:.1f} us")
     print("\n".join(lines))
     return lines
 
