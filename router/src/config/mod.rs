@@ -527,6 +527,9 @@ fn default_source_share() -> u8 {
     100
 }
 
+/// More worker threads than this is a typo (each is a thread with its own runtime).
+const MAX_WORKER_THREADS: usize = 1024;
+
 impl Upstream {
     /// Slots of one member one client address may hold (at least one).
     pub fn max_per_source(&self) -> usize {
@@ -678,6 +681,12 @@ impl Config {
         }
         if self.limits.max_connections == 0 {
             return Err(("limits.max_connections", "must be at least 1".into()));
+        }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            return Err((
+                "worker_threads",
+                format!("must be from 0 (one per CPU) to {MAX_WORKER_THREADS}"),
+            ));
         }
         if self.limits.h2_max_concurrent_streams == 0 {
             return Err((

@@ -72,6 +72,30 @@ fn semantic_errors_point_at_the_field() {
 }
 
 #[test]
+fn threads_and_member_idle_connections() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    assert_eq!((c.worker_threads, c.work_stealing), (0, false));
+    // Unset, as many idle connections as request slots.
+    assert_eq!(
+        c.upstream.max_idle(),
+        c.upstream.max_connections_per_backend
+    );
+    let c = Config::parse(
+        &format!("{GOOD}worker_threads: 4\nwork_stealing: true\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert_eq!((c.worker_threads, c.work_stealing), (4, true));
+    let e = err(&format!("{GOOD}worker_threads: 100000\n"));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(13), "worker_threads"),
+        "{e}"
+    );
+    assert!(e.message.contains("1024"), "{e}");
+}
+
+#[test]
 fn missing_required_key_is_reported() {
     let e = err("cloud_domain: example.com\n");
     assert!(e.message.contains("state_dir"), "{e}");
