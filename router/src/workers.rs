@@ -133,7 +133,8 @@ impl Workers {
     }
 
     /// Open connections per worker, in order.
-    pub fn open(&self) -> Vec<i64> {
+    #[cfg(test)]
+    fn open(&self) -> Vec<i64> {
         self.workers.iter().map(|w| w.open.get()).collect()
     }
 }

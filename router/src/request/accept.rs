@@ -376,7 +376,7 @@ pub async fn serve(
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     // Connections still open when the grace period is over are closed through this.
     let (kill_tx, kill) = watch::channel(false);
-    let listener = match Listening::new(listener, workers.is_some()) {
+    let listener = match Listening::new(listener, workers) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(listener = name, error = %e, "cannot watch the listener; not accepting");
@@ -455,13 +455,13 @@ pub async fn serve(
             kill: kill.clone(),
             metrics,
         };
-        match (stream, &workers) {
-            (Accepted::Here(stream), _) => {
+        match stream {
+            Accepted::Here(stream) => {
                 tokio::spawn(connection.serve(stream));
             }
             // On the worker with the fewest connections, registered with its
             // reactor there (see `crate::workers`).
-            (Accepted::ForWorker(stream), Some(workers)) => {
+            Accepted::ForWorker(stream, workers) => {
                 let (placed, worker) = workers.pick();
                 connection.conn.worker = placed.index;
                 worker.spawn(async move {
@@ -474,14 +474,6 @@ pub async fn serve(
                     }
                 });
             }
-            (Accepted::ForWorker(stream), None) => match tokio::net::TcpStream::from_std(stream) {
-                Ok(stream) => {
-                    tokio::spawn(connection.serve(stream));
-                }
-                Err(e) => {
-                    tracing::warn!(client = %peer, error = %e, "cannot register a connection");
-                }
-            },
         }
     }
     drop(listener);
@@ -508,20 +500,27 @@ pub async fn serve(
 /// registered it here and removed it again, two `epoll_ctl` calls per connection.
 enum Listening {
     Here(TcpListener),
-    ForWorkers(tokio::io::unix::AsyncFd<std::net::TcpListener>),
+    ForWorkers(
+        tokio::io::unix::AsyncFd<std::net::TcpListener>,
+        Arc<crate::workers::Workers>,
+    ),
 }
 
-/// An accepted socket: registered with this runtime, or not yet with any.
+/// An accepted socket: registered with this runtime, or not yet with any and
+/// going to one of these workers.
 enum Accepted {
     Here(tokio::net::TcpStream),
-    ForWorker(std::net::TcpStream),
+    ForWorker(std::net::TcpStream, Arc<crate::workers::Workers>),
 }
 
 impl Listening {
-    fn new(listener: TcpListener, for_workers: bool) -> std::io::Result<Listening> {
-        if !for_workers {
+    fn new(
+        listener: TcpListener,
+        workers: Option<Arc<crate::workers::Workers>>,
+    ) -> std::io::Result<Listening> {
+        let Some(workers) = workers else {
             return Ok(Listening::Here(listener));
-        }
+        };
         let listener = listener.into_std()?;
         // SAFETY: a `std::net::TcpListener` owns its descriptor: it stays open and
         // the same for as long as the `AsyncFd` owns the listener.
@@ -532,16 +531,16 @@ impl Listening {
             )
         };
         watched
-            .map(Listening::ForWorkers)
+            .map(|w| Listening::ForWorkers(w, workers))
             .map_err(|e| e.into_parts().1)
     }
 
     async fn accept(&self) -> std::io::Result<(Accepted, SocketAddr)> {
-        let watched = match self {
+        let (watched, workers) = match self {
             Listening::Here(l) => {
                 return l.accept().await.map(|(s, a)| (Accepted::Here(s), a));
             }
-            Listening::ForWorkers(watched) => watched,
+            Listening::ForWorkers(watched, workers) => (watched, workers),
         };
         loop {
             let mut ready = watched.readable().await?;
@@ -556,7 +555,7 @@ impl Listening {
             let addr = addr.as_socket().ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, "not an IP peer")
             })?;
-            return Ok((Accepted::ForWorker(socket.into()), addr));
+            return Ok((Accepted::ForWorker(socket.into(), workers.clone()), addr));
         }
     }
 }
@@ -565,14 +564,14 @@ impl Accepted {
     fn set_nodelay(&self, on: bool) -> std::io::Result<()> {
         match self {
             Accepted::Here(s) => s.set_nodelay(on),
-            Accepted::ForWorker(s) => s.set_nodelay(on),
+            Accepted::ForWorker(s, _) => s.set_nodelay(on),
         }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         match self {
             Accepted::Here(s) => s.local_addr(),
-            Accepted::ForWorker(s) => s.local_addr(),
+            Accepted::ForWorker(s, _) => s.local_addr(),
         }
     }
 }

@@ -6,9 +6,9 @@
 //! measurable at these sizes.
 //!
 //! With per-core workers ([`crate::workers`]) each worker has a list of its own: a
-//! connection is registered with the reactor of the thread that opened it, and is
-//! reused only by requests on that thread (as each nginx worker keeps its own
-//! `keepalive` connections). `upstream.max_idle_per_backend` stays the bound of
+//! connection is registered with the reactor of the thread that opened it, goes
+//! back to that thread's list, and is reused there first (as each nginx worker
+//! keeps its own `keepalive` connections). `upstream.max_idle_per_backend` stays the bound of
 //! the member's idle connections as a whole, counted across the lists: a list may
 //! hold all of them while another holds none (an even split made the busier
 //! worker close and reopen connections on every burst: 77 000 connects in 10 s).
