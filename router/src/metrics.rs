@@ -127,6 +127,12 @@ pub struct Metrics {
     /// saved state and the broker (missing_app, stale_app, missing_member,
     /// stale_member, missing_alias, stale_alias), fixed or not.
     pub reconcile_differences: IntCounterVec,
+    /// `router_admin_refused_total{reason}`: admin calls refused (host, origin,
+    /// token).
+    pub admin_refused: IntCounterVec,
+    /// `router_connections_refused_total{listener, reason}`: client connections
+    /// closed at accept (`source_limit`: the address held its share).
+    pub refused: IntCounterVec,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -280,8 +286,29 @@ impl Metrics {
         registry.register(Box::new(reloads.clone()))?;
         registry.register(Box::new(reconcile_runs.clone()))?;
         registry.register(Box::new(reconcile_differences.clone()))?;
+        let admin_refused = IntCounterVec::new(
+            Opts::new(
+                "router_admin_refused_total",
+                "Admin calls refused, by reason (host: not a name of the listener, origin: a cross-site call, token: no valid token)",
+            ),
+            &["reason"],
+        )?;
+        for r in ["host", "origin", "token"] {
+            admin_refused.with_label_values(&[r]);
+        }
+        registry.register(Box::new(admin_refused.clone()))?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "router_connections_refused_total",
+                "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source)",
+            ),
+            &["listener", "reason"],
+        )?;
+        registry.register(Box::new(refused.clone()))?;
         let spi = spi_consumer::metrics::Metrics::new(&registry)?;
         Ok(Metrics {
+            admin_refused,
+            refused,
             reloads,
             reconcile_runs,
             reconcile_differences,
@@ -310,6 +337,10 @@ impl Metrics {
     pub fn request(&self, status: u16) {
         let i = usize::from(status / 100).clamp(1, 5) - 1;
         self.by_class[i].inc();
+    }
+
+    pub fn admin_refused(&self, reason: &str) {
+        self.admin_refused.with_label_values(&[reason]).inc();
     }
 
     pub fn upstream_error(&self, kind: UpstreamError) {

@@ -181,6 +181,7 @@ impl Events {
                 let limits = spi_consumer::source::spool::SpoolLimits {
                     max_file_bytes: s.max_file_bytes,
                     done_retention: s.done_retention,
+                    failed_retention: s.failed_retention,
                 };
                 Source::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
                     StartError::Spool {
@@ -468,6 +469,7 @@ impl Router {
             },
             // Where parked messages are: the spool's `failed/`, else the state's.
             body_deadline: config.limits.header_read_timeout,
+            names: ArcSwap::from_pointee(crate::admin::Names::new(&config.admin.hosts)),
             dead_letters: match (&config.spi.source, &config.spi.spool) {
                 (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
                 _ => config.state_dir.join("dead-letters"),
@@ -1012,6 +1014,9 @@ impl Reloader {
             }
         };
         self.admin.token.store(token.map(Arc::new));
+        self.admin
+            .names
+            .store(Arc::new(crate::admin::Names::new(&config.admin.hosts)));
         let current = self.live.load_full();
         let proxy = with_settings(Shared::of(&current.proxy), &config);
         self.registry.set_health(config.health.settings());
@@ -1077,6 +1082,22 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
     }
 }
 
+/// Says so when a secret's file can be read by its group or by anyone (it should be
+/// 0600 or 0400, as the ticket key file).
+fn warn_if_readable_by_others(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        let mode = m.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format!("{mode:04o}"),
+                "admin.token_file can be read by other users: chmod 600 it"
+            );
+        }
+    }
+}
+
 /// `admin.token_file`'s first line (an empty one is refused).
 pub fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
     let Some(path) = &config.admin.token_file else {
@@ -1093,6 +1114,7 @@ pub fn admin_token(config: &Config) -> Result<Option<String>, StartError> {
     if t.is_empty() {
         return Err(error(std::io::Error::other("the first line is empty")));
     }
+    warn_if_readable_by_others(path);
     Ok(Some(t))
 }
 

@@ -10,6 +10,7 @@
 //! [`source`] holds the sources (the spool directory, STOMP for ActiveMQ, AMQP for
 //! RabbitMQ), which share [`ingest`] (one message → durable → ack, reconnect
 //! back-off); [`deadletter`] parks what cannot be decoded, with the reason;
+//! [`redact`] takes private keys out of the spool's processed copies;
 //! [`metrics`] counts all of it and imports nothing.
 //!
 //! Turning the state into a route table is the router's job: this crate knows nothing
@@ -23,6 +24,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod persist;
 pub mod publish;
+pub mod redact;
 pub mod shard;
 pub mod source;
 

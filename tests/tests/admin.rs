@@ -161,12 +161,12 @@ async fn admin_connections_are_capped_and_idle_ones_time_out() {
 async fn a_silent_admin_body_gets_408_at_the_deadline() {
     let r = TestRouter::start("limits:\n  header_read_timeout: 1s\n").await;
     let started = std::time::Instant::now();
-    let resp = e2e::raw::exchange(
-        r.admin,
-        b"POST /aliases/www.example.net/split HTTP/1.1\r\nHost: a\r\nContent-Length: 40\r\n\r\n{\"a-b\"",
-        std::time::Duration::from_secs(10),
-    )
-    .await;
+    let req = format!(
+        "POST /aliases/www.example.net/split HTTP/1.1\r\nHost: {}\r\nContent-Length: 40\r\n\r\n{{\"a-b\"",
+        r.admin
+    );
+    let resp =
+        e2e::raw::exchange(r.admin, req.as_bytes(), std::time::Duration::from_secs(10)).await;
     assert_eq!(
         e2e::raw::status(&resp),
         Some(408),
@@ -174,4 +174,82 @@ async fn a_silent_admin_body_gets_408_at_the_deadline() {
         String::from_utf8_lossy(&resp)
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// One raw admin call with exactly these header lines; the status.
+async fn admin_raw(r: &TestRouter, method: &str, path: &str, headers: &str) -> Option<u16> {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let out = e2e::raw::exchange(r.admin, req.as_bytes(), std::time::Duration::from_secs(5)).await;
+    e2e::raw::status(&out)
+}
+
+/// Without a token (the default), a browser page's cross-site POST and a DNS
+/// rebinding name are refused; scripts (no Origin) still work; refused attempts do
+/// not push authorised actions out of the audit trail.
+#[tokio::test]
+async fn cross_site_calls_and_foreign_host_names_are_refused_without_a_token() {
+    let (r, b) = TestRouter::with_backend("").await;
+    let admin = r.admin;
+    let member = b.addr;
+    let rotate_out = format!("/backends/{member}/rotate-out?timeout=1s");
+    let host = format!("Host: {admin}\r\n");
+    // A cross-site form POST (what a page at evil.example makes a browser send).
+    let evil = format!("{host}Origin: http://evil.example\r\n");
+    assert_eq!(admin_raw(&r, "POST", &rotate_out, &evil).await, Some(403));
+    let site = format!("{host}Sec-Fetch-Site: cross-site\r\n");
+    assert_eq!(admin_raw(&r, "POST", &rotate_out, &site).await, Some(403));
+    assert_eq!(
+        r.backend_state(member).await.expect("member")["rotate"],
+        "in"
+    );
+    // DNS rebinding: evil.example resolving to 127.0.0.1 carries its own name.
+    let port = admin.port();
+    let rebound = format!("Host: evil.example:{port}\r\n");
+    assert_eq!(admin_raw(&r, "GET", "/routes", &rebound).await, Some(421));
+    assert_eq!(
+        admin_raw(&r, "POST", &rotate_out, &rebound).await,
+        Some(421)
+    );
+    // Monitoring by any name still works (Prometheus scrapes by host name).
+    assert_eq!(admin_raw(&r, "GET", "/metrics", &rebound).await, Some(200));
+    // The status page's own POST (same origin) and a script's (no Origin) pass.
+    let same = format!("{host}Origin: http://{admin}\r\n");
+    let rotate_in = format!("/backends/{member}/rotate-in");
+    assert_eq!(admin_raw(&r, "POST", &rotate_in, &same).await, Some(200));
+    let local = format!("Host: localhost:{port}\r\n");
+    assert_eq!(admin_raw(&r, "POST", &rotate_in, &local).await, Some(200));
+    // 210 refused attempts: the two actions above stay in the trail.
+    for _ in 0..210 {
+        assert_eq!(admin_raw(&r, "POST", &rotate_out, &evil).await, Some(403));
+    }
+    let (_, audit) = r.admin_get("/audit").await;
+    let audit: serde_json::Value = serde_json::from_str(&audit).expect("audit json");
+    let actions = audit["actions"].as_array().expect("actions");
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| a["action"] == "rotate-in")
+            .count(),
+        2,
+        "{actions:?}"
+    );
+    assert!(actions.iter().all(|a| a["action"] != "refused"));
+    let refused = audit["refused"].as_array().expect("refused");
+    assert_eq!(refused.len(), 200, "a bounded ring of its own");
+    assert_eq!(
+        r.metric("router_admin_refused_total{reason=\"origin\"}")
+            .await,
+        Some(212.0)
+    );
+    assert_eq!(
+        r.metric("router_admin_refused_total{reason=\"host\"}")
+            .await,
+        Some(2.0)
+    );
+    assert_eq!(
+        r.backend_state(member).await.expect("member")["rotate"],
+        "in"
+    );
 }

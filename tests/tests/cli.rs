@@ -276,3 +276,28 @@ async fn log_lines_caused_by_clients_are_rate_limited() {
         "{from_h2} h2 log lines for {connections} attacking connections: not rate-limited"
     );
 }
+
+/// A token file other users can read is used, and the router says so at start.
+#[tokio::test]
+async fn a_token_file_readable_by_others_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("cli-token");
+    let token = dir.join("admin.token");
+    std::fs::write(&token, "t0ken\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let extra = format!("admin:\n  token_file: {}\n", token.display());
+    let cfg = e2e::process::spool_router(
+        &dir,
+        &events::add_lb("myapp", "demo", b.addr),
+        &e2e::process::spool_config(&dir, "127.0.0.1:0", false, &extra),
+    );
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    let warned = router.startup.iter().find(|v| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("can be read by other users"))
+    });
+    let warned = warned.expect("a warning names the readable token file");
+    assert_eq!(warned["mode"], "0644");
+}

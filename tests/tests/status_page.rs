@@ -198,3 +198,70 @@ async fn the_status_page_renders_live_state_in_chromium() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A page on another origin (127.0.0.2) that Chromium opens posts a form to the
+/// admin listener's rotate-out, as a malicious site in an operator's browser would;
+/// and a rebound name (evil.example → 127.0.0.1) tries to read the routes. Without
+/// a token, both are refused by the router (the refusals are counted, so the
+/// requests did arrive) and the member stays in.
+#[tokio::test]
+async fn a_cross_site_page_in_chromium_cannot_rotate_members_nor_read_routes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = Backend::start().await;
+    let r = TestRouter::start("").await;
+    r.drop_event("01.yaml", &events::add_lb("shop", "demo", b.addr));
+    r.wait_route(SHOP).await;
+    let target = format!(
+        "http://{}/backends/{}/rotate-out?timeout=1s",
+        r.admin, b.addr
+    );
+    let page = format!(
+        "<html><body><form id=f method=POST action=\"{target}\"></form>\
+         <script>document.getElementById('f').submit()</script></body></html>"
+    );
+    let evil = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind");
+    let evil_url = format!("http://{}/", evil.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = evil.accept().await {
+            let page = page.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    page.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(page.as_bytes()).await;
+            });
+        }
+    });
+    let root = e2e::tempdir("csrf");
+    let profile = root.join("chromium");
+    chromium(&profile, &evil_url, &["--dump-dom"]).await;
+    assert_eq!(
+        r.metric("router_admin_refused_total{reason=\"origin\"}")
+            .await,
+        Some(1.0),
+        "the form's POST reached the router and was refused"
+    );
+    assert_eq!(
+        r.backend_state(b.addr).await.expect("member")["rotate"],
+        "in"
+    );
+    let rebound = format!("http://evil.example:{}/routes", r.admin.port());
+    let dom = chromium(
+        &profile,
+        &rebound,
+        &[
+            "--dump-dom",
+            "--host-resolver-rules=MAP evil.example 127.0.0.1",
+        ],
+    )
+    .await;
+    assert!(dom.contains("421") && !dom.contains(SHOP), "{dom}");
+    r.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -80,7 +80,30 @@ async fn router_with_alias(pki: &Pki, alias_leaf: &Leaf, extra: &str) -> (TestRo
         async || r.metric("router_tls_certificates").await == Some(1.0),
     )
     .await;
+    assert_no_key_kept(&r.spool.join("done"), &alias_leaf.key_pem);
     (r, backend)
+}
+
+/// The spool's processed copies (`done/`) keep the events, not the private key
+/// they carried (issue 25: keys at rest).
+fn assert_no_key_kept(done: &Path, key_pem: &str) {
+    let secret: Vec<&str> = key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        .collect();
+    assert!(!secret.is_empty());
+    let mut ssl = 0;
+    for e in std::fs::read_dir(done).expect("done/") {
+        let text = std::fs::read_to_string(e.expect("entry").path()).expect("read");
+        for line in &secret {
+            assert!(
+                !text.contains(line),
+                "a private key stayed in done/: {text}"
+            );
+        }
+        ssl += usize::from(text.contains("add_ssl") && text.contains("[redacted]"));
+    }
+    assert_eq!(ssl, 1, "the add_ssl event is kept, redacted");
 }
 
 /// `openssl s_client -servername NAME`, verified against `ca`: its output, once
@@ -1038,4 +1061,78 @@ async fn tls_passthrough_relays_to_the_gear_that_holds_the_key() {
             .expect("handshake with the remaining gear");
         assert_eq!(get(&mut http1(s).await, GEAR, "/").await.0, 200);
     }
+}
+
+/// The suite `openssl s_client` got when it offered `ciphers` (TLS 1.2 `-cipher`
+/// or TLS 1.3 `-ciphersuites`, in its order of preference).
+async fn negotiated(addr: &str, version: &str, flag: &str, ciphers: &str) -> String {
+    let args = [
+        "s_client",
+        "-connect",
+        addr,
+        "-servername",
+        HA,
+        version,
+        flag,
+        ciphers,
+    ];
+    let (_, out) = run("openssl", &args).await;
+    out.lines()
+        .find_map(|l| {
+            l.split_once("Cipher is ")
+                .map(|(_, c)| c.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no cipher in: {out}"))
+}
+
+/// testssl.sh's "no cipher order" finding: a client that lists ChaCha20 first
+/// gets the server's choice, AES-GCM on a CPU with AES instructions (ChaCha20
+/// where it has none), in TLS 1.2 and 1.3 alike.
+#[tokio::test]
+async fn the_server_picks_the_cipher_suite_by_its_own_order() {
+    let pki = Pki::new();
+    let r = TestRouter::start_https(e2e::tempdir("tls"), &pki.tls_section("")).await;
+    let addr = https(&r).to_string();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let aes = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags") || l.starts_with("Features"))
+        .any(|l| l.split_whitespace().any(|f| f == "aes"));
+    let tls12 = negotiated(
+        &addr,
+        "-tls1_2",
+        "-cipher",
+        "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:\
+         ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256",
+    )
+    .await;
+    let tls13 = negotiated(
+        &addr,
+        "-tls1_3",
+        "-ciphersuites",
+        "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256",
+    )
+    .await;
+    if aes {
+        assert!(tls12.contains("AES128-GCM"), "TLS 1.2 got {tls12}");
+        assert_eq!(tls13, "TLS_AES_128_GCM_SHA256");
+    } else {
+        assert!(tls12.contains("CHACHA20"), "TLS 1.2 got {tls12}");
+        assert_eq!(tls13, "TLS_CHACHA20_POLY1305_SHA256");
+    }
+    // And the converse order is not simply echoed: AES first from the client
+    // where the CPU has none gets ChaCha20, with it AES.
+    let tls13 = negotiated(
+        &addr,
+        "-tls1_3",
+        "-ciphersuites",
+        "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256",
+    )
+    .await;
+    let want = if aes {
+        "TLS_AES_128_GCM_SHA256"
+    } else {
+        "TLS_CHACHA20_POLY1305_SHA256"
+    };
+    assert_eq!(tls13, want);
 }

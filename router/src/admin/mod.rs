@@ -22,6 +22,20 @@
 //!
 //! With `admin.token_file`, every mutating call (POST, DELETE) needs
 //! `Authorization: Bearer <token>` (401 without); reads stay open.
+//!
+//! Against a web page in an operator's browser (the listener is on loopback, which
+//! the browser reaches), with or without a token ([`origin`]):
+//! - a request whose `Host` is not a name of this listener (its address, a loopback
+//!   name, this host's name, or one of `admin.hosts`) gets 421, except the monitoring
+//!   paths (`/healthz`, `/readyz`, `/metrics`, scraped by host name): DNS rebinding
+//!   cannot read or change anything;
+//! - a mutating call whose `Origin` (or, without one, `Referer`) is not this very
+//!   listener, or that the browser marks `Sec-Fetch-Site: cross-site`, gets 403: a
+//!   cross-site form POST cannot rotate members out.
+//!
+//! Refused attempts are kept apart from the actions (`refused` in `/audit`, a ring of
+//! their own, and `router_admin_refused_total{reason}`), so that a flood of them
+//! cannot push an authorised action out of the audit trail.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -42,6 +56,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+mod origin;
+pub use origin::Names;
 mod status;
 
 use crate::members::MemberRegistry;
@@ -80,6 +96,9 @@ pub struct Admin {
     /// (`limits.header_read_timeout`), or 408: a silent client cannot keep its
     /// admin connection.
     pub body_deadline: Duration,
+    /// The names requests may carry in `Host` (see [`origin`]); a reload replaces
+    /// them.
+    pub names: ArcSwap<origin::Names>,
 }
 
 /// `admin:` settings.
@@ -91,17 +110,24 @@ pub struct AdminSettings {
     /// reaches the admin listener (keep it on loopback), and the status page shows
     /// no buttons.
     pub token_file: Option<std::path::PathBuf>,
+    /// Other names the admin listener answers to (`router-a.example.com`), besides
+    /// its address, loopback names and this host's name: any other `Host` is 421.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
-/// The last admin actions, newest last, for `/audit` and the status page.
+/// The last admin actions, newest last, for `/audit` and the status page; the
+/// refused attempts in a ring of their own, so that they never evict an action.
 pub struct Audit {
     entries: Ring<AuditEntry>,
+    refused: Ring<AuditEntry>,
 }
 
 impl Default for Audit {
     fn default() -> Audit {
         Audit {
             entries: Ring::new(AUDIT_LEN),
+            refused: Ring::new(AUDIT_LEN),
         }
     }
 }
@@ -133,6 +159,22 @@ impl Audit {
 
     pub fn entries(&self) -> Vec<AuditEntry> {
         self.entries.list()
+    }
+
+    /// A refused attempt: logged, and kept in the refused ring only.
+    pub fn refuse(&self, client: &str, target: &str, result: &str) {
+        tracing::warn!(client, target, result, "admin call refused");
+        self.refused.push(AuditEntry {
+            at: unix_now(),
+            client: client.into(),
+            action: "refused".into(),
+            target: target.into(),
+            result: result.into(),
+        });
+    }
+
+    pub fn refused(&self) -> Vec<AuditEntry> {
+        self.refused.list()
     }
 }
 
@@ -188,16 +230,24 @@ struct RotateDoc<'a> {
 }
 
 impl Admin {
-    async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Full<Bytes>> {
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        client: SocketAddr,
+        local: SocketAddr,
+    ) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_string();
         let mutating = req.method() == Method::POST || req.method() == Method::DELETE;
+        if let Err(refusal) = self.names.load().check(&req, local, mutating) {
+            self.metrics.admin_refused(refusal.reason());
+            self.audit
+                .refuse(&client.ip().to_string(), &path, refusal.reason());
+            return text(refusal.status(), refusal.message());
+        }
         if mutating && !self.authorized(&req) {
-            self.audit.record(
-                &client.ip().to_string(),
-                "refused",
-                &path,
-                "401 no valid token",
-            );
+            self.metrics.admin_refused("token");
+            self.audit
+                .refuse(&client.ip().to_string(), &path, "401 no valid token");
             let mut r = text(
                 StatusCode::UNAUTHORIZED,
                 "this call needs Authorization: Bearer <admin.token_file's token>\n",
@@ -279,7 +329,10 @@ impl Admin {
             }
             "/routes" => self.routes(),
             "/backends" => self.backends(),
-            "/audit" => json(&serde_json::json!({ "actions": self.audit.entries() })),
+            "/audit" => json(&serde_json::json!({
+                "actions": self.audit.entries(),
+                "refused": self.audit.refused(),
+            })),
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         }
     }
@@ -588,10 +641,13 @@ impl Admin {
             };
             let admin = self.clone();
             let builder = builder.clone();
+            let Ok(local) = stream.local_addr() else {
+                continue;
+            };
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(admin.handle(req, client).await) }
+                    async move { Ok::<_, Infallible>(admin.handle(req, client, local).await) }
                 });
                 let _ = builder
                     .serve_connection(TokioIo::new(stream), service)

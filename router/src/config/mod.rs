@@ -154,10 +154,17 @@ pub struct SpoolConfig {
     /// Files in `done/` (owner-only: they may hold keys) are removed after this.
     #[serde(default = "default_spool_done_retention", with = "humantime_serde")]
     pub done_retention: Duration,
+    /// Files in `failed/` (with their reasons) are removed after this.
+    #[serde(default = "default_spool_failed_retention", with = "humantime_serde")]
+    pub failed_retention: Duration,
 }
 
 fn default_spool_max_file_bytes() -> u64 {
     spi_consumer::source::spool::SpoolLimits::default().max_file_bytes
+}
+
+fn default_spool_failed_retention() -> Duration {
+    spi_consumer::source::spool::SpoolLimits::default().failed_retention
 }
 
 fn default_spool_done_retention() -> Duration {

@@ -4,6 +4,12 @@
 //! certificate comes from [`SniResolver`](crate::tls::store::SniResolver) on every
 //! handshake, so certificate changes apply to the next handshake and never touch
 //! open connections.
+//!
+//! The server picks the cipher suite, from its own order ([`server_order`]), not the
+//! client's: a client listing a weaker suite first does not get it (testssl.sh's
+//! "no cipher order" finding), and the order follows this host's hardware, as
+//! rustls recommends: AES-GCM first where the CPU has AES instructions, ChaCha20
+//! first where it has not (there it is the faster and the constant-time one).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,11 +51,16 @@ pub fn acceptor(
     let resolver = Arc::new(SniResolver {
         live: certs.clone(),
     });
+    let provider = Arc::new(CryptoProvider {
+        cipher_suites: server_order(&provider.cipher_suites, aes_in_hardware()),
+        ..(*provider).clone()
+    });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.ignore_client_order = true;
     match resumption {
         Resumption::Shared(t) => {
             config.ticketer = t;
@@ -66,6 +77,43 @@ pub fn acceptor(
         config: Arc::new(config),
         certs,
     })
+}
+
+/// The suites in the order the server prefers them: the provider's order (AES-256
+/// before AES-128, TLS 1.3 before 1.2), with ChaCha20-Poly1305 moved ahead of the
+/// AES-GCM suites of the same version when the CPU has no AES instructions.
+pub fn server_order(
+    suites: &[rustls::SupportedCipherSuite],
+    aes: bool,
+) -> Vec<rustls::SupportedCipherSuite> {
+    let mut ordered = suites.to_vec();
+    if !aes {
+        // Stable: within each TLS version, ChaCha first, the rest as they were.
+        ordered.sort_by_key(|s| {
+            let tls12 = matches!(s, rustls::SupportedCipherSuite::Tls12(_));
+            let chacha = format!("{:?}", s.suite()).contains("CHACHA20");
+            (tls12, !chacha)
+        });
+    }
+    ordered
+}
+
+/// Whether this CPU encrypts AES in hardware (AES-NI and carry-less multiply on
+/// x86, the crypto extension on ARM).
+fn aes_in_hardware() -> bool {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+    }
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
 }
 
 impl Acceptor {
@@ -152,5 +200,29 @@ fn failure_reason(e: &std::io::Error) -> &'static str {
             std::io::ErrorKind::InvalidData => "protocol",
             _ => "other",
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_order;
+
+    fn names(suites: &[rustls::SupportedCipherSuite]) -> Vec<String> {
+        suites.iter().map(|s| format!("{:?}", s.suite())).collect()
+    }
+
+    #[test]
+    fn chacha_first_within_each_version_only_without_aes() {
+        let all = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
+        assert_eq!(names(&server_order(&all, true)), names(&all));
+        let soft = names(&server_order(&all, false));
+        assert_eq!(soft[0], "TLS13_CHACHA20_POLY1305_SHA256");
+        let first12 = soft
+            .iter()
+            .position(|n| n.starts_with("TLS_ECDHE"))
+            .expect("TLS 1.2 suites");
+        assert!(soft[first12].contains("CHACHA20"), "{soft:?}");
+        assert!(soft[..first12].iter().all(|n| n.starts_with("TLS13")));
+        assert_eq!(soft.len(), all.len());
     }
 }

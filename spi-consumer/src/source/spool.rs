@@ -12,9 +12,10 @@
 //!
 //! Bounded by design: a file over `max_file_bytes` is not read but parked in
 //! `failed/` with its reason; a reason file's name always fits the file system (a
-//! long name is shortened, with a hash of the whole name); files in `done/` are made
-//! owner-only (an `add_ssl` event holds a private key) and removed after
-//! `done_retention`; entries that are not regular files (symlinks, FIFOs,
+//! long name is shortened, with a hash of the whole name); files in `done/` and
+//! `failed/` are made owner-only, keep no private key nor pass phrase (an `add_ssl`
+//! event's are replaced by `[redacted]`, see [`crate::redact`]), and are removed
+//! after `done_retention` and `failed_retention`; entries that are not regular files (symlinks, FIFOs,
 //! directories) are skipped and logged once.
 
 use std::collections::HashSet;
@@ -42,6 +43,8 @@ pub struct SpoolLimits {
     pub max_file_bytes: u64,
     /// Files in `done/` older than this are removed.
     pub done_retention: Duration,
+    /// Files in `failed/` (and their `.reason`) older than this are removed.
+    pub failed_retention: Duration,
 }
 
 impl Default for SpoolLimits {
@@ -49,9 +52,13 @@ impl Default for SpoolLimits {
         SpoolLimits {
             max_file_bytes: 1024 * 1024,
             done_retention: Duration::from_secs(7 * 24 * 3600),
+            failed_retention: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
+
+/// A file of a batch, what became of it, and the copy to keep if it held secrets.
+type Settled = (PathBuf, Disposition, Option<Vec<u8>>);
 
 /// A spool directory with its `done/` and `failed/` folders.
 #[derive(Clone, Debug)]
@@ -118,11 +125,12 @@ impl Spool {
             match self.read_bounded(&path) {
                 Ok(Ok(body)) => {
                     let d = consumer.handle(&body);
-                    settled.push((path, d));
+                    let kept = crate::redact::secrets(&body);
+                    settled.push((path, d, kept));
                 }
                 Ok(Err(too_large)) => {
                     tracing::warn!(file = %path.display(), "spool file over spi.spool.max_file_bytes");
-                    settled.push((path, consumer.refuse(too_large)));
+                    settled.push((path, consumer.refuse(too_large), None));
                 }
                 // Removed by someone else between the scan and now: nothing to do.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -133,11 +141,11 @@ impl Spool {
         }
         // Durable first; if this fails, the files stay and are applied again later.
         consumer.commit().map_err(io::Error::other)?;
-        for (path, d) in &settled {
-            self.settle(path, d)?;
+        for (path, d, kept) in &settled {
+            self.settle(path, d, kept.as_deref())?;
         }
         // Only the directories that changed: each sync is a disk flush.
-        let parked = |(_, d): &&(PathBuf, Disposition)| matches!(d, Disposition::DeadLetter(_));
+        let parked = |(_, d, _): &&Settled| matches!(d, Disposition::DeadLetter(_));
         if settled.iter().any(|s| parked(&s)) {
             durable_file::sync_dir(&self.dir.join(FAILED))?;
         }
@@ -168,7 +176,8 @@ impl Spool {
         }
     }
 
-    /// Removes files older than `done_retention` from `done/`, at most once a minute.
+    /// Removes files older than their retention from `done/` and `failed/`, at most
+    /// once a minute.
     fn prune_done(&self) {
         {
             let mut last = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
@@ -177,7 +186,13 @@ impl Spool {
             }
             *last = Some(Instant::now());
         }
-        let Ok(entries) = fs::read_dir(self.dir.join(DONE)) else {
+        self.prune(DONE, self.limits.done_retention);
+        self.prune(FAILED, self.limits.failed_retention);
+    }
+
+    /// Removes the files of `folder` older than `retention`.
+    fn prune(&self, folder: &str, retention: Duration) {
+        let Ok(entries) = fs::read_dir(self.dir.join(folder)) else {
             return;
         };
         let now = SystemTime::now();
@@ -187,33 +202,43 @@ impl Spool {
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age >= self.limits.done_retention);
+                .is_some_and(|age| age >= retention);
             if old && let Err(err) = fs::remove_file(e.path()) {
-                tracing::warn!(file = %e.path().display(), error = %err, "cannot remove an old done/ file");
+                tracing::warn!(file = %e.path().display(), error = %err, "cannot remove an old spool file");
             }
         }
     }
 
-    fn settle(&self, path: &Path, d: &Disposition) -> io::Result<()> {
+    /// Moves a processed file to `done/` or `failed/`; `redacted`, when the body
+    /// held secrets, is what is kept there instead of the body.
+    fn settle(&self, path: &Path, d: &Disposition, redacted: Option<&[u8]>) -> io::Result<()> {
         let Some(name) = path.file_name() else {
             return Ok(());
         };
-        match d {
+        let folder = match d {
             Disposition::DeadLetter(reason) => {
-                let target = self.dir.join(FAILED).join(name);
                 let reason_file = self.dir.join(FAILED).join(reason_name(name));
                 durable_file::write(&reason_file, format!("{reason}\n").as_bytes())?;
-                fs::rename(path, &target)?;
-                owner_only(&target);
                 tracing::warn!(file = %name.to_string_lossy(), %reason, "spool file moved to failed/");
+                FAILED
             }
             _ => {
-                let target = self.dir.join(DONE).join(name);
-                fs::rename(path, &target)?;
-                // It may hold a private key (add_ssl): owner only, whatever the
-                // writer's umask was.
-                owner_only(&target);
                 tracing::info!(file = %name.to_string_lossy(), outcome = d.label(), "spool file applied");
+                DONE
+            }
+        };
+        let target = self.dir.join(folder).join(name);
+        match redacted {
+            // Written whole (0600, fsynced) before the original goes: a crash
+            // between the two leaves the original to be applied again, harmlessly.
+            Some(kept) => {
+                durable_file::write(&target, kept)?;
+                fs::remove_file(path)?;
+            }
+            None => {
+                fs::rename(path, &target)?;
+                // Owner only, whatever the writer's umask was.
+                owner_only(&target);
             }
         }
         Ok(())

@@ -262,3 +262,45 @@ fn done_files_are_owner_only_and_pruned_after_their_retention() {
     assert!(!done.exists(), "pruned after its retention");
     let _ = fs::remove_dir_all(root);
 }
+
+#[test]
+fn applied_and_failed_files_keep_no_private_key_and_failed_ones_are_pruned() {
+    let (root, spool, mut consumer, _rec, _registry) = setup("redact");
+    drop_fixture(&spool, "01-create_application.yaml");
+    drop_fixture(&spool, "10-add_ssl-pass_phrase.yaml");
+    // Undecodable, with a key in it: parked, redacted too.
+    fs::write(
+        spool.dir().join("99-broken.yaml"),
+        "--- [\n:private_key: '-----BEGIN PRIVATE KEY-----\nMIIsecret\n-----END PRIVATE KEY-----'\n",
+    )
+    .expect("write");
+    spool.process(&mut consumer).expect("process");
+    let done = fs::read_to_string(spool.dir().join(DONE).join("10-add_ssl-pass_phrase.yaml"))
+        .expect("kept in done/");
+    assert!(done.contains(":action: :add_ssl"), "still readable: {done}");
+    assert!(!done.contains("correct-horse-battery"), "{done}");
+    assert!(
+        done.contains("-----BEGIN RSA PRIVATE KEY-----[redacted]-----END RSA PRIVATE KEY-----"),
+        "{done}"
+    );
+    let failed = spool.dir().join(FAILED).join("99-broken.yaml");
+    let kept = fs::read_to_string(&failed).expect("kept in failed/");
+    assert!(!kept.contains("MIIsecret"), "{kept}");
+    assert!(!spool.dir().join("10-add_ssl-pass_phrase.yaml").exists());
+    // The next pass prunes failed/ (retention zero), reasons included.
+    let again = Spool::open_with(
+        root.join("spool"),
+        SpoolLimits {
+            failed_retention: Duration::ZERO,
+            ..SpoolLimits::default()
+        },
+    )
+    .expect("spool");
+    drop_fixture(&again, "07-add_alias.yaml");
+    again.process(&mut consumer).expect("process");
+    let left = fs::read_dir(spool.dir().join(FAILED))
+        .expect("failed/")
+        .count();
+    assert_eq!(left, 0, "failed/ pruned after its retention");
+    let _ = fs::remove_dir_all(root);
+}
