@@ -278,6 +278,7 @@ impl Router {
         let registry = Arc::new(MemberRegistry::new(MemberRegistryConfig {
             max_in_flight: config.upstream.max_connections_per_backend,
             max_per_source: config.upstream.max_per_source(),
+            reserve_percent: config.upstream.source_reserve,
             pool: PoolSettings {
                 max_idle: config.upstream.max_idle(),
                 workers: workers.as_ref().map_or(1, |w| w.threads()),
@@ -1073,6 +1074,7 @@ fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "upstream.max_idle_per_backend" => upstream.max_idle_per_backend,
         "upstream.idle_timeout" => upstream.idle_timeout,
         "upstream.source_share" => upstream.source_share,
+        "upstream.source_reserve" => upstream.source_reserve,
         "health.fail_open" => health.fail_open,
         "tls.session_ticket_key_file" => tls.session_ticket_key_file,
         "tls.session_ticket_rotation" => tls.session_ticket_rotation,

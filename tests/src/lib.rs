@@ -19,6 +19,7 @@ pub mod hapair;
 pub mod netns;
 pub mod pki;
 pub mod portproxy;
+pub mod probe;
 pub mod process;
 pub mod rabbitmq;
 pub mod raw;

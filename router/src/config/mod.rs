@@ -314,6 +314,11 @@ pub struct Upstream {
     /// per-address limit (e.g. behind a CDN that is the only client address).
     #[serde(default = "default_source_share")]
     pub source_share: u8,
+    /// The share (percent) of a member's slots kept for client addresses that hold
+    /// few of them (see `members::reserve`): one address, or a few, cannot take a
+    /// member's every slot. 0: none.
+    #[serde(default = "default_source_reserve")]
+    pub source_reserve: u8,
     /// Idle connections kept per member; unset: `max_connections_per_backend`
     /// (fewer than the requests in flight closes and reopens connections under
     /// steady load: 12 000 connects in 10 s at 128 clients and 64).
@@ -336,6 +341,7 @@ impl Default for Upstream {
             max_connections_per_backend: default_max_conns(),
             queue_timeout: default_queue_timeout(),
             source_share: default_source_share(),
+            source_reserve: default_source_reserve(),
             max_idle_per_backend: None,
             balance: Balance::default(),
             tls: UpstreamTls::default(),
@@ -533,6 +539,13 @@ fn default_max_conns() -> usize {
 fn default_source_share() -> u8 {
     100
 }
+/// On by default: a tenth of a member's slots (10 of 100) is kept for addresses
+/// holding fewer than a fifth of that (2), so that one client address (or up to
+/// four more) holding slots with slow reads cannot make an app answer 503 to
+/// everyone else, while one busy address alone still gets 90 %.
+fn default_source_reserve() -> u8 {
+    10
+}
 
 /// More worker threads than this is a typo (each is a thread with its own runtime).
 const MAX_WORKER_THREADS: usize = 1024;
@@ -712,6 +725,12 @@ impl Config {
         }
         if !(1..=100).contains(&self.upstream.source_share) {
             return Err(("upstream.source_share", "a percentage from 1 to 100".into()));
+        }
+        if self.upstream.source_reserve > 50 {
+            return Err((
+                "upstream.source_reserve",
+                "a percentage from 0 to 50 (the rest of the slots is for busy addresses)".into(),
+            ));
         }
         let t = &self.tls;
         if t.default_cert.is_some() != t.default_key.is_some() {

@@ -22,6 +22,7 @@
 pub mod checker;
 pub mod health;
 pub mod probe;
+pub mod reserve;
 pub mod rotate;
 
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use self::health::{Health, Tracker};
 use self::probe::Probe;
+use self::reserve::{Claim, Reserve};
 use self::rotate::{RotateError, RotateStore};
 use crate::metrics::HealthMetrics;
 use crate::upstream::{Pool, PoolSettings};
@@ -58,6 +60,8 @@ pub struct Member {
     drained: Notify,
     /// Slots held per client address, when one address may not take them all.
     sources: Option<Sources>,
+    /// The last slots, for addresses that hold few (`upstream.source_reserve`).
+    reserve: Option<Reserve>,
     /// Requests answered through it (the status page's rates and latencies).
     pub stats: Stats,
 }
@@ -268,14 +272,16 @@ impl Member {
     /// Takes a slot for one request, waiting at most `queue` for one to free up.
     /// `None` means the member stayed full: answer 503 rather than queue forever.
     /// `source` is the client's address: it may hold at most its share of the
-    /// slots (`upstream.source_share`); `None` (unit tests) is never limited.
+    /// slots (`upstream.source_share`), and takes the last ones only while it
+    /// holds few ([`reserve`]); `None` (unit tests) is never limited.
     pub async fn acquire(
         self: &Arc<Self>,
         queue: Duration,
         source: Option<IpAddr>,
     ) -> Result<InFlight, Full> {
         let deadline = tokio::time::Instant::now() + queue;
-        let source = match (&self.sources, source) {
+        let ip = source;
+        let source = match (&self.sources, ip) {
             (Some(sources), Some(ip)) => match sources.take_by(ip, deadline).await {
                 Some(permit) => Some((ip, permit)),
                 None => return Err(Full::Source),
@@ -283,12 +289,16 @@ impl Member {
             _ => None,
         };
         // From here the slot for `source` is counted: the guard gives it back on
-        // every path, the permit with it.
+        // every path, the permits with it.
         let mut slot = InFlight {
             member: self.clone(),
             permit: None,
             source,
+            claim: None,
         };
+        if let (Some(reserve), Some(ip)) = (&self.reserve, ip) {
+            slot.claim = Some(reserve.claim(ip, deadline).await.ok_or(Full::Source)?);
+        }
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -313,6 +323,8 @@ pub struct InFlight {
     permit: Option<OwnedSemaphorePermit>,
     /// The client address and the slot it holds in the member's [`Sources`].
     source: Option<(IpAddr, OwnedSemaphorePermit)>,
+    /// Its place in the member's [`Reserve`] accounting.
+    claim: Option<Claim>,
 }
 
 impl InFlight {
@@ -351,6 +363,9 @@ impl Drop for TunnelSlot {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if let (Some(reserve), Some(claim)) = (&self.member.reserve, self.claim.take()) {
+            reserve.release(claim);
+        }
         if let (Some(sources), Some((ip, permit))) = (&self.member.sources, self.source.take()) {
             drop(permit);
             sources.forget(ip);
@@ -370,6 +385,7 @@ impl Drop for InFlight {
 pub struct MemberRegistry {
     max_in_flight: usize,
     max_per_source: usize,
+    reserve_percent: u8,
     pool: Arc<PoolSettings>,
     health: health::SharedSettings,
     metrics: HealthMetrics,
@@ -386,6 +402,9 @@ pub struct MemberRegistryConfig {
     pub max_in_flight: usize,
     /// Slots of a member one client address may hold (≥ `max_in_flight`: no limit).
     pub max_per_source: usize,
+    /// Percent of a member's slots kept for addresses holding few
+    /// (`upstream.source_reserve`; 0: none).
+    pub reserve_percent: u8,
     pub pool: PoolSettings,
     pub health: health::HealthSettings,
     pub metrics: HealthMetrics,
@@ -398,6 +417,7 @@ impl MemberRegistry {
         MemberRegistry {
             max_in_flight: c.max_in_flight,
             max_per_source: c.max_per_source,
+            reserve_percent: c.reserve_percent,
             pool: Arc::new(c.pool),
             health: Arc::new(arc_swap::ArcSwap::from_pointee(c.health)),
             metrics: c.metrics,
@@ -487,6 +507,7 @@ impl MemberRegistry {
                 held: Mutex::new(HashMap::new()),
                 forgets: Default::default(),
             }),
+            reserve: Reserve::new(self.max_in_flight, self.reserve_percent),
             stats: Stats::default(),
             addr,
         });
@@ -513,6 +534,7 @@ pub(crate) mod tests {
         MemberRegistry::new(MemberRegistryConfig {
             max_in_flight,
             max_per_source: max_in_flight,
+            reserve_percent: 0,
             pool: PoolSettings {
                 max_idle: 4,
                 workers: 1,

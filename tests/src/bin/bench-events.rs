@@ -40,6 +40,7 @@ fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
     let registry = MemberRegistry::new(MemberRegistryConfig {
         max_in_flight: 100,
         max_per_source: 100,
+        reserve_percent: 10,
         pool: PoolSettings {
             max_idle: 4,
             workers: 1,

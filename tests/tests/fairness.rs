@@ -1,0 +1,171 @@
+//! Fair by default (issue 25): one client address holding a member's slots does not
+//! take the app offline for the others. Each attack runs from 127.0.0.1 against the
+//! default configuration while a probe from 127.0.0.2 asks for a page every 100 ms
+//! on a new connection; at least 95 % of the probes must get 200 within 2 s.
+//!
+//! Each test also runs the same attack with `upstream.source_reserve: 0` (the
+//! router before the reserve) and checks the probes then fail: the attack is real,
+//! and the reserve is what holds it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use e2e::probe::{Probed, probe};
+use e2e::{Backend, TestRouter};
+use http_body_util::Empty;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const HA: &str = "ha-myapp-demo.example.com";
+const PROBE_FROM: &str = "127.0.0.2";
+
+/// Waits until `r`'s member `b` has at least `n` requests in flight.
+async fn wait_in_flight(r: &TestRouter, b: &Backend, n: u64) {
+    e2e::eventually(
+        &format!("{n} requests in flight"),
+        Duration::from_secs(15),
+        async || {
+            r.backend_state(b.addr)
+                .await
+                .and_then(|s| s["in_flight"].as_u64())
+                >= Some(n)
+        },
+    )
+    .await;
+}
+
+/// Probes for `seconds` from [`PROBE_FROM`].
+async fn probe_for(r: &TestRouter, seconds: u64) -> Probed {
+    let until = Instant::now() + Duration::from_secs(seconds);
+    probe(
+        r.http,
+        HA,
+        PROBE_FROM,
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+        until,
+    )
+    .await
+}
+
+/// `connections` h2 connections (prior knowledge) from 127.0.0.1, each opening as
+/// many streams as the router allows for `/stream?chunks=64` (4 MiB) with a
+/// receive window of zero that it never opens: each stream holds a member slot.
+/// Returns what keeps them open.
+async fn zero_window_streams(
+    router: SocketAddr,
+    connections: usize,
+    streams: usize,
+) -> Vec<hyper::Response<hyper::body::Incoming>> {
+    let mut waiting = Vec::new();
+    for _ in 0..connections {
+        let io = tokio::net::TcpStream::connect(router)
+            .await
+            .expect("connect");
+        let (send, conn) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .initial_stream_window_size(0)
+                .initial_connection_window_size(65_535)
+                .handshake::<_, Empty<Bytes>>(hyper_util::rt::TokioIo::new(io))
+                .await
+                .expect("h2 handshake");
+        tokio::spawn(conn);
+        for _ in 0..streams {
+            let mut send = send.clone();
+            waiting.push(tokio::spawn(async move {
+                let req = http::Request::get(format!("http://{HA}/stream?chunks=64"))
+                    .body(Empty::new())
+                    .expect("request");
+                send.ready().await.ok()?;
+                send.send_request(req).await.ok()
+            }));
+        }
+    }
+    let mut held = Vec::new();
+    for w in waiting {
+        if let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_secs(10), w).await {
+            held.push(resp);
+        }
+    }
+    held
+}
+
+async fn zero_window_attack(extra: &str, probe_seconds: u64) -> (Probed, usize) {
+    let (r, b) = TestRouter::with_backend(extra).await;
+    // 4 connections × 32 streams (limits.h2_max_concurrent_streams): 128 streams
+    // for 100 slots.
+    let held = zero_window_streams(r.http, 4, 32).await;
+    wait_in_flight(&r, &b, 90).await;
+    let probed = probe_for(&r, probe_seconds).await;
+    drop(held);
+    r.stop().await;
+    (probed, 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_streams_with_a_zero_window_from_one_address_leave_others_served() {
+    let (probed, _) = zero_window_attack("", 8).await;
+    eprintln!("reserve on: {probed:?}");
+    assert!(probed.total >= 40, "{probed:?}");
+    assert!(probed.share() >= 0.95, "probes answered: {probed:?}");
+    // The control: without the reserve the same attack takes every slot.
+    let (control, _) = zero_window_attack("upstream:\n  source_reserve: 0\n", 3).await;
+    eprintln!("reserve off: {control:?}");
+    assert!(
+        control.share() <= 0.5,
+        "without the reserve the attack should have taken the app: {control:?}"
+    );
+}
+
+/// `clients` connections from 127.0.0.1, each sending `GET /slow?ms=…` again as
+/// soon as it has its answer, until `until`.
+async fn slow_requests(router: SocketAddr, clients: usize, until: Instant) {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                let Ok(mut s) = tokio::net::TcpStream::connect(router).await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let req = format!(
+                    "GET /slow?ms=20000 HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n"
+                );
+                if s.write_all(req.as_bytes()).await.is_err() {
+                    continue;
+                }
+                let left = until.saturating_duration_since(Instant::now());
+                let mut sink = Vec::new();
+                let _ = tokio::time::timeout(left, s.read_to_end(&mut sink)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn slow_request_attack(extra: &str, probe_seconds: u64) -> Probed {
+    let (r, b) = TestRouter::with_backend(extra).await;
+    let until = Instant::now() + Duration::from_secs(probe_seconds + 15);
+    let attack = tokio::spawn(slow_requests(r.http, 300, until));
+    wait_in_flight(&r, &b, 90).await;
+    let probed = probe_for(&r, probe_seconds).await;
+    attack.abort();
+    r.stop().await;
+    probed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_requests_from_one_address_leave_others_served() {
+    let probed = slow_request_attack("", 8).await;
+    eprintln!("reserve on: {probed:?}");
+    assert!(probed.total >= 40, "{probed:?}");
+    assert!(probed.share() >= 0.95, "probes answered: {probed:?}");
+    let control = slow_request_attack("upstream:\n  source_reserve: 0\n", 3).await;
+    eprintln!("reserve off: {control:?}");
+    assert!(
+        control.share() <= 0.5,
+        "without the reserve the attack should have taken the app: {control:?}"
+    );
+}
