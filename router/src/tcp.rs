@@ -10,8 +10,9 @@
 //! checked by TCP connect; one other member if the first cannot be reached, since
 //! nothing was sent yet) → forwarded (an optional PROXY protocol header, then bytes
 //! both ways with half-closes passed on, ended after `limits.tunnel_idle_timeout`
-//! without a byte). A connection with nowhere to go is closed at once and counted in
-//! `router_tcp_connections_total{listener, result}`.
+//! without a byte). A connection with nowhere to go, or from a client source that
+//! holds `limits.max_connections_per_source` of the port already, is closed at once
+//! and counted in `router_tcp_connections_total{listener, result}`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,6 +85,7 @@ pub async fn serve(
     let name: Arc<str> = Arc::from(listener.local_addr().unwrap_or(port.address).to_string());
     let mut current = live.load_full();
     let mut slots = Slots::new(current.limits.max_connections);
+    let sources = per_source::PerSource::new(current.limits.per_source());
     let port = Arc::new(port);
     loop {
         let permit = tokio::select! {
@@ -105,13 +107,23 @@ pub async fn serve(
         let latest = live.load_full();
         if !Arc::ptr_eq(&latest, &current) {
             slots.resize(latest.limits.max_connections);
+            sources.set_cap(latest.limits.per_source());
             current = latest;
         }
         let (proxy, port, name) = (current.proxy.clone(), port.clone(), name.clone());
+        // Its source holds its share of the port: closed at once.
+        let Some(held) = sources.admit(peer.ip()) else {
+            proxy
+                .metrics
+                .tcp
+                .with_label_values(&[&name, "source_limit"])
+                .inc();
+            continue;
+        };
         tokio::spawn(async move {
             let result = relay(&proxy, rule, &port, client, peer).await;
             proxy.metrics.tcp.with_label_values(&[&name, result]).inc();
-            drop(permit);
+            drop((permit, held));
         });
     }
 }

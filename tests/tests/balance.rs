@@ -126,7 +126,7 @@ async fn a_full_member_queues_briefly_then_answers_503() {
     let a = Backend::start().await;
     let r = std::sync::Arc::new(
         TestRouter::start(
-            "upstream:\n  max_connections_per_backend: 2\n  queue_timeout: 700ms\n  source_share: 100\nhealth:\n  checks: false\n",
+            "upstream:\n  max_connections_per_backend: 2\n  queue_timeout: 700ms\n  source_share: 100\n  source_reserve: 0\nhealth:\n  checks: false\n",
         )
         .await,
     );

@@ -169,3 +169,77 @@ async fn slow_requests_from_one_address_leave_others_served() {
         "without the reserve the attack should have taken the app: {control:?}"
     );
 }
+
+/// Opens `n` connections from 127.0.0.1 that send nothing.
+async fn silent_connections(router: SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(
+            tokio::net::TcpStream::connect(router)
+                .await
+                .expect("connect"),
+        );
+    }
+    held
+}
+
+/// With the default per-source rule (a quarter of `limits.max_connections`, here
+/// 4 000: what fits any test host's descriptor limit), one address holding 1 000
+/// connections gets its next one closed at once, counted, while another address is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_holds_at_most_a_quarter_of_a_listener() {
+    let (r, _b) = TestRouter::with_backend("limits:\n  max_connections: 4000\n").await;
+    let held = silent_connections(r.http, 1000).await;
+    e2e::eventually("1 000 open", Duration::from_secs(20), async || {
+        r.metric("router_open_connections{listener=\"http\"}").await == Some(1000.0)
+    })
+    .await;
+    let mut over = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("the kernel accepts");
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), over.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "closed at once: {read:?}"
+    );
+    assert_eq!(
+        r.metric("router_connections_refused_total{listener=\"http\",reason=\"source_limit\"}")
+            .await,
+        Some(1.0)
+    );
+    let probed = probe_for(&r, 2).await;
+    assert_eq!(probed.ok, probed.total, "{probed:?}");
+    drop(held);
+}
+
+/// At `limits.max_connections`, with every connection holding a request in flight
+/// (slow readers of a streamed answer, all from 127.0.0.1), a client from another
+/// address makes room: one connection of the source holding the most is closed,
+/// instead of the newcomer waiting for one to end by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_a_busy_connection_of_the_heaviest_source_makes_room() {
+    let (r, _b) = TestRouter::with_backend(
+        "limits:\n  max_connections: 30\n  max_connections_per_source: 30\n",
+    )
+    .await;
+    let mut readers = silent_connections(r.http, 30).await;
+    for s in &mut readers {
+        let req = format!("GET /stream?chunks=64 HTTP/1.1\r\nHost: {HA}\r\n\r\n");
+        s.write_all(req.as_bytes()).await.expect("write");
+    }
+    e2e::eventually("30 busy", Duration::from_secs(20), async || {
+        r.metric("router_open_connections{listener=\"http\"}").await == Some(30.0)
+    })
+    .await;
+    let probed = probe_for(&r, 3).await;
+    assert!(probed.total >= 20, "{probed:?}");
+    assert_eq!(probed.ok, probed.total, "{probed:?}");
+    assert!(
+        r.metric("router_connections_evicted_total{listener=\"http\"}")
+            .await
+            >= Some(1.0)
+    );
+    drop(readers);
+}

@@ -492,7 +492,8 @@ async fn member_status_codes_pass_through() {
 #[tokio::test]
 async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
     let b = Backend::start().await;
-    let r = TestRouter::start("limits:\n  max_connections: 1\n").await;
+    let r =
+        TestRouter::start("limits:\n  max_connections: 1\n  max_connections_per_source: 2\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
     // Once wait_route's connection has closed, take the only slot with a request in
@@ -546,7 +547,7 @@ async fn connection_limit_holds_extra_clients_until_a_slot_frees() {
 async fn at_the_connection_limit_the_quietest_connection_makes_room() {
     use tokio::io::AsyncWriteExt;
     let b = Backend::start().await;
-    let r = TestRouter::start("limits:\n  max_connections: 20\n  header_read_timeout: 30s\n").await;
+    let r = TestRouter::start("limits:\n  max_connections: 20\n  max_connections_per_source: 30\n  header_read_timeout: 30s\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
     let mut slow = Vec::new();

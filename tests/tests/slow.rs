@@ -12,7 +12,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use e2e::{Backend, TestRouter, events};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HA: &str = "ha-myapp-demo.example.com";
 const SECONDS: u64 = 60;

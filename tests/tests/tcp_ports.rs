@@ -232,3 +232,54 @@ async fn a_port_without_members_closes_and_a_rule_without_a_match_is_refused() {
         "{text}"
     );
 }
+
+/// Reads a greeting line from a relayed connection; `None` if the router closed it.
+async fn greeting(s: &mut TcpStream) -> Option<String> {
+    let mut line = vec![0u8; 128];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut line))
+        .await
+        .ok()?
+        .ok()?;
+    (n > 0).then(|| String::from_utf8_lossy(&line[..n]).into_owned())
+}
+
+/// A `tcp.listen` port takes at most a quarter of `limits.max_connections` from one
+/// client source (here 8: 2 each): the third connection from 127.0.0.1 is closed at
+/// once and counted, one from 127.0.0.2 is relayed.
+#[tokio::test]
+async fn a_tcp_port_caps_connections_per_client_source() {
+    let m = Member::start("m").await;
+    let r = TestRouter::start(
+        "limits:\n  max_connections: 8\ntcp:\n  listen:\n\
+         \x20   - address: 127.0.0.1:0\n      app: db\n      namespace: demo\n      cartridge: mysql-5.5\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &database("db", m.addr));
+    r.wait_spool_empty().await;
+    r.wait_health(m.addr, "up").await;
+    let port = r.tcp[0];
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(port).await.expect("connect");
+        assert!(
+            greeting(&mut s)
+                .await
+                .is_some_and(|g| g.starts_with("hello from m"))
+        );
+        held.push(s);
+    }
+    let mut third = TcpStream::connect(port).await.expect("connect");
+    assert_eq!(greeting(&mut third).await, None, "closed at once");
+    let sample =
+        format!("router_tcp_connections_total{{listener=\"{port}\",result=\"source_limit\"}}");
+    assert_eq!(r.metric(&sample).await, Some(1.0));
+    let mut other = e2e::portproxy::connect_from("127.0.0.2".parse().expect("ip"), port)
+        .await
+        .expect("connect from 127.0.0.2");
+    assert!(
+        greeting(&mut other)
+            .await
+            .is_some_and(|g| g.starts_with("hello from m"))
+    );
+    drop(held);
+}

@@ -163,7 +163,8 @@ async fn websocket_access_line_names_the_member() {
 async fn websocket_tunnels_count_against_max_connections() {
     use std::time::Duration;
     let b = Backend::start().await;
-    let r = TestRouter::start("limits:\n  max_connections: 2\n").await;
+    let r =
+        TestRouter::start("limits:\n  max_connections: 2\n  max_connections_per_source: 3\n").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route("ha-myapp-demo.example.com").await;
     let mut first = open_ws(&r).await;

@@ -33,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::future::Future as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -106,6 +106,22 @@ pub struct Limits {
     /// timeout and size limits as the client listeners).
     #[serde(default = "default_max_admin_conns")]
     pub max_admin_connections: usize,
+    /// Connections one client source (an IPv4 address, an IPv6 /64) may hold on
+    /// one listener; unset: a quarter of `max_connections`. Beyond, its new
+    /// connections are closed at once: one source cannot take a listener.
+    #[serde(default)]
+    pub max_connections_per_source: Option<usize>,
+}
+
+impl Limits {
+    /// `max_connections_per_source`, or a quarter of `max_connections` (at least
+    /// one): a NAT'd office of a few hundred browsers (6 connections each) stays
+    /// under it, a single attacking address leaves three quarters to others.
+    pub fn per_source(&self) -> usize {
+        self.max_connections_per_source
+            .unwrap_or(self.max_connections / 4)
+            .max(1)
+    }
 }
 
 fn default_max_admin_conns() -> usize {
@@ -160,6 +176,7 @@ impl Default for Limits {
             body_buffer_bytes: default_body_buffer_bytes(),
             body_timeout: default_body_timeout(),
             tunnel_idle_timeout: default_tunnel_idle_timeout(),
+            max_connections_per_source: None,
         }
     }
 }
@@ -368,9 +385,11 @@ pub async fn serve(
     let mut current = live.load_full();
     let mut builder = builder_for(&current.limits);
     let mut slots = Slots::new(current.limits.max_connections);
+    let sources = per_source::PerSource::new(current.limits.per_source());
     let quiet = Arc::new(Mutex::new(Connections::default()));
     let metrics = current.proxy.metrics.clone();
     let evicted = metrics.evicted.with_label_values(&[name]);
+    let refused = metrics.refused.with_label_values(&[name, "source_limit"]);
     let open = metrics.open_connections.with_label_values(&[name]);
     let accepted = metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -402,16 +421,21 @@ pub async fn serve(
         if !Arc::ptr_eq(&latest, &current) {
             builder = builder_for(&latest.limits);
             slots.resize(latest.limits.max_connections);
+            sources.set_cap(latest.limits.per_source());
             current = latest;
         }
+        // Its source holds its share of the listener: closed at once.
+        let Some(source) = sources.admit(peer.ip()) else {
+            refused.inc();
+            tracing::debug!(client = %peer, "client source at limits.max_connections_per_source; closed");
+            continue;
+        };
         let slot = match slots.sem.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
-                // Full, and a client is here: make room by closing the connection
-                // that has been quiet the longest (a slowloris head that never ends,
-                // an idle keep-alive), never one with a request in flight. If every
-                // connection is busy, this client waits for a slot.
-                if lock(&quiet).evict_quietest() {
+                // Full, and a client is here: make room (see `make_room`). If
+                // nothing can go, this client waits for a slot.
+                if lock(&quiet).make_room(source.source(), &sources) {
                     evicted.inc();
                 }
                 tokio::select! {
@@ -424,8 +448,9 @@ pub async fn serve(
         accepted.inc();
         // The slot and the gauge live in the connection's activity: past the end of
         // this task when the connection became a tunnel.
-        let activity = Activity::new(Some(Place::new(slot, open.clone())));
-        let member_of = Registered::new(&quiet, activity.clone());
+        let from = source.source();
+        let activity = Activity::new(Some(Place::new(slot, source, open.clone())));
+        let member_of = Registered::new(&quiet, activity.clone(), from);
         let evict = member_of.evict.clone();
         let proxy = &current.proxy;
         // getsockname only when `Forwarded` names the address (`by: ip`).
@@ -751,24 +776,43 @@ impl Connection {
     }
 }
 
-/// A listener's open connections, for [`Connections::evict_quietest`].
+/// A listener's open connections, for [`Connections::make_room`].
 #[derive(Default)]
 struct Connections {
     next: u64,
-    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>)>,
+    /// Each connection's activity, its eviction signal and its client source.
+    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>, IpAddr)>,
 }
 
 impl Connections {
-    /// Tells the connection quiet the longest to close; false if every connection
-    /// has a request in flight (then the listener waits for a slot, as before).
-    fn evict_quietest(&mut self) -> bool {
+    /// At `limits.max_connections`, with a client from `newcomer` waiting: tells
+    /// one connection to close, and says whether it did.
+    ///
+    /// First the connection quiet the longest (a slowloris head that never ends,
+    /// an idle keep-alive). If every connection has a request in flight, one of
+    /// the source holding the most connections, if it holds more than the
+    /// newcomer's source plus one (slow readers from one place keep their
+    /// requests in flight for as long as they like: without this they would hold
+    /// the listener against everyone else). Otherwise none: the newcomer waits for
+    /// a slot.
+    fn make_room(&mut self, newcomer: IpAddr, sources: &per_source::PerSource) -> bool {
         let quietest = self
             .by_id
             .values()
-            .filter_map(|(a, evict)| a.idle_since().map(|t| (t, evict)))
+            .filter_map(|(a, evict, _)| a.idle_since().map(|t| (t, evict)))
             .min_by_key(|(t, _)| *t);
-        match quietest {
-            Some((_, evict)) => {
+        if let Some((_, evict)) = quietest {
+            evict.notify_one();
+            return true;
+        }
+        let Some((heaviest, holds)) = sources.heaviest() else {
+            return false;
+        };
+        if heaviest == newcomer || holds <= sources.holds(newcomer) + 1 {
+            return false;
+        }
+        match self.by_id.values().find(|(_, _, from)| *from == heaviest) {
+            Some((_, evict, _)) => {
                 evict.notify_one();
                 true
             }
@@ -789,12 +833,12 @@ struct Registered {
 }
 
 impl Registered {
-    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>) -> Registered {
+    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>, from: IpAddr) -> Registered {
         let evict = Arc::new(Notify::new());
         let mut c = lock(all);
         let id = c.next;
         c.next += 1;
-        c.by_id.insert(id, (activity, evict.clone()));
+        c.by_id.insert(id, (activity, evict.clone(), from));
         Registered {
             id,
             all: all.clone(),

@@ -32,13 +32,19 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct Place {
     _slot: OwnedSemaphorePermit,
+    /// Its count among its client source's (`limits.max_connections_per_source`).
+    _source: per_source::Held,
     open: IntGauge,
 }
 
 impl Place {
-    pub fn new(slot: OwnedSemaphorePermit, open: IntGauge) -> Place {
+    pub fn new(slot: OwnedSemaphorePermit, source: per_source::Held, open: IntGauge) -> Place {
         open.inc();
-        Place { _slot: slot, open }
+        Place {
+            _slot: slot,
+            _source: source,
+            open,
+        }
     }
 }
 

@@ -1,0 +1,167 @@
+//! Connections held per client source, with a cap: what keeps one client from
+//! taking every connection place of a listener (the router's HTTP, HTTPS and
+//! `tcp.listen` listeners, the portproxy's).
+//!
+//! A *source* is an IPv4 address, or an IPv6 /64 (one subscriber's prefix: a
+//! single host may hold a whole /64, so counting its addresses one by one would
+//! let it through). IPv4-mapped IPv6 addresses count as their IPv4 address.
+//!
+//! Entries exist only while a source holds a connection, so the map is never
+//! larger than the listener's connection limit. One lock per accept and per close.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The counts of one listener (or a group of listeners sharing a cap).
+#[derive(Debug)]
+pub struct PerSource {
+    cap: AtomicUsize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted for its source; dropping it gives the place back.
+#[derive(Debug)]
+pub struct Held {
+    source: IpAddr,
+    of: Arc<PerSource>,
+}
+
+impl Held {
+    /// The source it is counted for (an IPv4 address or an IPv6 /64).
+    pub fn source(&self) -> IpAddr {
+        self.source
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.of.held();
+        if let Some(n) = held.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// What a client address counts as: itself (IPv4), or its /64 (IPv6).
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+    }
+}
+
+impl PerSource {
+    /// At most `cap` connections per source (0: none at all).
+    pub fn new(cap: usize) -> Arc<PerSource> {
+        Arc::new(PerSource {
+            cap: AtomicUsize::new(cap),
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A new cap for connections admitted from now on (a reload).
+    pub fn set_cap(&self, cap: usize) {
+        self.cap.store(cap, Ordering::Relaxed);
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap.load(Ordering::Relaxed)
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a connection from `ip`, or `None` if its source holds the cap.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
+        let source = source_of(ip);
+        let cap = self.cap();
+        let mut held = self.held();
+        let n = held.entry(source).or_insert(0);
+        if *n >= cap {
+            if *n == 0 {
+                held.remove(&source);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(Held {
+            source,
+            of: self.clone(),
+        })
+    }
+
+    /// Connections `ip`'s source holds now.
+    pub fn holds(&self, ip: IpAddr) -> usize {
+        self.held().get(&source_of(ip)).copied().unwrap_or(0)
+    }
+
+    /// The source holding the most connections, and how many.
+    pub fn heaviest(&self) -> Option<(IpAddr, usize)> {
+        self.held()
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(ip, n)| (*ip, *n))
+    }
+
+    /// Sources holding a connection now.
+    pub fn sources(&self) -> usize {
+        self.held().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("address")
+    }
+
+    #[test]
+    fn a_source_stops_at_the_cap_and_gets_its_places_back() {
+        let p = PerSource::new(2);
+        let a = p.admit(ip("10.0.0.1")).expect("first");
+        let _b = p.admit(ip("10.0.0.1")).expect("second");
+        assert!(p.admit(ip("10.0.0.1")).is_none());
+        assert!(
+            p.admit(ip("10.0.0.2")).is_some(),
+            "another source is not affected"
+        );
+        assert_eq!(p.heaviest(), Some((ip("10.0.0.1"), 2)));
+        drop(a);
+        assert_eq!(p.holds(ip("10.0.0.1")), 1);
+        assert!(p.admit(ip("10.0.0.1")).is_some());
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_mapped_v4_as_v4() {
+        let p = PerSource::new(1);
+        let _a = p.admit(ip("2001:db8:1:2::1")).expect("first");
+        assert!(p.admit(ip("2001:db8:1:2:ffff::9")).is_none(), "same /64");
+        assert!(p.admit(ip("2001:db8:1:3::1")).is_some(), "another /64");
+        let _v4 = p.admit(ip("192.0.2.7")).expect("v4");
+        assert!(
+            p.admit(ip("::ffff:192.0.2.7")).is_none(),
+            "the same address"
+        );
+    }
+
+    #[test]
+    fn entries_go_with_their_last_connection_and_a_zero_cap_admits_none() {
+        let p = PerSource::new(3);
+        drop(p.admit(ip("10.0.0.1")));
+        assert_eq!(p.sources(), 0);
+        p.set_cap(0);
+        assert!(p.admit(ip("10.0.0.1")).is_none());
+        assert_eq!(p.sources(), 0);
+    }
+}
