@@ -64,6 +64,16 @@ pub struct Limits {
     /// A relayed connection with no byte in either direction for this long is closed.
     #[serde(default = "default_idle_timeout", with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// Connections one client source (an IPv4 address, an IPv6 /64) may have open,
+    /// all ports together; unset: half of `max_connections`. Past it, its new
+    /// connections are closed at once (`rejected{reason="source_limit"}`).
+    #[serde(default)]
+    pub max_connections_per_source: Option<usize>,
+    /// Sources without that cap: the routers in front, which carry every client's
+    /// traffic to this node (and, in cluster mode, `cluster.trusted_sources` and
+    /// peer proxies, always).
+    #[serde(default)]
+    pub unlimited_sources: Vec<IpNet>,
 }
 
 impl Default for Limits {
@@ -72,7 +82,31 @@ impl Default for Limits {
             max_connections: default_max_connections(),
             connect_timeout: default_connect_timeout(),
             idle_timeout: default_idle_timeout(),
+            max_connections_per_source: None,
+            unlimited_sources: Vec::new(),
         }
+    }
+}
+
+impl Limits {
+    /// `max_connections_per_source`, or half of `max_connections` (at least one):
+    /// one source can never take the node's every relay, and a router in front
+    /// that is not listed in `unlimited_sources` still gets half.
+    pub fn per_source(&self) -> usize {
+        self.max_connections_per_source
+            .unwrap_or(self.max_connections / 2)
+            .max(1)
+    }
+
+    /// Lowers `max_connections` to what `nofile` descriptors hold: two per relay
+    /// (client and target), after a reserve for listeners, the state files, the
+    /// admin socket and the metrics listener (`listeners` plus an eighth of the
+    /// limit, at least 64). Returns the number it was lowered from, if it was.
+    pub fn fit(&mut self, nofile: u64, listeners: usize) -> Option<usize> {
+        let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
+        let reserve = listeners + (nofile / 8).max(64);
+        let fits = (nofile.saturating_sub(reserve) / 2).max(1);
+        (self.max_connections > fits).then(|| std::mem::replace(&mut self.max_connections, fits))
     }
 }
 

@@ -227,7 +227,27 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
     let nofile = server::raise_nofile_limit();
     tracing::info!(nofile, "open-files limit");
     let metrics = Metrics::new().context("metrics registry")?;
-    let shared = Shared::new(config.limits.clone(), metrics.clone());
+    let mut limits = config.limits.clone();
+    if let Some(configured) = limits.fit(nofile, 0) {
+        tracing::warn!(
+            nofile,
+            configured,
+            effective = limits.max_connections,
+            "limits.max_connections do not fit in the open-files limit (two descriptors a relay, an eighth kept for listeners and files); lowered"
+        );
+    }
+    tracing::info!(
+        max_connections = limits.max_connections,
+        per_source = limits.per_source(),
+        "connection limits"
+    );
+    // A cluster's ingress carries every client's connections: no per-source cap.
+    let trusted = config
+        .cluster
+        .as_ref()
+        .map(|c| c.trusted_sources.clone())
+        .unwrap_or_default();
+    let shared = Shared::with_unlimited(limits, metrics.clone(), trusted);
     if let Some(addr) = config.metrics {
         let l = portproxy::metrics::bind(addr)
             .await

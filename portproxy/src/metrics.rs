@@ -214,7 +214,12 @@ impl Metrics {
             }
         });
         // Series that alerts use exist from the start, at zero.
-        for r in ["max_connections", "untrusted_peer", "no_route"] {
+        for r in [
+            "max_connections",
+            "source_limit",
+            "untrusted_peer",
+            "no_route",
+        ] {
             rejected.with_label_values(&[r]);
         }
         for r in ["untrusted", "invalid"] {

@@ -28,6 +28,10 @@ pub struct Shared {
     pub limits: Limits,
     pub metrics: Metrics,
     pub admission: Admission,
+    /// Connections per client source (`limits.max_connections_per_source`).
+    pub per_source: Arc<per_source::PerSource>,
+    /// Sources without that cap (`limits.unlimited_sources`, cluster's trusted).
+    pub unlimited: Vec<ipnet::IpNet>,
     /// Every connection task, so shutdown can wait for them.
     pub tracker: TaskTracker,
     /// Cancelled when the shutdown grace is over: open connections are cut.
@@ -36,8 +40,21 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(limits: Limits, metrics: Metrics) -> Arc<Shared> {
+        Shared::with_unlimited(limits, metrics, Vec::new())
+    }
+
+    /// Also without a per-source cap for `more` (cluster mode's trusted sources).
+    pub fn with_unlimited(
+        limits: Limits,
+        metrics: Metrics,
+        more: Vec<ipnet::IpNet>,
+    ) -> Arc<Shared> {
+        let mut unlimited = limits.unlimited_sources.clone();
+        unlimited.extend(more);
         Arc::new(Shared {
             admission: Admission::new(limits.max_connections),
+            per_source: per_source::PerSource::new(limits.per_source()),
+            unlimited,
             limits,
             metrics,
             tracker: TaskTracker::new(),
@@ -78,6 +95,29 @@ where
             drop(stream);
             continue;
         };
+        // One source (not a router in front, not a peer proxy) at its cap:
+        // closed at once, so it cannot take the node's every relay.
+        let source = match mode {
+            Mode::Peer => None,
+            _ if shared
+                .unlimited
+                .iter()
+                .any(|n| n.contains(&peer.ip().to_canonical())) =>
+            {
+                None
+            }
+            _ => match shared.per_source.admit(peer.ip()) {
+                Some(held) => Some(held),
+                None => {
+                    shared
+                        .metrics
+                        .rejected
+                        .with_label_values(&["source_limit"])
+                        .inc();
+                    continue;
+                }
+            },
+        };
         let _ = stream.set_nodelay(true);
         m.total.inc();
         let fut = handle(stream, peer);
@@ -85,6 +125,7 @@ where
         let open = m.open.clone();
         shared.tracker.spawn(async move {
             let _slot = Slot::new(permit, open);
+            let _source = source;
             tokio::select! {
                 () = fut => {}
                 () = kill.cancelled() => {}

@@ -22,32 +22,49 @@ pub struct PortProxy {
     pub socket: PathBuf,
     pub metrics: SocketAddr,
     pub logs: mpsc::UnboundedReceiver<serde_json::Value>,
+    /// The lines logged up to "portproxy ready".
+    pub startup: Vec<serde_json::Value>,
 }
 
 impl PortProxy {
     /// Writes `yaml` (which must not set `admin_socket`, `metrics`, `state_dir` or
     /// `log_format`: they are added here) and starts the daemon in `dir`.
     pub async fn start(dir: &Path, yaml: &str) -> PortProxy {
-        let socket = dir.join("admin.sock");
-        let config = dir.join("portproxy.yaml");
-        let full = format!(
-            "state_dir: {}\nadmin_socket: {}\nmetrics: 127.0.0.1:0\nlog_format: json\n{yaml}",
-            dir.join("state").display(),
-            socket.display()
-        );
-        std::fs::write(&config, full).expect("write config");
-        Self::start_with(dir, &config, &socket).await
+        let (config, socket) = write_config(dir, yaml);
+        Self::start_with(dir, &config, &socket, None).await
+    }
+
+    /// [`PortProxy::start`] under `ulimit -n NOFILE` (soft and hard), as a unit
+    /// with a low `LimitNOFILE=` would run it.
+    pub async fn start_with_nofile(dir: &Path, yaml: &str, nofile: u32) -> PortProxy {
+        let (config, socket) = write_config(dir, yaml);
+        Self::start_with(dir, &config, &socket, Some(nofile)).await
     }
 
     /// Starts the daemon again on the same files (a restart).
     pub async fn restart(self) -> PortProxy {
         let (dir, config, socket) = (self.dir.clone(), self.config.clone(), self.socket.clone());
         self.stop().await;
-        Self::start_with(&dir, &config, &socket).await
+        Self::start_with(&dir, &config, &socket, None).await
     }
 
-    async fn start_with(dir: &Path, config: &Path, socket: &Path) -> PortProxy {
-        let mut child = Command::new(crate::bin("portproxy"))
+    async fn start_with(
+        dir: &Path,
+        config: &Path,
+        socket: &Path,
+        nofile: Option<u32>,
+    ) -> PortProxy {
+        let mut command = match nofile {
+            None => Command::new(crate::bin("portproxy")),
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(crate::bin("portproxy"));
+                c
+            }
+        };
+        let mut child = command
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
@@ -69,11 +86,13 @@ impl PortProxy {
             }
         });
         let mut metrics = None;
+        let mut startup = Vec::new();
         loop {
             let v = tokio::time::timeout(Duration::from_secs(20), logs.recv())
                 .await
                 .expect("portproxy logs in time")
                 .expect("portproxy exited before it was ready");
+            startup.push(v.clone());
             let msg = v["fields"]["message"]
                 .as_str()
                 .unwrap_or_default()
@@ -92,6 +111,7 @@ impl PortProxy {
             socket: socket.to_path_buf(),
             metrics: metrics.expect("metrics address logged"),
             logs,
+            startup,
         }
     }
 
@@ -152,6 +172,20 @@ impl PortProxy {
             }
         }
     }
+}
+
+/// `dir/portproxy.yaml` holding `yaml` plus the state, socket, metrics and log
+/// lines every test daemon has; the config's and the admin socket's paths.
+fn write_config(dir: &Path, yaml: &str) -> (PathBuf, PathBuf) {
+    let socket = dir.join("admin.sock");
+    let config = dir.join("portproxy.yaml");
+    let full = format!(
+        "state_dir: {}\nadmin_socket: {}\nmetrics: 127.0.0.1:0\nlog_format: json\n{yaml}",
+        dir.join("state").display(),
+        socket.display()
+    );
+    std::fs::write(&config, full).expect("write config");
+    (config, socket)
 }
 
 /// Runs `portproxy ARGS…`: `(exit code, stdout, stderr)`.

@@ -346,7 +346,7 @@ async fn half_close_both_ways_and_server_speaks_first() {
 #[tokio::test]
 async fn limits_connect_failures_idle_and_proxy_header_to_gears() {
     let (pp, dir) =
-        start("limits:\n  max_connections: 2\n  idle_timeout: 1s\n  connect_timeout: 2s\n").await;
+        start("limits:\n  max_connections: 2\n  max_connections_per_source: 2\n  idle_timeout: 1s\n  connect_timeout: 2s\n").await;
     let backend = tcp_server(LO, echo).await;
     let port = map(&pp, backend).await;
     let mut a = TcpStream::connect((LO, port)).await.expect("a");
@@ -534,5 +534,62 @@ async fn check_config_names_file_line_and_field() {
         assert_eq!(code, 0, "{sub} --help");
         assert!(out.contains("Usage: portproxy"), "{sub}: {out}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25: the example's `max_connections: 30000` under a 4 096-descriptor limit
+/// is lowered to what fits (with a warning), and one address opening 1 500
+/// connections takes at most its half of that: the rest are closed at once,
+/// counted, no accept fails for want of descriptors, and a client from another
+/// address is relayed within 2 s every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_flooding_a_gear_leaves_others_served_within_the_descriptors() {
+    let dir = tempdir("pp-flood");
+    let yaml = format!(
+        "shutdown_grace: 3s\nlimits:\n  max_connections: 30000\n{}",
+        gear_yaml("")
+    );
+    let pp = PortProxy::start_with_nofile(&dir, &yaml, 4096).await;
+    let lowered = pp
+        .startup
+        .iter()
+        .find(|v| v.to_string().contains("do not fit in the open-files limit"))
+        .expect("a warning says max_connections was lowered");
+    let effective = lowered["fields"]["effective"].as_u64().expect("effective");
+    assert!((1..=2048).contains(&effective), "{lowered}");
+    let backend = tcp_server(LO, echo).await;
+    let port = map(&pp, backend).await;
+    let mut flood = Vec::new();
+    for _ in 0..1500 {
+        flood.push(
+            TcpStream::connect((LO, port))
+                .await
+                .expect("the kernel accepts"),
+        );
+    }
+    let refused = "portproxy_rejected_total{reason=\"source_limit\"}";
+    eventually(
+        "the flood meets its cap",
+        Duration::from_secs(20),
+        async || pp.metric(refused).await >= Some((1500 - effective / 2) as f64),
+    )
+    .await;
+    let mut ok = 0;
+    for _ in 0..20 {
+        let probe = async {
+            let mut s =
+                e2e::portproxy::connect_from(IpAddr::from([127, 0, 0, 2]), (LO, port).into())
+                    .await
+                    .ok()?;
+            Some(send_and_read(&mut s, b"ping", Duration::from_secs(2)).await == b"ping")
+        };
+        if let Ok(Some(true)) = tokio::time::timeout(Duration::from_secs(2), probe).await {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 20, "probes from another address relayed");
+    assert_eq!(pp.metric("portproxy_accept_errors_total").await, Some(0.0));
+    drop(flood);
+    pp.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -82,3 +82,26 @@ fn the_shipped_example_and_its_simplenetes_files_are_valid() {
     assert_eq!(loaded.live.hosts.len(), 2);
     assert_eq!(loaded.live.table.items(), 2);
 }
+
+#[test]
+fn limits_fit_the_descriptors_and_share_per_source() {
+    let mut l = Limits {
+        max_connections: 30_000,
+        ..Limits::default()
+    };
+    assert_eq!(l.per_source(), 15_000);
+    // 20 000 descriptors: an eighth kept, two a relay.
+    assert_eq!(l.fit(20_000, 0), Some(30_000));
+    assert_eq!(l.max_connections, 8_750);
+    assert_eq!(l.per_source(), 4_375);
+    assert_eq!(l.fit(20_000, 0), None, "fits now");
+    // Listeners counted too, and never below one.
+    let mut tiny = Limits::default();
+    tiny.fit(100, 1_000);
+    assert_eq!(tiny.max_connections, 1);
+    let own = Limits {
+        max_connections_per_source: Some(7),
+        ..Limits::default()
+    };
+    assert_eq!(own.per_source(), 7);
+}
