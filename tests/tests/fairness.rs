@@ -117,9 +117,9 @@ async fn h2_streams_with_a_zero_window_from_one_address_leave_others_served() {
     );
 }
 
-/// `clients` connections from 127.0.0.1, each sending `GET /slow?ms=…` again as
-/// soon as it has its answer, until `until`.
-async fn slow_requests(router: SocketAddr, clients: usize, until: Instant) {
+/// `clients` connections from 127.0.0.1, each sending `GET /slow?ms=…` (with
+/// `extra` header lines) again as soon as it has its answer, until `until`.
+async fn slow_requests(router: SocketAddr, clients: usize, extra: &'static str, until: Instant) {
     let mut tasks = Vec::new();
     for _ in 0..clients {
         tasks.push(tokio::spawn(async move {
@@ -129,7 +129,7 @@ async fn slow_requests(router: SocketAddr, clients: usize, until: Instant) {
                     continue;
                 };
                 let req = format!(
-                    "GET /slow?ms=20000 HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n"
+                    "GET /slow?ms=20000 HTTP/1.1\r\nHost: {HA}\r\n{extra}Connection: close\r\n\r\n"
                 );
                 if s.write_all(req.as_bytes()).await.is_err() {
                     continue;
@@ -148,7 +148,7 @@ async fn slow_requests(router: SocketAddr, clients: usize, until: Instant) {
 async fn slow_request_attack(extra: &str, probe_seconds: u64) -> Probed {
     let (r, b) = TestRouter::with_backend(extra).await;
     let until = Instant::now() + Duration::from_secs(probe_seconds + 15);
-    let attack = tokio::spawn(slow_requests(r.http, 300, until));
+    let attack = tokio::spawn(slow_requests(r.http, 300, "", until));
     wait_in_flight(&r, &b, 90).await;
     let probed = probe_for(&r, probe_seconds).await;
     attack.abort();
@@ -242,4 +242,38 @@ async fn at_the_limit_a_busy_connection_of_the_heaviest_source_makes_room() {
             >= Some(1.0)
     );
     drop(readers);
+}
+
+/// Behind a CDN or load balancer named in `forwarded.trusted`, every request comes
+/// from its address: the slot share goes by the client it names last in
+/// `X-Forwarded-For`. One client's slow requests through it leave another's served;
+/// with the default trust (every address, so no `X-Forwarded-For` can be believed)
+/// both are the proxy's address, and the second is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_named_proxy_the_share_is_per_real_client() {
+    async fn run(extra: &str) -> u32 {
+        let (r, b) = TestRouter::with_backend(extra).await;
+        let until = Instant::now() + Duration::from_secs(20);
+        let attacker = "X-Forwarded-For: 198.51.100.1\r\n";
+        let attack = tokio::spawn(slow_requests(r.http, 150, attacker, until));
+        wait_in_flight(&r, &b, 90).await;
+        let mut ok = 0;
+        for _ in 0..5 {
+            let req = format!(
+                "GET / HTTP/1.1\r\nHost: {HA}\r\nX-Forwarded-For: 198.51.100.2\r\nConnection: close\r\n\r\n"
+            );
+            let resp = e2e::raw::exchange(r.http, req.as_bytes(), Duration::from_secs(2)).await;
+            ok += u32::from(e2e::raw::status(&resp) == Some(200));
+        }
+        attack.abort();
+        r.stop().await;
+        ok
+    }
+    let named = run(
+        "forwarded:\n  trusted: [127.0.0.1/32]\nlimits:\n  max_connections_per_source: 10000\n",
+    )
+    .await;
+    assert_eq!(named, 5, "the other client behind the proxy is served");
+    let default = run("limits:\n  max_connections_per_source: 10000\n").await;
+    assert_eq!(default, 0, "without naming the proxy, it is one client");
 }

@@ -84,7 +84,7 @@ impl Proxy {
         // The name TLS members are asked for (SNI) and verified against.
         let sni: &str = &name;
         // Whose share of a member's slots the request counts in.
-        let source = conn.ip;
+        let source = conn.share_source(req.headers());
         // Whose idle member connections it may reuse.
         let worker = conn.worker;
 

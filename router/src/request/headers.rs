@@ -189,6 +189,10 @@ pub struct ClientConn {
     pub https: bool,
     /// The client's own forwarding headers are kept (see the trust rule).
     trusted: bool,
+    /// It is one of the proxies `forwarded.trusted` names (an explicit list, not
+    /// the default of every address): the real client is the one its
+    /// `X-Forwarded-For` names (see [`ClientConn::share_source`]).
+    behind_proxy: bool,
     /// TLS with SNI: the certificate the connection presented (RFC 9110 §15.5.20:
     /// requests for names that would get another are 421).
     pub served: Option<Served>,
@@ -210,6 +214,7 @@ impl ClientConn {
             local_port,
             https,
             trusted: true,
+            behind_proxy: false,
             served: None,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
@@ -227,6 +232,7 @@ impl ClientConn {
         local: Option<SocketAddr>,
     ) -> Self {
         self.trusted = settings.trusts(self.ip);
+        self.behind_proxy = self.trusted && settings.trusted != everyone();
         if settings.header {
             let mut element = format!(
                 "for={};proto={}",
@@ -248,6 +254,26 @@ impl ClientConn {
             self.forwarded = Some(Arc::from(element));
         }
         self
+    }
+}
+
+impl ClientConn {
+    /// Whose share of a member's slots a request counts in: the connection's
+    /// address, or, from a proxy that `forwarded.trusted` names, the address that
+    /// proxy put last in `X-Forwarded-For` (the client it saw). With the default
+    /// trust of every address a client could name anyone, so its own address counts.
+    pub fn share_source(&self, headers: &HeaderMap) -> IpAddr {
+        if !self.behind_proxy {
+            return self.ip;
+        }
+        headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|last| last.trim().parse::<IpAddr>().ok())
+            .map_or(self.ip, |ip| ip.to_canonical())
     }
 }
 
@@ -443,6 +469,43 @@ mod tests {
     fn conn(ip: &str, https: bool, settings: &ForwardedSettings) -> ClientConn {
         ClientConn::new(ip.parse().expect("ip"), 443, https, Activity::new(None))
             .with_forwarded(settings, Some("192.0.2.10:443".parse().expect("addr")))
+    }
+
+    #[test]
+    fn the_slot_share_goes_by_the_real_client_only_behind_a_named_proxy() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let lb = ForwardedSettings {
+            trusted: vec!["10.0.0.0/8".parse().expect("net")],
+            ..ForwardedSettings::default()
+        };
+        let two = map(&[
+            ("x-forwarded-for", "192.0.2.50"),
+            ("x-forwarded-for", "203.0.113.9, 198.51.100.7"),
+        ]);
+        assert_eq!(
+            conn("10.0.0.5", false, &lb).share_source(&two),
+            ip("198.51.100.7")
+        );
+        // Not the named proxy, or the default trust of everyone: its own address.
+        assert_eq!(
+            conn("192.0.2.1", false, &lb).share_source(&two),
+            ip("192.0.2.1")
+        );
+        let all = ForwardedSettings::default();
+        assert_eq!(
+            conn("10.0.0.5", false, &all).share_source(&two),
+            ip("10.0.0.5")
+        );
+        // A last entry that is no address, or none at all: the proxy's own.
+        let junk = map(&[("x-forwarded-for", "203.0.113.9, unknown")]);
+        assert_eq!(
+            conn("10.0.0.5", false, &lb).share_source(&junk),
+            ip("10.0.0.5")
+        );
+        assert_eq!(
+            conn("10.0.0.5", false, &lb).share_source(&map(&[])),
+            ip("10.0.0.5")
+        );
     }
 
     #[test]
