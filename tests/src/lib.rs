@@ -12,6 +12,7 @@
 //! - [`activemq`], [`rabbitmq`]: real brokers on private ports.
 
 pub mod activemq;
+pub mod attack;
 pub mod backend;
 pub mod broker_api;
 pub mod events;

@@ -10,14 +10,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use e2e::probe::{Probed, probe};
 use e2e::{Backend, TestRouter};
-use http_body_util::Empty;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HA: &str = "ha-myapp-demo.example.com";
 const PROBE_FROM: &str = "127.0.0.2";
+/// A request the test backend answers after 20 s.
+const SLOW: &str = "/slow?ms=20000";
 
 /// Waits until `r`'s member `b` has at least `n` requests in flight.
 async fn wait_in_flight(r: &TestRouter, b: &Backend, n: u64) {
@@ -48,56 +48,18 @@ async fn probe_for(r: &TestRouter, seconds: u64) -> Probed {
     .await
 }
 
-/// `connections` h2 connections (prior knowledge) from 127.0.0.1, each opening as
-/// many streams as the router allows for `/stream?chunks=64` (4 MiB) with a
-/// receive window of zero that it never opens: each stream holds a member slot.
-/// Returns what keeps them open.
-async fn zero_window_streams(
-    router: SocketAddr,
-    connections: usize,
-    streams: usize,
-) -> Vec<hyper::Response<hyper::body::Incoming>> {
-    let mut waiting = Vec::new();
-    for _ in 0..connections {
-        let io = tokio::net::TcpStream::connect(router)
-            .await
-            .expect("connect");
-        let (send, conn) =
-            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .initial_stream_window_size(0)
-                .initial_connection_window_size(65_535)
-                .handshake::<_, Empty<Bytes>>(hyper_util::rt::TokioIo::new(io))
-                .await
-                .expect("h2 handshake");
-        tokio::spawn(conn);
-        for _ in 0..streams {
-            let mut send = send.clone();
-            waiting.push(tokio::spawn(async move {
-                let req = http::Request::get(format!("http://{HA}/stream?chunks=64"))
-                    .body(Empty::new())
-                    .expect("request");
-                send.ready().await.ok()?;
-                send.send_request(req).await.ok()
-            }));
-        }
-    }
-    let mut held = Vec::new();
-    for w in waiting {
-        if let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_secs(10), w).await {
-            held.push(resp);
-        }
-    }
-    held
-}
-
 async fn zero_window_attack(extra: &str, probe_seconds: u64) -> (Probed, usize) {
     let (r, b) = TestRouter::with_backend(extra).await;
     // 4 connections × 32 streams (limits.h2_max_concurrent_streams): 128 streams
-    // for 100 slots.
-    let held = zero_window_streams(r.http, 4, 32).await;
+    // for 100 slots, each with a window of zero on a 4 MiB answer.
+    let until = Instant::now() + Duration::from_secs(probe_seconds + 15);
+    let addr = r.http;
+    let attack = tokio::spawn(async move {
+        e2e::attack::zero_window(addr, HA, "/stream?chunks=64", 4, 32, until).await
+    });
     wait_in_flight(&r, &b, 90).await;
     let probed = probe_for(&r, probe_seconds).await;
-    drop(held);
+    attack.abort();
     r.stop().await;
     (probed, 0)
 }
@@ -117,38 +79,14 @@ async fn h2_streams_with_a_zero_window_from_one_address_leave_others_served() {
     );
 }
 
-/// `clients` connections from 127.0.0.1, each sending `GET /slow?ms=…` (with
-/// `extra` header lines) again as soon as it has its answer, until `until`.
-async fn slow_requests(router: SocketAddr, clients: usize, extra: &'static str, until: Instant) {
-    let mut tasks = Vec::new();
-    for _ in 0..clients {
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < until {
-                let Ok(mut s) = tokio::net::TcpStream::connect(router).await else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                let req = format!(
-                    "GET /slow?ms=20000 HTTP/1.1\r\nHost: {HA}\r\n{extra}Connection: close\r\n\r\n"
-                );
-                if s.write_all(req.as_bytes()).await.is_err() {
-                    continue;
-                }
-                let left = until.saturating_duration_since(Instant::now());
-                let mut sink = Vec::new();
-                let _ = tokio::time::timeout(left, s.read_to_end(&mut sink)).await;
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-}
-
 async fn slow_request_attack(extra: &str, probe_seconds: u64) -> Probed {
     let (r, b) = TestRouter::with_backend(extra).await;
     let until = Instant::now() + Duration::from_secs(probe_seconds + 15);
-    let attack = tokio::spawn(slow_requests(r.http, 300, "", until));
+    let addr = r.http;
+    let attack =
+        tokio::spawn(
+            async move { e2e::attack::slow_requests(addr, HA, SLOW, "", 300, until).await },
+        );
     wait_in_flight(&r, &b, 90).await;
     let probed = probe_for(&r, probe_seconds).await;
     attack.abort();
@@ -255,7 +193,10 @@ async fn behind_a_named_proxy_the_share_is_per_real_client() {
         let (r, b) = TestRouter::with_backend(extra).await;
         let until = Instant::now() + Duration::from_secs(20);
         let attacker = "X-Forwarded-For: 198.51.100.1\r\n";
-        let attack = tokio::spawn(slow_requests(r.http, 150, attacker, until));
+        let addr = r.http;
+        let attack = tokio::spawn(async move {
+            e2e::attack::slow_requests(addr, HA, SLOW, attacker, 150, until).await
+        });
         wait_in_flight(&r, &b, 90).await;
         let mut ok = 0;
         for _ in 0..5 {

@@ -14,6 +14,13 @@
 //!     `ready N` and holds them until stdin closes. WebSockets send one message a
 //!     second each (spread) and expect its echo. Then prints one JSON line: opened,
 //!     failed, closed (by the other side while held), echo_errors, echoes.
+//! bench-clients zero-window ADDR HOST PATH CONNS STREAMS SECS
+//!     CONNS h2 connections (prior knowledge), each with STREAMS requests for PATH
+//!     and a receive window of zero never opened, held SECS; one JSON line: sent,
+//!     answered, failed
+//! bench-clients slow-requests ADDR HOST PATH CLIENTS SECS
+//!     CLIENTS HTTP/1.1 connections asking for PATH (e.g. /slow?ms=20000) again as
+//!     soon as answered, for SECS; the same JSON line
 //! ```
 //!
 //! A tool, not a test: it exits with a message on a setup error.
@@ -53,13 +60,30 @@ fn main() {
             num(&arg(5)),
             args.get(6).cloned(),
         )),
+        "zero-window" => {
+            let until = Instant::now() + Duration::from_secs(num(&arg(7)));
+            let (a, host, path) = (addr(&arg(2)), arg(3), arg(4));
+            let (conns, streams) = (num(&arg(5)) as usize, num(&arg(6)) as usize);
+            let t = rt.block_on(e2e::attack::zero_window(
+                a, &host, &path, conns, streams, until,
+            ));
+            println!("{}", t.json());
+        }
+        "slow-requests" => {
+            let until = Instant::now() + Duration::from_secs(num(&arg(6)));
+            let (a, host, path, clients) = (addr(&arg(2)), arg(3), arg(4), num(&arg(5)) as usize);
+            let t = rt.block_on(e2e::attack::slow_requests(
+                a, &host, &path, "", clients, until,
+            ));
+            println!("{}", t.json());
+        }
         _ => usage(),
     }
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA]"
+        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS"
     );
     std::process::exit(64)
 }
