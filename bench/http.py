@@ -102,20 +102,25 @@ backend be
         write(f"{d}/{spool}/01-bench.yaml", ROUTE_EVENT)
 
 
-ROUTE_EVENT = f"""---
+def route_event(port):
+    """The routing event that routes the bench app to a backend on `port`."""
+    return f"""---
 :action: :add_public_endpoint
 :app_name: bench
 :namespace: bench
 :gear_id: 5464c9f6e0b8cd5a6e000001
 :public_port_name: haproxy-1.4
 :public_address: 127.0.0.1
-:public_port: {PORTS['backend']}
+:public_port: {port}
 :protocols:
 - http
 :types:
 - load_balancer
 :mappings: []
 """
+
+
+ROUTE_EVENT = route_event(PORTS['backend'])
 
 
 def router_config(d, threads, name="router", extra=""):

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""User-space instructions per request of the router, counted by callgrind: the
+repeatable axis for telling two versions (or two settings) of our code apart,
+whatever else the machine is doing (wall-clock CPU here moves +-25 % between rounds).
+
+The router runs under `valgrind --tool=callgrind` with one worker thread and the
+access log off, in front of the release echo-backend; one keep-alive client sends
+N1, then (in a second run) N2 sequential GETs. Instructions per request is
+(Ir(N2) - Ir(N1)) / (N2 - N1): start-up, the route load and shutdown cancel out.
+
+usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
+                             [--config 'YAML lines' ...]
+Each --config is one variant (extra top-level YAML), measured in turn; the default
+compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
+
+Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
+
+import os
+import sys
+
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import http.client  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("bench_http", os.path.join(ROOT, "bench", "http.py"))
+H = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H)
+RELEASE = os.path.join(ROOT, "target/release")
+HOST = "ha-bench-bench.example.com"
+BACKEND, ROUTER, ADMIN = 18380, 18381, 18382
+
+EVENT = H.route_event(BACKEND)
+
+
+def config(d, extra):
+    return f"""cloud_domain: example.com
+state_dir: {d}/state
+worker_threads: 1
+listen:
+  http: 127.0.0.1:{ROUTER}
+  admin: 127.0.0.1:{ADMIN}
+spi:
+  source: spool
+  spool:
+    path: {d}/spool
+access_log:
+  enabled: false
+health:
+  checks: false
+{extra}
+"""
+
+
+def requests(n):
+    c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=30)
+    for _ in range(n):
+        c.request("GET", "/", headers={"Host": HOST})
+        r = c.getresponse()
+        r.read()
+        if r.status != 200:
+            sys.exit(f"status {r.status}")
+    c.close()
+
+
+def instructions(binary, extra, n):
+    d = "/tmp/router-instructions"
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(f"{d}/spool")
+    with open(f"{d}/spool/01.yaml", "w") as f:
+        f.write(EVENT)
+    with open(f"{d}/router.yaml", "w") as f:
+        f.write(config(d, extra))
+    out = f"{d}/callgrind.out"
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                          binary, "--config", f"{d}/router.yaml"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=5)
+                c.request("GET", "/", headers={"Host": HOST})
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("the router under valgrind never answered")
+            time.sleep(0.5)
+        requests(n)
+    finally:
+        p.terminate()
+        p.wait(timeout=120)
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    sys.exit("no totals in the callgrind output")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--router", default=os.path.join(RELEASE, "router"))
+    ap.add_argument("--n1", type=int, default=2000)
+    ap.add_argument("--n2", type=int, default=12000)
+    ap.add_argument("--config", action="append",
+                    help="extra YAML for one variant (repeat for several)")
+    args = ap.parse_args()
+    variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
+    if not shutil.which("valgrind"):
+        sys.exit("valgrind is missing (apt-get install valgrind)")
+    backend = subprocess.Popen([os.path.join(RELEASE, "echo-backend"), f"127.0.0.1:{BACKEND}"],
+                               stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        for extra in variants:
+            a = instructions(args.router, extra, args.n1)
+            b = instructions(args.router, extra, args.n2)
+            per = (b - a) / (args.n2 - args.n1)
+            print(f"{extra.replace(chr(10), ' ')!r}: {per:,.0f} instructions per request "
+                  f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+    finally:
+        backend.terminate()
+        backend.wait()
+
+
+if __name__ == "__main__":
+    main()
