@@ -45,7 +45,7 @@ async fn rotate_in(router: &RouterProcess, token: &str) -> Option<u16> {
         &e2e::raw::exchange(
             router.admin?,
             format!(
-                "POST /backends/10.9.9.9:80/rotate-in HTTP/1.1\r\nHost: a\r\n\
+                "POST /backends/10.9.9.9:80/rotate-in HTTP/1.1\r\nHost: 127.0.0.1\r\n\
                  Authorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )
             .as_bytes(),

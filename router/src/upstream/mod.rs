@@ -37,7 +37,8 @@
 //! knows about routes or member health: callers say what a failure means.
 
 mod conn;
-pub(crate) mod h1;
+/// Public for the fuzz targets (`fuzz/`).
+pub mod h1;
 mod pool;
 mod request_body;
 

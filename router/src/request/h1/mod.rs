@@ -28,7 +28,8 @@
 //! complete within `limits.header_read_timeout` (hyper's `header_read_timeout`),
 //! else the connection is closed without an answer, as hyper closes it.
 
-mod head;
+/// Public for the fuzz targets (`fuzz/`), which compare it with the framing reader.
+pub mod head;
 mod response;
 #[cfg(test)]
 mod tests;

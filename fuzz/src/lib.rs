@@ -1,0 +1,285 @@
+//! The checks behind each fuzz target, one function per parser that reads bytes
+//! from outside. Each is called by its libFuzzer binary (`fuzz_targets/`,
+//! `cargo +nightly fuzz run NAME --features libfuzzer`) and, on stable, by
+//! `tests/corpora.rs`, which replays every committed corpus file: a regression on
+//! a known input fails the build without a nightly toolchain.
+//!
+//! A check fails by panicking. Besides "no panic, no unbounded memory" in the code
+//! under test, each states a property that two readings must share:
+//! - `client_framing`: the framing reader cuts a client's stream at the same byte
+//!   whatever the read split (the first input byte chooses the split);
+//! - `client_head`: what the router's own HTTP/1 path reads is the client's bytes
+//!   as the framing reader passes them (cut, the poison in place of the rest); a
+//!   request it takes must end before the cut, and httparse (the member side's
+//!   parser) must read the same head length, method, target and fields;
+//! - `member_response`: a member's response head and chunked body decode to the
+//!   same bytes, trailers and end whatever the read split;
+//! - `proxy_header`: a PROXY header the portproxy accepts is one `ppp` accepts with
+//!   the same addresses, and every shorter prefix of it reads as incomplete;
+//! - `stomp_frames`: STOMP frames decode the same whatever the read split;
+//! - `routing_event`: an event that decodes applies idempotently (twice = once);
+//! - `router_config`, `cluster_files`: a file is settings or an error, never a
+//!   panic.
+
+use bytes::BytesMut;
+use tokio_util::codec::Decoder;
+
+/// Where to split `data[1..]`, chosen by its first byte; the rest.
+fn split(data: &[u8]) -> Option<(usize, &[u8])> {
+    let (&first, rest) = data.split_first()?;
+    let at = if rest.is_empty() {
+        0
+    } else {
+        usize::from(first) * rest.len() / 256
+    };
+    Some((at, rest))
+}
+
+/// The framing reader's verdict on `pieces` fed in order: the absolute offset of
+/// the cut and why, if any.
+fn framing_cut(pieces: &[&[u8]]) -> Option<(usize, &'static str)> {
+    let mut f = router::request::framing::Framing::new();
+    let mut offset = 0;
+    for piece in pieces {
+        if let Some((i, why)) = f.feed(piece) {
+            return Some((offset + i, why.as_str()));
+        }
+        offset += piece.len();
+    }
+    None
+}
+
+pub fn client_framing(data: &[u8]) {
+    let Some((at, stream)) = split(data) else {
+        return;
+    };
+    let whole = framing_cut(&[stream]);
+    let (a, b) = stream.split_at(at);
+    assert_eq!(framing_cut(&[a, b]), whole, "split at {at}");
+    if stream.len() <= 64 {
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(framing_cut(&bytes), whole, "byte by byte");
+    }
+}
+
+pub fn client_head(data: &[u8]) {
+    use router::request::framing::POISON;
+    use router::request::h1::head::{HeadLimits, Parsed, parse};
+    let limits = HeadLimits {
+        max_bytes: 64 * 1024,
+        max_headers: 100,
+        max_body: 16 * 1024,
+    };
+    // What the own path reads: the client's bytes as the framing reader passes
+    // them (cut, with the poison in place of the rest).
+    let cut = framing_cut(&[data]);
+    let seen = match cut {
+        Some((at, _)) => [&data[..at], POISON].concat(),
+        None => data.to_vec(),
+    };
+    let Parsed::Request { head, body, parts } = parse(&seen, &limits) else {
+        return;
+    };
+    if let Some((at, why)) = cut {
+        assert!(
+            head + body <= at,
+            "the own path took a request past the framing reader's cut at {at} ({why})"
+        );
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(&seen) {
+        Ok(httparse::Status::Complete(n)) => assert_eq!(n, head, "head length"),
+        other => panic!("httparse disagrees on a head the own path took: {other:?}"),
+    }
+    assert_eq!(req.method, Some(parts.method.as_str()));
+    assert_eq!(req.path, Some(parts.uri.to_string().as_str()));
+    assert_eq!(req.headers.len(), parts.headers.len(), "field count");
+}
+
+/// A member's response: head, then body (chunked or by length) decoded, for the
+/// bytes in `pieces` arriving in order; what it came to, as text to compare.
+fn member_reading(pieces: &[&[u8]]) -> String {
+    use router::upstream::h1::{Chunked, Decoded, Framing, parse_response_head};
+    let mut buf = BytesMut::new();
+    let mut out = String::new();
+    let mut head = None;
+    let mut chunked = Chunked::default();
+    let mut body = Vec::new();
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        if head.is_none() {
+            match parse_response_head(&mut buf, false) {
+                Ok(Some(h)) => head = Some(h),
+                Ok(None) => continue,
+                Err(e) => return format!("head error {e}"),
+            }
+        }
+        let Some(h) = &head else { continue };
+        match h.framing {
+            Framing::Chunked => loop {
+                match chunked.decode(&mut buf) {
+                    Ok(Decoded::Data(d)) => body.extend_from_slice(&d),
+                    Ok(Decoded::Trailers(t)) => out.push_str(&format!("trailers {t:?};")),
+                    Ok(Decoded::End) => {
+                        out.push_str("end;");
+                        break;
+                    }
+                    Ok(Decoded::More) => break,
+                    Err(e) => return format!("{out} body {body:?} chunk error {e}"),
+                }
+            },
+            _ => {
+                body.extend_from_slice(&buf);
+                buf.clear();
+            }
+        }
+        if out.ends_with("end;") {
+            break;
+        }
+    }
+    match head {
+        Some(h) => format!(
+            "{} {:?} {:?} keep-alive {} {out} body {body:?}",
+            h.status, h.framing, h.headers, h.keep_alive
+        ),
+        None => "incomplete".into(),
+    }
+}
+
+pub fn member_response(data: &[u8]) {
+    let Some((at, stream)) = split(data) else {
+        return;
+    };
+    let (a, b) = stream.split_at(at);
+    assert_eq!(
+        member_reading(&[a, b]),
+        member_reading(&[stream]),
+        "split at {at}"
+    );
+}
+
+pub fn proxy_header(data: &[u8]) {
+    use portproxy::proxy_protocol::header::{Inspect, inspect};
+    let Inspect::Header {
+        len,
+        source,
+        destination,
+        ..
+    } = inspect(data)
+    else {
+        return;
+    };
+    assert!(len <= data.len());
+    for k in 0..len {
+        assert_eq!(
+            inspect(&data[..k]),
+            Inspect::Incomplete,
+            "a prefix of {k} of a {len}-byte header"
+        );
+    }
+    let header = &data[..len];
+    let theirs = if header.starts_with(b"PROXY ") {
+        std::str::from_utf8(header)
+            .ok()
+            .and_then(|t| ppp::v1::Header::try_from(t).ok())
+            .map(|h| match h.addresses {
+                ppp::v1::Addresses::Tcp4(a) => Some((
+                    std::net::SocketAddr::from((a.source_address, a.source_port)),
+                    std::net::SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                ppp::v1::Addresses::Tcp6(a) => Some((
+                    std::net::SocketAddr::from((a.source_address, a.source_port)),
+                    std::net::SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                ppp::v1::Addresses::Unknown => None,
+            })
+    } else {
+        ppp::v2::Header::try_from(header)
+            .ok()
+            .map(|h| match h.addresses {
+                ppp::v2::Addresses::IPv4(a) => Some((
+                    std::net::SocketAddr::from((a.source_address, a.source_port)),
+                    std::net::SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                ppp::v2::Addresses::IPv6(a) => Some((
+                    std::net::SocketAddr::from((a.source_address, a.source_port)),
+                    std::net::SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                _ => None,
+            })
+    };
+    let Some(theirs) = theirs else {
+        panic!("ppp refuses a header the portproxy accepts: {header:?}");
+    };
+    if let (Some(s), Some(d)) = (source, destination) {
+        let unmap =
+            |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+        let theirs = theirs.map(|(s, d)| (unmap(s), unmap(d)));
+        assert_eq!(Some((unmap(s), unmap(d))), theirs, "addresses");
+    }
+}
+
+/// STOMP items decoded from `pieces` arriving in order, as text to compare.
+fn stomp_reading(pieces: &[&[u8]]) -> String {
+    use spi_consumer::source::stomp::frame::{Codec, Limits};
+    let mut codec = Codec::new(Limits {
+        max_head: 4096,
+        max_headers: 32,
+        max_body: 64 * 1024,
+    });
+    let mut buf = BytesMut::new();
+    let mut out = String::new();
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(item)) => out.push_str(&format!("{item:?};")),
+                Ok(None) => break,
+                Err(e) => return format!("{out} error {e}"),
+            }
+        }
+    }
+    out
+}
+
+pub fn stomp_frames(data: &[u8]) {
+    let Some((at, stream)) = split(data) else {
+        return;
+    };
+    let (a, b) = stream.split_at(at);
+    assert_eq!(
+        stomp_reading(&[a, b]),
+        stomp_reading(&[stream]),
+        "split at {at}"
+    );
+}
+
+pub fn routing_event(data: &[u8]) {
+    use spi_consumer::decode::{Decoded, decode};
+    let Ok(Decoded::Event(event)) = decode(data) else {
+        return;
+    };
+    let mut once = spi_consumer::RoutingState::new();
+    once.apply(&event);
+    let mut twice = once.clone();
+    twice.apply(&event);
+    assert!(
+        once == twice,
+        "applying {} twice changed the state",
+        event.action()
+    );
+}
+
+pub fn router_config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let _ = router::config::Config::parse(&text, "fuzz.yaml");
+}
+
+pub fn cluster_files(data: &[u8]) {
+    use portproxy::cluster::files::{parse_hosts_conf, parse_port_mappings, parse_proxy_conf};
+    let text = String::from_utf8_lossy(data);
+    let _ = parse_hosts_conf(&text, "hosts.conf");
+    let _ = parse_port_mappings(&text, "portmappings.conf", 2222);
+    let _ = parse_proxy_conf(&text, "proxy.conf", std::path::Path::new("/nonexistent"));
+}
