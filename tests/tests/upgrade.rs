@@ -127,7 +127,7 @@ async fn upgrade_under_wrk_drops_nothing_and_a_failed_successor_changes_nothing(
     let pid_of = async || -> Option<u64> {
         let raw = e2e::raw::exchange(
             admin,
-            b"GET /status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
             Duration::from_secs(5),
         )
         .await;
