@@ -144,6 +144,10 @@ fn shapes() -> Vec<(&'static str, String)> {
                 &format!("3\r\nhello\r\n0\r\n\r\n{SMUGGLED}"),
             ),
         ),
+        (
+            "a fragment in the request target",
+            format!("GET /admin#/public HTTP/1.1\r\nHost: {HA}\r\n\r\n{SMUGGLED}"),
+        ),
     ]
 }
 
@@ -221,6 +225,7 @@ shape_tests! {
     chunk_size_underscore => "bad chunk size: underscore",
     chunk_size_space => "bad chunk size: space inside",
     chunk_longer_than_size => "chunk data longer than its size",
+    fragment_in_target => "a fragment in the request target",
 }
 
 /// The same over TLS (HTTP/1.1 by ALPN): the HTTPS listener reads through the same

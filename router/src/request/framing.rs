@@ -41,6 +41,11 @@ pub enum Violation {
     BadLength,
     /// A chunk size line or a chunk's end that is not what RFC 9112 §7.1 says.
     BadChunk,
+    /// A `#` in the request line: a request target has no fragment (RFC 9112
+    /// §3.2). hyper and the own path would drop it and forward the rest, so a
+    /// rule matching the path in front of us and the member could disagree on it;
+    /// Envoy refuses it too. Found by the `client_head` fuzz target.
+    Fragment,
 }
 
 impl Violation {
@@ -50,6 +55,7 @@ impl Violation {
             Violation::LengthAndChunked => "Content-Length with Transfer-Encoding",
             Violation::BadLength => "invalid Content-Length",
             Violation::BadChunk => "invalid chunk framing",
+            Violation::Fragment => "a fragment (#) in the request target",
         }
     }
 }
@@ -284,6 +290,11 @@ impl Framing {
                 }
             }
         };
+        if !self.saw_request_line
+            && let Some(at) = content.iter().position(|b| *b == b'#')
+        {
+            return Err((at, Violation::Fragment));
+        }
         let mut taken = 0;
         if self.this.is_none() {
             let colon = if self.saw_request_line {

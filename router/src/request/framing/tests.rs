@@ -57,6 +57,15 @@ fn each_smuggling_shape_is_cut_where_it_shows() {
             Violation::LengthAndChunked,
         ),
         ("GET / HTTP/1.1\nHost: a\n\n", Violation::BareLineEnd),
+        // Found by fuzz/client_head (corpus: fragment): `/a#b` reached the member as `/a`.
+        (
+            "GET /DDDDD#DD HTTP/1.1\r\nHost: a\r\n\r\n",
+            Violation::Fragment,
+        ),
+        (
+            "GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n",
+            Violation::Fragment,
+        ),
         ("GET / HTTP/1.1\r\nHost: a\n\r\n", Violation::BareLineEnd),
         ("GET / HTTP/1.1\r\nHost: a\r\n\n", Violation::BareLineEnd),
         (
