@@ -47,7 +47,7 @@ fn plain_requests_pass() {
 
 #[test]
 fn each_smuggling_shape_is_cut_where_it_shows() {
-    let cases: [(&str, Violation); 9] = [
+    let cases: [(&str, Violation); 11] = [
         (
             "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             Violation::LengthAndChunked,
