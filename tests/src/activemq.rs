@@ -1,6 +1,7 @@
 //! A real ActiveMQ (Debian's `activemq` package) for tests: a private base directory,
-//! STOMP and OpenWire on free loopback ports, started with the JVM directly (the
-//! recipe of `reference/infra.md` §1.1) and stopped by PID when dropped.
+//! STOMP and OpenWire on free loopback ports, started with the JVM directly (`java -jar
+//! activemq.jar start` with its own `activemq.base` and `activemq.data`, not the
+//! system service) and stopped by PID when dropped.
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Network namespaces for the HA-pair tests: the topology of `reference/infra.md` §3.2,
+//! Network namespaces for the HA-pair tests: one bridge with four hosts (below),
 //! made per test with unique names, and removed (every process in them killed by PID,
 //! every namespace deleted) when dropped, also when the test fails.
 //!

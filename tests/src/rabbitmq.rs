@@ -1,6 +1,7 @@
 //! A real RabbitMQ (Debian's `rabbitmq-server`) for tests: a node of its own under a
 //! private directory, loopback only, on free ports (AMQP, distribution and a private
-//! epmd), following `reference/infra.md` §2.2. Stopped by PID when dropped, along
+//! epmd: `RABBITMQ_NODENAME`, `RABBITMQ_NODE_PORT`, `ERL_EPMD_PORT` and its own
+//! `RABBITMQ_MNESIA_BASE`, so no system service is touched). Stopped by PID when dropped, along
 //! with the epmd it started.
 
 use std::net::{SocketAddr, TcpListener};
