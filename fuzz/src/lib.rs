@@ -13,15 +13,55 @@
 //!   request it takes must end before the cut, and httparse (the member side's
 //!   parser) must read the same head length, method, target and fields;
 //! - `member_response`: a member's response head and chunked body decode to the
-//!   same bytes, trailers and end whatever the read split;
+//!   same bytes, trailers and end whatever the read split, and a response read
+//!   whole is one hyper's client reads with the same status, body and trailers;
 //! - `proxy_header`: a PROXY header the portproxy accepts is one `ppp` accepts with
 //!   the same addresses, and every shorter prefix of it reads as incomplete;
 //! - `stomp_frames`: STOMP frames decode the same whatever the read split;
 //! - `routing_event`: an event that decodes applies idempotently (twice = once);
+//! - `client_stream`: a client's bytes through the whole router to a member,
+//!   compared with a strict reader of its own (see [`client_stream`]);
+//! - `tls_hello`: the ClientHello reader behind SNI passthrough gives the same
+//!   name at any split, keeps every byte, and agrees with a reader of our own;
+//! - `cluster_wire`: the portproxies' request and answer lines read the same at
+//!   any split, and a request line names the port `ppp` reads;
 //! - `router_config`, `cluster_files`: a file is settings or an error, never a
 //!   panic.
 
+mod client_stream;
+mod cluster_wire;
+mod member_response;
+mod tls_hello;
+
+pub use client_stream::client_stream;
+pub use cluster_wire::cluster_wire;
+pub use member_response::member_response;
+pub use tls_hello::tls_hello;
+
 use bytes::BytesMut;
+
+/// A target's check: panics on a failed property.
+pub type Check = fn(&[u8]);
+
+/// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
+pub const TARGETS: [(&str, Check); 11] = [
+    ("client_framing", client_framing),
+    ("client_head", client_head),
+    ("client_stream", client_stream),
+    ("member_response", member_response),
+    ("proxy_header", proxy_header),
+    ("stomp_frames", stomp_frames),
+    ("routing_event", routing_event),
+    ("router_config", router_config),
+    ("cluster_files", cluster_files),
+    ("cluster_wire", cluster_wire),
+    ("tls_hello", tls_hello),
+];
+
+/// The check of the target called `name`.
+pub fn check(name: &str) -> Option<Check> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+}
 use tokio_util::codec::Decoder;
 
 /// Where to split `data[1..]`, chosen by its first byte; the rest.
@@ -95,68 +135,6 @@ pub fn client_head(data: &[u8]) {
     assert_eq!(req.method, Some(parts.method.as_str()));
     assert_eq!(req.path, Some(parts.uri.to_string().as_str()));
     assert_eq!(req.headers.len(), parts.headers.len(), "field count");
-}
-
-/// A member's response: head, then body (chunked or by length) decoded, for the
-/// bytes in `pieces` arriving in order; what it came to, as text to compare.
-fn member_reading(pieces: &[&[u8]]) -> String {
-    use router::upstream::h1::{Chunked, Decoded, Framing, parse_response_head};
-    let mut buf = BytesMut::new();
-    let mut out = String::new();
-    let mut head = None;
-    let mut chunked = Chunked::default();
-    let mut body = Vec::new();
-    for piece in pieces {
-        buf.extend_from_slice(piece);
-        if head.is_none() {
-            match parse_response_head(&mut buf, false) {
-                Ok(Some(h)) => head = Some(h),
-                Ok(None) => continue,
-                Err(e) => return format!("head error {e}"),
-            }
-        }
-        let Some(h) = &head else { continue };
-        match h.framing {
-            Framing::Chunked => loop {
-                match chunked.decode(&mut buf) {
-                    Ok(Decoded::Data(d)) => body.extend_from_slice(&d),
-                    Ok(Decoded::Trailers(t)) => out.push_str(&format!("trailers {t:?};")),
-                    Ok(Decoded::End) => {
-                        out.push_str("end;");
-                        break;
-                    }
-                    Ok(Decoded::More) => break,
-                    Err(e) => return format!("{out} body {body:?} chunk error {e}"),
-                }
-            },
-            _ => {
-                body.extend_from_slice(&buf);
-                buf.clear();
-            }
-        }
-        if out.ends_with("end;") {
-            break;
-        }
-    }
-    match head {
-        Some(h) => format!(
-            "{} {:?} {:?} keep-alive {} {out} body {body:?}",
-            h.status, h.framing, h.headers, h.keep_alive
-        ),
-        None => "incomplete".into(),
-    }
-}
-
-pub fn member_response(data: &[u8]) {
-    let Some((at, stream)) = split(data) else {
-        return;
-    };
-    let (a, b) = stream.split_at(at);
-    assert_eq!(
-        member_reading(&[a, b]),
-        member_reading(&[stream]),
-        "split at {at}"
-    );
 }
 
 pub fn proxy_header(data: &[u8]) {

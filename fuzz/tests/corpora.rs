@@ -3,23 +3,10 @@
 
 use std::path::Path;
 
-type Check = fn(&[u8]);
-
-const TARGETS: [(&str, Check); 8] = [
-    ("client_framing", fuzz::client_framing),
-    ("client_head", fuzz::client_head),
-    ("member_response", fuzz::member_response),
-    ("proxy_header", fuzz::proxy_header),
-    ("stomp_frames", fuzz::stomp_frames),
-    ("routing_event", fuzz::routing_event),
-    ("router_config", fuzz::router_config),
-    ("cluster_files", fuzz::cluster_files),
-];
-
 #[test]
 fn every_corpus_file_passes_its_check() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    for (target, check) in TARGETS {
+    for (target, check) in fuzz::TARGETS {
         let dir = root.join(target);
         let mut files = 0;
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

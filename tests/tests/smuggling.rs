@@ -228,6 +228,40 @@ shape_tests! {
     fragment_in_target => "a fragment in the request target",
 }
 
+/// A request naming an upgrade the member does not make (or `Upgrade` without
+/// `Connection: upgrade`, which hyper still treats as one) ends its connection
+/// after the answer: the framing reader stops at an upgrade head (what follows may
+/// be a tunnel), so a request after it would reach hyper unchecked. Found by the
+/// `client_stream` fuzz target (a bare-LF request after a refused upgrade reached
+/// the member).
+#[tokio::test]
+async fn nothing_follows_a_refused_upgrade() {
+    let (r, b) = router_with_backend().await;
+    for upgrade in [
+        "Connection: Upgrade\r\nUpgrade: h2c\r\n",
+        "Upgrade: websocket\r\n",
+    ] {
+        let before = b.proxied();
+        let request = format!(
+            "GET /plain HTTP/1.1\r\nHost: {HA}\r\n{upgrade}\r\n\
+             GET /smuggled HTTP/1.1\nHost: {HA}\n\n"
+        );
+        let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+        let text = String::from_utf8_lossy(&resp);
+        assert!(text.starts_with("HTTP/1.1 200"), "{upgrade}: {text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{upgrade}: {text}");
+        assert_eq!(
+            b.proxied() - before,
+            1,
+            "{upgrade}: only the first reached the member"
+        );
+    }
+}
+
 /// The same over TLS (HTTP/1.1 by ALPN): the HTTPS listener reads through the same
 /// framing. And a WebSocket tunnel, whose bytes are not HTTP, is left alone.
 #[tokio::test]

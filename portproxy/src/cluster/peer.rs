@@ -15,9 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::Cluster;
 use super::route::{Pick, pick_local};
-use super::wire::{self, Answer};
+use super::wire::{self, Answer, RequestRead};
 use crate::metrics::Mode;
-use crate::proxy_protocol::header::{self, Inspect, V1_MAX};
 use crate::server;
 
 pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
@@ -47,16 +46,10 @@ async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) 
     let mut buf = Vec::with_capacity(128);
     let deadline = tokio::time::Instant::now() + cluster.cfg.peer_timeout;
     let (len, cluster_port) = loop {
-        match header::inspect(&buf) {
-            Inspect::Header {
-                len,
-                destination: Some(d),
-                ..
-            } if len <= V1_MAX && buf.starts_with(b"PROXY ") => {
-                break (len, d.port());
-            }
-            Inspect::Incomplete if buf.len() < V1_MAX => {}
-            _ => {
+        let more = match wire::read_request(&buf) {
+            RequestRead::Port { len, cluster_port } => break (len, cluster_port),
+            RequestRead::More(n) => n,
+            RequestRead::Invalid => {
                 metrics
                     .proxy_protocol_rejects
                     .with_label_values(&["invalid"])
@@ -64,14 +57,9 @@ async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) 
                 tracing::debug!(%peer, "bad request line on the proxy port");
                 return;
             }
-        }
-        let read = tokio::time::timeout_at(
-            deadline,
-            (&mut s)
-                .take((V1_MAX - buf.len()) as u64)
-                .read_buf(&mut buf),
-        )
-        .await;
+        };
+        let read =
+            tokio::time::timeout_at(deadline, (&mut s).take(more as u64).read_buf(&mut buf)).await;
         match read {
             Ok(Ok(n)) if n > 0 => {}
             _ => return,

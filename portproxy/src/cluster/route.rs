@@ -18,7 +18,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use super::Live;
 use super::table::ActiveSlot;
-use super::wire::{self, Answer};
+use super::wire::{self, Answer, AnswerRead};
 use crate::metrics::Metrics;
 use crate::proxy_protocol::Version;
 use crate::server;
@@ -160,28 +160,30 @@ async fn ask(from: IpAddr, host: SocketAddr, cluster_port: u16) -> std::io::Resu
     s.write_all(wire::request(cluster_port).as_bytes()).await?;
     let mut buf = Vec::with_capacity(wire::MAX_ANSWER);
     loop {
-        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
-            let early = buf.split_off(end + 2);
-            buf.truncate(end);
-            return match wire::decode(&buf) {
-                Some(Answer::Accepted(v)) => Ok(Asked::Accepted(s, v, early)),
-                Some(Answer::Busy) => Ok(Asked::Busy),
-                None => Err(std::io::Error::new(
+        let more = match wire::read_answer(&buf) {
+            AnswerRead::Line(answer, len) => {
+                let early = buf.split_off(len);
+                return match answer {
+                    Some(Answer::Accepted(v)) => Ok(Asked::Accepted(s, v, early)),
+                    Some(Answer::Busy) => Ok(Asked::Busy),
+                    None => Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "unknown answer {:?}",
+                            String::from_utf8_lossy(&buf[..len - 2])
+                        ),
+                    )),
+                };
+            }
+            AnswerRead::TooLong => {
+                return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
-                    format!("unknown answer {:?}", String::from_utf8_lossy(&buf)),
-                )),
-            };
-        }
-        if buf.len() >= wire::MAX_ANSWER {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "answer line too long",
-            ));
-        }
-        let n = (&mut s)
-            .take((wire::MAX_ANSWER - buf.len()) as u64)
-            .read_buf(&mut buf)
-            .await?;
+                    "answer line too long",
+                ));
+            }
+            AnswerRead::More(n) => n,
+        };
+        let n = (&mut s).take(more as u64).read_buf(&mut buf).await?;
         if n == 0 {
             return if buf.is_empty() {
                 Ok(Asked::NotHere)

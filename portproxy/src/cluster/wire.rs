@@ -12,6 +12,7 @@
 //! the JS client, any other answer is a failure (next host), not a success.
 
 use crate::proxy_protocol::Version;
+use crate::proxy_protocol::header::{self, Inspect, V1_MAX};
 
 /// The request line a client proxy sends (the JS proxy's dummy addresses: only the
 /// last field is read).
@@ -47,6 +48,58 @@ pub fn decode(line: &[u8]) -> Option<Answer> {
         b"BUSY" => Some(Answer::Busy),
         _ => None,
     }
+}
+
+/// What the bytes a server has read so far on its proxy port say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestRead {
+    /// A whole request line (`len` bytes) asking for `cluster_port`; what follows
+    /// is the client's data.
+    Port { len: usize, cluster_port: u16 },
+    /// Not whole yet; read at most this many more bytes.
+    More(usize),
+    /// Not a request line: close.
+    Invalid,
+}
+
+/// Reads a client proxy's request line: a PROXY v1 header whose destination
+/// port is the cluster port asked for (the JS proxy's dummy addresses).
+pub fn read_request(buf: &[u8]) -> RequestRead {
+    match header::inspect(buf) {
+        Inspect::Header {
+            len,
+            destination: Some(d),
+            ..
+        } if len <= V1_MAX && buf.starts_with(b"PROXY ") => RequestRead::Port {
+            len,
+            cluster_port: d.port(),
+        },
+        Inspect::Incomplete if buf.len() < V1_MAX => RequestRead::More(V1_MAX - buf.len()),
+        _ => RequestRead::Invalid,
+    }
+}
+
+/// What the bytes a client has read so far from a server say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerRead {
+    /// A whole line: the answer (`None`: unknown), and the bytes that followed it
+    /// (the target's first data).
+    Line(Option<Answer>, usize),
+    /// Not whole yet; read at most this many more bytes.
+    More(usize),
+    /// [`MAX_ANSWER`] bytes without a line end.
+    TooLong,
+}
+
+/// Reads a server's answer line.
+pub fn read_answer(buf: &[u8]) -> AnswerRead {
+    if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+        return AnswerRead::Line(decode(&buf[..end]), end + 2);
+    }
+    if buf.len() >= MAX_ANSWER {
+        return AnswerRead::TooLong;
+    }
+    AnswerRead::More(MAX_ANSWER - buf.len())
 }
 
 #[cfg(test)]

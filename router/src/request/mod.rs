@@ -105,6 +105,11 @@ impl Proxy {
         let h2 = req.version() == http::Version::HTTP_2;
         let mut active = conn.activity.begin(h2);
         let host = host_of(&req);
+        // The framing reader stops at a head naming an upgrade (what follows may
+        // be a tunnel), so a connection whose upgrade did not happen must not
+        // carry another request: it would reach hyper alone (found by the
+        // `client_stream` fuzz target: a bare LF after a refused upgrade).
+        let upgrade_asked = !h2 && req.headers().contains_key(http::header::UPGRADE);
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
             method: req.method().clone(),
@@ -137,9 +142,12 @@ impl Proxy {
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
         }
-        // Draining: this HTTP/1 connection ends after this response (a 101 becomes
-        // a tunnel, which the drain leaves alone).
-        if !h2 && active.closing() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        // Draining, or an upgrade that did not happen: this HTTP/1 connection ends
+        // after this response (a 101 becomes a tunnel, which the drain leaves alone).
+        if !h2
+            && (active.closing() || upgrade_asked)
+            && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
+        {
             response.headers_mut().insert(
                 http::header::CONNECTION,
                 http::HeaderValue::from_static("close"),

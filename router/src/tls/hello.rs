@@ -29,31 +29,60 @@ pub struct Hello {
 /// client closes. Never fails: whatever was read is returned for the handshake to
 /// answer (an error, a close) as it would have without this peek.
 pub async fn read(stream: &mut TcpStream) -> Hello {
-    let mut acceptor = rustls::server::Acceptor::default();
-    let mut bytes = Vec::with_capacity(1024);
+    let mut reader = HelloReader::default();
     let mut chunk = [0u8; 2048];
     loop {
         let n = match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return Hello { bytes, sni: None },
+            Ok(0) | Err(_) => return reader.end(),
             Ok(n) => n,
         };
-        bytes.extend_from_slice(&chunk[..n]);
-        let mut rest = &chunk[..n];
+        if let Some(hello) = reader.push(&chunk[..n]) {
+            return hello;
+        }
+    }
+}
+
+/// The ClientHello read so far, fed as bytes arrive: the I/O-free part of
+/// [`read`], which the `tls_hello` fuzz target feeds at every split.
+#[derive(Default)]
+pub struct HelloReader {
+    acceptor: rustls::server::Acceptor,
+    bytes: Vec<u8>,
+}
+
+impl HelloReader {
+    /// Takes the next bytes from the client: the [`Hello`] once rustls has a
+    /// whole ClientHello or the bytes cannot be one (then without a name).
+    pub fn push(&mut self, chunk: &[u8]) -> Option<Hello> {
+        self.bytes.extend_from_slice(chunk);
+        let mut rest = chunk;
         while !rest.is_empty() {
-            if feed(&mut acceptor, &mut rest).is_err() {
-                return Hello { bytes, sni: None };
+            if feed(&mut self.acceptor, &mut rest).is_err() {
+                return Some(self.done(None));
             }
         }
-        match acceptor.accept() {
+        match self.acceptor.accept() {
             Ok(Some(accepted)) => {
                 let sni = accepted
                     .client_hello()
                     .server_name()
                     .map(str::to_ascii_lowercase);
-                return Hello { bytes, sni };
+                Some(self.done(sni))
             }
-            Ok(None) if bytes.len() < MAX_HELLO => {}
-            Ok(None) | Err(_) => return Hello { bytes, sni: None },
+            Ok(None) if self.bytes.len() < MAX_HELLO => None,
+            Ok(None) | Err(_) => Some(self.done(None)),
+        }
+    }
+
+    /// The client closed: what it sent, without a name.
+    pub fn end(mut self) -> Hello {
+        self.done(None)
+    }
+
+    fn done(&mut self, sni: Option<String>) -> Hello {
+        Hello {
+            bytes: std::mem::take(&mut self.bytes),
+            sni,
         }
     }
 }
