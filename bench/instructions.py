@@ -9,9 +9,12 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 (Ir(N2) - Ir(N1)) / (N2 - N1): start-up, the route load and shutdown cancel out.
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
-                             [--config 'YAML lines' ...]
+                             [--config 'YAML lines' ...] [--handoff]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
+--handoff: the connection's first request is in absolute form, which the router's
+own HTTP/1 path does not take, so hyper serves it and every request after it: the
+cost of serving every request with hyper (issue 26's choice of one owner).
 
 Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
 
@@ -57,10 +60,10 @@ health:
 """
 
 
-def requests(n):
+def requests(n, handoff):
     c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=30)
-    for _ in range(n):
-        c.request("GET", "/", headers={"Host": HOST})
+    for i in range(n):
+        c.request("GET", f"http://{HOST}/" if handoff and i == 0 else "/", headers={"Host": HOST})
         r = c.getresponse()
         r.read()
         if r.status != 200:
@@ -68,7 +71,7 @@ def requests(n):
     c.close()
 
 
-def instructions(binary, extra, n):
+def instructions(binary, extra, n, handoff):
     d = "/tmp/router-instructions"
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(f"{d}/spool")
@@ -93,7 +96,7 @@ def instructions(binary, extra, n):
             if time.time() > deadline:
                 sys.exit("the router under valgrind never answered")
             time.sleep(0.5)
-        requests(n)
+        requests(n, handoff)
     finally:
         p.terminate()
         p.wait(timeout=120)
@@ -111,6 +114,8 @@ def main():
     ap.add_argument("--n2", type=int, default=12000)
     ap.add_argument("--config", action="append",
                     help="extra YAML for one variant (repeat for several)")
+    ap.add_argument("--handoff", action="store_true",
+                    help="every request after the first served by hyper, not the own path")
     args = ap.parse_args()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
     if not shutil.which("valgrind"):
@@ -120,10 +125,11 @@ def main():
     try:
         time.sleep(0.3)
         for extra in variants:
-            a = instructions(args.router, extra, args.n1)
-            b = instructions(args.router, extra, args.n2)
+            a = instructions(args.router, extra, args.n1, args.handoff)
+            b = instructions(args.router, extra, args.n2, args.handoff)
             per = (b - a) / (args.n2 - args.n1)
-            print(f"{extra.replace(chr(10), ' ')!r}: {per:,.0f} instructions per request "
+            path = "hyper" if args.handoff else "own path"
+            print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.0f} instructions per request "
                   f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
     finally:
         backend.terminate()

@@ -22,7 +22,14 @@
 //! keeps a few bytes of state per connection and never buffers, and it is
 //! property-tested over arbitrary read splits (`framing::tests`). A connection whose
 //! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
-//! past that head (what follows is not HTTP/1).
+//! past that head (what follows is not HTTP/1); the answer to an upgrade that did
+//! not happen closes the connection ([`super::Proxy::serve`]), so no request
+//! follows one unchecked.
+//!
+//! This reader is the one owner of where a client's HTTP/1 request ends: the own
+//! path ([`super::h1`]) and hyper only parse what it lets through. The fuzz targets
+//! `client_framing`, `client_head` and `client_stream` (`fuzz/`, the last one
+//! through the whole router against a strict reader of its own) hold the seam.
 
 /// What the reader hands hyper in place of the cut bytes: a control byte is invalid
 /// in a request line, a header name or value, a chunk size and a chunk's line end;
