@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """HTTP/1.1 keep-alive benchmark: our router vs haproxy 2.6 vs nginx 1.22, same backend,
-same run. Method: ../shared/reference/anchors.md §3 and baseline.md (paired ratios to
-the backend served directly, proxy CPU per request from /proc/PID/stat).
+same run. Method: paired ratios to the backend served directly (each round runs every
+target once, order rotated), proxy CPU per request from /proc/PID/stat.
 
 usage: bench/http.py [--rounds N] [--duration S] [--warmup S] [--connections C]
                      [--router-threads T] [--pin] [--baseline ROUTER_BINARY]

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """TLS benchmark: our router vs haproxy 2.6 vs nginx 1.22 with the same ECDSA P-256
-certificate, same backend, same run (method: ../shared/reference/baseline.md, Table 3).
+certificate, same backend, same run (CPU per handshake and per request from
+/proc/PID/stat; with --pin each proxy runs on the same core, clients on the other).
 
 Per round, for each proxy:
   - full TLS 1.3 handshakes: h2load --h1 -t1 -c50 -n N with Connection: close against a

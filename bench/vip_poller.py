@@ -3,7 +3,7 @@
 connection in its own thread (a request that hangs does not delay the next one), and
 writes one `start_ts status` line per request once all are done (status = HTTP code,
 or ERR:<exception>; timeout 1 s). Runs in the client namespace of the HA tests and of
-bench/failover.py (reference/infra.md §3.5).
+bench/failover.py (the gap in the log is the failover's outage).
 
 usage: vip_poller.py VIP DURATION LOGFILE [HOST]"""
 import os

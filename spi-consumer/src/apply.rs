@@ -3,8 +3,8 @@
 //!
 //! [`RoutingState::apply`] is a pure function of the state and the event. It is
 //! idempotent (delivery is at-least-once) and reports whether anything changed, so
-//! callers only persist and republish real changes. The rules are those of
-//! `reference/routing-spi.md` §7:
+//! callers only persist and republish real changes. The rules (what the broker's
+//! routing plugin means by each action, as OpenShift's own routing daemons read it):
 //! - apps are created lazily by any add event; `create_application` only records them;
 //! - members are keyed by `address:port` (removes carry nothing else); adding a known
 //!   member again replaces its details, removing an unknown one is a no-op;

@@ -1,6 +1,6 @@
 //! The router's configuration file (YAML).
 //!
-//! Key names follow DESIGN.md's sketch and the OpenShift routing daemon's settings;
+//! Key names follow the OpenShift routing daemon's settings where it has one;
 //! they are a contract with operators' files: extend, never rename. Unknown keys are
 //! errors (a typo must not silently fall back to a default), and every error names
 //! the file, the line and the field: `router.yaml:7: listen.http: invalid socket address`.

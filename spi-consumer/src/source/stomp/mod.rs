@@ -1,6 +1,6 @@
 //! A small STOMP 1.2 client for ActiveMQ, written here because no crate covers TLS
 //! with a private CA, a broker failover list and reconnects with a permissive licence
-//! (`reference/crates.md` §2).
+//! (the STOMP crates on crates.io in 2026 are unmaintained or lack TLS or failover).
 //!
 //! - [`frame`]: frames and the wire codec (bytes in, frames out; nothing else);
 //! - [`session`]: one connection to a broker: connect, subscribe, heart-beats,
