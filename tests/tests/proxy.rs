@@ -124,9 +124,19 @@ async fn connection_cannot_strip_host_and_connect_is_405() {
 async fn unknown_host_is_404_and_bad_hosts_are_400() {
     let (r, _b) = router_with_backend().await;
     assert_eq!(r.get("nobody.example.com", "/").await.0, 404);
-    let cases: [(&str, u16); 4] = [
+    let cases: [(&str, u16); 6] = [
         // HTTP/1.0 without Host: nothing to route on.
         ("GET / HTTP/1.0\r\n\r\n", 400),
+        // HTTP/1.1 without Host, even in absolute form (RFC 9112 §3.2; found by
+        // the client_stream fuzz target), and two Hosts in absolute form.
+        (
+            "GET http://ha-myapp-demo.example.com/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+            400,
+        ),
+        (
+            "GET http://ha-myapp-demo.example.com/ HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
+            400,
+        ),
         // Two Host headers: refused (request smuggling).
         (
             "GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nHost: other\r\nConnection: close\r\n\r\n",

@@ -13,16 +13,23 @@ use crate::tls::store::Certs;
 
 /// The host the client addressed: `:authority` for h2 and absolute-form requests
 /// (RFC 9112 §3.2.2: it wins over Host), else the one Host header. Several Host
-/// headers are refused (RFC 9112 §3.2), as request smuggling relies on them.
+/// headers are refused (RFC 9112 §3.2), as request smuggling relies on them, and so
+/// is an HTTP/1.1 request without one, even in absolute form (RFC 9112 §3.2: a
+/// server MUST answer 400; found by the `client_stream` fuzz target, the router
+/// forwarded it with the authority as Host).
 pub fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let mut all = req.headers().get_all(header::HOST).iter();
+    let host = match (all.next(), all.next()) {
+        (host, None) => host,
+        _ => return None,
+    };
+    if host.is_none() && req.version() == http::Version::HTTP_11 {
+        return None;
+    }
     if let Some(authority) = req.uri().authority() {
         return HeaderValue::from_str(authority.as_str()).ok();
     }
-    let mut all = req.headers().get_all(header::HOST).iter();
-    match (all.next(), all.next()) {
-        (Some(host), None) => Some(host.clone()),
-        _ => None,
-    }
+    host.cloned()
 }
 
 /// Lower-cases a Host header value and strips its port and a trailing dot, for lookup.
@@ -93,6 +100,37 @@ impl Redirect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_of_follows_rfc_9112_section_3_2() {
+        let req = |version, target: &str, hosts: &[&str]| {
+            let mut b = Request::builder().version(version).uri(target);
+            for h in hosts {
+                b = b.header(header::HOST, *h);
+            }
+            host_of(&b.body(()).expect("request")).map(|h| h.to_str().expect("ascii").to_owned())
+        };
+        use http::Version;
+        let v11 = Version::HTTP_11;
+        assert_eq!(req(v11, "/", &["a.example"]).as_deref(), Some("a.example"));
+        assert_eq!(
+            req(v11, "http://b.example/", &["a.example"]).as_deref(),
+            Some("b.example")
+        );
+        // HTTP/1.1 without Host, even in absolute form; two Hosts in any form.
+        assert_eq!(req(v11, "http://b.example/", &[]), None);
+        assert_eq!(req(v11, "/", &[]), None);
+        assert_eq!(req(v11, "http://b.example/", &["a", "a"]), None);
+        // HTTP/1.0 may leave Host out; h2 names the host in :authority.
+        assert_eq!(
+            req(Version::HTTP_10, "http://b.example/", &[]).as_deref(),
+            Some("b.example")
+        );
+        assert_eq!(
+            req(Version::HTTP_2, "https://c.example/", &[]).as_deref(),
+            Some("c.example")
+        );
+    }
 
     #[test]
     fn host_normalisation() {
