@@ -138,7 +138,7 @@ pub fn client_head(data: &[u8]) {
 }
 
 pub fn proxy_header(data: &[u8]) {
-    use portproxy::proxy_protocol::header::{Inspect, inspect};
+    use proxy_protocol::header::{Inspect, inspect};
     let Inspect::Header {
         len,
         source,

@@ -24,6 +24,15 @@ pub mod config;
 pub mod gear;
 pub mod limits;
 pub mod metrics;
-pub mod proxy_protocol;
+/// The PROXY protocol (its own crate, shared with the router).
+///
+/// **Trust rule.** A PROXY header is honoured only from a trusted source: the hosts
+/// of `hosts.conf` and the networks of `cluster.trusted_sources` (e.g. the
+/// ingress). From any other source a connection whose first bytes are a PROXY
+/// header is refused and counted
+/// (`portproxy_proxy_protocol_rejects_total{reason="untrusted"}`), so a pod can
+/// never forge a client address for a `sendProxy` target. Unlike the JS proxy we
+/// never guess on untrusted sockets.
+pub use proxy_protocol;
 pub mod relay;
 pub mod server;

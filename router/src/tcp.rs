@@ -28,7 +28,7 @@ use crate::request::Proxy;
 use crate::request::accept::{Live, Slots, stopped};
 use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
-use portproxy::proxy_protocol::Version;
+use proxy_protocol::Version;
 
 /// One `tcp.listen` entry.
 #[derive(Clone, Debug, Deserialize)]
@@ -153,7 +153,7 @@ async fn relay(
         ProxyProtocol::V2 => Some(Version::V2),
     };
     if let Some(version) = header {
-        let bytes = portproxy::proxy_protocol::header::encode(version, peer, local);
+        let bytes = proxy_protocol::header::encode(version, peer, local);
         if member.write_all(&bytes).await.is_err() {
             target.member.health.record_failure();
             proxy.metrics.upstream_error(UpstreamError::Reset);
