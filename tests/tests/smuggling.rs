@@ -148,6 +148,10 @@ fn shapes() -> Vec<(&'static str, String)> {
             "a fragment in the request target",
             format!("GET /admin#/public HTTP/1.1\r\nHost: {HA}\r\n\r\n{SMUGGLED}"),
         ),
+        (
+            "a non-ASCII byte in the request target",
+            format!("GET /caf\u{e9} HTTP/1.1\r\nHost: {HA}\r\n\r\n{SMUGGLED}"),
+        ),
     ]
 }
 
@@ -226,6 +230,7 @@ shape_tests! {
     chunk_size_space => "bad chunk size: space inside",
     chunk_longer_than_size => "chunk data longer than its size",
     fragment_in_target => "a fragment in the request target",
+    non_ascii_in_target => "a non-ASCII byte in the request target",
 }
 
 /// A request naming an upgrade the member does not make (or `Upgrade` without

@@ -53,6 +53,11 @@ pub enum Violation {
     /// rule matching the path in front of us and the member could disagree on it;
     /// Envoy refuses it too. Found by the `client_head` fuzz target.
     Fragment,
+    /// A control byte or one outside ASCII in the request line: a target is
+    /// ASCII (RFC 9112 §3.2, RFC 3986); hyper takes bytes above 0x7F and passes
+    /// them on, a proxy in front may have read them otherwise (haproxy refuses
+    /// them by default too). Found by the `client_stream` fuzz target.
+    RequestLineByte,
 }
 
 impl Violation {
@@ -63,6 +68,7 @@ impl Violation {
             Violation::BadLength => "invalid Content-Length",
             Violation::BadChunk => "invalid chunk framing",
             Violation::Fragment => "a fragment (#) in the request target",
+            Violation::RequestLineByte => "a control or non-ASCII byte in the request line",
         }
     }
 }
@@ -298,9 +304,15 @@ impl Framing {
             }
         };
         if !self.saw_request_line
-            && let Some(at) = content.iter().position(|b| *b == b'#')
+            && let Some(at) = content
+                .iter()
+                .position(|&b| b == b'#' || !(0x20..0x7f).contains(&b))
         {
-            return Err((at, Violation::Fragment));
+            let why = match content[at] {
+                b'#' => Violation::Fragment,
+                _ => Violation::RequestLineByte,
+            };
+            return Err((at, why));
         }
         let mut taken = 0;
         if self.this.is_none() {

@@ -47,7 +47,7 @@ fn plain_requests_pass() {
 
 #[test]
 fn each_smuggling_shape_is_cut_where_it_shows() {
-    let cases: [(&str, Violation); 11] = [
+    let cases: [(&str, Violation); 14] = [
         (
             "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             Violation::LengthAndChunked,
@@ -65,6 +65,20 @@ fn each_smuggling_shape_is_cut_where_it_shows() {
         (
             "GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n",
             Violation::Fragment,
+        ),
+        // Found by fuzz/client_stream (corpus: utf8_target): raw UTF-8 reached the
+        // member; control bytes too (hyper refused those already).
+        (
+            "GET /caf\u{e9} HTTP/1.1\r\nHost: a\r\n\r\n",
+            Violation::RequestLineByte,
+        ),
+        (
+            "GET /a\x7fb HTTP/1.1\r\nHost: a\r\n\r\n",
+            Violation::RequestLineByte,
+        ),
+        (
+            "GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n",
+            Violation::RequestLineByte,
         ),
         ("GET / HTTP/1.1\r\nHost: a\n\r\n", Violation::BareLineEnd),
         ("GET / HTTP/1.1\r\nHost: a\r\n\n", Violation::BareLineEnd),
