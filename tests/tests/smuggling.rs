@@ -138,6 +138,10 @@ fn shapes() -> Vec<(&'static str, String)> {
             shape("Transfer-Encoding: chunked\r\n", &chunked_then("0 5")),
         ),
         (
+            "a control byte in a chunk extension",
+            shape("Transfer-Encoding: chunked\r\n", &chunked_then("5;a=\x01")),
+        ),
+        (
             "chunk data longer than its size",
             shape(
                 "Transfer-Encoding: chunked\r\n",
@@ -229,6 +233,7 @@ shape_tests! {
     chunk_size_underscore => "bad chunk size: underscore",
     chunk_size_space => "bad chunk size: space inside",
     chunk_longer_than_size => "chunk data longer than its size",
+    chunk_extension_control => "a control byte in a chunk extension",
     fragment_in_target => "a fragment in the request target",
     non_ascii_in_target => "a non-ASCII byte in the request target",
 }

@@ -320,7 +320,8 @@ fn chunked(bytes: &[u8], mut at: usize, body: &mut Vec<u8>) -> Result<usize, Sto
     }
 }
 
-/// `1*HEXDIG [ chunk-ext ]`; extensions are `;` parts of visible bytes and blanks.
+/// `1*HEXDIG [ chunk-ext ]`; extensions are `;` parts of visible bytes, blanks and
+/// obs-text (a quoted string may hold it), never a control byte.
 fn chunk_size(line: &[u8]) -> Result<usize, Stop> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 15 {
@@ -328,7 +329,9 @@ fn chunk_size(line: &[u8]) -> Result<usize, Stop> {
     }
     let ext = trim_start(&line[digits..]);
     if !(ext.is_empty() || ext[0] == b';')
-        || !ext.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        || !ext
+            .iter()
+            .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
     {
         return Err(Stop::Invalid("chunk extension"));
     }

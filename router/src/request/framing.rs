@@ -81,7 +81,8 @@ enum State {
     /// This many bytes of a `Content-Length` body still to come.
     Body(u64),
     /// In a chunk size line: the size so far, whether a digit was seen, and whether
-    /// the extension part has begun (anything until the line end; hyper checks it).
+    /// the extension part has begun (anything but a control byte until the line
+    /// end; hyper checks the rest).
     ChunkSize { size: u64, digits: bool, ext: bool },
     /// This many bytes of chunk data, then CRLF.
     ChunkData(u64),
@@ -237,6 +238,10 @@ impl Framing {
         match b {
             b'\r' => self.cr = true,
             b'\n' => return Err(Violation::BareLineEnd),
+            // An extension is tokens, quoted strings, blanks (RFC 9112 §7.1.1):
+            // never a control byte, which hyper takes and a reader in front may
+            // treat as an end (found by the `client_stream` fuzz target).
+            0x00..=0x08 | 0x0a..=0x1f | 0x7f => return Err(Violation::BadChunk),
             _ if ext => {}
             _ => match (b as char).to_digit(16) {
                 Some(d) => {

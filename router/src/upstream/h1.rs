@@ -259,6 +259,15 @@ pub fn parse_response_head(
             if head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
                 Framing::Empty
             } else if headers.contains_key(header::TRANSFER_ENCODING) {
+                // RFC 9112 §6.1: an HTTP/1.0 message with a Transfer-Encoding has
+                // faulty framing (a coding forwarded by something that did not
+                // know it); hyper's client refuses it too (found by the
+                // `member_response` fuzz target).
+                if version == Version::HTTP_10 {
+                    return Err(ParseError::Head(
+                        "Transfer-Encoding in an HTTP/1.0 response",
+                    ));
+                }
                 // With a Content-Length beside it, the message is suspect: read it
                 // by its Transfer-Encoding, never reuse the connection.
                 if headers.contains_key(header::CONTENT_LENGTH) {
@@ -399,7 +408,14 @@ impl Chunked {
                         self.state = ChunkState::Done;
                         return Ok(Decoded::End);
                     }
-                    let Some(end) = find(buf, b"\r\n\r\n", MAX_HEAD)? else {
+                    let end = find(buf, b"\r\n\r\n", MAX_HEAD)?;
+                    // Lines end with CRLF only: httparse would end the section at
+                    // a bare `\n\n` before the CRLFCRLF looked for here, and hyper's
+                    // client refuses it (found by the `member_response` fuzz target).
+                    if bare_line_end(&buf[..end.map_or(buf.len(), |e| e + 4)]) {
+                        return Err(ParseError::Chunk("bare CR or LF in the trailers"));
+                    }
+                    let Some(end) = end else {
                         return Ok(Decoded::More);
                     };
                     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -426,6 +442,16 @@ impl Chunked {
             }
         }
     }
+}
+
+/// Whether `bytes` has an LF not after a CR, or a CR before anything but an LF (a
+/// CR at the very end may still be followed by its LF).
+fn bare_line_end(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().any(|(i, &b)| match b {
+        b'\n' => i == 0 || bytes[i - 1] != b'\r',
+        b'\r' => bytes.get(i + 1).is_some_and(|&n| n != b'\n'),
+        _ => false,
+    })
 }
 
 /// Where the CRLF ending the first line of `buf` is; an error past `limit` bytes or

@@ -47,7 +47,7 @@ fn plain_requests_pass() {
 
 #[test]
 fn each_smuggling_shape_is_cut_where_it_shows() {
-    let cases: [(&str, Violation); 14] = [
+    let cases: [(&str, Violation); 16] = [
         (
             "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             Violation::LengthAndChunked,
@@ -96,6 +96,16 @@ fn each_smuggling_shape_is_cut_where_it_shows() {
         ),
         (
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n",
+            Violation::BadChunk,
+        ),
+        // Found by fuzz/client_stream (corpus: chunk_ext_control): a control byte
+        // in a chunk extension passed hyper.
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;a=\x01\r\nabc\r\n0\r\n\r\n",
+            Violation::BadChunk,
+        ),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;a\x00\r\nabc\r\n0\r\n\r\n",
             Violation::BadChunk,
         ),
     ];

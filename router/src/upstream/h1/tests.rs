@@ -190,6 +190,14 @@ fn bad_heads_and_chunks_are_errors() {
     assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").is_err());
     assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
     assert!(parse("HTTP/1.1 101 Switching Protocols\r\n\r\n").is_err());
+    // Found by fuzz/member_response (against hyper's client): RFC 9112 §6.1.
+    assert!(parse("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").is_err());
+    let mut chunked = Chunked::default();
+    let mut body = BytesMut::from(&b"0\r\nX: 1\n\nY: 2\r\n\r\n"[..]);
+    assert!(
+        chunked.decode(&mut body).is_err(),
+        "a bare LF in the trailers"
+    );
     assert!(parse("garbage\r\n\r\n").is_err());
     assert_eq!(
         parse("HTTP/1.1 200 OK\r\nX: y\r\n")
