@@ -48,7 +48,7 @@ impl Shard {
                 .any(|p| glob(&p.to_ascii_lowercase(), &ns)))
             && self.hash.is_none_or(|h| {
                 h.count > 0
-                    && fnv1a(&format!("{}-{}", app.name, app.namespace).to_ascii_lowercase())
+                    && fnv1a(format!("{}-{}", app.name, app.namespace).to_ascii_lowercase())
                         % u64::from(h.count)
                         == u64::from(h.index)
             })
@@ -76,14 +76,12 @@ impl Shard {
     }
 }
 
-/// FNV-1a, 64-bit: small, stable, and easy to reproduce outside the router.
-pub fn fnv1a(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+/// FNV-1a, 64-bit: small, stable across builds, and easy to reproduce outside the
+/// router (sharding, and the spool's names for long file names).
+pub fn fnv1a(s: impl AsRef<[u8]>) -> u64 {
+    s.as_ref().iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// `*` matches any run of characters (including none); everything else itself.

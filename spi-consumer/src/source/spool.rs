@@ -297,10 +297,8 @@ fn reason_name(name: &std::ffi::OsStr) -> std::ffi::OsString {
         n.push(".reason");
         return n;
     }
-    // FNV-1a: stable across builds and enough to keep two long names apart.
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    // Stable across builds and enough to keep two long names apart.
+    let hash = crate::shard::fnv1a(bytes);
     let mut n = std::ffi::OsStr::from_bytes(&bytes[..200]).to_os_string();
     n.push(format!("-{hash:016x}.reason"));
     n
