@@ -122,7 +122,7 @@ async fn connection_cannot_strip_host_and_connect_is_405() {
 
 #[tokio::test]
 async fn unknown_host_is_404_and_bad_hosts_are_400() {
-    let (r, _b) = router_with_backend().await;
+    let (r, b) = router_with_backend().await;
     assert_eq!(r.get("nobody.example.com", "/").await.0, 404);
     let cases: [(&str, u16); 6] = [
         // HTTP/1.0 without Host: nothing to route on.
@@ -157,6 +157,23 @@ async fn unknown_host_is_404_and_bad_hosts_are_400() {
             String::from_utf8_lossy(&resp)
         );
     }
+    // A 400 ends the connection: a request after it is not served (found by the
+    // client_stream fuzz target).
+    let before = b.proxied();
+    let two_hosts = "GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nHost: x\r\n\r\n\
+                     GET /next HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\n\r\n";
+    let resp = raw::exchange(r.http, two_hosts.as_bytes(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&resp);
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    assert_eq!(
+        b.proxied(),
+        before,
+        "nothing after the 400 reached the member"
+    );
 }
 
 #[tokio::test]

@@ -27,9 +27,13 @@ pub struct Harness {
 
 /// What one connection got.
 pub struct Run {
-    /// Every final answer, in order: its status and, when the member gave it, the
-    /// digest of what the member read.
+    /// The final answers to the requests the strict reader read, in order: the
+    /// status and, when the member gave it, the digest of what the member read.
+    /// (Answers past them are not parsed: how long an answer's body is depends on
+    /// its request, a HEAD's has none, and those requests are not known.)
     pub answers: Vec<(u16, Option<u64>)>,
+    /// Answers from the member in everything the router sent back, parsed or not.
+    pub member_answers_in_all: usize,
     /// Requests of this connection the member read whole.
     pub member_read: usize,
     /// The router reset the connection: answers may be lost.
@@ -180,6 +184,7 @@ impl Harness {
         let mut reader = Answers::new(requests);
         let mut shut = false;
         let mut chunk = [0u8; 16 * 1024];
+        let mut all = Vec::new();
         let reset = loop {
             reader.parse();
             if !shut && reader.answers.len() >= requests.len() {
@@ -188,7 +193,10 @@ impl Harness {
             }
             match conn.read(&mut chunk) {
                 Ok(0) => break false,
-                Ok(n) => reader.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    reader.buf.extend_from_slice(&chunk[..n]);
+                    all.extend_from_slice(&chunk[..n]);
+                }
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => break true,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     panic!(
@@ -211,10 +219,17 @@ impl Harness {
         Run {
             answers: reader.answers,
             member_read: self.log.completed(ip),
+            member_answers_in_all: all
+                .windows(MEMBER_MARK.len())
+                .filter(|w| *w == MEMBER_MARK)
+                .count(),
             reset,
         }
     }
 }
+
+/// What only the member's answers carry (see `member::answer`).
+const MEMBER_MARK: &[u8] = b"\r\nx-fuzz-view: ";
 
 /// A connection from `ip` to the router; reads time out after [`ANSWER_WITHIN`].
 fn connect(ip: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
@@ -249,7 +264,7 @@ impl<'a> Answers<'a> {
 
     /// Takes every whole answer from the buffer.
     fn parse(&mut self) {
-        while self.open.is_none() {
+        while self.open.is_none() && self.answers.len() < self.requests.len() {
             let mut fields = [httparse::EMPTY_HEADER; 64];
             let mut head = httparse::Response::new(&mut fields);
             let used = match head.parse(&self.buf) {
@@ -268,10 +283,7 @@ impl<'a> Answers<'a> {
                     .map(|h| String::from_utf8_lossy(h.value).into_owned())
             };
             let digest = field("x-fuzz-view").and_then(|d| u64::from_str_radix(&d, 16).ok());
-            let head_only = self
-                .requests
-                .get(self.answers.len())
-                .is_some_and(|r| r.method == b"HEAD");
+            let head_only = self.requests[self.answers.len()].method == b"HEAD";
             let body =
                 if (100..200).contains(&status) || status == 204 || status == 304 || head_only {
                     Some(0)

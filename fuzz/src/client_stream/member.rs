@@ -62,6 +62,9 @@ impl Log {
                  forwarded after its client's connection ended ({view:?})"
             ));
         }
+        if std::env::var_os("FUZZ_SHOW").is_some() {
+            eprintln!("member read from {ip}: {view:?}");
+        }
         *lock(&self.completed).entry(ip).or_default() += 1;
         let digest = view.digest();
         let mut views = lock(&self.views);

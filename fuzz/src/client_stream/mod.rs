@@ -123,9 +123,10 @@ pub fn client_stream(data: &[u8]) {
     let run = harness::get().exchange(stream, at, &requests);
     if std::env::var_os("FUZZ_SHOW").is_some() {
         eprintln!(
-            "strict reader: {} requests, then {stop:?}; answers {:?}; member read {}{}",
+            "strict reader: {} requests, then {stop:?}; answers {:?}; member answers in all {}; member read {}{}",
             requests.len(),
             run.answers,
+            run.member_answers_in_all,
             run.member_read,
             if run.reset { "; reset" } else { "" }
         );
@@ -144,10 +145,16 @@ pub fn client_stream(data: &[u8]) {
             harness::get().member_view(digest)
         );
     }
+    assert_eq!(
+        run.member_answers_in_all,
+        run.member_answers().count(),
+        "the member answered a request the strict reader does not read ({} then {stop:?})",
+        requests.len()
+    );
     if !run.reset {
         assert_eq!(
             run.member_read,
-            run.member_answers().count(),
+            run.member_answers_in_all,
             "the member read requests of this connection its client got no answer to \
              ({} answers in all; the strict reader reads {} and then {stop:?})",
             run.answers.len(),

@@ -136,16 +136,23 @@ impl Proxy {
                 member: None,
             },
         };
+        // A request the router itself found malformed (400) ends its HTTP/1
+        // connection, as nginx and haproxy end it: what follows on it was sent
+        // by a client that frames requests otherwise (found by the
+        // `client_stream` fuzz target: a request after two Hosts was served).
+        let malformed = member.is_none()
+            && in_flight.is_none()
+            && response.status() == http::StatusCode::BAD_REQUEST;
         if let Some(log) = log.as_mut() {
             log.upstream = in_flight
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
         }
-        // Draining, or an upgrade that did not happen: this HTTP/1 connection ends
-        // after this response (a 101 becomes a tunnel, which the drain leaves alone).
+        // Draining, an upgrade that did not happen, or a malformed request: this
+        // HTTP/1 connection ends after this response (a 101 becomes a tunnel, which the drain leaves alone).
         if !h2
-            && (active.closing() || upgrade_asked)
+            && (active.closing() || upgrade_asked || malformed)
             && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
         {
             response.headers_mut().insert(

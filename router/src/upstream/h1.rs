@@ -354,10 +354,15 @@ impl Chunked {
                         .position(|b| !b.is_ascii_hexdigit())
                         .unwrap_or(line.len());
                     let rest = line[digits..].trim_ascii_start();
-                    // Only chunk extensions may follow the size (`;name=value`).
+                    // Only chunk extensions may follow the size (`;name=value`),
+                    // and never a control byte: a bare CR would end the line for
+                    // hyper's client (found by the `member_response` fuzz target).
                     if digits == 0
                         || digits > 16
                         || !(rest.is_empty() || rest.first().is_some_and(|b| *b == b';'))
+                        || line[digits..]
+                            .iter()
+                            .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
                     {
                         return Err(ParseError::Chunk("bad chunk size"));
                     }

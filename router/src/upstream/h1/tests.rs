@@ -198,6 +198,15 @@ fn bad_heads_and_chunks_are_errors() {
         chunked.decode(&mut body).is_err(),
         "a bare LF in the trailers"
     );
+    for line in [
+        &b"5;x\r y\r\nhello\r\n"[..],
+        b"5;x\0\r\nhello\r\n",
+        b"5\r\r\nhello\r\n",
+    ] {
+        let mut body = BytesMut::from(line);
+        let got = Chunked::default().decode(&mut body);
+        assert!(got.is_err(), "a control byte in an extension: {got:?}");
+    }
     assert!(parse("garbage\r\n\r\n").is_err());
     assert_eq!(
         parse("HTTP/1.1 200 OK\r\nX: y\r\n")
