@@ -124,7 +124,7 @@ async fn connection_cannot_strip_host_and_connect_is_405() {
 async fn unknown_host_is_404_and_bad_hosts_are_400() {
     let (r, b) = router_with_backend().await;
     assert_eq!(r.get("nobody.example.com", "/").await.0, 404);
-    let cases: [(&str, u16); 6] = [
+    let cases: [(&str, u16); 8] = [
         // HTTP/1.0 without Host: nothing to route on.
         ("GET / HTTP/1.0\r\n\r\n", 400),
         // HTTP/1.1 without Host, even in absolute form (RFC 9112 §3.2; found by
@@ -135,6 +135,16 @@ async fn unknown_host_is_404_and_bad_hosts_are_400() {
         ),
         (
             "GET http://ha-myapp-demo.example.com/ HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
+            400,
+        ),
+        // An authority without the scheme http or https (the http crate reads
+        // `://host/` with an empty scheme; found by the client_stream fuzz target).
+        (
+            "GET ://ha-myapp-demo.example.com/ HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n",
+            400,
+        ),
+        (
+            "GET ftp://ha-myapp-demo.example.com/ HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n",
             400,
         ),
         // Two Host headers: refused (request smuggling).

@@ -27,6 +27,14 @@ pub fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
         return None;
     }
     if let Some(authority) = req.uri().authority() {
+        // An authority comes with the scheme `http` or `https` (`://host/x` is no
+        // absolute form; found by the `client_stream` fuzz target).
+        let scheme = req.uri().scheme_str();
+        if !(scheme
+            .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https")))
+        {
+            return None;
+        }
         return HeaderValue::from_str(authority.as_str()).ok();
     }
     host.cloned()
@@ -121,6 +129,7 @@ mod tests {
         assert_eq!(req(v11, "http://b.example/", &[]), None);
         assert_eq!(req(v11, "/", &[]), None);
         assert_eq!(req(v11, "http://b.example/", &["a", "a"]), None);
+        assert_eq!(req(v11, "ftp://b.example/", &["a"]), None);
         // HTTP/1.0 may leave Host out; h2 names the host in :authority.
         assert_eq!(
             req(Version::HTTP_10, "http://b.example/", &[]).as_deref(),
