@@ -268,6 +268,17 @@ pub fn parse_response_head(
                         "Transfer-Encoding in an HTTP/1.0 response",
                     ));
                 }
+                // Codings are tokens: hyper's client reads a value with a byte
+                // outside ASCII as no coding at all (to the close) where this
+                // reader would find `chunked` at its end (found by the
+                // `member_response` fuzz target).
+                if headers
+                    .get_all(header::TRANSFER_ENCODING)
+                    .iter()
+                    .any(|v| v.to_str().is_err())
+                {
+                    return Err(ParseError::Head("Transfer-Encoding not ASCII"));
+                }
                 // With a Content-Length beside it, the message is suspect: read it
                 // by its Transfer-Encoding, never reuse the connection.
                 if headers.contains_key(header::CONTENT_LENGTH) {

@@ -192,6 +192,12 @@ fn bad_heads_and_chunks_are_errors() {
     assert!(parse("HTTP/1.1 101 Switching Protocols\r\n\r\n").is_err());
     // Found by fuzz/member_response (against hyper's client): RFC 9112 §6.1.
     assert!(parse("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").is_err());
+    let mut te =
+        BytesMut::from(&b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x\xc6, chunked\r\n\r\n"[..]);
+    assert!(
+        parse_response_head(&mut te, false).is_err(),
+        "a coding outside ASCII"
+    );
     let mut chunked = Chunked::default();
     let mut body = BytesMut::from(&b"0\r\nX: 1\n\nY: 2\r\n\r\n"[..]);
     assert!(
