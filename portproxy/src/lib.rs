@@ -13,7 +13,7 @@
 //! accepted (`gear::listener`, `cluster::ports`, `cluster::peer`) → admitted
 //! (`limits`: global cap) → target chosen (`gear::table` lookup, or `cluster::route`
 //! over the hosts with the `cluster::wire` handshake) → PROXY header expected, stripped,
-//! passed or added (`proxy_protocol`) → bytes relayed both ways (`relay`).
+//! passed or added (`proxy_protocol`) → bytes relayed both ways (the `relay` crate).
 //!
 //! The update paths never touch a connection: `gear::admin` changes the table (persisted
 //! by `gear::store` before the answer), `cluster::reload` swaps whole parsed tables
@@ -34,5 +34,4 @@ pub mod metrics;
 /// never forge a client address for a `sendProxy` target. Unlike the JS proxy we
 /// never guess on untrusted sockets.
 pub use proxy_protocol;
-pub mod relay;
 pub mod server;

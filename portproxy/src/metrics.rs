@@ -15,7 +15,7 @@ use prometheus::{
 };
 use tokio::net::TcpListener;
 
-use crate::relay::ByteCounters;
+use relay::ByteCounters;
 
 /// Where a relayed connection was accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

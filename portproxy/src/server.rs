@@ -21,7 +21,9 @@ use tokio_util::task::TaskTracker;
 use crate::config::Limits;
 use crate::limits::Admission;
 use crate::metrics::{Metrics, Mode};
-use crate::relay::{self, RelayError};
+use relay::RelayError;
+
+use crate::proxy_protocol::header::{self, Inspect};
 
 /// State every connection handler can reach.
 pub struct Shared {
@@ -189,8 +191,8 @@ pub async fn relay_and_count(
         target,
         relay::Options {
             idle: shared.limits.idle_timeout,
-            counters: &m.bytes,
-            guard_first_chunk,
+            counters: Some(&m.bytes),
+            refuse_first: guard_first_chunk.then_some(starts_with_proxy_header),
         },
     )
     .await;
@@ -201,7 +203,7 @@ pub async fn relay_and_count(
             // The side that failed is already broken; the other learns of it by a
             // reset, not by a clean EOF.
             match &e {
-                RelayError::ProxyHeaderRefused => {
+                RelayError::Refused => {
                     shared
                         .metrics
                         .proxy_protocol_rejects
@@ -210,11 +212,11 @@ pub async fn relay_and_count(
                     reset(client);
                     reset(target);
                 }
-                RelayError::Client(_) => {
+                RelayError::A(_) => {
                     m.client_errors.inc();
                     reset(target);
                 }
-                RelayError::Target(_) => {
+                RelayError::B(_) => {
                     m.target_errors.inc();
                     reset(client);
                 }
@@ -223,6 +225,15 @@ pub async fn relay_and_count(
             tracing::debug!(mode = mode.as_str(), error = %e, "relay ended with an error");
         }
     }
+}
+
+/// The guard on an untrusted client's first bytes: a PROXY header (whole or cut
+/// short) there would spoof the address the target is told.
+fn starts_with_proxy_header(first: &[u8]) -> bool {
+    !matches!(
+        header::inspect(first),
+        Inspect::NotHeader | Inspect::Incomplete
+    )
 }
 
 /// Makes the coming close a reset (zero linger).
@@ -250,4 +261,24 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// need it); returns the limit now in force (0 if it cannot be read).
 pub fn raise_nofile_limit() -> u64 {
     nofile::raise().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::starts_with_proxy_header;
+
+    #[test]
+    fn the_guard_refuses_both_header_versions_and_nothing_else() {
+        for (first, refused) in [
+            (&b"PROXY TCP4 1.1.1.1 2.2.2.2 1 2\r\nhello"[..], true),
+            (
+                &b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c\x01\x01\x01\x01\x02\x02\x02\x02\x00\x01\x00\x02"[..],
+                true,
+            ),
+            (&b"GET / HTTP/1.1\r\n\r\n"[..], false),
+            (&b"hello"[..], false),
+        ] {
+            assert_eq!(starts_with_proxy_header(first), refused, "{first:?}");
+        }
+    }
 }

@@ -12,7 +12,8 @@
 //! Dependencies run one way: `request → table → members → upstream → metrics`;
 //! [`tls`] serves both ends; [`config`] knows only each module's settings types;
 //! [`startup`] wires everything; [`admin`] reads the table and the members;
-//! [`stall`] (a no-progress deadline) is used by both `request` and `upstream`;
+//! the `relay` crate carries tunnels and gives both `request` and `upstream` the
+//! one "no progress for this long" deadline (`relay::stall`);
 //! [`workers`] are the per-core runtimes the accept loops hand connections to.
 
 pub mod admin;
@@ -25,7 +26,6 @@ pub mod metrics;
 pub mod reconcile;
 pub mod request;
 pub mod ring;
-pub mod stall;
 pub mod startup;
 pub mod table;
 pub mod tcp;

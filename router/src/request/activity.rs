@@ -16,12 +16,17 @@
 //! was handed over and hyper has not come back for more); [`Activity::stalled`]
 //! resolves when some response has been waiting and none has moved for
 //! `limits.send_timeout`, and the connection is then closed.
+//!
+//! Both deadlines count from a [`Stamp`] (the shared face of the one "no progress
+//! for this long" deadline, `relay::stall`): requests in their own tasks touch it,
+//! the connection's driver waits on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus::IntGauge;
+use relay::stall::Stamp;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -60,13 +65,12 @@ pub struct Activity {
     in_flight: AtomicUsize,
     /// Some request has begun: the first-request deadline no longer applies.
     started: AtomicBool,
-    /// Milliseconds since `origin` when the connection last had a request end.
-    last_ms: AtomicU64,
-    origin: Instant,
+    /// When the connection began, or last had a request end.
+    ended: Stamp,
     /// h2 responses waiting on the client to take more (see the module doc).
     awaiting: AtomicUsize,
-    /// Milliseconds since `origin` when a response last moved on (or began to wait).
-    moved_ms: AtomicU64,
+    /// When a response last moved on (or began to wait).
+    moved: Stamp,
     /// Some request on it was h2.
     h2: AtomicBool,
     /// The router is draining: HTTP/1 responses say `Connection: close`.
@@ -81,10 +85,9 @@ impl Activity {
             _place: place,
             in_flight: AtomicUsize::new(0),
             started: AtomicBool::new(false),
-            last_ms: AtomicU64::new(0),
-            origin: Instant::now(),
+            ended: Stamp::new(),
             awaiting: AtomicUsize::new(0),
-            moved_ms: AtomicU64::new(0),
+            moved: Stamp::new(),
             h2: AtomicBool::new(false),
             closing: AtomicBool::new(false),
         })
@@ -121,33 +124,17 @@ impl Activity {
         self.closing.load(Ordering::Relaxed)
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Resolves once some response has waited on the client and no response has
     /// moved on for `limit` (see the module doc).
     pub async fn stalled(&self, limit: Duration) {
-        loop {
-            let wait = if self.awaiting.load(Ordering::Acquire) == 0 {
-                limit
-            } else {
-                let moved =
-                    self.origin + Duration::from_millis(self.moved_ms.load(Ordering::Acquire));
-                let now = Instant::now();
-                if now >= moved + limit {
-                    return;
-                }
-                moved + limit - now
-            };
-            tokio::time::sleep(wait).await;
-        }
+        self.moved
+            .quiet_for(limit, || self.awaiting.load(Ordering::Acquire) > 0)
+            .await;
     }
 
     /// Since when the connection has had no request in flight (`None`: it has one).
     pub fn idle_since(&self) -> Option<Instant> {
-        (self.in_flight.load(Ordering::Acquire) == 0)
-            .then(|| self.origin + Duration::from_millis(self.last_ms.load(Ordering::Acquire)))
+        (self.in_flight.load(Ordering::Acquire) == 0).then(|| self.ended.at())
     }
 
     /// Resolves once the connection has had no request in flight for `limit`, or,
@@ -157,7 +144,7 @@ impl Activity {
     /// request); when its timer fires it reads the state again and, if the
     /// connection was busy meanwhile, sleeps until the deadline the state gives now.
     pub async fn idle(&self, first: Duration, limit: Duration) {
-        let mut deadline = self.origin + first;
+        let mut deadline = self.ended.at() + first;
         loop {
             tokio::time::sleep_until(deadline).await;
             let limit = if self.started.load(Ordering::Relaxed) {
@@ -195,7 +182,7 @@ impl ActiveRequest {
             let a = &self.activity;
             if a.awaiting.fetch_add(1, Ordering::AcqRel) == 0 {
                 // The first to wait: the deadline counts from now.
-                a.moved_ms.store(a.now_ms(), Ordering::Release);
+                a.moved.touch();
             }
         }
     }
@@ -210,7 +197,7 @@ impl ActiveRequest {
         if self.waiting {
             self.waiting = false;
             let a = &self.activity;
-            a.moved_ms.store(a.now_ms(), Ordering::Release);
+            a.moved.touch();
             a.awaiting.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -222,7 +209,7 @@ impl Drop for ActiveRequest {
         if self.waiting {
             a.awaiting.fetch_sub(1, Ordering::AcqRel);
         }
-        a.last_ms.store(a.now_ms(), Ordering::Release);
+        a.ended.touch();
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

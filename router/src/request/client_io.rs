@@ -22,8 +22,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::framing::{Framing, POISON};
-use crate::stall::StallTimer;
 use crate::tls::rewind::Rewind;
+use relay::stall::Stall;
 
 /// Plain or TLS, one type for the connection driver.
 pub enum Stream {
@@ -34,7 +34,7 @@ pub enum Stream {
 pub struct ClientIo {
     stream: Stream,
     /// Armed while a write is pending (`limits.send_timeout`).
-    stall: StallTimer,
+    stall: Stall,
     /// HTTP/1 request framing (`None` for h2 by ALPN).
     framing: Option<Box<Framing>>,
     /// After a cut: what of [`POISON`] hyper has still to read, then end of stream.
@@ -46,7 +46,7 @@ impl ClientIo {
         let h2 = matches!(&stream, Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"));
         ClientIo {
             stream,
-            stall: StallTimer::new(send_timeout),
+            stall: Stall::new(send_timeout),
             framing: (!h2).then(Box::default),
             cut: None,
         }
@@ -67,7 +67,7 @@ impl ClientIo {
     /// fails once it has passed).
     fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match r {
-            Poll::Pending => match self.stall.pending(cx) {
+            Poll::Pending => match self.stall.poll_waiting(cx) {
                 Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "client stopped reading (limits.send_timeout)",

@@ -7,7 +7,7 @@
 //! The path is the request path's, for bytes: accepted ([`super::accept`]) → routed
 //! (the SNI name in the live table) → balanced (the route's pick, one other member if
 //! the first cannot be reached, since nothing was sent yet) → forwarded (a raw TCP
-//! connection and [`super::tunnel::relay`], under `limits.tunnel_idle_timeout`). The
+//! connection and [`super::tunnel::relay`] (splice between the two sockets), under `limits.tunnel_idle_timeout`). The
 //! member's slot becomes a tunnel count as for WebSocket. Failures close the
 //! connection (there is no HTTP to answer in) and are counted in
 //! `router_tls_passthrough_total{result}` and, for member faults, against the member.

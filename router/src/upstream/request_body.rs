@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::stall::StallTimer;
+use relay::stall::Stall;
 
 /// Why a request body could not be sent on.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub struct ClientBody {
     /// `None` once the client's body has ended (all of it may be in `read`).
     rest: Option<Incoming>,
     /// Armed while the client's body is pending (`limits.body_timeout`).
-    stall: StallTimer,
+    stall: Stall,
 }
 
 impl ClientBody {
@@ -54,13 +54,13 @@ impl ClientBody {
         ClientBody {
             read,
             rest,
-            stall: StallTimer::new(stall),
+            stall: Stall::new(stall),
         }
     }
 
     /// Pending on the client: arm the deadline (or fail once it has passed).
     fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match self.stall.pending(cx) {
+        match self.stall.poll_waiting(cx) {
             Poll::Ready(()) => {
                 self.rest = None;
                 Poll::Ready(Some(Err(BodyError::Stalled(self.stall.limit()))))
