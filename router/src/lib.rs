@@ -6,8 +6,8 @@
 //!   [`table::build`] into a new route table (and the certificate index);
 //! - **a request** is accepted ([`request::accept`]), routed by Host
 //!   ([`request::route`]), balanced over the route's members ([`table::balance`]),
-//!   forwarded with one retry policy ([`request::forward`]) over a member connection
-//!   ([`upstream`]), and answered ([`request::body`], errors in [`request::error`]).
+//!   forwarded ([`request::forward`]; one retry decision, [`request::retry`]) over a
+//!   member connection ([`upstream`]), and answered ([`request::body`], errors in [`request::error`]).
 //!
 //! Dependencies run one way: `request → table → members → upstream → metrics`;
 //! [`tls`] serves both ends; [`config`] knows only each module's settings types;

@@ -1,11 +1,7 @@
-//! Forwarding a request to a member, with the one retry policy of the router.
-//!
-//! A request is tried on a second member only when nothing of it reached the first
-//! (refused, connect timeout, no free slot) and it is idempotent; and sent once more
-//! when a member closed the connection before any response byte and the request can
-//! be replayed exactly (idempotent, no body). Either way the other member is chosen
-//! by the route's own balancer ([`Route::pick_other`]): the same health, rotate and
-//! `fail_open` rules as the first pick. WebSocket upgrades follow the same rules.
+//! Forwarding a request to a member, retried as the one retry decision says
+//! ([`super::retry`]). The other member is chosen by the route's own balancer
+//! ([`Route::pick_other`]): the same health, rotate and `fail_open` rules as the
+//! first pick. WebSocket upgrades follow the same rules.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,6 +15,7 @@ use super::error::ProxyError;
 use super::headers::{
     ClientConn, framing_is_clear, remove_hop_by_hop, set_forwarded, wants_upgrade,
 };
+use super::retry::{Reached, Replay, Retry, decide};
 use super::route::normalize_host;
 use super::tunnel::Tunnel;
 use super::upload::{Received, read_ahead};
@@ -149,26 +146,25 @@ impl Proxy {
         // is encoded once and, without a body, is all of it.
         let idempotent = idempotent(&parts.method);
         let mut request = Encoded::new(Request::from_parts(parts, body));
-        let replay = idempotent && request.has_no_body();
+        let replay = Replay::Request {
+            idempotent,
+            exact: request.has_no_body(),
+        };
         let mut result = self.send(&mut up, &target.member.addr, &mut request).await;
-        if let (Err(Some(e)), true) = (&result, replay)
-            && e.closed_before_response()
-        {
+        let retry = match &result {
+            Err(Some(e)) => decide(Reached::from(e), replay),
+            _ => Retry::No,
+        };
+        if retry != Retry::No {
             self.metrics.retries.inc();
-            // A reused connection closed under us is usually the member's keep-alive
-            // timeout: a new connection to it. A fresh one closed (or a refused
-            // reconnect) means the member is going away: another member.
-            let again = if e.on_reused() {
-                Box::pin(self.connect(&target, sni, worker)).await
-            } else {
-                Err(self.failed(&target.member, UpstreamError::Reset))
+            let again = match retry {
+                Retry::SameMember => Box::pin(self.connect(&target, sni, worker)).await,
+                // A fresh connection closed: the member is going away.
+                _ => Err(self.failed(&target.member, UpstreamError::Reset)),
             };
             up = match again {
                 Ok(up) => up,
-                Err(e)
-                    if e.nothing_sent()
-                        || matches!(e, ProxyError::Upstream(UpstreamError::Reset)) =>
-                {
+                Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
                     let other = route.pick_other(&target.member).ok_or(e)?.clone();
                     let (s, u) = self.checkout(&other, sni, (source, worker), false).await?;
                     (target, slot) = (other, s);
@@ -202,8 +198,8 @@ impl Proxy {
         })
     }
 
-    /// A slot and a connection on `target`; if that fails before anything was sent
-    /// and the method is idempotent, once more on another member of the route.
+    /// A slot and a connection on `target`; if that fails and the retry decision
+    /// allows, once more on another member of the route.
     async fn checkout_or_other(
         &self,
         route: &Route,
@@ -215,7 +211,15 @@ impl Proxy {
     ) -> Result<(Target, InFlight, Upstream), ProxyError> {
         match self.checkout(&target, sni, source, fresh).await {
             Ok((slot, up)) => Ok((target, slot, up)),
-            Err(e) if e.nothing_sent() && idempotent(method) => {
+            Err(e)
+                if decide(
+                    e.reached(),
+                    Replay::Request {
+                        idempotent: idempotent(method),
+                        exact: false,
+                    },
+                ) == Retry::OtherMember =>
+            {
                 let other = route.pick_other(&target.member).ok_or(e)?.clone();
                 self.metrics.retries.inc();
                 let (slot, up) = self.checkout(&other, sni, source, fresh).await?;

@@ -40,6 +40,7 @@ pub mod h1;
 pub mod headers;
 pub mod own_waker;
 pub mod passthrough;
+pub mod retry;
 pub mod route;
 pub mod tunnel;
 pub mod upload;

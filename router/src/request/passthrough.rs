@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 
 use super::Proxy;
 use super::activity::Activity;
+use super::retry::{Reached, Replay, Retry, decide};
 use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
@@ -79,7 +80,8 @@ impl Proxy {
 
     /// A member chosen by `pick` (given the member to avoid, if any), a slot on it
     /// and a raw TCP connection to it, for passthrough and TCP ports. If the first
-    /// cannot be reached, nothing was sent: one other is tried. Every failure is
+    /// cannot be reached, the retry decision ([`super::retry`]) says whether another
+    /// is tried (it is: nothing was sent). Every failure is
     /// counted in `router_upstream_errors_total`, and against the member when it is
     /// the member's fault.
     pub(crate) async fn dial_picked(
@@ -92,6 +94,9 @@ impl Proxy {
             Ok((slot, stream)) => return Ok((first, slot, stream)),
             Err(e) => {
                 self.metrics.upstream_error(e);
+                if decide(Reached::Nothing, Replay::Connection) != Retry::OtherMember {
+                    return Err(Dial::Failed);
+                }
                 pick(Some(&first.member)).ok_or(Dial::Failed)?
             }
         };
