@@ -18,12 +18,17 @@
 //! The update paths never touch a connection: `gear::admin` changes the table (persisted
 //! by `gear::store` before the answer), `cluster::reload` swaps whole parsed tables
 //! (`cluster::files`) and diffs the listener set.
+//!
+//! Modules depend one way, with no cycle: `config` (the file) → the settings types
+//! of `gear`, `cluster` and `limits`; `gear`, `cluster` → `server` (accept loops and
+//! the relay) → `limits`, `metrics`; `numbers` (ports written plainly) at the bottom.
 
 pub mod cluster;
 pub mod config;
 pub mod gear;
 pub mod limits;
 pub mod metrics;
+pub mod numbers;
 /// The PROXY protocol (its own crate, shared with the router).
 ///
 /// **Trust rule.** A PROXY header is honoured only from a trusted source: the hosts

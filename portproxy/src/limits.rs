@@ -1,4 +1,5 @@
-//! The global connection cap.
+//! Bounds that hold for every mode (`limits:` in the configuration), and the global
+//! connection cap.
 //!
 //! A permit is taken right after `accept` and held for the connection's life. When
 //! none is left the new connection is closed at once (a FIN) and counted: with tens of
@@ -7,8 +8,81 @@
 //! instead, as sozu does for TCP.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use ipnet::IpNet;
+use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Bounds that hold for every mode.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Relayed connections open at once, all modes together; past it a new client
+    /// connection is closed at once (counted as `rejected{reason="max_connections"}`).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// TCP connect to a target (a gear, a host port, a peer proxy's own connect).
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A relayed connection with no byte in either direction for this long is closed.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections one client source (an IPv4 address, an IPv6 /64) may have open,
+    /// all ports together; unset: half of `max_connections`. Past it, its new
+    /// connections are closed at once (`rejected{reason="source_limit"}`).
+    #[serde(default)]
+    pub max_connections_per_source: Option<usize>,
+    /// Sources without that cap: the routers in front, which carry every client's
+    /// traffic to this node (and, in cluster mode, `cluster.trusted_sources` and
+    /// peer proxies, always).
+    #[serde(default)]
+    pub unlimited_sources: Vec<IpNet>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: default_max_connections(),
+            connect_timeout: default_connect_timeout(),
+            idle_timeout: default_idle_timeout(),
+            max_connections_per_source: None,
+            unlimited_sources: Vec::new(),
+        }
+    }
+}
+
+impl Limits {
+    /// `max_connections_per_source`, or half of `max_connections` (at least one):
+    /// one source can never take the node's every relay, and a router in front
+    /// that is not listed in `unlimited_sources` still gets half.
+    pub fn per_source(&self) -> usize {
+        self.max_connections_per_source
+            .unwrap_or(self.max_connections / 2)
+            .max(1)
+    }
+
+    /// Lowers `max_connections` to what `nofile` descriptors hold: two per relay
+    /// (client and target), after a reserve for listeners, the state files, the
+    /// admin socket and the metrics listener (`listeners` plus an eighth of the
+    /// limit, at least 64). Returns the number it was lowered from, if it was.
+    pub fn fit(&mut self, nofile: u64, listeners: usize) -> Option<usize> {
+        let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
+        let reserve = listeners + (nofile / 8).max(64);
+        let fits = (nofile.saturating_sub(reserve) / 2).max(1);
+        (self.max_connections > fits).then(|| std::mem::replace(&mut self.max_connections, fits))
+    }
+}
+
+fn default_max_connections() -> usize {
+    30_000
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(600)
+}
 
 /// Connections that may be open at once.
 #[derive(Clone)]

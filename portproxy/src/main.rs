@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use portproxy::config::{Config, LogFormat, PortRange};
+use portproxy::config::{Config, LogFormat};
 use portproxy::gear::alloc::Allocation;
 use portproxy::gear::{self, Gear};
 use portproxy::metrics::Metrics;
+use portproxy::numbers::PortRange;
 use portproxy::server::{self, Shared};
 use tracing_subscriber::EnvFilter;
 

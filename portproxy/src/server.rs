@@ -18,8 +18,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Limits;
 use crate::limits::Admission;
+use crate::limits::Limits;
 use crate::metrics::{Metrics, Mode};
 use relay::RelayError;
 

@@ -23,7 +23,7 @@ use crate::config::{Config, SourceKind};
 use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
 use crate::request::Proxy;
-use crate::request::accept::{Live, Serving};
+use crate::request::listener::{Live, Serving};
 use crate::request::upload::UploadSettings;
 use crate::table::split::{Split, SplitStore};
 use crate::table::{Builder, Naming, RouteTable};
@@ -352,7 +352,7 @@ impl Router {
                     }
                     l
                 }
-                None => crate::request::accept::bind(addr),
+                None => crate::request::listener::bind(addr),
             };
             listener.map_err(|source| StartError::Bind { what, addr, source })
         };

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
-use crate::request::accept::{Live, Slots, stopped};
+use crate::request::listener::{Live, Slots, stopped};
 use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
 use proxy_protocol::Version;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use config_file::ConfigError;
 
-use crate::config::{strict_port, strict_u32};
+use crate::numbers::{strict_port, strict_u32};
 use crate::proxy_protocol::Version;
 
 /// `proxy.conf`.

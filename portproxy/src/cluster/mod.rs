@@ -19,8 +19,11 @@ pub mod peer;
 pub mod ports;
 pub mod reload;
 pub mod route;
+mod settings;
 pub mod table;
 pub mod wire;
+
+pub use settings::ClusterConfig;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +34,6 @@ use arc_swap::ArcSwap;
 use config_file::ConfigError;
 use ipnet::IpNet;
 
-use crate::config::ClusterConfig;
 use crate::server::Shared;
 use files::{ProxyConf, parse_hosts_conf, parse_port_mappings, parse_proxy_conf};
 use table::{ClusterTable, Counters};

@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::Gear;
-use crate::config::strict_u32;
+use crate::numbers::strict_u32;
 
 /// The longest request line (a batch of a few thousand mappings fits).
 const MAX_REQUEST: u64 = 256 * 1024;
@@ -184,7 +184,7 @@ pub async fn handle(gear: &Gear, line: &str) -> Answer {
         "show" => {
             let mut ports = Vec::with_capacity(args.len());
             for a in args {
-                match crate::config::strict_port(a) {
+                match crate::numbers::strict_port(a) {
                     Ok(p) => ports.push(p),
                     Err(e) => return Answer::err(1, e),
                 }

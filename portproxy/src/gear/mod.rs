@@ -14,8 +14,11 @@
 pub mod admin;
 pub mod alloc;
 pub mod client;
+mod settings;
 pub mod store;
 pub mod table;
+
+pub use settings::{GearConfig, SendProxy};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,7 +29,6 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::GearConfig;
 use crate::metrics::Mode;
 use crate::proxy_protocol::{Version, header};
 use crate::server::{self, Shared};

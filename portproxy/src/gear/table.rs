@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use crate::config::{PortRange, strict_port};
+use crate::numbers::{PortRange, strict_port};
 
 /// A mapping request or an error in one, for the operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

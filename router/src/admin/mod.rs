@@ -62,7 +62,7 @@ mod status;
 
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
-use crate::request::accept::Limits;
+use crate::request::limits::Limits;
 use crate::ring::{Ring, unix_now};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};

@@ -15,8 +15,8 @@ use crate::members::health;
 use crate::members::probe::{Check, StatusMatch};
 use crate::table::balance::Balance;
 
-pub use crate::request::accept::Limits;
 pub use crate::request::headers::ForwardedSettings;
+pub use crate::request::limits::Limits;
 /// `spi.amqp`: the AMQP source's own settings type.
 pub use spi_consumer::source::amqp::AmqpConfig;
 

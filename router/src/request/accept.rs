@@ -42,168 +42,18 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, watch};
 
 use super::Proxy;
 use super::activity::{Activity, Place};
 use super::client_io::{ClientIo, Stream};
 use super::h1;
 use super::headers::ClientConn;
+use super::limits::Limits;
+use super::listener::{Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
 use crate::tls::rewind::Rewind;
-
-/// Protections of the listeners against clients.
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    /// Open client connections at most; beyond, new ones wait in the kernel backlog.
-    #[serde(default = "default_max_client_conns")]
-    pub max_connections: usize,
-    /// Request line plus headers, in bytes (larger: 431). At least 8192.
-    #[serde(default = "default_max_header_bytes")]
-    pub max_header_bytes: usize,
-    /// Header fields per request (more: 431).
-    #[serde(default = "default_max_headers")]
-    pub max_headers: usize,
-    /// Time a client has to send a complete request head (slowloris).
-    #[serde(default = "default_header_timeout", with = "humantime_serde")]
-    pub header_read_timeout: Duration,
-    /// A connection with no request in flight for this long is closed (h1 and h2
-    /// keep-alive). Before its first request a connection gets
-    /// `header_read_timeout` instead.
-    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// A write to a client that makes no progress for this long closes the
-    /// connection (the client stopped reading).
-    #[serde(default = "default_send_timeout", with = "humantime_serde")]
-    pub send_timeout: Duration,
-    /// h2: a PING after this long without a frame from the client...
-    #[serde(default = "default_h2_keepalive_interval", with = "humantime_serde")]
-    pub h2_keepalive_interval: Duration,
-    /// ...which must be answered within this, or the connection is closed.
-    #[serde(default = "default_h2_keepalive_timeout", with = "humantime_serde")]
-    pub h2_keepalive_timeout: Duration,
-    /// h2 streams one connection may have open at once: each may hold a member's
-    /// request slot, so this bounds the share of a member one connection can take
-    /// (keep it well below `upstream.max_connections_per_backend`).
-    #[serde(default = "default_h2_max_concurrent_streams")]
-    pub h2_max_concurrent_streams: u32,
-    /// A request body is read up to this many bytes (or to its end) before the
-    /// request takes a member's slot, within `header_read_timeout` (slow bodies
-    /// then never hold a member: see [`super::upload`]).
-    #[serde(default = "default_body_buffer_bytes")]
-    pub body_buffer_bytes: usize,
-    /// Past that, a request body that makes no progress for this long ends the
-    /// request with 408 (nginx's `client_body_timeout`).
-    #[serde(default = "default_body_timeout", with = "humantime_serde")]
-    pub body_timeout: Duration,
-    /// An upgraded connection (WebSocket) with no byte either way for this long is
-    /// closed (haproxy's `timeout tunnel`).
-    #[serde(default = "default_tunnel_idle_timeout", with = "humantime_serde")]
-    pub tunnel_idle_timeout: Duration,
-    /// Open connections to the admin listener at most (it has the same head
-    /// timeout and size limits as the client listeners).
-    #[serde(default = "default_max_admin_conns")]
-    pub max_admin_connections: usize,
-    /// Connections one client source (an IPv4 address, an IPv6 /64) may hold on
-    /// one listener; unset: a quarter of `max_connections`. Beyond, its new
-    /// connections are closed at once: one source cannot take a listener.
-    #[serde(default)]
-    pub max_connections_per_source: Option<usize>,
-}
-
-impl Limits {
-    /// `max_connections_per_source`, or a quarter of `max_connections` (at least
-    /// one): a NAT'd office of a few hundred browsers (6 connections each) stays
-    /// under it, a single attacking address leaves three quarters to others.
-    pub fn per_source(&self) -> usize {
-        self.max_connections_per_source
-            .unwrap_or(self.max_connections / 4)
-            .max(1)
-    }
-}
-
-fn default_max_admin_conns() -> usize {
-    256
-}
-
-fn default_tunnel_idle_timeout() -> Duration {
-    Duration::from_secs(3600)
-}
-
-fn default_body_buffer_bytes() -> usize {
-    16 * 1024
-}
-
-fn default_body_timeout() -> Duration {
-    Duration::from_secs(30)
-}
-
-fn default_idle_timeout() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn default_send_timeout() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn default_h2_keepalive_interval() -> Duration {
-    Duration::from_secs(30)
-}
-
-fn default_h2_keepalive_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
-fn default_h2_max_concurrent_streams() -> u32 {
-    32
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: default_max_client_conns(),
-            max_header_bytes: default_max_header_bytes(),
-            max_headers: default_max_headers(),
-            header_read_timeout: default_header_timeout(),
-            max_admin_connections: default_max_admin_conns(),
-            idle_timeout: default_idle_timeout(),
-            send_timeout: default_send_timeout(),
-            h2_keepalive_interval: default_h2_keepalive_interval(),
-            h2_keepalive_timeout: default_h2_keepalive_timeout(),
-            h2_max_concurrent_streams: default_h2_max_concurrent_streams(),
-            body_buffer_bytes: default_body_buffer_bytes(),
-            body_timeout: default_body_timeout(),
-            tunnel_idle_timeout: default_tunnel_idle_timeout(),
-            max_connections_per_source: None,
-        }
-    }
-}
-
-fn default_max_client_conns() -> usize {
-    10_000
-}
-fn default_max_header_bytes() -> usize {
-    64 * 1024
-}
-fn default_max_headers() -> usize {
-    100
-}
-fn default_header_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
-/// Binds a listening socket with a deep backlog and `SO_REUSEADDR`.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
-}
 
 /// With passthrough routes in the table, reads the ClientHello first: a name whose
 /// gear terminates TLS itself is relayed there (see [`super::passthrough`]) and the
@@ -260,57 +110,6 @@ pub struct TlsListener {
 
 /// While draining, an HTTP/1 connection with no request for this long is closed.
 const DRAIN_QUIET: Duration = Duration::from_secs(1);
-
-/// What the listeners read for each new connection (the limits, the TLS handshake
-/// deadline) and each request (the proxy and its timeouts). A reload swaps it whole:
-/// requests after the swap, on old connections too, get the new proxy settings;
-/// connection-level limits apply to connections accepted after it.
-pub struct Serving {
-    pub proxy: Arc<Proxy>,
-    pub limits: Limits,
-    pub handshake_timeout: Duration,
-}
-
-/// The one swappable [`Serving`], shared by every listener and the reloader.
-pub type Live = Arc<arc_swap::ArcSwap<Serving>>;
-
-/// A listener's connection slots, resizable when a reload changes
-/// `limits.max_connections`: growing adds permits at once; shrinking takes permits
-/// as connections end, never closing one.
-pub(crate) struct Slots {
-    pub(crate) sem: Arc<Semaphore>,
-    max: usize,
-}
-
-impl Slots {
-    pub(crate) fn new(max: usize) -> Slots {
-        Slots {
-            sem: Arc::new(Semaphore::new(max)),
-            max,
-        }
-    }
-
-    pub(crate) fn resize(&mut self, max: usize) {
-        if max > self.max {
-            self.sem.add_permits(max - self.max);
-        } else if max < self.max {
-            let (sem, fewer) = (self.sem.clone(), self.max - max);
-            tokio::spawn(async move {
-                if let Ok(p) = sem
-                    .acquire_many_owned(u32::try_from(fewer).unwrap_or(u32::MAX))
-                    .await
-                {
-                    p.forget();
-                }
-            });
-        }
-        self.max = max;
-    }
-
-    pub(crate) fn max(&self) -> usize {
-        self.max
-    }
-}
 
 /// Hyper's server settings from the limits.
 fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
@@ -851,9 +650,4 @@ impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.all).by_id.remove(&self.id);
     }
-}
-
-/// Resolves once `stop` is true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }

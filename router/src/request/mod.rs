@@ -38,6 +38,8 @@ pub mod forward;
 pub mod framing;
 pub mod h1;
 pub mod headers;
+pub mod limits;
+pub mod listener;
 pub mod own_waker;
 pub mod passthrough;
 pub mod retry;

@@ -1,0 +1,71 @@
+//! `gear:` in the configuration: OpenShift gear mode's settings.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::alloc::Allocation;
+use crate::numbers::PortRange;
+use crate::proxy_protocol::Version;
+
+/// OpenShift gear mode.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GearConfig {
+    /// The node's public address the mapped ports listen on (`PUBLIC_IP`).
+    #[serde(default = "default_gear_bind")]
+    pub bind: IpAddr,
+    /// Public ports that may be mapped (`PORT_BEGIN`–65535).
+    #[serde(default = "default_gear_ports")]
+    pub ports: PortRange,
+    /// Networks a mapping may point into; gears live on loopback.
+    #[serde(default = "default_allowed_targets")]
+    pub allowed_targets: Vec<IpNet>,
+    /// How long a removed mapping's open connections may keep running.
+    #[serde(default = "default_drain_grace", with = "humantime_serde")]
+    pub drain_grace: Duration,
+    /// Send a PROXY header to gears (`none`, `v1`, `v2`); OpenShift gears expect none.
+    #[serde(default)]
+    pub send_proxy: SendProxy,
+    /// The node.conf numbers behind `portproxy allocate` (same on every node of a
+    /// district).
+    #[serde(default)]
+    pub allocation: Allocation,
+}
+
+/// A target's PROXY header wish, as YAML (`none`, `v1`, `v2`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProxy {
+    #[default]
+    None,
+    V1,
+    V2,
+}
+
+impl SendProxy {
+    pub fn version(self) -> Option<Version> {
+        match self {
+            SendProxy::None => None,
+            SendProxy::V1 => Some(Version::V1),
+            SendProxy::V2 => Some(Version::V2),
+        }
+    }
+}
+
+fn default_gear_bind() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+}
+fn default_gear_ports() -> PortRange {
+    PortRange(35531..=65535)
+}
+fn default_allowed_targets() -> Vec<IpNet> {
+    vec![IpNet::V4(
+        ipnet::Ipv4Net::new(Ipv4Addr::new(127, 0, 0, 0), 8).unwrap_or_default(),
+    )]
+}
+fn default_drain_grace() -> Duration {
+    Duration::from_secs(30)
+}
