@@ -16,36 +16,33 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bounds that hold for every mode.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Relayed connections open at once, all modes together; past it a new client
     /// connection is closed at once (counted as `rejected{reason="max_connections"}`).
-    #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// TCP connect to a target (a gear, a host port, a peer proxy's own connect).
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// A relayed connection with no byte in either direction for this long is closed.
-    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// Connections one client source (an IPv4 address, an IPv6 /64) may have open,
     /// all ports together; unset: half of `max_connections`. Past it, its new
     /// connections are closed at once (`rejected{reason="source_limit"}`).
-    #[serde(default)]
     pub max_connections_per_source: Option<usize>,
     /// Sources without that cap: the routers in front, which carry every client's
     /// traffic to this node (and, in cluster mode, `cluster.trusted_sources` and
     /// peer proxies, always).
-    #[serde(default)]
     pub unlimited_sources: Vec<IpNet>,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            max_connections: default_max_connections(),
-            connect_timeout: default_connect_timeout(),
-            idle_timeout: default_idle_timeout(),
+            max_connections: 30_000,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
             max_connections_per_source: None,
             unlimited_sources: Vec::new(),
         }
@@ -72,16 +69,6 @@ impl Limits {
         let fits = (nofile.saturating_sub(reserve) / 2).max(1);
         (self.max_connections > fits).then(|| std::mem::replace(&mut self.max_connections, fits))
     }
-}
-
-fn default_max_connections() -> usize {
-    30_000
-}
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_idle_timeout() -> Duration {
-    Duration::from_secs(600)
 }
 
 /// Connections that may be open at once.

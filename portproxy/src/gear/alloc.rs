@@ -13,44 +13,27 @@ use serde::Deserialize;
 
 /// The node.conf numbers; identical on every node of a district.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Allocation {
     /// `PORTS_PER_USER`.
-    #[serde(default = "default_ports_per_user")]
     pub ports_per_user: u16,
     /// `UID_BEGIN`.
-    #[serde(default = "default_uid_begin")]
     pub uid_begin: u32,
     /// `WRAPAROUND_UID`.
-    #[serde(default = "default_wraparound_uid")]
     pub wraparound_uid: u32,
     /// `IP_ADDRESS_WRAPAROUND_OFFSET` (below 1000): shifts wrapped UIDs off 127.0.0.x.
-    #[serde(default = "default_ip_offset")]
     pub ip_wraparound_offset: u32,
 }
 
 impl Default for Allocation {
     fn default() -> Allocation {
         Allocation {
-            ports_per_user: default_ports_per_user(),
-            uid_begin: default_uid_begin(),
-            wraparound_uid: default_wraparound_uid(),
-            ip_wraparound_offset: default_ip_offset(),
+            ports_per_user: 5,
+            uid_begin: 500,
+            wraparound_uid: 65536,
+            ip_wraparound_offset: 1,
         }
     }
-}
-
-fn default_ports_per_user() -> u16 {
-    5
-}
-fn default_uid_begin() -> u32 {
-    500
-}
-fn default_wraparound_uid() -> u32 {
-    65536
-}
-fn default_ip_offset() -> u32 {
-    1
 }
 
 /// Why a block or an address cannot be computed.

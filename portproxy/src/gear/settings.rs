@@ -12,27 +12,35 @@ use crate::proxy_protocol::Version;
 
 /// OpenShift gear mode.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct GearConfig {
     /// The node's public address the mapped ports listen on (`PUBLIC_IP`).
-    #[serde(default = "default_gear_bind")]
     pub bind: IpAddr,
     /// Public ports that may be mapped (`PORT_BEGIN`–65535).
-    #[serde(default = "default_gear_ports")]
     pub ports: PortRange,
     /// Networks a mapping may point into; gears live on loopback.
-    #[serde(default = "default_allowed_targets")]
     pub allowed_targets: Vec<IpNet>,
     /// How long a removed mapping's open connections may keep running.
-    #[serde(default = "default_drain_grace", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub drain_grace: Duration,
     /// Send a PROXY header to gears (`none`, `v1`, `v2`); OpenShift gears expect none.
-    #[serde(default)]
     pub send_proxy: SendProxy,
     /// The node.conf numbers behind `portproxy allocate` (same on every node of a
     /// district).
-    #[serde(default)]
     pub allocation: Allocation,
+}
+
+impl Default for GearConfig {
+    fn default() -> GearConfig {
+        GearConfig {
+            bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            ports: PortRange(35531..=65535),
+            allowed_targets: default_allowed_targets(),
+            drain_grace: Duration::from_secs(30),
+            send_proxy: SendProxy::None,
+            allocation: Allocation::default(),
+        }
+    }
 }
 
 /// A target's PROXY header wish, as YAML (`none`, `v1`, `v2`).
@@ -55,17 +63,8 @@ impl SendProxy {
     }
 }
 
-fn default_gear_bind() -> IpAddr {
-    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-}
-fn default_gear_ports() -> PortRange {
-    PortRange(35531..=65535)
-}
 fn default_allowed_targets() -> Vec<IpNet> {
     vec![IpNet::V4(
         ipnet::Ipv4Net::new(Ipv4Addr::new(127, 0, 0, 0), 8).unwrap_or_default(),
     )]
-}
-fn default_drain_grace() -> Duration {
-    Duration::from_secs(30)
 }

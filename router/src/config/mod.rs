@@ -95,7 +95,8 @@ pub struct Listen {
     pub https: Option<SocketAddr>,
     /// Health, readiness, metrics and the routes API. Keep it on loopback. Defaults
     /// to 127.0.0.1:9090 also when a `listen:` block leaves it out; `admin: null`
-    /// turns it off.
+    /// turns it off. (No struct-wide default here: a `listen:` block that leaves
+    /// out `http` means no plain listener.)
     #[serde(default = "default_admin")]
     pub admin: Option<SocketAddr>,
 }
@@ -214,7 +215,7 @@ pub struct StompTls {
 
 /// Client-facing TLS.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM chain served when no alias certificate matches the SNI name (normally the
     /// `*.<cloud_domain>` wildcard, which covers the HA names), and without SNI.
@@ -227,21 +228,19 @@ pub struct TlsConfig {
     /// which session-ticket keys are derived, so clients resume after failover.
     pub session_ticket_key_file: Option<PathBuf>,
     /// How often the ticket key changes (tickets live one to two periods).
-    #[serde(default = "default_ticket_rotation", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub session_ticket_rotation: Duration,
     /// Session resumption at all (without a key file: this router's memory only).
-    #[serde(default = "yes")]
     pub resumption: bool,
     /// A removed certificate whose alias stays is served this long, so that the
     /// broker's `remove_ssl` + `add_ssl` replacement leaves no gap.
-    #[serde(default = "default_replace_grace", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub replace_grace: Duration,
     /// Answer plain HTTP for hosts that have a certificate with a redirect to HTTPS
     /// (301 for GET/HEAD, 308 otherwise).
-    #[serde(default)]
     pub redirect_http: bool,
     /// Time a client has to finish its TLS handshake.
-    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
 }
 
@@ -252,20 +251,13 @@ impl Default for TlsConfig {
             default_key: None,
             default_key_pass_file: None,
             session_ticket_key_file: None,
-            session_ticket_rotation: default_ticket_rotation(),
+            session_ticket_rotation: Duration::from_secs(3600),
             resumption: true,
-            replace_grace: default_replace_grace(),
+            replace_grace: Duration::from_secs(10),
             redirect_http: false,
-            handshake_timeout: default_handshake_timeout(),
+            handshake_timeout: Duration::from_secs(10),
         }
     }
-}
-
-fn default_ticket_rotation() -> Duration {
-    Duration::from_secs(3600)
-}
-fn default_replace_grace() -> Duration {
-    Duration::from_secs(10)
 }
 
 /// TLS towards `ssl_to_gear` members.
@@ -291,57 +283,51 @@ impl Default for UpstreamTls {
 
 /// Connections to members.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Upstream {
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Idle pooled connections are closed after this; keep it below the gear
     /// haproxy's 10 s keep-alive timeout so we never reuse one it is closing.
-    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// From request sent to response headers received.
-    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub response_timeout: Duration,
     /// Requests in flight to one member at most (the gear haproxy accepts 128).
-    #[serde(default = "default_max_conns")]
     pub max_connections_per_backend: usize,
     /// How long a request waits for a free slot on a full member before a 503.
-    #[serde(default = "default_queue_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub queue_timeout: Duration,
     /// The share (percent) of a member's slots one client address may hold; beyond
     /// it that address waits for one of its own slots (503 after `queue_timeout`)
     /// while others are still served. 100: no
     /// per-address limit (e.g. behind a CDN that is the only client address).
-    #[serde(default = "default_source_share")]
     pub source_share: u8,
     /// The share (percent) of a member's slots kept for client addresses that hold
     /// few of them (see `members::reserve`): one address, or a few, cannot take a
     /// member's every slot. 0: none.
-    #[serde(default = "default_source_reserve")]
     pub source_reserve: u8,
     /// Idle connections kept per member; unset: `max_connections_per_backend`
     /// (fewer than the requests in flight closes and reopens connections under
     /// steady load: 12 000 connects in 10 s at 128 clients and 64).
-    #[serde(default)]
     pub max_idle_per_backend: Option<usize>,
     /// `p2c` (least outstanding of two random members) or `round_robin`.
-    #[serde(default)]
     pub balance: Balance,
     /// TLS towards members that expect it.
-    #[serde(default)]
     pub tls: UpstreamTls,
 }
 
 impl Default for Upstream {
     fn default() -> Upstream {
         Upstream {
-            connect_timeout: default_connect_timeout(),
-            idle_timeout: default_idle_timeout(),
-            response_timeout: default_response_timeout(),
-            max_connections_per_backend: default_max_conns(),
-            queue_timeout: default_queue_timeout(),
-            source_share: default_source_share(),
-            source_reserve: default_source_reserve(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(8),
+            response_timeout: Duration::from_secs(60),
+            max_connections_per_backend: 100,
+            queue_timeout: Duration::from_secs(1),
+            source_share: 100,
+            source_reserve: 10,
             max_idle_per_backend: None,
             balance: Balance::default(),
             tls: UpstreamTls::default(),
@@ -351,38 +337,30 @@ impl Default for Upstream {
 
 /// Member health: active checks, passive ejection, what to do when all are down.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct HealthConfig {
     /// Active checks of every member (down members are probed even when off).
-    #[serde(default = "yes")]
     pub checks: bool,
     /// Path of the HTTP check (`GET`).
-    #[serde(default = "default_check_path")]
     pub path: String,
     /// Statuses that pass: classes (`2xx`) or codes (`401`).
-    #[serde(default = "default_check_statuses")]
     pub statuses: Vec<String>,
-    #[serde(default = "default_check_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub interval: Duration,
-    #[serde(default = "default_check_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Each interval varies by up to ± this, so checks drift apart.
-    #[serde(default = "default_check_jitter", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub jitter: Duration,
     /// Passes in a row that bring a down member back.
-    #[serde(default = "default_rise")]
     pub rise: u32,
     /// Failures in a row that take a member down.
-    #[serde(default = "default_fall")]
     pub fall: u32,
     /// A new member gets no traffic until its first check passes.
-    #[serde(default = "yes")]
     pub gate_new: bool,
     /// Connect failures or resets in a row that eject a member at once; 0 = off.
-    #[serde(default = "default_passive_failures")]
     pub passive_failures: u32,
     /// With every member of an app down, send to them anyway (else 503).
-    #[serde(default = "yes")]
     pub fail_open: bool,
     /// Host header of HTTP checks; default: the app's name `<app>-<ns>.<cloud_domain>`.
     pub host: Option<String>,
@@ -395,15 +373,15 @@ impl Default for HealthConfig {
     fn default() -> HealthConfig {
         HealthConfig {
             checks: true,
-            path: default_check_path(),
+            path: Check::default().path,
             statuses: default_check_statuses(),
-            interval: default_check_interval(),
-            timeout: default_check_timeout(),
-            jitter: default_check_jitter(),
-            rise: default_rise(),
-            fall: default_fall(),
+            interval: health::HealthSettings::default().interval,
+            timeout: Check::default().timeout,
+            jitter: health::HealthSettings::default().jitter,
+            rise: health::HealthSettings::default().rise,
+            fall: health::HealthSettings::default().fall,
             gate_new: true,
-            passive_failures: default_passive_failures(),
+            passive_failures: health::HealthSettings::default().passive_failures,
             fail_open: true,
             host: None,
             keep_awake_port: None,
@@ -437,38 +415,13 @@ impl HealthConfig {
     }
 }
 
-fn default_handshake_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
 // The defaults of `health.*` are the health module's (one source).
-fn default_check_path() -> String {
-    Check::default().path
-}
 fn default_check_statuses() -> Vec<String> {
     Check::default()
         .statuses
         .iter()
         .map(ToString::to_string)
         .collect()
-}
-fn default_check_interval() -> Duration {
-    health::HealthSettings::default().interval
-}
-fn default_check_timeout() -> Duration {
-    Check::default().timeout
-}
-fn default_check_jitter() -> Duration {
-    health::HealthSettings::default().jitter
-}
-fn default_rise() -> u32 {
-    health::HealthSettings::default().rise
-}
-fn default_fall() -> u32 {
-    health::HealthSettings::default().fall
-}
-fn default_passive_failures() -> u32 {
-    health::HealthSettings::default().passive_failures
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -524,28 +477,6 @@ fn default_vhost() -> String {
 fn default_connect_timeout() -> Duration {
     Duration::from_secs(10)
 }
-fn default_idle_timeout() -> Duration {
-    Duration::from_secs(8)
-}
-fn default_response_timeout() -> Duration {
-    Duration::from_secs(60)
-}
-fn default_max_conns() -> usize {
-    100
-}
-/// Off by default: while an address waits at its share, every slot returned wakes
-/// the waiters, which cost a single busy client (wrk, 64 connections) half its
-/// throughput (bench/RESULTS.md). Set it (e.g. 50) on routers facing the internet.
-fn default_source_share() -> u8 {
-    100
-}
-/// On by default: a tenth of a member's slots (10 of 100) is kept for addresses
-/// holding fewer than a fifth of that (2), so that one client address (or up to
-/// four more) holding slots with slow reads cannot make an app answer 503 to
-/// everyone else, while one busy address alone still gets 90 %.
-fn default_source_reserve() -> u8 {
-    10
-}
 
 /// More worker threads than this is a typo (each is a thread with its own runtime).
 const MAX_WORKER_THREADS: usize = 1024;
@@ -567,9 +498,6 @@ impl Upstream {
     }
 }
 
-fn default_queue_timeout() -> Duration {
-    Duration::from_secs(1)
-}
 pub use config_file::ConfigError;
 
 impl Config {

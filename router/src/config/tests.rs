@@ -258,3 +258,35 @@ fn reconcile_and_admin_settings_are_checked_with_their_line() {
         assert!(e.contains("r.yaml:") && e.contains(field), "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_partial_section_keeps_the_defaults_of_the_keys_it_leaves_out() {
+    let text = format!(
+        "{GOOD}limits:\n  idle_timeout: 5s\ntls:\n  resumption: false\nhealth:\n  rise: 3\n"
+    );
+    let c = Config::parse(&text, "r.yaml").expect("valid");
+    let want = Limits {
+        idle_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    assert_eq!(format!("{:?}", c.limits), format!("{want:?}"));
+    let want = TlsConfig {
+        resumption: false,
+        ..TlsConfig::default()
+    };
+    assert_eq!(format!("{:?}", c.tls), format!("{want:?}"));
+    let want = HealthConfig {
+        rise: 3,
+        ..HealthConfig::default()
+    };
+    assert_eq!(format!("{:?}", c.health), format!("{want:?}"));
+    let want = Upstream {
+        connect_timeout: Duration::from_secs(2),
+        ..Upstream::default()
+    };
+    assert_eq!(format!("{:?}", c.upstream), format!("{want:?}"));
+    // A `listen:` block without `http` has no plain listener (no struct default):
+    // here none at all, which is refused.
+    let e = err(&GOOD.replace("  http: 127.0.0.1:0\n", ""));
+    assert_eq!(e.field, "listen.http", "{e}");
+}
