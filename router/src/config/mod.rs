@@ -500,6 +500,9 @@ impl Upstream {
 
 pub use config_file::ConfigError;
 
+/// A field's dotted path and what is wrong with it.
+type Invalid = (&'static str, String);
+
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -517,7 +520,18 @@ impl Config {
     }
 
     /// Checks what types alone cannot; returns the field's dotted path and the problem.
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
+        self.validate_names()?;
+        self.validate_spi()?;
+        self.validate_limits()?;
+        self.validate_tls()?;
+        self.validate_health()?;
+        self.validate_reconcile()?;
+        Ok(())
+    }
+
+    /// The domain, the HA name parts, endpoint types, listeners and TCP ports.
+    fn validate_names(&self) -> Result<(), Invalid> {
         let host_like = |s: &str| {
             !s.is_empty()
                 && s.chars()
@@ -550,7 +564,6 @@ impl Config {
         if self.listen.http.is_none() {
             return Err(("listen.http", "a listener is required".into()));
         }
-        self.spi.shard.validate()?;
         for p in &self.tcp.listen {
             if p.cartridge.is_none() && p.endpoint.is_none() {
                 return Err((
@@ -562,6 +575,12 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Where routing events come from.
+    fn validate_spi(&self) -> Result<(), Invalid> {
+        self.spi.shard.validate()?;
         if self.spi.source == SourceKind::Spool && self.spi.spool.is_none() {
             return Err((
                 "spi.spool",
@@ -617,6 +636,11 @@ impl Config {
                 return Err(("spi.amqp.queue", "name the router's queue".into()));
             }
         }
+        Ok(())
+    }
+
+    /// `limits`, `upstream`, `forwarded`, `worker_threads`.
+    fn validate_limits(&self) -> Result<(), Invalid> {
         if self.limits.max_header_bytes < 8192 {
             return Err(("limits.max_header_bytes", "must be at least 8192".into()));
         }
@@ -660,6 +684,23 @@ impl Config {
                 "a percentage from 0 to 50 (the rest of the slots is for busy addresses)".into(),
             ));
         }
+        for (field, d) in [
+            ("upstream.connect_timeout", self.upstream.connect_timeout),
+            ("upstream.response_timeout", self.upstream.response_timeout),
+            (
+                "limits.header_read_timeout",
+                self.limits.header_read_timeout,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err((field, "must be longer than 0s".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `tls`.
+    fn validate_tls(&self) -> Result<(), Invalid> {
         let t = &self.tls;
         if t.default_cert.is_some() != t.default_key.is_some() {
             let field = if t.default_cert.is_some() {
@@ -681,6 +722,11 @@ impl Config {
         if t.session_ticket_rotation < Duration::from_secs(60) {
             return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
         }
+        Ok(())
+    }
+
+    /// `health`.
+    fn validate_health(&self) -> Result<(), Invalid> {
         let h = &self.health;
         if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err((
@@ -719,39 +765,40 @@ impl Config {
         for (field, d) in [
             ("health.interval", h.interval),
             ("health.timeout", h.timeout),
-            ("upstream.connect_timeout", self.upstream.connect_timeout),
-            ("upstream.response_timeout", self.upstream.response_timeout),
-            (
-                "limits.header_read_timeout",
-                self.limits.header_read_timeout,
-            ),
         ] {
             if d.is_zero() {
                 return Err((field, "must be longer than 0s".into()));
             }
         }
-        if let Some(r) = &self.reconcile {
-            let url = r.url.parse::<http::Uri>().ok();
-            if !url.is_some_and(|u| {
-                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
-            }) {
-                return Err((
-                    "reconcile.url",
-                    "must be an http:// or https:// URL such as https://broker.example.com/broker/rest".into(),
-                ));
-            }
-            if r.timeout.is_zero() {
-                return Err(("reconcile.timeout", "must be longer than 0s".into()));
-            }
-            if r.concurrency == 0 || r.concurrency > 64 {
-                return Err(("reconcile.concurrency", "must be from 1 to 64".into()));
-            }
-            if r.user.is_some() != r.password_file.is_some() {
-                return Err((
-                    "reconcile.user",
-                    "reconcile.user and reconcile.password_file go together".into(),
-                ));
-            }
+        Ok(())
+    }
+
+    /// `reconcile`.
+    fn validate_reconcile(&self) -> Result<(), Invalid> {
+        let Some(r) = &self.reconcile else {
+            return Ok(());
+        };
+        let url = r.url.parse::<http::Uri>().ok();
+        if !url
+            .is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+        {
+            return Err((
+                "reconcile.url",
+                "must be an http:// or https:// URL such as https://broker.example.com/broker/rest"
+                    .into(),
+            ));
+        }
+        if r.timeout.is_zero() {
+            return Err(("reconcile.timeout", "must be longer than 0s".into()));
+        }
+        if r.concurrency == 0 || r.concurrency > 64 {
+            return Err(("reconcile.concurrency", "must be from 1 to 64".into()));
+        }
+        if r.user.is_some() != r.password_file.is_some() {
+            return Err((
+                "reconcile.user",
+                "reconcile.user and reconcile.password_file go together".into(),
+            ));
         }
         Ok(())
     }
