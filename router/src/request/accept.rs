@@ -250,59 +250,42 @@ pub async fn serve(
         let from = source.source();
         let activity = Activity::new(Some(Place::new(slot, source, open.clone())));
         let member_of = Registered::new(&quiet, activity.clone(), from);
-        let evict = member_of.evict.clone();
-        let proxy = &current.proxy;
         // getsockname only when `Forwarded` names the address (`by: ip`).
-        let local = (proxy.forwarded.header && proxy.forwarded.by == "ip")
+        let forwarded = &current.proxy.forwarded;
+        let local = (forwarded.header && forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
         let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
-            .with_forwarded(&proxy.forwarded, local);
-        let proxy = proxy.clone();
-        let tls = tls.as_ref().map(|acceptor| TlsListener {
-            acceptor: acceptor.clone(),
-            handshake_timeout: current.handshake_timeout,
-        });
-        let metrics = proxy.metrics.tls.clone();
-        let mut connection = Connection {
+            .with_forwarded(forwarded, local);
+        let connection = Connection {
             peer,
             conn,
-            tls,
-            proxy,
+            tls: tls.as_ref().map(|acceptor| TlsListener {
+                acceptor: acceptor.clone(),
+                handshake_timeout: current.handshake_timeout,
+            }),
+            proxy: current.proxy.clone(),
             activity,
-            evict,
+            evict: member_of.evict.clone(),
             member_of,
             builder: builder.clone(),
             limits: current.limits.clone(),
             live: live.clone(),
             stop: stop.clone(),
             kill: kill.clone(),
-            metrics,
+            metrics: current.proxy.metrics.tls.clone(),
         };
-        match stream {
-            Accepted::Here(stream) => {
-                tokio::spawn(connection.serve(stream));
-            }
-            // On the worker with the fewest connections, registered with its
-            // reactor there (see `crate::workers`).
-            Accepted::ForWorker(stream, workers) => {
-                let (placed, worker) = workers.pick();
-                connection.conn.worker = placed.index;
-                worker.spawn(async move {
-                    let _placed = placed;
-                    match tokio::net::TcpStream::from_std(stream) {
-                        Ok(stream) => connection.serve(stream).await,
-                        Err(e) => {
-                            tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
-                        }
-                    }
-                });
-            }
-        }
+        stream.spawn(connection);
     }
     drop(listener);
+    drain(name, &slots, grace, kill_tx).await;
+}
+
+/// Waits up to `grace` for the listener's connections to end (every connection
+/// holds a slot until it ends: all slots back means all done), then closes what
+/// is left.
+async fn drain(name: &str, slots: &Slots, grace: Duration, kill: watch::Sender<bool>) {
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
-    // Every connection holds a slot until it ends: all slots back means all done.
     let all = u32::try_from(slots.max()).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, slots.sem.acquire_many(all))
         .await
@@ -312,7 +295,7 @@ pub async fn serve(
             listener = name,
             "grace period over; closing the remaining connections"
         );
-        let _ = kill_tx.send(true);
+        let _ = kill.send(true);
     }
 }
 
@@ -398,6 +381,31 @@ impl Accepted {
             Accepted::ForWorker(s, _) => s.local_addr(),
         }
     }
+
+    /// Serves `connection` in a task of its own: here, or on the worker with the
+    /// fewest connections, registered with its reactor there (see
+    /// `crate::workers`).
+    fn spawn(self, mut connection: Connection) {
+        match self {
+            Accepted::Here(stream) => {
+                tokio::spawn(connection.serve(stream));
+            }
+            Accepted::ForWorker(stream, workers) => {
+                let (placed, worker) = workers.pick();
+                connection.conn.worker = placed.index;
+                worker.spawn(async move {
+                    let _placed = placed;
+                    match tokio::net::TcpStream::from_std(stream) {
+                        Ok(stream) => connection.serve(stream).await,
+                        Err(e) => {
+                            let peer = connection.peer;
+                            tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
+                        }
+                    }
+                });
+            }
+        }
+    }
 }
 
 /// An accepted client connection and what serving it needs, moved into its task
@@ -456,7 +464,7 @@ impl Connection {
                 None => return,
             },
         };
-        let mut io = ClientIo::new(io, limits.send_timeout);
+        let io = ClientIo::new(io, limits.send_timeout);
         // Each request gets the proxy settings live at its start.
         drop(proxy);
         // Told to close gracefully (drain, idle): HTTP/1 after the response
@@ -470,53 +478,14 @@ impl Connection {
             },
             header_read_timeout: limits.header_read_timeout,
         };
-        let connection = {
-            let finish = finish.clone();
-            async move {
-                // HTTP/1.1 on the router's own path while it can; hyper for
-                // the rest (see `h1`).
-                let read = if io.is_h2() {
-                    Vec::new()
-                } else {
-                    let proxy = || live.load().proxy.clone();
-                    match h1::serve(&mut io, proxy, &conn, &finish, own).await {
-                        h1::End::Closed => return Ok(()),
-                        h1::End::Handoff(read) => read,
-                    }
-                };
-                let io = TokioIo::new(Rewind::new(io, read));
-                // Boxed: hyper keeps the box of its service future for the
-                // connection's whole life, so an unboxed one (4 KiB) would stay
-                // with every idle connection; boxed, it is freed with each
-                // response.
-                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    Box::pin(
-                        live.load()
-                            .proxy
-                            .clone()
-                            .serve(conn.clone(), req.map(Received::Hyper)),
-                    )
-                });
-                let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));
-                let mut told = false;
-                std::future::poll_fn(|cx| {
-                    if !told && finish.load(Ordering::Acquire) {
-                        told = true;
-                        hyper.as_mut().graceful_shutdown();
-                    }
-                    hyper.as_mut().poll(cx)
-                })
-                .await
-            }
-        };
-        tokio::pin!(connection);
+        let connection = serve_http(io, live, conn, finish.clone(), own, builder);
         // Every quiet state has a deadline (see `Activity`); shutdown and
         // quiet both end the connection gracefully (h1: after the response in
         // flight; h2: GOAWAY), and the kill switch drops it after the grace.
         // They are waited for in one future with a waker of its own, so
         // they are polled when one of them fires, never on the connection's
         // own wake-ups (several per request).
-        let mut watch = Watch {
+        let watch = Watch {
             stop,
             kill,
             evict,
@@ -525,55 +494,121 @@ impl Connection {
             idle: limits.idle_timeout,
             send_timeout: limits.send_timeout,
         };
-        let (mut closing, mut shut) = (false, false);
-        let flag = Arc::new(Flag::default());
-        let result = loop {
-            let next = next_event(watch, closing, shut);
-            tokio::pin!(next);
-            let (event, w) = tokio::select! {
-                biased;
-                r = connection.as_mut() => break r,
-                next = OwnWaker::new(next.as_mut(), &flag) => next,
-            };
-            watch = w;
-            match event {
-                // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
-                // responses carry `Connection: close` from now on, and a
-                // connection left quiet for DRAIN_QUIET is closed.
-                Event::Drain => {
-                    closing = true;
-                    activity.close_after_responses();
-                    if activity.is_h2() {
-                        shut = true;
-                        finish.store(true, Ordering::Release);
-                    }
-                }
-                Event::Quiet => {
-                    shut = true;
-                    finish.store(true, Ordering::Release);
-                }
-                Event::Idle => {
-                    finish.store(true, Ordering::Release);
-                    // A peer that ignores the GOAWAY is dropped soon after.
-                    let bound = limits.header_read_timeout;
-                    break match tokio::time::timeout(bound, connection.as_mut()).await {
-                        Ok(r) => r,
-                        Err(_) => Ok(()),
-                    };
-                }
-                Event::Stalled => {
-                    tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
-                    break Ok(());
-                }
-                Event::End => break Ok(()),
-            }
-        };
+        let result = supervise(connection, watch, &finish, limits.header_read_timeout, peer).await;
         if let Err(e) = result {
             tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
         }
         drop(member_of);
     }
 }
+
+/// The connection's HTTP: HTTP/1.1 on the router's own path while it can, hyper
+/// for the rest (see `h1`); `finish` asks for a graceful end (HTTP/1 after the
+/// response in progress, h2 with a GOAWAY).
+async fn serve_http(
+    mut io: ClientIo,
+    live: Live,
+    conn: ClientConn,
+    finish: Arc<AtomicBool>,
+    own: h1::Settings,
+    builder: auto::Builder<TokioExecutor>,
+) -> HttpResult {
+    // HTTP/1.1 on the router's own path while it can; hyper for
+    // the rest (see `h1`).
+    let read = if io.is_h2() {
+        Vec::new()
+    } else {
+        let proxy = || live.load().proxy.clone();
+        match h1::serve(&mut io, proxy, &conn, &finish, own).await {
+            h1::End::Closed => return Ok(()),
+            h1::End::Handoff(read) => read,
+        }
+    };
+    let io = TokioIo::new(Rewind::new(io, read));
+    // Boxed: hyper keeps the box of its service future for the
+    // connection's whole life, so an unboxed one (4 KiB) would stay
+    // with every idle connection; boxed, it is freed with each
+    // response.
+    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        Box::pin(
+            live.load()
+                .proxy
+                .clone()
+                .serve(conn.clone(), req.map(Received::Hyper)),
+        )
+    });
+    let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));
+    let mut told = false;
+    std::future::poll_fn(|cx| {
+        if !told && finish.load(Ordering::Acquire) {
+            told = true;
+            hyper.as_mut().graceful_shutdown();
+        }
+        hyper.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Drives the connection while watching its deadlines and signals (see
+/// [`Watch`]): shutdown and quiet end it gracefully, idle ends it after at most
+/// `first` more, a stall or the kill switch at once. The watch is polled with a
+/// waker of its own, so it runs when one of its events fires, never on the
+/// connection's own wake-ups (several per request).
+async fn supervise(
+    connection: impl Future<Output = HttpResult>,
+    mut watch: Watch,
+    finish: &AtomicBool,
+    first: Duration,
+    peer: SocketAddr,
+) -> HttpResult {
+    tokio::pin!(connection);
+    let (mut closing, mut shut) = (false, false);
+    let flag = Arc::new(Flag::default());
+    loop {
+        let next = next_event(watch, closing, shut);
+        tokio::pin!(next);
+        let (event, w) = tokio::select! {
+            biased;
+            r = connection.as_mut() => return r,
+            next = OwnWaker::new(next.as_mut(), &flag) => next,
+        };
+        watch = w;
+        match event {
+            // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
+            // responses carry `Connection: close` from now on, and a
+            // connection left quiet for DRAIN_QUIET is closed.
+            Event::Drain => {
+                closing = true;
+                watch.activity.close_after_responses();
+                if watch.activity.is_h2() {
+                    shut = true;
+                    finish.store(true, Ordering::Release);
+                }
+            }
+            Event::Quiet => {
+                shut = true;
+                finish.store(true, Ordering::Release);
+            }
+            Event::Idle => {
+                finish.store(true, Ordering::Release);
+                // A peer that ignores the GOAWAY is dropped soon after.
+                let bound = first;
+                break match tokio::time::timeout(bound, connection.as_mut()).await {
+                    Ok(r) => r,
+                    Err(_) => Ok(()),
+                };
+            }
+            Event::Stalled => {
+                tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
+                return Ok(());
+            }
+            Event::End => break Ok(()),
+        }
+    }
+}
+
+/// How a connection's HTTP ended.
+type HttpResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// A listener's open connections, for [`Connections::make_room`].
 #[derive(Default)]

@@ -23,7 +23,7 @@ use super::{Forwarded, Proxy};
 use crate::members::{Full, InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
-use crate::upstream::{Encoded, Lease, MemberTls, SendError, Upstream};
+use crate::upstream::{Encoded, Lease, MemberTls, RequestBody, SendError, Upstream};
 
 impl Proxy {
     pub(super) async fn forward(
@@ -32,15 +32,74 @@ impl Proxy {
         mut req: Request<Received>,
         host: Option<HeaderValue>,
     ) -> Result<Forwarded, ProxyError> {
-        if req.method() == Method::CONNECT {
-            return Err(ProxyError::MethodNotAllowed);
-        }
-        // 0. framing: an ambiguous body length is a smuggling attempt (h2 has none).
-        if req.version() < Version::HTTP_2 && !framing_is_clear(req.headers(), req.version()) {
-            return Err(ProxyError::BadFraming);
-        }
-        // 1. host
+        // 0. method and framing; 1-2. host and route (or a redirect to HTTPS).
+        refuse_early(&req)?;
         let host = host.ok_or(ProxyError::BadHost)?;
+        let (route, name) = match self.route_of(&conn, &req, &host)? {
+            Routed::To(route, name) => (route, name),
+            Routed::Redirect(answer) => return Ok(*answer),
+        };
+        // 3. pick
+        let target: Target = route.pick().ok_or(ProxyError::NoMember)?.clone();
+        // The name TLS members are asked for (SNI) and verified against.
+        let sni: &str = &name;
+        // Whose share of a member's slots the request counts in, and whose idle
+        // member connections it may reuse.
+        let source = (conn.share_source(req.headers()), conn.worker);
+
+        // 4. the request as the member gets it
+        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        for_member(&mut parts, &host, &target, &conn, upgrade)?;
+        // 5. body: read ahead before a member is involved (slow clients get 408
+        // without holding a member's slot).
+        let body = read_ahead(body, &self.upload)
+            .await
+            .map_err(|kind| self.fail(kind))?;
+        // 6. slot and connection (an upgrade takes a fresh connection of its own),
+        // on another member if nothing was sent to this one.
+        let fresh = client_upgrade.is_some();
+        let (target, slot, up) = self
+            .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
+            .await?;
+        let request = Request::from_parts(parts, body);
+        if let Some(client_upgrade) = client_upgrade {
+            return self
+                .send_upgrade(request, client_upgrade, (target, slot, up), &conn)
+                .await;
+        }
+        // 7. send, retried as the retry decision says
+        let attempt = Attempt {
+            route: &route,
+            sni,
+            source,
+        };
+        let (target, slot, up, response) = self
+            .send_retried(attempt, (target, slot, up), request)
+            .await?;
+        drop(route);
+        // 8. respond
+        let (mut parts, ()) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, false);
+        let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
+        Ok(Forwarded {
+            response: Response::from_parts(parts, body),
+            in_flight: Some(slot),
+            member: None,
+        })
+    }
+
+    /// The route for the request's host, after the checks that need no member: a
+    /// valid host, a certificate that serves it, no passthrough name on a
+    /// terminated connection. Plain HTTP for a host with a certificate may be
+    /// answered with a redirect to HTTPS.
+    fn route_of<'h>(
+        &self,
+        conn: &ClientConn,
+        req: &Request<Received>,
+        host: &'h HeaderValue,
+    ) -> Result<Routed<'h>, ProxyError> {
         let name = host
             .to_str()
             .ok()
@@ -53,7 +112,7 @@ impl Proxy {
         {
             return Err(ProxyError::Misdirected);
         }
-        // 2. route: one table load; the guard is dropped before any await.
+        // One table load; the guard is dropped before any await.
         let route = self
             .table
             .load()
@@ -65,87 +124,55 @@ impl Proxy {
         if route.passthrough && conn.https {
             return Err(ProxyError::Misdirected);
         }
-        // Plain HTTP for a host with a certificate: to HTTPS, if so configured.
         if !conn.https
             && let Some(redirect) = &self.redirect
             && redirect.covers(&route, &name)
         {
-            return Ok(Forwarded {
-                response: redirect.response(&req, &name),
+            return Ok(Routed::Redirect(Box::new(Forwarded {
+                response: redirect.response(req, &name),
                 in_flight: None,
                 member: None,
-            });
+            })));
         }
-        // 3. pick
-        let target: Target = route.pick().ok_or(ProxyError::NoMember)?.clone();
-        // The name TLS members are asked for (SNI) and verified against.
-        let sni: &str = &name;
-        // Whose share of a member's slots the request counts in.
-        let source = conn.share_source(req.headers());
-        // Whose idle member connections it may reuse.
-        let worker = conn.worker;
+        Ok(Routed::To(route, name))
+    }
 
-        // 6. forward (4 and 5, the body and the slot, once the request is ready)
-        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, body) = req.into_parts();
-        // Members get origin-form; HTTP/1.1 clients normally sent exactly that. The
-        // Host then is the client's, untouched; for h2 and absolute-form it is the
-        // authority (RFC 9112 §3.2.2).
-        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
-            parts.headers.insert(header::HOST, host.clone());
-        }
-        if !parts.uri.path().starts_with('/') {
-            return Err(ProxyError::BadTarget);
-        }
-        // Direct routing: the endpoint's mappings (members of one app share them).
-        if let Some(mappings) = &target.mappings
-            && let Some(path) = parts
-                .uri
-                .path_and_query()
-                .and_then(|p| mappings.rewrite(p.as_str()))
+    /// An upgrade request (WebSocket) sent on its fresh connection; the member's
+    /// answer, or on 101 the tunnel (see [`Proxy::upgraded`]).
+    async fn send_upgrade(
+        &self,
+        req: Request<RequestBody>,
+        client_upgrade: hyper::upgrade::OnUpgrade,
+        (target, slot, up): (Target, InFlight, Upstream),
+        conn: &ClientConn,
+    ) -> Result<Forwarded, ProxyError> {
+        let member = target.member;
+        let response = match tokio::time::timeout(
+            self.response_timeout,
+            Box::pin(up.send_upgrade(&member.addr, req)),
+        )
+        .await
         {
-            parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
-        }
-        parts.version = Version::HTTP_11;
-        remove_hop_by_hop(&mut parts.headers, upgrade);
-        set_forwarded(&mut parts.headers, &conn, &host);
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
+            Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
+        };
+        member.health.record_success();
+        Ok(self.upgraded(response, client_upgrade, slot, conn))
+    }
 
-        // 4. body: read ahead before a member is involved (slow clients get 408
-        // without holding a member's slot).
-        let body = read_ahead(body, &self.upload)
-            .await
-            .map_err(|kind| self.fail(kind))?;
-
-        // 5. slot and connection (an upgrade takes a fresh connection of its own),
-        // on another member if nothing was sent to this one.
-        let fresh = client_upgrade.is_some();
-        let (mut target, mut slot, mut up) = self
-            .checkout_or_other(&route, target, sni, (source, worker), &parts.method, fresh)
-            .await?;
-
-        if let Some(client_upgrade) = client_upgrade {
-            let member = target.member.clone();
-            let req = Request::from_parts(parts, body);
-            let response = match tokio::time::timeout(
-                self.response_timeout,
-                Box::pin(up.send_upgrade(&member.addr, req)),
-            )
-            .await
-            {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
-                Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
-            };
-            member.health.record_success();
-            return Ok(self.upgraded(response, client_upgrade, slot, &conn));
-        }
-        // Only a request that can be sent again exactly may be replayed: its head
-        // is encoded once and, without a body, is all of it.
-        let idempotent = idempotent(&parts.method);
-        let mut request = Encoded::new(Request::from_parts(parts, body));
+    /// Sends the request; on a failure the retry decision allows, once more (on a
+    /// new connection to the same member, or on another member). Only a request
+    /// that can be sent again exactly may be replayed: its head is encoded once
+    /// and, without a body, is all of it.
+    async fn send_retried(
+        &self,
+        at: Attempt<'_>,
+        (mut target, mut slot, mut up): (Target, InFlight, Upstream),
+        request: Request<RequestBody>,
+    ) -> Result<(Target, InFlight, Upstream, Response<()>), ProxyError> {
+        let idempotent = idempotent(request.method());
+        let mut request = Encoded::new(request);
         let replay = Replay::Request {
             idempotent,
             exact: request.has_no_body(),
@@ -158,15 +185,15 @@ impl Proxy {
         if retry != Retry::No {
             self.metrics.retries.inc();
             let again = match retry {
-                Retry::SameMember => Box::pin(self.connect(&target, sni, worker)).await,
+                Retry::SameMember => Box::pin(self.connect(&target, at.sni, at.source.1)).await,
                 // A fresh connection closed: the member is going away.
                 _ => Err(self.failed(&target.member, UpstreamError::Reset)),
             };
             up = match again {
                 Ok(up) => up,
                 Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
-                    let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                    let (s, u) = self.checkout(&other, sni, (source, worker), false).await?;
+                    let other = at.route.pick_other(&target.member).ok_or(e)?.clone();
+                    let (s, u) = self.checkout(&other, at.sni, at.source, false).await?;
                     (target, slot) = (other, s);
                     u
                 }
@@ -175,7 +202,6 @@ impl Proxy {
             request.rewind();
             result = self.send(&mut up, &target.member.addr, &mut request).await;
         }
-        drop(route);
         let member = &target.member;
         let response = match result {
             Ok(r) => r,
@@ -186,16 +212,7 @@ impl Proxy {
             }
         };
         member.health.record_success();
-
-        // 7. respond
-        let (mut parts, ()) = response.into_parts();
-        remove_hop_by_hop(&mut parts.headers, false);
-        let body = ProxyBody::upstream(Lease::new(up, member.pool.clone()));
-        Ok(Forwarded {
-            response: Response::from_parts(parts, body),
-            in_flight: Some(slot),
-            member: None,
-        })
+        Ok((target, slot, up, response))
     }
 
     /// A slot and a connection on `target`; if that fails and the retry decision
@@ -356,6 +373,69 @@ impl Proxy {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }
+}
+
+/// What is refused before the host is even read: `CONNECT` (405: a reverse proxy
+/// opens no tunnels to arbitrary places) and an ambiguous body length (a
+/// smuggling attempt; h2 has none).
+fn refuse_early(req: &Request<Received>) -> Result<(), ProxyError> {
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::MethodNotAllowed);
+    }
+    if req.version() < Version::HTTP_2 && !framing_is_clear(req.headers(), req.version()) {
+        return Err(ProxyError::BadFraming);
+    }
+    Ok(())
+}
+
+/// Where [`Proxy::route_of`] sends a request.
+enum Routed<'h> {
+    /// To this route, for this host name (normalised).
+    To(Arc<Route>, std::borrow::Cow<'h, str>),
+    /// Nowhere: the answer is a redirect to HTTPS.
+    Redirect(Box<Forwarded>),
+}
+
+/// What a retry needs to know of the request's first attempt.
+struct Attempt<'a> {
+    route: &'a Route,
+    /// The name TLS members are asked for.
+    sni: &'a str,
+    /// Whose share of slots, whose idle connections.
+    source: (IpAddr, usize),
+}
+
+/// The request as the member gets it: origin-form (HTTP/1.1 clients normally sent
+/// exactly that; the Host then is the client's, untouched; for h2 and absolute-form
+/// it is the authority, RFC 9112 §3.2.2), the endpoint's path mappings (direct
+/// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set.
+fn for_member(
+    parts: &mut http::request::Parts,
+    host: &HeaderValue,
+    target: &Target,
+    conn: &ClientConn,
+    upgrade: bool,
+) -> Result<(), ProxyError> {
+    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+        parts.headers.insert(header::HOST, host.clone());
+    }
+    if !parts.uri.path().starts_with('/') {
+        return Err(ProxyError::BadTarget);
+    }
+    if let Some(mappings) = &target.mappings
+        && let Some(path) = parts
+            .uri
+            .path_and_query()
+            .and_then(|p| mappings.rewrite(p.as_str()))
+    {
+        parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+    }
+    parts.version = Version::HTTP_11;
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    set_forwarded(&mut parts.headers, conn, host);
+    Ok(())
 }
 
 /// RFC 9110 §9.2.2.

@@ -88,19 +88,7 @@ pub fn encode_head(
     out: &mut Vec<u8>,
 ) -> Head {
     let status = parts.status;
-    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
-    if status == StatusCode::OK && reason.is_none() {
-        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-    } else {
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(status.as_str().as_bytes());
-        out.push(b' ');
-        match reason {
-            Some(r) => out.extend_from_slice(r.as_bytes()),
-            None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
-        }
-        out.extend_from_slice(b"\r\n");
-    }
+    status_line(parts, out);
     let chunkable = can_chunked(method, status);
     let mut last = false;
     let mut wrote_len = false;
@@ -138,18 +126,12 @@ pub fn encode_head(
                 }
                 wrote_len = true;
                 let mut chunked_last = false;
-                out.extend_from_slice(b"transfer-encoding: ");
-                for (i, v) in values.enumerate() {
-                    if i > 0 {
-                        out.extend_from_slice(b", ");
-                    }
-                    out.extend_from_slice(v.as_bytes());
+                list_field(b"transfer-encoding: ", values, out, |v| {
                     chunked_last = v
-                        .as_bytes()
                         .rsplit(|b| *b == b',')
                         .next()
                         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-                }
+                });
                 if !chunked_last {
                     out.extend_from_slice(b", chunked");
                 }
@@ -157,39 +139,29 @@ pub fn encode_head(
                 encoder = Encoder::Chunked(None);
             }
             header::CONNECTION => {
-                out.extend_from_slice(b"connection: ");
-                for (i, v) in values.enumerate() {
-                    if i > 0 {
-                        out.extend_from_slice(b", ");
-                    }
-                    out.extend_from_slice(v.as_bytes());
-                    if v.as_bytes()
-                        .split(|b| *b == b',')
+                list_field(b"connection: ", values, out, |v| {
+                    if v.split(|b| *b == b',')
                         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
                     {
                         last = true;
                     }
-                }
+                });
                 out.extend_from_slice(b"\r\n");
             }
             header::TRAILER => {
                 if !chunkable {
                     continue;
                 }
-                out.extend_from_slice(b"trailer: ");
                 let names = trailers.get_or_insert_with(Vec::new);
-                for (i, v) in values.enumerate() {
-                    if i > 0 {
-                        out.extend_from_slice(b", ");
-                    }
-                    out.extend_from_slice(v.as_bytes());
-                    if let Ok(s) = v.to_str() {
+                list_field(b"trailer: ", values, out, |v| {
+                    // Names only from a value of visible ASCII (what `to_str` takes).
+                    if v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
                         names.extend(
-                            s.split(',')
-                                .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+                            v.split(|b| *b == b',')
+                                .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok()),
                         );
                     }
-                }
+                });
                 out.extend_from_slice(b"\r\n");
             }
             _ => {
@@ -203,29 +175,7 @@ pub fn encode_head(
         }
     }
     if !wrote_len {
-        encoder = match body {
-            BodyLength::Unknown if chunkable => {
-                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-                Encoder::Chunked(None)
-            }
-            BodyLength::Unknown => {
-                last = true;
-                Encoder::CloseDelimited
-            }
-            BodyLength::None | BodyLength::Known(0) => {
-                if can_have_content_length(status) && *method != Method::HEAD {
-                    out.extend_from_slice(b"content-length: 0\r\n");
-                }
-                Encoder::Length(0)
-            }
-            BodyLength::Known(n) if can_have_content_length(status) => {
-                out.extend_from_slice(b"content-length: ");
-                out.extend_from_slice(n.to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
-                Encoder::Length(n)
-            }
-            BodyLength::Known(_) => Encoder::Length(0),
-        };
+        (encoder, last) = unframed(body, chunkable, status, method, last, out);
     }
     if !chunkable {
         encoder = Encoder::Length(0);
@@ -241,6 +191,78 @@ pub fn encode_head(
         out.extend_from_slice(b"\r\n");
     }
     Head { encoder, last }
+}
+
+/// The status line, with the member's reason phrase if it had its own.
+fn status_line(parts: &http::response::Parts, out: &mut Vec<u8>) {
+    let status = parts.status;
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    if status == StatusCode::OK && reason.is_none() {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    match reason {
+        Some(r) => out.extend_from_slice(r.as_bytes()),
+        None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A field line's start: `prefix` and the values joined by ", " (as hyper folds
+/// them), each value shown to `seen`; the caller ends the line.
+fn list_field<'a>(
+    prefix: &[u8],
+    values: impl Iterator<Item = &'a http::HeaderValue>,
+    out: &mut Vec<u8>,
+    mut seen: impl FnMut(&[u8]),
+) {
+    out.extend_from_slice(prefix);
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(v.as_bytes());
+        seen(v.as_bytes());
+    }
+}
+
+/// The framing of a response whose member named none: chunked, to the close, or
+/// a length; returns the encoder and whether the connection ends after it.
+fn unframed(
+    body: BodyLength,
+    chunkable: bool,
+    status: StatusCode,
+    method: &Method,
+    mut last: bool,
+    out: &mut Vec<u8>,
+) -> (Encoder, bool) {
+    let encoder = match body {
+        BodyLength::Unknown if chunkable => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Encoder::Chunked(None)
+        }
+        BodyLength::Unknown => {
+            last = true;
+            Encoder::CloseDelimited
+        }
+        BodyLength::None | BodyLength::Known(0) => {
+            if can_have_content_length(status) && *method != Method::HEAD {
+                out.extend_from_slice(b"content-length: 0\r\n");
+            }
+            Encoder::Length(0)
+        }
+        BodyLength::Known(n) if can_have_content_length(status) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+            Encoder::Length(n)
+        }
+        BodyLength::Known(_) => Encoder::Length(0),
+    };
+    (encoder, last)
 }
 
 /// What writing a body frame found.

@@ -1,0 +1,108 @@
+//! Every listening socket the configuration names, bound (or taken over from the
+//! router this one replaces, see [`crate::upgrade`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+
+use super::StartError;
+use crate::config::Config;
+use crate::tls::tickets::SharedTicketer;
+use crate::upgrade::Inherited;
+
+/// The bound listeners.
+pub(super) struct Listeners {
+    pub(super) http: TcpListener,
+    /// `tcp.listen`, in the configuration's order.
+    pub(super) tcp: Vec<TcpListener>,
+    pub(super) admin: Option<TcpListener>,
+    pub(super) https: Option<(TcpListener, crate::tls::server::Acceptor)>,
+}
+
+impl Listeners {
+    /// Binds each listener, or takes the one `inherited` has under its name (a
+    /// changed address then needs a restart, and says so).
+    pub(super) fn bind(
+        config: &Config,
+        inherited: &mut Option<Inherited>,
+        ticketer: Option<&Arc<SharedTicketer>>,
+        live_certs: &Arc<ArcSwap<crate::tls::store::Certs>>,
+        provider: &Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<Listeners, StartError> {
+        let mut bind = |name: &str, what, addr: SocketAddr| {
+            let listener = match inherited.as_mut().and_then(|i| i.listener(name)) {
+                Some(l) => {
+                    if let Ok(had) = l.as_ref().map(|l| l.local_addr())
+                        && let Ok(had) = had
+                        && addr.port() != 0
+                        && had != addr
+                    {
+                        tracing::warn!(listener = name, inherited = %had, configured = %addr, "kept the inherited socket; a new address needs a restart");
+                    }
+                    l
+                }
+                None => crate::request::listener::bind(addr),
+            };
+            listener.map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let http_addr = config
+            .listen
+            .http
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 80)));
+        let http = bind("http", "listen.http", http_addr)?;
+        let tcp = config
+            .tcp
+            .listen
+            .iter()
+            .enumerate()
+            .map(|(i, p)| bind(&format!("tcp.{i}"), "tcp.listen", p.address))
+            .collect::<Result<Vec<_>, _>>()?;
+        let admin = config
+            .listen
+            .admin
+            .map(|a| bind("admin", "listen.admin", a))
+            .transpose()?;
+        match config.listen.admin {
+            Some(a) if !a.ip().is_loopback() => tracing::warn!(
+                address = %a,
+                "listen.admin is not on loopback: metrics, the route table and rotate-out are open to this network"
+            ),
+            None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
+            _ => {}
+        }
+        let https = match config.listen.https {
+            Some(addr) => {
+                if config.tls.default_cert.is_none() {
+                    tracing::warn!(
+                        "listen.https without tls.default_cert: clients without SNI, or with a name that has no alias certificate, fail the handshake"
+                    );
+                }
+                let resumption = match &ticketer {
+                    _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
+                    Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
+                    None => crate::tls::server::Resumption::Local,
+                };
+                let acceptor =
+                    crate::tls::server::acceptor(live_certs.clone(), provider.clone(), resumption)?;
+                Some((bind("https", "listen.https", addr)?, acceptor))
+            }
+            None => None,
+        };
+        if let Some(i) = &inherited {
+            for name in i.unused() {
+                tracing::warn!(
+                    listener = name,
+                    "the old router's listener is not in this configuration; closed"
+                );
+            }
+        }
+        Ok(Listeners {
+            http,
+            tcp,
+            admin,
+            https,
+        })
+    }
+}

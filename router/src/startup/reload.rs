@@ -1,0 +1,170 @@
+//! A changed configuration applied while the router runs (SIGHUP), and the proxy
+//! settings each generation is built with.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::StartError;
+use super::files::{admin_token, fit_file_descriptors, load_default_cert};
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::members::MemberRegistry;
+use crate::metrics::Metrics;
+use crate::request::Proxy;
+use crate::request::listener::{Live, Serving};
+use crate::request::upload::UploadSettings;
+use crate::table::RouteTable;
+use crate::tls::store::CertIndex;
+use crate::upstream;
+
+/// What every generation of the [`Proxy`] shares: a reload changes only settings.
+pub(super) struct Shared {
+    pub(super) table: Arc<ArcSwap<RouteTable>>,
+    pub(super) member_tls: Option<tokio_rustls::TlsConnector>,
+    pub(super) redirect: Option<crate::request::route::Redirect>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
+}
+
+impl Shared {
+    pub(super) fn of(p: &Proxy) -> Shared {
+        Shared {
+            table: p.table.clone(),
+            member_tls: p.member_tls.clone(),
+            redirect: p.redirect.clone(),
+            metrics: p.metrics.clone(),
+            certs: p.certs.clone(),
+        }
+    }
+}
+
+/// The proxy with the settings of `config` (what a reload may change).
+pub(super) fn with_settings(base: Shared, config: &Config) -> Proxy {
+    Proxy {
+        table: base.table,
+        member_tls: base.member_tls,
+        redirect: base.redirect,
+        upstream: upstream::ConnectSettings {
+            connect_timeout: config.upstream.connect_timeout,
+        },
+        metrics: base.metrics,
+        response_timeout: config.upstream.response_timeout,
+        queue_timeout: config.upstream.queue_timeout,
+        upload: UploadSettings {
+            buffer: config.limits.body_buffer_bytes,
+            first: config.limits.header_read_timeout,
+            stall: config.limits.body_timeout,
+        },
+        tunnel_idle_timeout: config.limits.tunnel_idle_timeout,
+        forwarded: config.forwarded.clone(),
+        certs: base.certs,
+        access_log: config.access_log.enabled,
+    }
+}
+
+/// Applies a changed configuration file to the running router (SIGHUP, what
+/// `systemctl reload` sends).
+///
+/// Live at once: `limits.*` (connection-level ones for connections accepted from
+/// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
+/// certificate and the TLS handshake deadline, `access_log.enabled`, `forwarded` and
+/// the admin token.
+/// Everything else needs a restart (or an upgrade, see the README); a reload that
+/// changes it says so by name and keeps the running value.
+#[derive(Clone)]
+pub struct Reloader {
+    pub(super) live: Live,
+    pub(super) admin: Arc<Admin>,
+    pub(super) registry: Arc<MemberRegistry>,
+    pub(super) certs: Arc<Mutex<CertIndex>>,
+    pub(super) provider: Arc<rustls::crypto::CryptoProvider>,
+    pub(super) metrics: Arc<Metrics>,
+    /// As started: settings that cannot change live are compared with it.
+    pub(super) started: Arc<Config>,
+}
+
+impl Reloader {
+    /// Applies `config` (already parsed and validated whole). On error nothing
+    /// changed; on success, the settings that need a restart and differ are returned.
+    pub fn apply(&self, mut config: Config) -> Result<Vec<&'static str>, StartError> {
+        fit_file_descriptors(&mut config);
+        // Everything that can fail first: on error nothing has changed.
+        let loaded = load_default_cert(&config.tls, &self.provider)
+            .and_then(|cert| Ok((cert, admin_token(&config)?)));
+        let (default_cert, token) = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                self.metrics.reloads.with_label_values(&["error"]).inc();
+                return Err(e);
+            }
+        };
+        self.admin.token.store(token.map(Arc::new));
+        self.admin
+            .names
+            .store(Arc::new(crate::admin::Names::new(&config.admin.hosts)));
+        let current = self.live.load_full();
+        let proxy = with_settings(Shared::of(&current.proxy), &config);
+        self.registry.set_health(config.health.settings());
+        if let Some(l) = &default_cert {
+            self.metrics.tls.set_expiry("default", l.not_after);
+        }
+        self.certs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_default(default_cert.map(|l| l.key));
+        self.live.store(Arc::new(Serving {
+            proxy: Arc::new(proxy),
+            limits: config.limits.clone(),
+            handshake_timeout: config.tls.handshake_timeout,
+        }));
+        self.metrics.reloads.with_label_values(&["ok"]).inc();
+        Ok(not_live(&self.started, &config))
+    }
+
+    /// Counts a reload refused before [`apply`](Self::apply) (the file did not parse).
+    pub fn refused(&self) {
+        self.metrics.reloads.with_label_values(&["error"]).inc();
+    }
+}
+
+/// The settings that differ between `a` and `b` and cannot change without a restart.
+pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
+    macro_rules! fields {
+        ($($name:literal => $($f:ident).+),* $(,)?) => {{
+            let mut out = Vec::new();
+            $(if format!("{:?}", a.$($f).+) != format!("{:?}", b.$($f).+) { out.push($name); })*
+            out
+        }};
+    }
+    fields! {
+        "cloud_domain" => cloud_domain,
+        "ha_dns_prefix" => ha_dns_prefix,
+        "ha_dns_suffix" => ha_dns_suffix,
+        "app_dns" => app_dns,
+        "endpoint_types" => endpoint_types,
+        "listen" => listen,
+        "state_dir" => state_dir,
+        "spi" => spi,
+        "worker_threads" => worker_threads,
+        "work_stealing" => work_stealing,
+        "tcp" => tcp,
+        "shutdown_grace" => shutdown_grace,
+        "reconcile" => reconcile,
+        "access_log.format" => access_log.format,
+        "limits.max_admin_connections" => limits.max_admin_connections,
+        "upstream.balance" => upstream.balance,
+        "upstream.tls" => upstream.tls,
+        "upstream.max_connections_per_backend" => upstream.max_connections_per_backend,
+        "upstream.max_idle_per_backend" => upstream.max_idle_per_backend,
+        "upstream.idle_timeout" => upstream.idle_timeout,
+        "upstream.source_share" => upstream.source_share,
+        "upstream.source_reserve" => upstream.source_reserve,
+        "health.fail_open" => health.fail_open,
+        "tls.session_ticket_key_file" => tls.session_ticket_key_file,
+        "tls.session_ticket_rotation" => tls.session_ticket_rotation,
+        "tls.resumption" => tls.resumption,
+        "tls.replace_grace" => tls.replace_grace,
+        "tls.redirect_http" => tls.redirect_http,
+    }
+}

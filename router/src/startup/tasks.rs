@@ -1,0 +1,82 @@
+//! The router's periodic chores, each a task `run` starts and aborts at shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::{IntCounterVec, IntGaugeVec};
+use tokio::task::JoinHandle;
+
+use crate::members::MemberRegistry;
+use crate::tls::store::CertIndex;
+use crate::tls::tickets::SharedTicketer;
+
+/// Gives freed heap back to the system after a storm of client connections closed
+/// (see [`crate::memory`]); looks every 5 s at the connections the client
+/// listeners accepted and still hold.
+pub(super) fn spawn_trimmer((open, accepted): (IntGaugeVec, IntCounterVec)) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        let mut trimmer = crate::memory::Trimmer::default();
+        loop {
+            tick.tick().await;
+            let closed: u64 = ["http", "https"]
+                .iter()
+                .map(|l| {
+                    accepted
+                        .with_label_values(&[l])
+                        .get()
+                        .saturating_sub(open.with_label_values(&[l]).get().max(0) as u64)
+                })
+                .sum();
+            if trimmer.observe(closed, Instant::now()) {
+                tokio::task::spawn_blocking(crate::memory::trim);
+            }
+        }
+    })
+}
+
+/// Every `period`: idle member connections older than the idle timeout are
+/// closed, certificates past their replacement grace go, and the ticket secret is
+/// read again if its file changed.
+pub(super) fn spawn_sweeper(
+    registry: Arc<MemberRegistry>,
+    certs: Arc<Mutex<CertIndex>>,
+    ticketer: Option<Arc<SharedTicketer>>,
+    period: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            registry.sweep();
+            certs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .purge(Instant::now());
+            if let Some(t) = &ticketer {
+                t.reload();
+            }
+        }
+    })
+}
+
+/// Asks for a reconcile run every `every` (`reconcile.interval`), until the
+/// router stops taking jobs.
+pub(super) fn spawn_reconcile_timer(
+    every: Duration,
+    jobs: tokio::sync::mpsc::Sender<crate::reconcile::Job>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            let job = crate::reconcile::Job {
+                apply: None,
+                reply: None,
+            };
+            if jobs.send(job).await.is_err() {
+                return;
+            }
+        }
+    })
+}
