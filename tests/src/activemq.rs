@@ -3,7 +3,6 @@
 //! activemq.jar start` with its own `activemq.base` and `activemq.data`, not the
 //! system service) and stopped by PID when dropped.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,12 +25,7 @@ pub struct BrokerTls {
 
 const JAR: &str = "/usr/share/activemq/bin/activemq.jar";
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 impl ActiveMq {
     /// Starts a broker and waits until its STOMP port accepts connections.
@@ -63,9 +57,13 @@ impl ActiveMq {
         let base = crate::tempdir("activemq");
         let (host, stomp_port, openwire_port) = match &netns {
             Some((_, ip)) => (ip.clone(), 61613, 61616),
-            None => ("127.0.0.1".to_string(), free_port(), free_port()),
+            None => (
+                "127.0.0.1".to_string(),
+                crate::free_port(LOCALHOST),
+                crate::free_port(LOCALHOST),
+            ),
         };
-        let tls_port = free_port();
+        let tls_port = crate::free_port(LOCALHOST);
         let (ssl_context, ssl_connector) = match &tls {
             Some(t) => (
                 format!(

@@ -90,6 +90,10 @@ struct Seen {
     check_hosts: std::sync::Mutex<Vec<String>>,
     /// Answer every request with this status (0: behave).
     forced_status: AtomicU16,
+    /// Requests through the router (health checks excluded) being handled now
+    /// (until their response head is ready), and the most there ever were at once.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 impl Drop for Backend {
@@ -180,7 +184,18 @@ impl Backend {
                             }
                         }
                         let forced = seen.forced_status.load(Ordering::Relaxed);
-                        handle(req, addr.port(), forced)
+                        let seen = seen.clone();
+                        let proxied = req.headers().contains_key("x-forwarded-for");
+                        async move {
+                            if !proxied {
+                                return handle(req, addr.port(), forced).await;
+                            }
+                            let now = seen.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+                            seen.max_in_flight.fetch_max(now, Ordering::AcqRel);
+                            let answer = handle(req, addr.port(), forced).await;
+                            seen.in_flight.fetch_sub(1, Ordering::AcqRel);
+                            answer
+                        }
                     });
                     match tls {
                         None => {
@@ -217,6 +232,11 @@ impl Backend {
 
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The most requests through the router this backend was handling at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.seen.max_in_flight.load(Ordering::Acquire)
     }
 
     /// Requests that came through the router (health checks excluded).

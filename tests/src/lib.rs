@@ -76,6 +76,17 @@ extern "C" fn remove_tempdirs() {
 }
 
 /// The workspace's fixtures folder.
+/// A port free right now on `ip` (bound, then released): only for programs that
+/// cannot report the port they bound (ActiveMQ, RabbitMQ, haproxy, a port written
+/// into a file before the program starts). Our own binaries bind port 0 and report
+/// it. The one copy of this.
+pub fn free_port(ip: std::net::IpAddr) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/spi-events")
 }

@@ -202,20 +202,28 @@ pub async fn cli(args: &[String]) -> (i32, String, String) {
     )
 }
 
-/// A port free right now on `ip` (bound, then released).
-pub fn free_port(ip: IpAddr) -> u16 {
-    let l = std::net::TcpListener::bind((ip, 0)).expect("bind");
-    l.local_addr().expect("addr").port()
-}
+pub use crate::free_port;
 
-/// A loopback /24 of our own: `127.77.N.0`, N unique per call in this process and
-/// spread by pid across processes.
+/// A loopback /24 of our own, `127.77.N.0` or `127.78.N.0`: claimed, not guessed.
+/// Each call takes the next N whose marker (`.254`, port 47999) this process can
+/// bind and keeps the marker bound for the process's life, so test processes
+/// running at once never share a subnet.
 pub fn loopback_net() -> [u8; 3] {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static N: AtomicU8 = AtomicU8::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let base = (std::process::id() % 50) as u8 * 5;
-    [127, 77 + (n / 250), base.wrapping_add(n) % 250 + 1]
+    use std::sync::Mutex;
+    static CLAIMED: Mutex<Vec<std::net::TcpListener>> = Mutex::new(Vec::new());
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(n < 500, "no loopback /24 left to claim");
+        let net = [127, 77 + (n / 250) as u8, (n % 250) as u8 + 1];
+        if let Ok(marker) = std::net::TcpListener::bind((ip(net, 254), 47999)) {
+            CLAIMED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(marker);
+            return net;
+        }
+    }
 }
 
 pub fn ip(net: [u8; 3], last: u8) -> IpAddr {

@@ -4,7 +4,7 @@
 //! `RABBITMQ_MNESIA_BASE`, so no system service is touched). Stopped by PID when dropped, along
 //! with the epmd it started.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,12 +16,7 @@ pub struct RabbitMq {
     child: Option<Child>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 impl RabbitMq {
     pub fn start() -> RabbitMq {
@@ -31,7 +26,11 @@ impl RabbitMq {
             "{server} is missing: apt-get install rabbitmq-server (tests/run.sh does)"
         );
         let base = crate::tempdir("rabbitmq");
-        let (amqp_port, dist_port, epmd_port) = (free_port(), free_port(), free_port());
+        let (amqp_port, dist_port, epmd_port) = (
+            crate::free_port(LOCALHOST),
+            crate::free_port(LOCALHOST),
+            crate::free_port(LOCALHOST),
+        );
         std::fs::create_dir_all(base.join("mnesia")).expect("mnesia");
         std::fs::create_dir_all(base.join("log")).expect("log");
         std::fs::write(

@@ -173,28 +173,20 @@ async fn websocket_tunnels_count_against_max_connections() {
         r.metric("router_open_connections{listener=\"http\"}").await == Some(2.0)
     })
     .await;
-    // A third client waits for a place (tunnels are never evicted).
-    let third = tokio::spawn({
-        let addr = r.http;
-        async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            s.write_all(
-                b"GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nConnection: close\r\n\r\n",
-            )
-            .await
-            .expect("write");
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).await.expect("read");
-            String::from_utf8_lossy(&out).into_owned()
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(
-        !third.is_finished(),
-        "served beside two tunnels at max_connections 2"
-    );
-    // Both tunnels still carry messages.
+    // A third client waits for a place (tunnels are never evicted): its request
+    // is sent now and must not reach the member while both tunnels live.
+    let proxied = b.proxied();
+    let mut third = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    tokio::io::AsyncWriteExt::write_all(
+        &mut third,
+        b"GET / HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    // Both tunnels still carry messages (round trips through the router after
+    // the third request was in its hands).
     for ws in [&mut first, &mut second] {
         ws.send(Message::text("ping")).await.expect("send");
         assert_eq!(
@@ -202,6 +194,16 @@ async fn websocket_tunnels_count_against_max_connections() {
             Message::text("ping")
         );
     }
+    assert_eq!(
+        b.proxied(),
+        proxied,
+        "served beside two tunnels at max_connections 2"
+    );
+    let third = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut third, &mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    });
     first.close(None).await.expect("close");
     drop(first);
     let answer = tokio::time::timeout(Duration::from_secs(10), third)
