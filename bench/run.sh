@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for pkg in nginx-light:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3 slowhttptest:slowhttptest; do
+# Everything bench/*.py uses: h2load for shapes.py, valgrind for instructions.py.
+for pkg in nginx-light:nginx haproxy:haproxy wrk:wrk curl:curl python3:python3 slowhttptest:slowhttptest nghttp2-client:h2load valgrind:valgrind; do
   command -v "${pkg#*:}" >/dev/null 2>&1 || need+=("${pkg%%:*}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -42,6 +42,9 @@ pkg() {
       install -m 0644 deploy/prometheus/*.yml "$root/usr/share/doc/router/prometheus/"
       install -m 0644 deploy/grafana/router-dashboard.json "$root/usr/share/doc/router/grafana/"
       install -m 0644 deploy/activemq/activemq-routers.xml "$root/usr/share/doc/router/activemq/"
+      # The spool the packaged configuration reads (spi.source: spool): the unit's
+      # ProtectSystem=strict leaves the router no way to create it itself.
+      install -d -m 0750 "$root/var/spool/router"
       ;;
     portproxy)
       install -m 0640 deploy/examples/portproxy/portproxy.yaml "$root/etc/portproxy/portproxy.yaml"
@@ -68,6 +71,7 @@ if [ "\$1" = configure ]; then
     adduser --system --group --home /var/lib/$name --no-create-home --quiet $name
   fi
   chgrp $name /etc/$name/$name.yaml && chmod 0640 /etc/$name/$name.yaml
+  if [ -d /var/spool/$name ]; then chown $name:$name /var/spool/$name; fi
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload >/dev/null || true
     systemctl enable $name.service >/dev/null || true
@@ -84,7 +88,20 @@ if [ -d /run/systemd/system ] && [ "\$1" = remove ]; then
 fi
 exit 0
 PRERM
-  chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm"
+  cat > "$root/DEBIAN/postrm" <<POSTRM
+#!/bin/sh
+set -e
+# Purge: the state and the spool the service wrote go with the configuration (the
+# service user stays, as Debian's packages leave theirs).
+if [ "\$1" = purge ]; then
+  rm -rf /var/lib/$name /var/spool/$name
+fi
+if [ -d /run/systemd/system ]; then
+  systemctl daemon-reload >/dev/null 2>&1 || true
+fi
+exit 0
+POSTRM
+  chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm" "$root/DEBIAN/postrm"
   dpkg-deb --root-owner-group --build "$root" "$out/${name}_${version}_${arch}.deb" >/dev/null
   echo "$out/${name}_${version}_${arch}.deb"
 }

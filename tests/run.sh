@@ -33,6 +33,10 @@ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy
 # router during a binary upgrade (tests/tests/upgrade.rs).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+# debootstrap and systemd-nspawn: the package installed and run under systemd as
+# PID 1 (tests/tests/systemd_unit.rs).
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq
