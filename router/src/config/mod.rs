@@ -46,7 +46,7 @@ pub struct Config {
     #[serde(default)]
     pub spi: Spi,
     #[serde(default)]
-    pub upstream: Upstream,
+    pub upstream: UpstreamConfig,
     #[serde(default)]
     pub health: HealthConfig,
     #[serde(default)]
@@ -284,7 +284,7 @@ impl Default for UpstreamTls {
 /// Connections to members.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Upstream {
+pub struct UpstreamConfig {
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Idle pooled connections are closed after this; keep it below the gear
@@ -318,9 +318,9 @@ pub struct Upstream {
     pub tls: UpstreamTls,
 }
 
-impl Default for Upstream {
-    fn default() -> Upstream {
-        Upstream {
+impl Default for UpstreamConfig {
+    fn default() -> UpstreamConfig {
+        UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(8),
             response_timeout: Duration::from_secs(60),
@@ -481,7 +481,7 @@ fn default_connect_timeout() -> Duration {
 /// More worker threads than this is a typo (each is a thread with its own runtime).
 const MAX_WORKER_THREADS: usize = 1024;
 
-impl Upstream {
+impl UpstreamConfig {
     /// Slots of one member one client address may hold (at least one).
     pub fn max_per_source(&self) -> usize {
         let share = usize::from(self.source_share.min(100));

@@ -280,9 +280,9 @@ fn a_partial_section_keeps_the_defaults_of_the_keys_it_leaves_out() {
         ..HealthConfig::default()
     };
     assert_eq!(format!("{:?}", c.health), format!("{want:?}"));
-    let want = Upstream {
+    let want = UpstreamConfig {
         connect_timeout: Duration::from_secs(2),
-        ..Upstream::default()
+        ..UpstreamConfig::default()
     };
     assert_eq!(format!("{:?}", c.upstream), format!("{want:?}"));
     // A `listen:` block without `http` has no plain listener (no struct default):

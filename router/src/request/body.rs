@@ -68,23 +68,23 @@ impl ProxyBody {
 
 /// Why a response body broke off: the member's connection (ours, or hyper's on
 /// an upgrade request's answer).
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type ProxyBodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = ProxyBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ProxyBodyError>>> {
         let this = &mut *self;
         if let Some(active) = this.completion.as_mut().and_then(|c| c.active.as_mut()) {
             active.client_took();
         }
         let polled = match &mut this.inner {
-            Inner::Upstream(lease) => lease.poll_frame(cx).map_err(BodyError::from),
-            Inner::Detached(body) => Pin::new(body).poll_frame(cx).map_err(BodyError::from),
+            Inner::Upstream(lease) => lease.poll_frame(cx).map_err(ProxyBodyError::from),
+            Inner::Detached(body) => Pin::new(body).poll_frame(cx).map_err(ProxyBodyError::from),
             Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         };
         match &polled {

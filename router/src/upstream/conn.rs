@@ -16,8 +16,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::h1::{self, Chunked, Decoded, Framing, ParseError};
-use super::request_body::{BodyError, RequestBody};
+use super::h1::{self, Chunked, Decoded, BodyFraming, ParseError};
+use super::request_body::{RequestBodyError, RequestBody};
 use crate::metrics::UpstreamError;
 
 /// The byte stream to a member: plain TCP or TLS over it.
@@ -142,7 +142,7 @@ pub enum ExchangeError {
     Parse(#[from] ParseError),
     /// The client's request body, on its way to the member, failed.
     #[error("{0}")]
-    Body(#[from] BodyError),
+    Body(#[from] RequestBodyError),
 }
 
 /// Why a member's response body broke off (the client's connection is then
@@ -216,7 +216,7 @@ impl SendError {
             // client's side failed, not the member.
             SendError::Http { source, .. } if source.is_user() => {
                 match std::error::Error::source(source).and_then(|e| e.downcast_ref()) {
-                    Some(BodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                    Some(RequestBodyError::Stalled(_)) => UpstreamError::ClientTimeout,
                     _ => UpstreamError::ClientBody,
                 }
             }
@@ -224,7 +224,7 @@ impl SendError {
             SendError::Http { .. } => UpstreamError::Reset,
             SendError::Exchange { source, .. } => match source {
                 // The client's side failed, not the member.
-                ExchangeError::Body(BodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                ExchangeError::Body(RequestBodyError::Stalled(_)) => UpstreamError::ClientTimeout,
                 ExchangeError::Body(_) => UpstreamError::ClientBody,
                 ExchangeError::Parse(_) => UpstreamError::Protocol,
                 ExchangeError::Closed | ExchangeError::Io { .. } => UpstreamError::Reset,
@@ -422,10 +422,10 @@ impl Upstream {
                 // what is left of the body cannot be sent on this connection.
                 self.keep_alive = head.keep_alive && ex.done && ex.written == ex.out.len();
                 self.body = match head.framing {
-                    Framing::Empty => BodyState::Done,
-                    Framing::Length(n) => BodyState::Length(n),
-                    Framing::Chunked => BodyState::Chunked(Chunked::default()),
-                    Framing::Close => BodyState::Close,
+                    BodyFraming::Empty => BodyState::Done,
+                    BodyFraming::Length(n) => BodyState::Length(n),
+                    BodyFraming::Chunked => BodyState::Chunked(Chunked::default()),
+                    BodyFraming::Close => BodyState::Close,
                 };
                 let mut response = Response::new(());
                 *response.status_mut() = head.status;
@@ -665,8 +665,8 @@ impl Encoded {
             ex: Outgoing {
                 out,
                 written: 0,
-                chunked: framing == Framing::Chunked,
-                done: framing == Framing::Empty,
+                chunked: framing == BodyFraming::Chunked,
+                done: framing == BodyFraming::Empty,
                 trailers: None,
                 flushed: false,
             },
@@ -705,7 +705,7 @@ struct Outgoing {
 /// A failure while writing a request.
 enum WriteError {
     Io(io::Error),
-    Body(BodyError),
+    Body(RequestBodyError),
 }
 
 impl WriteError {

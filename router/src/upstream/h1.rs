@@ -39,7 +39,7 @@ pub enum ParseError {
 
 /// How a message's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum BodyFraming {
     /// No body at all.
     Empty,
     /// Exactly this many bytes.
@@ -56,7 +56,7 @@ pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
     pub headers: HeaderMap,
-    pub framing: Framing,
+    pub framing: BodyFraming,
     /// The connection may carry another request once this response has ended.
     pub keep_alive: bool,
     /// The member's reason phrase, when it is not the standard one for the status
@@ -76,11 +76,11 @@ pub fn encode_request_head(
     headers: &mut HeaderMap,
     body_len: Option<Option<u64>>,
     out: &mut Vec<u8>,
-) -> Framing {
+) -> BodyFraming {
     let framing = match body_len {
         None => {
             headers.remove(header::TRANSFER_ENCODING);
-            Framing::Empty
+            BodyFraming::Empty
         }
         Some(len) => {
             if headers.contains_key(header::TRANSFER_ENCODING) {
@@ -89,18 +89,18 @@ pub fn encode_request_head(
                     header::TRANSFER_ENCODING,
                     HeaderValue::from_static("chunked"),
                 );
-                Framing::Chunked
+                BodyFraming::Chunked
             } else if let Some(n) = content_length(headers).ok().flatten() {
-                Framing::Length(n)
+                BodyFraming::Length(n)
             } else if let Some(n) = len {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-                Framing::Length(n)
+                BodyFraming::Length(n)
             } else {
                 headers.insert(
                     header::TRANSFER_ENCODING,
                     HeaderValue::from_static("chunked"),
                 );
-                Framing::Chunked
+                BodyFraming::Chunked
             }
         }
     };
@@ -257,7 +257,7 @@ pub fn parse_response_head(
         };
         let framing =
             if head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-                Framing::Empty
+                BodyFraming::Empty
             } else if headers.contains_key(header::TRANSFER_ENCODING) {
                 // RFC 9112 §6.1: an HTTP/1.0 message with a Transfer-Encoding has
                 // faulty framing (a coding forwarded by something that did not
@@ -291,18 +291,18 @@ pub fn parse_response_head(
                     .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
                     .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
                 if last_is_chunked && version == Version::HTTP_11 {
-                    Framing::Chunked
+                    BodyFraming::Chunked
                 } else {
-                    Framing::Close
+                    BodyFraming::Close
                 }
             } else {
                 match content_length(&headers)? {
-                    Some(0) => Framing::Empty,
-                    Some(n) => Framing::Length(n),
-                    None => Framing::Close,
+                    Some(0) => BodyFraming::Empty,
+                    Some(n) => BodyFraming::Length(n),
+                    None => BodyFraming::Close,
                 }
             };
-        if framing == Framing::Close {
+        if framing == BodyFraming::Close {
             keep_alive = false;
         }
         return Ok(Some(ResponseHead {

@@ -5,7 +5,7 @@
 //! The deadline is why this type exists: a client that sends a body slowly (or stops)
 //! holds a member's request slot and its connection while the member waits for the
 //! rest. When the client's side has made no progress for `stall` while the member is
-//! ready for more, the body fails with [`BodyError::Stalled`]; the request then
+//! ready for more, the body fails with [`RequestBodyError::Stalled`]; the request then
 //! ends as the client's fault (408), never the member's. The deadline is armed only
 //! while the client's body is pending and the member side is asking for more, so a
 //! member that reads slowly never makes its client look slow.
@@ -22,7 +22,7 @@ use relay::stall::Stall;
 
 /// Why a request body could not be sent on.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub enum RequestBodyError {
     /// The client's body broke off or was malformed (a bad chunk size).
     #[error("client request body: {0}")]
     Client(#[from] hyper::Error),
@@ -59,11 +59,11 @@ impl ClientBody {
     }
 
     /// Pending on the client: arm the deadline (or fail once it has passed).
-    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         match self.stall.poll_waiting(cx) {
             Poll::Ready(()) => {
                 self.rest = None;
-                Poll::Ready(Some(Err(BodyError::Stalled(self.stall.limit()))))
+                Poll::Ready(Some(Err(RequestBodyError::Stalled(self.stall.limit()))))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -72,12 +72,12 @@ impl ClientBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = RequestBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         let body = match self.get_mut() {
             RequestBody::Empty => return Poll::Ready(None),
             RequestBody::Client(b) => &mut **b,
@@ -95,7 +95,7 @@ impl Body for RequestBody {
                 if r.is_none() {
                     body.rest = None;
                 }
-                Poll::Ready(r.map(|f| f.map_err(BodyError::Client)))
+                Poll::Ready(r.map(|f| f.map_err(RequestBodyError::Client)))
             }
         }
     }

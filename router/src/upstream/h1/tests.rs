@@ -24,7 +24,7 @@ fn read_split(
         if parsed.is_none() {
             match parse_response_head(&mut buf, head)? {
                 Some(h) => {
-                    if let Framing::Length(n) = h.framing {
+                    if let BodyFraming::Length(n) = h.framing {
                         left = n;
                     }
                     parsed = Some(h);
@@ -34,20 +34,20 @@ fn read_split(
         }
         let Some(h) = &parsed else { continue };
         match h.framing {
-            Framing::Chunked => loop {
+            BodyFraming::Chunked => loop {
                 match chunked.decode(&mut buf)? {
                     Decoded::Data(d) => data.extend_from_slice(&d),
                     Decoded::Trailers(t) => trailers = Some(t),
                     Decoded::End | Decoded::More => break,
                 }
             },
-            Framing::Length(_) => {
+            BodyFraming::Length(_) => {
                 let take = (left as usize).min(buf.len());
                 data.extend_from_slice(&buf.split_to(take));
                 left -= take as u64;
             }
-            Framing::Close => data.extend_from_slice(&buf.split()),
-            Framing::Empty => {}
+            BodyFraming::Close => data.extend_from_slice(&buf.split()),
+            BodyFraming::Empty => {}
         }
     }
     let h = parsed.ok_or(ParseError::Head("incomplete"))?;
@@ -84,7 +84,7 @@ proptest! {
         let mut msg = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         msg.extend(chunked_body(&data, &sizes, with_trailers.then_some(&t)));
         let (head, got, trailers) = read_split(&msg, &cuts, false).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        prop_assert_eq!(head.framing, Framing::Chunked);
+        prop_assert_eq!(head.framing, BodyFraming::Chunked);
         prop_assert!(head.keep_alive);
         prop_assert_eq!(got, data);
         prop_assert_eq!(trailers.is_some(), with_trailers);
@@ -105,7 +105,7 @@ proptest! {
         msg.extend_from_slice(&data);
         let (head, got, _) = read_split(&msg, &cuts, false).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(head.status, StatusCode::CREATED);
-        prop_assert_eq!(head.framing, Framing::Length(data.len() as u64));
+        prop_assert_eq!(head.framing, BodyFraming::Length(data.len() as u64));
         prop_assert_eq!(head.headers.get("x-a").map(|v| v.as_bytes()), Some(&b"b"[..]));
         prop_assert_eq!(got, data);
     }
@@ -132,47 +132,47 @@ fn framing_follows_what_hypers_client_did() {
     let h = |s: &str| parse(s).ok().flatten().map(|h| (h.framing, h.keep_alive));
     assert_eq!(
         h("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
-        Some((Framing::Length(5), true))
+        Some((BodyFraming::Length(5), true))
     );
-    assert_eq!(h("HTTP/1.1 200 OK\r\n\r\n"), Some((Framing::Close, false)));
+    assert_eq!(h("HTTP/1.1 200 OK\r\n\r\n"), Some((BodyFraming::Close, false)));
     assert_eq!(
         h("HTTP/1.1 204 No Content\r\n\r\n"),
-        Some((Framing::Empty, true))
+        Some((BodyFraming::Empty, true))
     );
     assert_eq!(
         h("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n"),
-        Some((Framing::Empty, true))
+        Some((BodyFraming::Empty, true))
     );
     assert_eq!(
         h("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"),
-        Some((Framing::Length(3), false))
+        Some((BodyFraming::Length(3), false))
     );
     assert_eq!(
         h("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n"),
-        Some((Framing::Length(3), false))
+        Some((BodyFraming::Length(3), false))
     );
     assert_eq!(
         h("HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n"),
-        Some((Framing::Length(3), true))
+        Some((BodyFraming::Length(3), true))
     );
     // TE wins over CL, and such a connection is not reused.
     assert_eq!(
         h("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
-        Some((Framing::Chunked, false))
+        Some((BodyFraming::Chunked, false))
     );
     assert_eq!(
         h("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
-        Some((Framing::Close, false))
+        Some((BodyFraming::Close, false))
     );
     assert_eq!(
         h("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"),
-        Some((Framing::Length(3), true))
+        Some((BodyFraming::Length(3), true))
     );
     let head = parse_response_head(
         &mut BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"[..]),
         true,
     );
-    assert_eq!(head.ok().flatten().map(|h| h.framing), Some(Framing::Empty));
+    assert_eq!(head.ok().flatten().map(|h| h.framing), Some(BodyFraming::Empty));
 }
 
 #[test]
@@ -249,7 +249,7 @@ fn a_request_head_is_framed_by_its_headers_then_its_body() {
     let mut h = HeaderMap::new();
     h.insert(header::HOST, HeaderValue::from_static("a.example.com"));
     let f = encode_request_head(&Method::GET, "/x?y=1", &mut h, None, &mut out);
-    assert_eq!(f, Framing::Empty);
+    assert_eq!(f, BodyFraming::Empty);
     assert_eq!(
         out,
         b"GET /x?y=1 HTTP/1.1\r\nhost: a.example.com\r\n\r\n".to_vec()
@@ -258,7 +258,7 @@ fn a_request_head_is_framed_by_its_headers_then_its_body() {
     let mut h = HeaderMap::new();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("4"));
     let f = encode_request_head(&Method::POST, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, Framing::Length(4));
+    assert_eq!(f, BodyFraming::Length(4));
 
     let mut h = HeaderMap::new();
     h.insert(
@@ -266,18 +266,18 @@ fn a_request_head_is_framed_by_its_headers_then_its_body() {
         HeaderValue::from_static("chunked"),
     );
     let f = encode_request_head(&Method::POST, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, Framing::Chunked);
+    assert_eq!(f, BodyFraming::Chunked);
 
     // h2 clients: no framing header; known length becomes Content-Length.
     let mut h = HeaderMap::new();
     let f = encode_request_head(&Method::PUT, "/", &mut h, Some(Some(7)), &mut Vec::new());
-    assert_eq!(f, Framing::Length(7));
+    assert_eq!(f, BodyFraming::Length(7));
     assert_eq!(
         h.get(header::CONTENT_LENGTH).map(|v| v.as_bytes()),
         Some(&b"7"[..])
     );
     let mut h = HeaderMap::new();
     let f = encode_request_head(&Method::PUT, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, Framing::Chunked);
+    assert_eq!(f, BodyFraming::Chunked);
     assert!(h.contains_key(header::TRANSFER_ENCODING));
 }
