@@ -77,7 +77,7 @@ fn start() -> Result<Harness, String> {
     );
     std::fs::write(spool.join("01.yaml"), event).map_err(|e| format!("event: {e}"))?;
     let yaml = format!(
-        "cloud_domain: example.com\nstate_dir: {state}\nlisten:\n  http: 127.0.0.1:0\n\
+        "cloud_domain: example.com\nstate_dir: {state}\nlisten:\n  http: 127.0.0.1:0\n  admin: null\n\
          spi:\n  source: spool\n  spool:\n    path: {spool}\n    interval: 20ms\n\
          health:\n  checks: false\n",
         state = root.join("state").display(),
