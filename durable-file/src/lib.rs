@@ -9,6 +9,10 @@
 //! key), the permissions of a file being replaced are not inherited, and moves
 //! between directories are made durable on both sides.
 
+pub mod document;
+
+pub use document::{Document, DocumentError};
+
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;

@@ -14,7 +14,7 @@ use http_body_util::BodyExt as _;
 /// A member's response: head, then body (chunked or by length) decoded, for the
 /// bytes in `pieces` arriving in order; what it came to, as text to compare.
 fn member_reading(pieces: &[&[u8]]) -> String {
-    use router::upstream::h1::{Chunked, Decoded, BodyFraming, parse_response_head};
+    use router::upstream::h1::{BodyFraming, Chunked, Decoded, parse_response_head};
     let mut buf = BytesMut::new();
     let mut out = String::new();
     let mut head = None;
@@ -93,7 +93,7 @@ struct Whole {
 /// The router's reader on `bytes`, then the end of the stream: the response, if
 /// its body ends within them (by length, chunked end, or the close).
 fn ours(bytes: &[u8]) -> Option<Whole> {
-    use router::upstream::h1::{Chunked, Decoded, BodyFraming, parse_response_head};
+    use router::upstream::h1::{BodyFraming, Chunked, Decoded, parse_response_head};
     let mut buf = BytesMut::from(bytes);
     let head = parse_response_head(&mut buf, false).ok()??;
     let mut whole = Whole {

@@ -2,124 +2,63 @@
 //! `state_dir/rotated-out.json` so that the choice survives restarts until the
 //! opposite call.
 //!
-//! The file is rewritten whole on each change (through [`durable_file`]: temporary
-//! file, fsync, rename, fsync the directory): it holds a handful of addresses and changes only
-//! when an operator acts, so simplicity wins over a journal.
+//! The file is a [`durable_file::Document`]: rewritten whole on each change (it
+//! holds a handful of addresses and changes only when an operator acts).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
 
+use durable_file::{Document, DocumentError};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, thiserror::Error)]
-pub enum RotateError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: not a rotate-state file: {source}")]
-    Format {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("{path}: format {format} is newer than this router")]
-    Newer { path: PathBuf, format: u32 },
-}
+/// Why the rotate state could not be loaded or saved.
+pub type RotateError = DocumentError;
 
-#[derive(Serialize, Deserialize)]
-struct File {
-    format: u32,
+/// The file's fields (beside its format number).
+#[derive(Serialize, Deserialize, Default, Clone, Debug)]
+struct Rotated {
     rotated_out: BTreeSet<String>,
 }
 
-/// The rotated-out set; `path` is `None` for an in-memory set (tests).
+/// The rotated-out set.
 #[derive(Debug)]
 pub struct RotateStore {
-    path: Option<PathBuf>,
-    set: Mutex<BTreeSet<String>>,
+    doc: Document<Rotated>,
 }
 
 impl RotateStore {
+    /// In memory only (tests).
     pub fn in_memory() -> RotateStore {
         RotateStore {
-            path: None,
-            set: Mutex::new(BTreeSet::new()),
+            doc: Document::in_memory(),
         }
     }
 
     /// Loads `state_dir/rotated-out.json` (an absent file is an empty set).
     pub fn open(state_dir: &Path) -> Result<RotateStore, RotateError> {
-        let path = state_dir.join("rotated-out.json");
-        let set = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let file: File =
-                    serde_json::from_slice(&bytes).map_err(|source| RotateError::Format {
-                        path: path.clone(),
-                        source,
-                    })?;
-                if file.format != 1 {
-                    return Err(RotateError::Newer {
-                        path,
-                        format: file.format,
-                    });
-                }
-                file.rotated_out
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
-            Err(source) => return Err(RotateError::Io { path, source }),
-        };
-        Ok(RotateStore {
-            path: Some(path),
-            set: Mutex::new(set),
-        })
+        let doc = Document::open(&state_dir.join("rotated-out.json"), "rotate-state")?;
+        Ok(RotateStore { doc })
     }
 
     pub fn contains(&self, addr: &str) -> bool {
-        self.lock().contains(addr)
+        self.doc.get().rotated_out.contains(addr)
     }
 
     pub fn all(&self) -> BTreeSet<String> {
-        self.lock().clone()
+        self.doc.get().rotated_out.clone()
     }
 
     /// Records `addr` as rotated out (`true`) or in, durably, before returning.
     pub fn set(&self, addr: &str, out: bool) -> Result<(), RotateError> {
-        let mut set = self.lock();
-        let mut next = set.clone();
-        let changed = if out {
-            next.insert(addr.to_string())
-        } else {
-            next.remove(addr)
-        };
-        if changed {
-            if let Some(path) = &self.path {
-                write_atomically(path, &next)?;
+        self.doc.update(|r| {
+            if out {
+                r.rotated_out.insert(addr.to_string())
+            } else {
+                r.rotated_out.remove(addr)
             }
-            *set = next;
-        }
+        })?;
         Ok(())
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        self.set.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-fn write_atomically(path: &Path, set: &BTreeSet<String>) -> Result<(), RotateError> {
-    let io = |source| RotateError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let json = serde_json::to_vec_pretty(&File {
-        format: 1,
-        rotated_out: set.clone(),
-    })
-    .map_err(|e| io(std::io::Error::other(e)))?;
-    durable_file::write(path, &json).map_err(io)
 }
 
 #[cfg(test)]

@@ -9,14 +9,14 @@
 //! in the table (not announced yet, or removed), takes nothing; its share goes to the
 //! others.
 //!
-//! The file is rewritten whole on each change through [`durable_file`], as the rotate
-//! state is: a handful of entries that change only when an operator acts.
+//! The file is a [`durable_file::Document`], as the rotate state is: rewritten whole
+//! on each change (a handful of entries that change only when an operator acts).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use durable_file::{Document, DocumentError};
 use serde::{Deserialize, Serialize};
 use spi_consumer::apply::AppKey;
 
@@ -117,18 +117,8 @@ pub fn parse_app(s: &str) -> Option<AppKey> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SplitStoreError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: not a splits file: {source}")]
-    Format {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
+    #[error(transparent)]
+    File(#[from] DocumentError),
     #[error("{path}: {alias}: {source}")]
     Entry {
         path: PathBuf,
@@ -136,68 +126,45 @@ pub enum SplitStoreError {
         #[source]
         source: SplitError,
     },
-    #[error("{path}: format {format} is newer than this router")]
-    Newer { path: PathBuf, format: u32 },
 }
 
-#[derive(Serialize, Deserialize, Default)]
-struct File {
-    format: u32,
+/// The file's fields (beside its format number).
+#[derive(Serialize, Deserialize, Default, Clone, Debug)]
+struct Splits {
     splits: BTreeMap<String, BTreeMap<String, u32>>,
 }
 
-/// The saved splits; `path` is `None` in memory (tests).
+/// The saved splits.
 #[derive(Debug)]
 pub struct SplitStore {
-    path: Option<PathBuf>,
-    all: Mutex<BTreeMap<String, BTreeMap<String, u32>>>,
+    doc: Document<Splits>,
 }
 
 impl SplitStore {
+    /// In memory only (tests).
     pub fn in_memory() -> SplitStore {
         SplitStore {
-            path: None,
-            all: Mutex::new(BTreeMap::new()),
+            doc: Document::in_memory(),
         }
     }
 
     /// Loads `state_dir/splits.json` (absent: no split). Every entry is validated.
     pub fn open(state_dir: &Path) -> Result<SplitStore, SplitStoreError> {
         let path = state_dir.join("splits.json");
-        let all = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let file: File =
-                    serde_json::from_slice(&bytes).map_err(|source| SplitStoreError::Format {
-                        path: path.clone(),
-                        source,
-                    })?;
-                if file.format != 1 {
-                    return Err(SplitStoreError::Newer {
-                        path,
-                        format: file.format,
-                    });
-                }
-                for (alias, w) in &file.splits {
-                    Split::new(w.clone()).map_err(|source| SplitStoreError::Entry {
-                        path: path.clone(),
-                        alias: alias.clone(),
-                        source,
-                    })?;
-                }
-                file.splits
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(source) => return Err(SplitStoreError::Io { path, source }),
-        };
-        Ok(SplitStore {
-            path: Some(path),
-            all: Mutex::new(all),
-        })
+        let doc: Document<Splits> = Document::open(&path, "splits")?;
+        for (alias, w) in &doc.get().splits {
+            Split::new(w.clone()).map_err(|source| SplitStoreError::Entry {
+                path: path.clone(),
+                alias: alias.clone(),
+                source,
+            })?;
+        }
+        Ok(SplitStore { doc })
     }
 
     /// Every saved split, validated when loaded.
     pub fn all(&self) -> BTreeMap<String, BTreeMap<String, u32>> {
-        self.lock().clone()
+        self.doc.get().splits.clone()
     }
 
     /// Saves `weights` for `alias` (`None` removes it), durably, before returning.
@@ -206,30 +173,14 @@ impl SplitStore {
         alias: &str,
         weights: Option<BTreeMap<String, u32>>,
     ) -> Result<(), SplitStoreError> {
-        let mut all = self.lock();
-        let mut next = all.clone();
-        match weights {
-            Some(w) => next.insert(alias.to_string(), w),
-            None => next.remove(alias),
-        };
-        if let Some(path) = &self.path {
-            let io = |source| SplitStoreError::Io {
-                path: path.clone(),
-                source,
+        self.doc.update(|s| {
+            match weights {
+                Some(w) => s.splits.insert(alias.to_string(), w),
+                None => s.splits.remove(alias),
             };
-            let json = serde_json::to_vec_pretty(&File {
-                format: 1,
-                splits: next.clone(),
-            })
-            .map_err(|e| io(std::io::Error::other(e)))?;
-            durable_file::write(path, &json).map_err(io)?;
-        }
-        *all = next;
+            true
+        })?;
         Ok(())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, u32>>> {
-        self.all.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -16,8 +16,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::h1::{self, Chunked, Decoded, BodyFraming, ParseError};
-use super::request_body::{RequestBodyError, RequestBody};
+use super::h1::{self, BodyFraming, Chunked, Decoded, ParseError};
+use super::request_body::{RequestBody, RequestBodyError};
 use crate::metrics::UpstreamError;
 
 /// The byte stream to a member: plain TCP or TLS over it.

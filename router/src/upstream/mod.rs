@@ -47,4 +47,4 @@ pub use conn::{
     Upstream, local_shortage,
 };
 pub use pool::{Lease, Pool, PoolSettings};
-pub use request_body::{RequestBodyError, ClientBody, RequestBody};
+pub use request_body::{ClientBody, RequestBody, RequestBodyError};

@@ -59,7 +59,10 @@ impl ClientBody {
     }
 
     /// Pending on the client: arm the deadline (or fail once it has passed).
-    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+    fn stalled(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         match self.stall.poll_waiting(cx) {
             Poll::Ready(()) => {
                 self.rest = None;

@@ -134,7 +134,10 @@ fn framing_follows_what_hypers_client_did() {
         h("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
         Some((BodyFraming::Length(5), true))
     );
-    assert_eq!(h("HTTP/1.1 200 OK\r\n\r\n"), Some((BodyFraming::Close, false)));
+    assert_eq!(
+        h("HTTP/1.1 200 OK\r\n\r\n"),
+        Some((BodyFraming::Close, false))
+    );
     assert_eq!(
         h("HTTP/1.1 204 No Content\r\n\r\n"),
         Some((BodyFraming::Empty, true))
@@ -172,7 +175,10 @@ fn framing_follows_what_hypers_client_did() {
         &mut BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"[..]),
         true,
     );
-    assert_eq!(head.ok().flatten().map(|h| h.framing), Some(BodyFraming::Empty));
+    assert_eq!(
+        head.ok().flatten().map(|h| h.framing),
+        Some(BodyFraming::Empty)
+    );
 }
 
 #[test]
