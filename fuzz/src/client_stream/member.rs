@@ -103,7 +103,7 @@ fn serve(mut conn: TcpStream, log: &Log) {
     loop {
         // Every whole request read so far, in order.
         loop {
-            match oracle::next(&buf) {
+            match oracle::next_within(&buf, oracle::MEMBER) {
                 Ok((request, used)) => {
                     buf.drain(..used);
                     if !answer(&mut conn, log, &request) {

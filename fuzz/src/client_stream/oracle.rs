@@ -34,8 +34,36 @@ pub enum Stop {
     Invalid(&'static str),
 }
 
-/// Reads the request at the start of `bytes`: it and the bytes it took.
+/// How large a head this reader takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub fields: usize,
+    pub bytes: usize,
+}
+
+/// A client's request: what this reader calls valid.
+pub const CLIENT: Bounds = Bounds {
+    fields: 100,
+    bytes: 8192,
+};
+
+/// What the member may get for a valid client request: the router adds up to five
+/// fields (`X-Forwarded-For`, `-Proto`, `-Host`, `-Port`, `Forwarded`), the host
+/// and the client's address among their values, so the head may grow by that
+/// much. (Found by the fuzzer: a client head of 100 fields reached the member
+/// with 104, which a reader holding the member to the client's bounds refused.)
+pub const MEMBER: Bounds = Bounds {
+    fields: CLIENT.fields + 5,
+    bytes: 4 * CLIENT.bytes,
+};
+
+/// Reads the client request at the start of `bytes`: it and the bytes it took.
 pub fn next(bytes: &[u8]) -> Result<(Request, usize), Stop> {
+    next_within(bytes, CLIENT)
+}
+
+/// [`next`] within other bounds (the member's side: [`MEMBER`]).
+pub fn next_within(bytes: &[u8], bounds: Bounds) -> Result<(Request, usize), Stop> {
     let mut at = 0;
     // RFC 9112 §2.2: empty lines before a request line may be ignored.
     while bytes[at..].starts_with(b"\r\n") {
@@ -52,7 +80,7 @@ pub fn next(bytes: &[u8]) -> Result<(Request, usize), Stop> {
             break;
         }
         fields.push(field(line)?);
-        if fields.len() > 100 || at > 8192 {
+        if fields.len() > bounds.fields || at > bounds.bytes {
             return Err(Stop::Invalid("head too large"));
         }
     }
