@@ -47,7 +47,13 @@ pkg() {
       install -d -m 0750 "$root/var/spool/router"
       ;;
     portproxy)
-      install -m 0640 deploy/examples/portproxy/portproxy.yaml "$root/etc/portproxy/portproxy.yaml"
+      # Gear mode on, cluster mode commented out: cluster mode needs the Simplenetes
+      # files (proxy.conf, hosts.conf, portmappings.conf) the operator provides; a
+      # packaged config that names missing files would never start.
+      awk '/^cluster:/ { off = 1; print "# Cluster mode: uncomment with the Simplenetes files in place."; }
+           { print (off && $0 != "" ? "# " $0 : $0) }' deploy/examples/portproxy/portproxy.yaml \
+        > "$root/etc/portproxy/portproxy.yaml"
+      chmod 0640 "$root/etc/portproxy/portproxy.yaml"
       ;;
   esac
   (cd "$root" && find etc -type f | sed 's#^#/#') > "$root/DEBIAN/conffiles"

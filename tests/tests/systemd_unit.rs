@@ -1,9 +1,15 @@
-//! The router's Debian package installed and run under a real systemd as PID 1: a
+//! The Debian packages installed and run under a real systemd as PID 1: a
 //! Debian 12 root made by `debootstrap` (cached in `target/nspawn-bookworm`, one
 //! minute the first time), booted with `systemd-nspawn --boot` on a private
-//! network, the package installed with `dpkg -i`. Checks that `router.service`
+//! network, the packages installed with `dpkg -i`. Checks that `router.service`
 //! starts and answers `/readyz`, reloads on `systemctl reload`, comes back after
-//! `kill -9`, and that `dpkg --purge` leaves nothing behind.
+//! `kill -9`, and that `dpkg --purge` leaves nothing behind; the same for
+//! `portproxy.service`, with a mapping made through its CLI kept across `kill -9`.
+//!
+//! Found when first run: neither package had ever started. The router's default
+//! spool directory did not exist and `ProtectSystem=strict` kept the service from
+//! making it; the portproxy's packaged configuration named Simplenetes files no
+//! node has, and its admin socket's directory under `/run` was read-only.
 //!
 //! Needs root, `debootstrap`, `systemd-nspawn` (Debian's `systemd-container`) and
 //! `nsenter`; `tests/run.sh` installs them. Without them the test fails and says
@@ -186,7 +192,7 @@ const RELOADS: &str =
     "curl -s http://127.0.0.1:9090/metrics | grep '^router_config_reloads_total{result=\"ok\"}'";
 
 #[test]
-fn the_router_package_runs_under_systemd_as_pid_1() {
+fn the_packages_run_under_systemd_as_pid_1() {
     require_root_and_tools();
     let base = bookworm_root();
     let dir = e2e::tempdir("nspawn");
@@ -198,13 +204,15 @@ fn the_router_package_runs_under_systemd_as_pid_1() {
         .arg(repo().join("deploy/package.sh"))
         .args(["--no-build", "--profile", "debug", "--out"])
         .arg(&debs));
-    let deb = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.contains("/router_"))
-        .expect("the router package")
-        .to_string();
     // Not /tmp: the container mounts its own there.
-    std::fs::copy(&deb, root.join("root/router.deb")).expect("copy the package");
+    for name in ["router", "portproxy"] {
+        let deb = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains(&format!("/{name}_")))
+            .unwrap_or_else(|| panic!("the {name} package"))
+            .to_string();
+        std::fs::copy(&deb, root.join(format!("root/{name}.deb"))).expect("copy the package");
+    }
 
     let c = Container::boot(&root);
     c.ok("dpkg -i /root/router.deb");
@@ -245,6 +253,41 @@ fn the_router_package_runs_under_systemd_as_pid_1() {
     assert_eq!(c.sh("systemctl is-active router").trim(), "inactive");
     let left = c.sh(
         "for p in /usr/bin/router /lib/systemd/system/router.service /etc/router /var/lib/router /var/spool/router; do [ -e $p ] && echo $p; done; pgrep -x router",
+    );
+    assert_eq!(left.trim(), "", "left behind after purge");
+
+    // The portproxy package: gear mode as shipped, a mapping made with its CLI
+    // (over the admin socket in its RuntimeDirectory) kept across kill -9.
+    const PP: &str = "portproxy --config /etc/portproxy/portproxy.yaml";
+    c.ok("dpkg -i /root/portproxy.deb");
+    c.ok("systemctl start portproxy");
+    c.until(
+        "portproxy.service active",
+        "systemctl is-active portproxy",
+        "active",
+    );
+    c.ok(&format!("{PP} add 40000 127.0.0.1:8080"));
+    let first = c.sh("systemctl show -p MainPID --value portproxy");
+    c.ok(&format!("kill -9 {}", first.trim()));
+    c.until(
+        "portproxy restarted",
+        "systemctl show -p NRestarts --value portproxy",
+        "1",
+    );
+    c.until(
+        "portproxy active again",
+        "systemctl is-active portproxy",
+        "active",
+    );
+    c.until(
+        "the mapping kept",
+        &format!("{PP} show"),
+        "40000 127.0.0.1:8080",
+    );
+    c.ok("systemctl reload portproxy");
+    c.ok("dpkg --purge portproxy");
+    let left = c.sh(
+        "for p in /usr/bin/portproxy /etc/portproxy /var/lib/portproxy /run/portproxy; do [ -e $p ] && echo $p; done; pgrep -x portproxy",
     );
     assert_eq!(left.trim(), "", "left behind after purge");
 }
