@@ -76,12 +76,21 @@ extern "C" fn remove_tempdirs() {
 }
 
 /// The workspace's fixtures folder.
-/// A port free right now on `ip` (bound, then released): only for programs that
-/// cannot report the port they bound (ActiveMQ, RabbitMQ, haproxy, a port written
-/// into a file before the program starts). Our own binaries bind port 0 and report
-/// it. The one copy of this.
+/// A port free right now on every address of `ip`'s family (bound on the wildcard,
+/// then released): only for programs that cannot report the port they bound
+/// (ActiveMQ, RabbitMQ, haproxy, a port written into a file before the program
+/// starts). Our own binaries bind port 0 and report it. The one copy of this.
+///
+/// The wildcard, not `ip`: a kernel asked for any port on one address may hand
+/// out one that is bound on another address (Linux 6.18 here did, every time),
+/// and a program that then binds the wildcard, as RabbitMQ's distribution port
+/// check does, finds it taken.
 pub fn free_port(ip: std::net::IpAddr) -> u16 {
-    std::net::TcpListener::bind((ip, 0))
+    let any: std::net::IpAddr = match ip {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    std::net::TcpListener::bind((any, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
