@@ -1,4 +1,4 @@
-//! The three Simplenetes files, in their exact formats (portproxy.md §5.1–5.3), parsed
+//! The three Simplenetes files, in their exact formats, parsed
 //! strictly: every bad item is an error naming `file:line: field`, and a file with
 //! an error is refused whole (the caller keeps the old table).
 //!

@@ -1,4 +1,5 @@
-//! The line protocol between Simplenetes proxies (the JS proxy's, portproxy.md §5.4):
+//! The line protocol between Simplenetes proxies, byte for byte what the deployed
+//! JavaScript proxy speaks:
 //!
 //! ```text
 //! client → server:  PROXY TCP4 1.2.3.4 1.2.3.4 123 <clusterPort>\r\n
