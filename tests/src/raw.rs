@@ -22,19 +22,8 @@ pub async fn exchange_to_close(
 ) -> Option<Vec<u8>> {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     s.write_all(request).await.expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(limit, async {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await
-    .ok()?;
-    Some(out)
+    let (out, closed) = read_to_close(&mut s, limit).await;
+    closed.then_some(out)
 }
 
 /// [`exchange`] from another local address (`source`, e.g. 127.0.0.2): what a
@@ -55,8 +44,13 @@ pub async fn exchange_from(
 }
 
 pub async fn read_all(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    read_to_close(s, limit).await.0
+}
+
+/// What `s` gives until it closes or `limit` passes, and whether it closed.
+async fn read_to_close(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(limit, async {
+    let closed = tokio::time::timeout(limit, async {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match s.read(&mut buf).await {
@@ -65,8 +59,9 @@ pub async fn read_all(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
             }
         }
     })
-    .await;
-    out
+    .await
+    .is_ok();
+    (out, closed)
 }
 
 /// The status code of a raw HTTP/1.x response, if it starts like one.
