@@ -43,6 +43,13 @@ impl TestRouter {
             &crate::events::add_lb("myapp", "demo", backend.addr),
         );
         r.wait_route("ha-myapp-demo.example.com").await;
+        // The route probe's connection closes asynchronously (its client's pool
+        // is dropped): wait until the router saw it go, so that tests counting
+        // connections per source start from zero.
+        crate::eventually("no open connection", Duration::from_secs(10), async || {
+            r.metric("router_open_connections{listener=\"http\"}").await == Some(0.0)
+        })
+        .await;
         (r, backend)
     }
 
