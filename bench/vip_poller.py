@@ -2,7 +2,8 @@
 """Starts GET http://VIP:8080/ every 20 ms for DURATION seconds, each on a new
 connection in its own thread (a request that hangs does not delay the next one), and
 writes one `start_ts status` line per request once all are done (status = HTTP code,
-or ERR:<exception>; timeout 1 s). Runs in the client namespace of the HA tests and of
+or ERR:<exception>; timeout 1 s). While it runs, each result is also appended to
+LOGFILE.live as it comes, so that a caller can wait until requests are being served. Runs in the client namespace of the HA tests and of
 bench/failover.py (the gap in the log is the failover's outage).
 
 usage: vip_poller.py VIP DURATION LOGFILE [HOST]"""
@@ -19,6 +20,7 @@ vip, duration, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 host = sys.argv[4] if len(sys.argv) > 4 else vip
 results = []
 lock = threading.Lock()
+live = open(path + ".live", "a", buffering=1)
 
 
 def one(t):
@@ -33,6 +35,7 @@ def one(t):
         status = "ERR:" + type(e).__name__
     with lock:
         results.append((t, status))
+        live.write(f"{t:.3f} {status}\n")
 
 
 threads = []

@@ -11,7 +11,12 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
 use prometheus::{
-    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+};
+// The `prometheus` crate's own registration macros: one statement a family.
+use prometheus::{
+    register_int_counter_vec_with_registry as counters,
+    register_int_counter_with_registry as counter, register_int_gauge_vec_with_registry as gauges,
 };
 use tokio::net::TcpListener;
 
@@ -54,6 +59,38 @@ pub struct ModeMetrics {
     pub bind_failures: IntCounter,
 }
 
+/// The families labelled by mode, from which each [`ModeMetrics`] is resolved.
+struct ModeFamilies {
+    open: IntGaugeVec,
+    total: IntCounterVec,
+    bytes: IntCounterVec,
+    connect_failures: IntCounterVec,
+    idle: IntCounterVec,
+    relay_errors: IntCounterVec,
+    listeners: IntGaugeVec,
+    bind_failures: IntCounterVec,
+}
+
+impl ModeFamilies {
+    fn resolve(&self, mode: Mode) -> ModeMetrics {
+        let l = mode.as_str();
+        ModeMetrics {
+            open: self.open.with_label_values(&[l]),
+            total: self.total.with_label_values(&[l]),
+            bytes: ByteCounters {
+                up: self.bytes.with_label_values(&[l, "up"]),
+                down: self.bytes.with_label_values(&[l, "down"]),
+            },
+            connect_failures: self.connect_failures.with_label_values(&[l]),
+            idle_timeouts: self.idle.with_label_values(&[l]),
+            client_errors: self.relay_errors.with_label_values(&[l, "client"]),
+            target_errors: self.relay_errors.with_label_values(&[l, "target"]),
+            listeners: self.listeners.with_label_values(&[l]),
+            bind_failures: self.bind_failures.with_label_values(&[l]),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
@@ -77,177 +114,135 @@ pub struct Metrics {
     pub accept_errors: IntCounter,
 }
 
+/// Creates the series of `values` at zero, so that alerts on them work from the
+/// start (a missing series is not a zero to Prometheus).
+fn zeroed(family: &IntCounterVec, values: &[&str]) {
+    for v in values {
+        family.with_label_values(&[v]);
+    }
+}
+
 impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
-        let registry = Registry::new();
-        let open = IntGaugeVec::new(
-            Opts::new("portproxy_connections_open", "Relayed connections open now"),
-            &["mode"],
-        )?;
-        let total = IntCounterVec::new(
-            Opts::new(
+        let r = Registry::new();
+        let modes = ModeFamilies {
+            open: gauges!(
+                "portproxy_connections_open",
+                "Relayed connections open now",
+                &["mode"],
+                r
+            )?,
+            total: counters!(
                 "portproxy_connections_total",
                 "Connections accepted and admitted",
-            ),
-            &["mode"],
-        )?;
-        let bytes = IntCounterVec::new(
-            Opts::new(
+                &["mode"],
+                r
+            )?,
+            bytes: counters!(
                 "portproxy_bytes_total",
                 "Bytes relayed; up = client to target",
-            ),
-            &["mode", "direction"],
-        )?;
-        let connect_failures = IntCounterVec::new(
-            Opts::new(
+                &["mode", "direction"],
+                r
+            )?,
+            connect_failures: counters!(
                 "portproxy_connect_failures_total",
                 "Target connects that failed or timed out",
-            ),
-            &["mode"],
-        )?;
-        let idle = IntCounterVec::new(
-            Opts::new(
+                &["mode"],
+                r
+            )?,
+            idle: counters!(
                 "portproxy_idle_timeouts_total",
                 "Relays closed by the idle timeout",
-            ),
-            &["mode"],
-        )?;
-        let relay_errors = IntCounterVec::new(
-            Opts::new(
+                &["mode"],
+                r
+            )?,
+            relay_errors: counters!(
                 "portproxy_relay_errors_total",
                 "Relays ended by an error; side = whose socket failed",
-            ),
-            &["mode", "side"],
-        )?;
-        let listeners = IntGaugeVec::new(
-            Opts::new("portproxy_listeners", "Listening sockets"),
-            &["mode"],
-        )?;
-        let bind_failures = IntCounterVec::new(
-            Opts::new(
+                &["mode", "side"],
+                r
+            )?,
+            listeners: gauges!("portproxy_listeners", "Listening sockets", &["mode"], r)?,
+            bind_failures: counters!(
                 "portproxy_listener_bind_failures_total",
                 "Ports that could not be bound",
-            ),
-            &["mode"],
-        )?;
-        let rejected = IntCounterVec::new(
-            Opts::new(
+                &["mode"],
+                r
+            )?,
+        };
+        let m = Metrics {
+            modes: Mode::ALL.map(|mode| modes.resolve(mode)),
+            rejected: counters!(
                 "portproxy_rejected_total",
                 "Connections closed before relaying, by reason",
-            ),
-            &["reason"],
-        )?;
-        let proxy_protocol_rejects = IntCounterVec::new(
-            Opts::new(
+                &["reason"],
+                r
+            )?,
+            proxy_protocol_rejects: counters!(
                 "portproxy_proxy_protocol_rejects_total",
                 "Connections refused for their PROXY header",
-            ),
-            &["reason"],
-        )?;
-        let peer_answers = IntCounterVec::new(
-            Opts::new(
+                &["reason"],
+                r
+            )?,
+            peer_answers: counters!(
                 "portproxy_cluster_peer_answers_total",
                 "Answers of peer proxies to our cluster-port requests",
-            ),
-            &["answer"],
-        )?;
-        let busy_sent = IntCounter::new(
-            "portproxy_cluster_busy_total",
-            "BUSY answers sent to peer proxies",
-        )?;
-        let unrouted = IntCounter::new(
-            "portproxy_cluster_unrouted_total",
-            "Cluster-port connections that no host took",
-        )?;
-        let reloads = IntCounterVec::new(
-            Opts::new("portproxy_reloads_total", "Files loaded and swapped in"),
-            &["file"],
-        )?;
-        let reload_errors = IntCounterVec::new(
-            Opts::new(
+                &["answer"],
+                r
+            )?,
+            busy_sent: counter!(
+                "portproxy_cluster_busy_total",
+                "BUSY answers sent to peer proxies",
+                r
+            )?,
+            unrouted: counter!(
+                "portproxy_cluster_unrouted_total",
+                "Cluster-port connections that no host took",
+                r
+            )?,
+            reloads: counters!(
+                "portproxy_reloads_total",
+                "Files loaded and swapped in",
+                &["file"],
+                r
+            )?,
+            reload_errors: counters!(
                 "portproxy_reload_errors_total",
                 "Files refused (the old table stays)",
-            ),
-            &["file"],
-        )?;
-        let mappings = IntGaugeVec::new(
-            Opts::new("portproxy_mappings", "Mappings in the live table"),
-            &["mode"],
-        )?;
-        let accept_errors = IntCounter::new("portproxy_accept_errors_total", "accept(2) failures")?;
-        for c in [
-            Box::new(open.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(total.clone()),
-            Box::new(bytes.clone()),
-            Box::new(connect_failures.clone()),
-            Box::new(idle.clone()),
-            Box::new(relay_errors.clone()),
-            Box::new(listeners.clone()),
-            Box::new(bind_failures.clone()),
-            Box::new(rejected.clone()),
-            Box::new(proxy_protocol_rejects.clone()),
-            Box::new(peer_answers.clone()),
-            Box::new(busy_sent.clone()),
-            Box::new(unrouted.clone()),
-            Box::new(reloads.clone()),
-            Box::new(reload_errors.clone()),
-            Box::new(mappings.clone()),
-            Box::new(accept_errors.clone()),
-        ] {
-            registry.register(c)?;
-        }
-        let modes = Mode::ALL.map(|m| {
-            let l = m.as_str();
-            ModeMetrics {
-                open: open.with_label_values(&[l]),
-                total: total.with_label_values(&[l]),
-                bytes: ByteCounters {
-                    up: bytes.with_label_values(&[l, "up"]),
-                    down: bytes.with_label_values(&[l, "down"]),
-                },
-                connect_failures: connect_failures.with_label_values(&[l]),
-                idle_timeouts: idle.with_label_values(&[l]),
-                client_errors: relay_errors.with_label_values(&[l, "client"]),
-                target_errors: relay_errors.with_label_values(&[l, "target"]),
-                listeners: listeners.with_label_values(&[l]),
-                bind_failures: bind_failures.with_label_values(&[l]),
-            }
-        });
+                &["file"],
+                r
+            )?,
+            mappings: gauges!(
+                "portproxy_mappings",
+                "Mappings in the live table",
+                &["mode"],
+                r
+            )?,
+            accept_errors: counter!("portproxy_accept_errors_total", "accept(2) failures", r)?,
+            registry: r,
+        };
         // Series that alerts use exist from the start, at zero.
-        for r in [
-            "max_connections",
-            "source_limit",
-            "untrusted_peer",
-            "no_route",
-        ] {
-            rejected.with_label_values(&[r]);
+        zeroed(
+            &m.rejected,
+            &[
+                "max_connections",
+                "source_limit",
+                "untrusted_peer",
+                "no_route",
+            ],
+        );
+        zeroed(&m.proxy_protocol_rejects, &["untrusted", "invalid"]);
+        zeroed(
+            &m.peer_answers,
+            &["ok", "busy", "not_here", "error", "timeout"],
+        );
+        let files = ["proxy_conf", "hosts_conf", "portmappings_conf"];
+        zeroed(&m.reloads, &files);
+        zeroed(&m.reload_errors, &files);
+        for mode in ["gear", "cluster"] {
+            m.mappings.with_label_values(&[mode]);
         }
-        for r in ["untrusted", "invalid"] {
-            proxy_protocol_rejects.with_label_values(&[r]);
-        }
-        for a in ["ok", "busy", "not_here", "error", "timeout"] {
-            peer_answers.with_label_values(&[a]);
-        }
-        for f in ["proxy_conf", "hosts_conf", "portmappings_conf"] {
-            reloads.with_label_values(&[f]);
-            reload_errors.with_label_values(&[f]);
-        }
-        for m in ["gear", "cluster"] {
-            mappings.with_label_values(&[m]);
-        }
-        Ok(Metrics {
-            registry,
-            modes,
-            rejected,
-            proxy_protocol_rejects,
-            peer_answers,
-            busy_sent,
-            unrouted,
-            reloads,
-            reload_errors,
-            mappings,
-            accept_errors,
-        })
+        Ok(m)
     }
 
     pub fn mode(&self, m: Mode) -> &ModeMetrics {

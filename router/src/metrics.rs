@@ -10,8 +10,13 @@
 //! reports into it. Counters used on every request are resolved once here, not looked up by
 //! label per request.
 
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+// The `prometheus` crate's own registration macros: one statement a family.
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    register_histogram_with_registry as histogram,
+    register_int_counter_vec_with_registry as counters,
+    register_int_counter_with_registry as counter, register_int_gauge_vec_with_registry as gauges,
+    register_int_gauge_with_registry as gauge,
 };
 
 /// What went wrong talking to a member; the `kind` label of
@@ -137,200 +142,160 @@ pub struct Metrics {
     pub spi: spi_consumer::metrics::Metrics,
 }
 
+/// Creates the series of `values` at zero, so that alerts on them work from the
+/// start (a missing series is not a zero to Prometheus).
+fn zeroed(family: &IntCounterVec, values: &[&str]) {
+    for v in values {
+        family.with_label_values(&[v]);
+    }
+}
+
+/// Latency buckets from 0.5 ms to `up_to` seconds.
+fn buckets(up_to: f64) -> Vec<f64> {
+    [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        60.0,
+    ]
+    .into_iter()
+    .filter(|b| *b <= up_to)
+    .collect()
+}
+
 impl Metrics {
     pub fn new() -> prometheus::Result<Metrics> {
-        let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "router_http_requests_total",
-                "Requests answered, by status class",
-            ),
+        let r = Registry::new();
+        let requests = counters!(
+            "router_http_requests_total",
+            "Requests answered, by status class",
             &["class"],
+            r
         )?;
-        let by_class =
-            ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c]));
-        let duration = Histogram::with_opts(
-            HistogramOpts::new(
+        let errors = counters!(
+            "router_upstream_errors_total",
+            "Failed exchanges with members, by kind",
+            &["kind"],
+            r
+        )?;
+        let reloads = counters!(
+            "router_config_reloads_total",
+            "Configuration reloads (SIGHUP), by result (ok, error: the old configuration stays)",
+            &["result"],
+            r
+        )?;
+        let reconcile_runs = counters!(
+            "router_reconcile_runs_total",
+            "Comparisons of the saved state with the broker's REST API, by result (ok, error)",
+            &["result"],
+            r
+        )?;
+        let reconcile_differences = counters!(
+            "router_reconcile_differences_total",
+            "Differences reconcile found between the saved state and the broker, by kind",
+            &["kind"],
+            r
+        )?;
+        let passthrough = counters!(
+            "router_tls_passthrough_total",
+            "TLS connections for passthrough apps, by result (relayed, no_member, member_failed)",
+            &["result"],
+            r
+        )?;
+        let admin_refused = counters!(
+            "router_admin_refused_total",
+            "Admin calls refused, by reason (host: not a name of the listener, origin: a cross-site call, token: no valid token)",
+            &["reason"],
+            r
+        )?;
+        zeroed(&reloads, &["ok", "error"]);
+        zeroed(&reconcile_runs, &["ok", "error"]);
+        zeroed(
+            &reconcile_differences,
+            &[
+                "missing_member",
+                "stale_member",
+                "changed_member",
+                "missing_alias",
+                "stale_alias",
+                "stale_app",
+            ],
+        );
+        zeroed(&passthrough, &["relayed", "no_member", "member_failed"]);
+        zeroed(&admin_refused, &["host", "origin", "token"]);
+        Ok(Metrics {
+            by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
+            duration: histogram!(
                 "router_http_request_duration_seconds",
                 "From request head received to response body sent",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0, 60.0,
-            ]),
-        )?;
-        let errors = IntCounterVec::new(
-            Opts::new(
-                "router_upstream_errors_total",
-                "Failed exchanges with members, by kind",
-            ),
-            &["kind"],
-        )?;
-        let upstream_errors = UpstreamError::ALL
-            .iter()
-            .map(|k| errors.with_label_values(&[k.as_str()]))
-            .collect();
-        let retries = IntCounter::new(
-            "router_upstream_retries_total",
-            "Idempotent requests sent again: on another member when nothing reached the first, or on a new connection when a reused one closed before a response",
-        )?;
-        let upstream_connections = IntCounter::new(
-            "router_upstream_connections_opened_total",
-            "Connections opened to members (compare with requests for the reuse ratio)",
-        )?;
-        let open_connections = IntGaugeVec::new(
-            Opts::new(
+                buckets(60.0),
+                r
+            )?,
+            upstream_errors: UpstreamError::ALL
+                .iter()
+                .map(|k| errors.with_label_values(&[k.as_str()]))
+                .collect(),
+            retries: counter!(
+                "router_upstream_retries_total",
+                "Idempotent requests sent again: on another member when nothing reached the first, or on a new connection when a reused one closed before a response",
+                r
+            )?,
+            upstream_connections: counter!(
+                "router_upstream_connections_opened_total",
+                "Connections opened to members (compare with requests for the reuse ratio)",
+                r
+            )?,
+            queue_waits: counter!(
+                "router_upstream_queue_waits_total",
+                "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
+                r
+            )?,
+            open_connections: gauges!(
                 "router_open_connections",
                 "Client connections open, by listener",
-            ),
-            &["listener"],
-        )?;
-        let worker_connections = IntGaugeVec::new(
-            Opts::new(
+                &["listener"],
+                r
+            )?,
+            worker_connections: gauges!(
                 "router_worker_connections",
                 "Client connections open on each worker thread (per-core runtimes)",
-            ),
-            &["worker"],
-        )?;
-        let connections = IntCounterVec::new(
-            Opts::new(
+                &["worker"],
+                r
+            )?,
+            connections: counters!(
                 "router_connections_total",
                 "Client connections accepted, by listener",
-            ),
-            &["listener"],
-        )?;
-        let evicted = IntCounterVec::new(
-            Opts::new(
+                &["listener"],
+                r
+            )?,
+            evicted: counters!(
                 "router_connections_evicted_total",
                 "Quiet client connections closed to make room at limits.max_connections",
-            ),
-            &["listener"],
-        )?;
-        let routes = IntGauge::new("router_routes", "Host names in the live route table")?;
-        let apps = IntGauge::new("router_apps", "Applications in the live route table")?;
-        let table_updates =
-            IntCounter::new("router_table_updates_total", "Route tables published")?;
-        registry.register(Box::new(requests))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(errors))?;
-        registry.register(Box::new(retries.clone()))?;
-        registry.register(Box::new(upstream_connections.clone()))?;
-        registry.register(Box::new(open_connections.clone()))?;
-        registry.register(Box::new(worker_connections.clone()))?;
-        registry.register(Box::new(connections.clone()))?;
-        registry.register(Box::new(evicted.clone()))?;
-        registry.register(Box::new(routes.clone()))?;
-        registry.register(Box::new(apps.clone()))?;
-        registry.register(Box::new(table_updates.clone()))?;
-        let health = HealthMetrics::new(&registry)?;
-        let tls = TlsMetrics::new(&registry)?;
-        let queue_waits = IntCounter::new(
-            "router_upstream_queue_waits_total",
-            "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
-        )?;
-        registry.register(Box::new(queue_waits.clone()))?;
-        let passthrough = IntCounterVec::new(
-            Opts::new(
-                "router_tls_passthrough_total",
-                "TLS connections for passthrough apps, by result (relayed, no_member, member_failed)",
-            ),
-            &["result"],
-        )?;
-        for r in ["relayed", "no_member", "member_failed"] {
-            passthrough.with_label_values(&[r]);
-        }
-        registry.register(Box::new(passthrough.clone()))?;
-        let tcp = IntCounterVec::new(
-            Opts::new(
-                "router_tcp_connections_total",
-                "Connections on tcp.listen ports, by listener and result (relayed, no_member, member_failed)",
-            ),
-            &["listener", "result"],
-        )?;
-        registry.register(Box::new(tcp.clone()))?;
-        let reloads = IntCounterVec::new(
-            Opts::new(
-                "router_config_reloads_total",
-                "Configuration reloads (SIGHUP), by result (ok, error: the old configuration stays)",
-            ),
-            &["result"],
-        )?;
-        let reconcile_runs = IntCounterVec::new(
-            Opts::new(
-                "router_reconcile_runs_total",
-                "Comparisons of the saved state with the broker's REST API, by result (ok, error)",
-            ),
-            &["result"],
-        )?;
-        let reconcile_differences = IntCounterVec::new(
-            Opts::new(
-                "router_reconcile_differences_total",
-                "Differences reconcile found between the saved state and the broker, by kind",
-            ),
-            &["kind"],
-        )?;
-        for r in ["ok", "error"] {
-            reloads.with_label_values(&[r]);
-            reconcile_runs.with_label_values(&[r]);
-        }
-        for k in [
-            "missing_member",
-            "stale_member",
-            "changed_member",
-            "missing_alias",
-            "stale_alias",
-            "stale_app",
-        ] {
-            reconcile_differences.with_label_values(&[k]);
-        }
-        registry.register(Box::new(reloads.clone()))?;
-        registry.register(Box::new(reconcile_runs.clone()))?;
-        registry.register(Box::new(reconcile_differences.clone()))?;
-        let admin_refused = IntCounterVec::new(
-            Opts::new(
-                "router_admin_refused_total",
-                "Admin calls refused, by reason (host: not a name of the listener, origin: a cross-site call, token: no valid token)",
-            ),
-            &["reason"],
-        )?;
-        for r in ["host", "origin", "token"] {
-            admin_refused.with_label_values(&[r]);
-        }
-        registry.register(Box::new(admin_refused.clone()))?;
-        let refused = IntCounterVec::new(
-            Opts::new(
+                &["listener"],
+                r
+            )?,
+            refused: counters!(
                 "router_connections_refused_total",
                 "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source)",
-            ),
-            &["listener", "reason"],
-        )?;
-        registry.register(Box::new(refused.clone()))?;
-        let spi = spi_consumer::metrics::Metrics::new(&registry)?;
-        Ok(Metrics {
-            admin_refused,
-            refused,
+                &["listener", "reason"],
+                r
+            )?,
+            tcp: counters!(
+                "router_tcp_connections_total",
+                "Connections on tcp.listen ports, by listener and result (relayed, no_member, member_failed)",
+                &["listener", "result"],
+                r
+            )?,
+            routes: gauge!("router_routes", "Host names in the live route table", r)?,
+            apps: gauge!("router_apps", "Applications in the live route table", r)?,
+            table_updates: counter!("router_table_updates_total", "Route tables published", r)?,
+            health: HealthMetrics::new(&r)?,
+            tls: TlsMetrics::new(&r)?,
+            spi: spi_consumer::metrics::Metrics::new(&r)?,
+            passthrough,
             reloads,
             reconcile_runs,
             reconcile_differences,
-            health,
-            tls,
-            queue_waits,
-            passthrough,
-            tcp,
-            registry,
-            by_class,
-            duration,
-            upstream_errors,
-            retries,
-            upstream_connections,
-            open_connections,
-            worker_connections,
-            connections,
-            evicted,
-            routes,
-            apps,
-            table_updates,
-            spi,
+            admin_refused,
+            registry: r,
         })
     }
 
@@ -382,49 +347,38 @@ pub struct HealthMetrics {
 }
 
 impl HealthMetrics {
-    fn new(registry: &Registry) -> prometheus::Result<HealthMetrics> {
-        let up = IntGaugeVec::new(
-            Opts::new(
+    fn new(r: &Registry) -> prometheus::Result<HealthMetrics> {
+        let checks = counters!(
+            "router_health_checks_total",
+            "Active checks, by result",
+            &["result"],
+            r
+        )?;
+        Ok(HealthMetrics {
+            up: gauges!(
                 "router_backend_up",
                 "1 if the member takes new requests by health, 0 if down or not checked yet",
-            ),
-            &["backend"],
-        )?;
-        let checks = IntCounterVec::new(
-            Opts::new("router_health_checks_total", "Active checks, by result"),
-            &["result"],
-        )?;
-        let check_duration = Histogram::with_opts(
-            HistogramOpts::new(
+                &["backend"],
+                r
+            )?,
+            checks: ["pass", "fail", "skipped"].map(|v| checks.with_label_values(&[v])),
+            check_duration: histogram!(
                 "router_health_check_duration_seconds",
                 "Time an active check took (failures included)",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            ]),
-        )?;
-        let ejections = IntCounterVec::new(
-            Opts::new(
+                buckets(5.0),
+                r
+            )?,
+            ejections: counters!(
                 "router_backend_ejections_total",
                 "Members taken out of service, by what noticed (check, passive)",
-            ),
-            &["reason"],
-        )?;
-        let recoveries = IntCounter::new(
-            "router_backend_recoveries_total",
-            "Down members that passed their checks and came back",
-        )?;
-        registry.register(Box::new(up.clone()))?;
-        registry.register(Box::new(checks.clone()))?;
-        registry.register(Box::new(check_duration.clone()))?;
-        registry.register(Box::new(ejections.clone()))?;
-        registry.register(Box::new(recoveries.clone()))?;
-        Ok(HealthMetrics {
-            checks: ["pass", "fail", "skipped"].map(|r| checks.with_label_values(&[r])),
-            up,
-            check_duration,
-            ejections,
-            recoveries,
+                &["reason"],
+                r
+            )?,
+            recoveries: counter!(
+                "router_backend_recoveries_total",
+                "Down members that passed their checks and came back",
+                r
+            )?,
         })
     }
 
@@ -473,50 +427,38 @@ pub struct TlsMetrics {
 }
 
 impl TlsMetrics {
-    fn new(registry: &Registry) -> prometheus::Result<TlsMetrics> {
-        let handshakes = IntCounterVec::new(
-            Opts::new(
-                "router_tls_handshakes_total",
-                "Completed client handshakes, by kind (full, resumed)",
-            ),
+    fn new(r: &Registry) -> prometheus::Result<TlsMetrics> {
+        let handshakes = counters!(
+            "router_tls_handshakes_total",
+            "Completed client handshakes, by kind (full, resumed)",
             &["kind"],
+            r
         )?;
-        let failures = IntCounterVec::new(
-            Opts::new(
-                "router_tls_handshake_failures_total",
-                "Failed client handshakes, by reason",
-            ),
-            &["reason"],
-        )?;
-        let certificates = IntGauge::new(
-            "router_tls_certificates",
-            "Alias certificates loaded (the default certificate not counted)",
-        )?;
-        let certificate_errors = IntCounterVec::new(
-            Opts::new(
-                "router_tls_certificate_errors_total",
-                "Certificates or keys rejected, by reason (the previous one stays in service)",
-            ),
-            &["reason"],
-        )?;
-        let expiry = IntGaugeVec::new(
-            Opts::new(
-                "router_tls_certificate_expiry_timestamp_seconds",
-                "notAfter of each loaded certificate, by alias (alert on this minus time())",
-            ),
-            &["alias"],
-        )?;
-        registry.register(Box::new(handshakes.clone()))?;
-        registry.register(Box::new(failures.clone()))?;
-        registry.register(Box::new(certificates.clone()))?;
-        registry.register(Box::new(certificate_errors.clone()))?;
-        registry.register(Box::new(expiry.clone()))?;
         Ok(TlsMetrics {
             handshakes: ["full", "resumed"].map(|k| handshakes.with_label_values(&[k])),
-            failures,
-            certificates,
-            certificate_errors,
-            expiry,
+            failures: counters!(
+                "router_tls_handshake_failures_total",
+                "Failed client handshakes, by reason",
+                &["reason"],
+                r
+            )?,
+            certificates: gauge!(
+                "router_tls_certificates",
+                "Alias certificates loaded (the default certificate not counted)",
+                r
+            )?,
+            certificate_errors: counters!(
+                "router_tls_certificate_errors_total",
+                "Certificates or keys rejected, by reason (the previous one stays in service)",
+                &["reason"],
+                r
+            )?,
+            expiry: gauges!(
+                "router_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of each loaded certificate, by alias (alert on this minus time())",
+                &["alias"],
+                r
+            )?,
         })
     }
 

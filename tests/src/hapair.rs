@@ -263,7 +263,9 @@ impl Pair {
         start.elapsed()
     }
 
-    /// Starts the 20 ms poller in the client namespace, for `secs`.
+    /// Starts the 20 ms poller in the client namespace, for `secs`, and returns once
+    /// it has had five answers of 200 (so what the caller does next happens while
+    /// requests are being served).
     pub fn poller(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
         let log = self
             .dir
@@ -275,7 +277,82 @@ impl Pair {
             .args([vip, &secs.to_string(), log.to_str().expect("path"), HOST])
             .spawn()
             .expect("poller");
+        let live = log.with_extension("log.live");
+        let start = Instant::now();
+        while std::fs::read_to_string(&live)
+            .map_or(0, |t| t.lines().filter(|l| l.ends_with(" 200")).count())
+            < 5
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the poller got no answers"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         (child, log)
+    }
+
+    /// VRRP advertisements keepalived `i` has received so far (its `SIGUSR2`
+    /// statistics, all instances summed).
+    pub fn adverts_received(&self, i: usize) -> u64 {
+        // keepalived always writes /tmp/keepalived.stats: one reader at a time.
+        static STATS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STATS.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = Path::new("/tmp/keepalived.stats");
+        let _ = std::fs::remove_file(stats);
+        let pid = self.keepalived[i]
+            .as_ref()
+            .expect("keepalived running")
+            .id();
+        let _ = std::process::Command::new("kill")
+            .args(["-USR2", &pid.to_string()])
+            .status();
+        let start = Instant::now();
+        loop {
+            // Complete once the last instance's section is there.
+            if let Ok(text) = std::fs::read_to_string(stats)
+                && text.contains("Authentication Errors")
+            {
+                let mut lines = text.lines().map(str::trim);
+                let mut n = 0;
+                while let Some(l) = lines.next() {
+                    if l == "Advertisements:" {
+                        n += lines
+                            .next()
+                            .and_then(|r| r.strip_prefix("Received: "))
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .expect("a Received line after Advertisements");
+                    }
+                }
+                return n;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "no keepalived statistics"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until keepalived `i` logged `state` (e.g. "BACKUP") as its newest
+    /// state change.
+    pub fn wait_state(&self, i: usize, state: &str, limit: Duration) {
+        let log = self.dir.join(format!("ka-{}.log", NAMES[i]));
+        let want = format!("Entering {state} STATE");
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let newest = text.lines().rev().find(|l| l.contains(" STATE"));
+            if newest.is_some_and(|l| l.contains(&want)) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "keepalived of router-{} not in {state} after {limit:?}: {newest:?}",
+                NAMES[i]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stops the supervisor `i` gracefully (it flags, waits, then SIGTERMs the router).

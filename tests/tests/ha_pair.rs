@@ -30,7 +30,6 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
 
     // kill -9 of the active router under a request loop: the VIP moves.
     let (mut poll, log) = pair.poller(VIP, 4.0);
-    std::thread::sleep(Duration::from_millis(800));
     let pid = pair.router_pid(0);
     let killed = Instant::now();
     let _ = std::process::Command::new("kill")
@@ -60,7 +59,6 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
 
     // Graceful stop of the active router: flag first, VIP moves, then the drain.
     let (mut poll, log) = pair.poller(VIP, 4.0);
-    std::thread::sleep(Duration::from_millis(800));
     pair.stop_router(0);
     poll.wait().expect("poller");
     assert!(pair.topo.has_addr("b", VIP));
@@ -97,8 +95,10 @@ fn nopreempt_keeps_the_vip_where_it_is_and_tls_sessions_resume_across_failover()
         pair.topo.sh(
             "c",
             &format!(
-                "(sleep 0.5; printf 'GET / HTTP/1.1\\r\\nHost: {HOST}\\r\\nConnection: close\\r\\n\\r\\n'; sleep 0.5) | \
-                 openssl s_client -connect {VIP}:8443 -servername {HOST} -CAfile {} -tls1_3 {extra} 2>&1",
+                // -ign_eof: s_client reads until the router closes (after its
+                // answer, `Connection: close`), session tickets included.
+                "printf 'GET / HTTP/1.1\\r\\nHost: {HOST}\\r\\nConnection: close\\r\\n\\r\\n' | \
+                 openssl s_client -ign_eof -connect {VIP}:8443 -servername {HOST} -CAfile {} -tls1_3 {extra} 2>&1",
                 pair.dir.join("ca.pem").display()
             ),
         )
@@ -124,7 +124,19 @@ fn nopreempt_keeps_the_vip_where_it_is_and_tls_sessions_resume_across_failover()
     // when the returning router has the higher priority.
     let _ = pair.routers[first].take().map(|mut c| c.wait());
     pair.start_router(first);
-    std::thread::sleep(Duration::from_secs(3));
+    // Back from FAULT (its flag 0 again) at its full priority, it has taken three
+    // adverts from the holder: with preempt the first of them would have moved
+    // the VIP.
+    pair.wait_state(first, "BACKUP", Duration::from_secs(10));
+    let before = pair.adverts_received(first);
+    let start = Instant::now();
+    while pair.adverts_received(first) < before + 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no adverts from the holder"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
         pair.topo.has_addr(NAMES[other], VIP) && !pair.topo.has_addr(NAMES[first], VIP),
         "VIP moved back despite nopreempt"
