@@ -5,7 +5,8 @@
 //! - **an event** (in `spi-consumer`: decoded, applied, persisted) is published by
 //!   [`table::build`] into a new route table (and the certificate index);
 //! - **a request** is accepted ([`request::accept`]), routed by Host
-//!   ([`request::route`]), balanced over the route's members ([`table::balance`]),
+//!   ([`request::route`]), admitted by its app's policy ([`policy`]: limits,
+//!   access rules, affinity), balanced over the route's members ([`table::balance`]),
 //!   forwarded ([`request::forward`]; one retry decision, [`request::retry`]) over a
 //!   member connection ([`upstream`]), and answered ([`request::body`], errors in [`request::error`]).
 //!
@@ -23,6 +24,7 @@ pub mod log_limit;
 pub mod members;
 pub mod memory;
 pub mod metrics;
+pub mod policy;
 pub mod reconcile;
 pub mod request;
 pub mod ring;

@@ -1,4 +1,5 @@
-//! `router`: run the router, or check a configuration file.
+//! `router`: run the router, check a configuration file, or talk to the running
+//! router's admin API (reconcile, app settings, the pair check).
 //!
 //! Exit codes: 0 on a clean stop, 64 (EX_USAGE) for a bad configuration, 1 when the
 //! router cannot start (a port in use, an unreadable state directory).
@@ -40,6 +41,23 @@ enum Command {
         #[arg(long, conflicts_with = "apply")]
         dry_run: bool,
     },
+    /// Show an app's settings in the running router (its admin API), or replace
+    /// them with a JSON file (`-`: standard input), or remove them.
+    Settings {
+        /// The app, `name-namespace`.
+        app: String,
+        #[arg(long, value_name = "FILE")]
+        set: Option<PathBuf>,
+        #[arg(long, conflicts_with = "set")]
+        delete: bool,
+    },
+    /// Compare the app settings and the affinity key of the running router with
+    /// the other router of the pair (its admin address, host:port): exit 0 when
+    /// they are the same, 3 (with the differences) when not.
+    CheckPair {
+        /// The peer's admin address, e.g. 10.0.0.2:9090.
+        peer: String,
+    },
     /// Take over the listening sockets of the router running on the same
     /// `state_dir` (a new binary, no connection refused), then run; the old one
     /// drains and exits.
@@ -61,6 +79,30 @@ fn main() -> ExitCode {
         println!("{}: ok", cli.config.display());
         return ExitCode::SUCCESS;
     }
+    if let Some(Command::Settings { app, set, delete }) = &cli.command {
+        return print_or_fail(
+            "router settings",
+            settings(&config, app, set.as_deref(), *delete),
+        );
+    }
+    if let Some(Command::CheckPair { peer }) = &cli.command {
+        return match check_pair(&config, peer) {
+            Ok(differences) if differences.is_empty() => {
+                println!("the same app settings and affinity key on both routers");
+                ExitCode::SUCCESS
+            }
+            Ok(differences) => {
+                for d in differences {
+                    println!("{d}");
+                }
+                ExitCode::from(3)
+            }
+            Err(e) => {
+                eprintln!("router check-pair: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(Command::Reconcile { apply, dry_run }) = cli.command {
         let apply = if apply {
             "?apply=true"
@@ -69,7 +111,7 @@ fn main() -> ExitCode {
         } else {
             ""
         };
-        return match admin_post(&config, &format!("/reconcile{apply}")) {
+        return match admin_call(&config, None, "POST", &format!("/reconcile{apply}"), b"") {
             Ok(body) => {
                 println!("{body}");
                 reconcile_exit(&body)
@@ -120,22 +162,117 @@ fn reconcile_exit(report: &str) -> ExitCode {
     }
 }
 
-/// POSTs to the running router's admin API (`listen.admin`) with the admin token;
-/// the body of a 200 answer.
-fn admin_post(config: &Config, path: &str) -> anyhow::Result<String> {
+/// Prints `result`'s text, or the error prefixed with `what`.
+fn print_or_fail(what: &str, result: anyhow::Result<String>) -> ExitCode {
+    match result {
+        Ok(body) => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{what}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `router settings APP [--set FILE | --delete]`.
+fn settings(
+    config: &Config,
+    app: &str,
+    set: Option<&std::path::Path>,
+    delete: bool,
+) -> anyhow::Result<String> {
+    let path = format!("/apps/{app}/settings");
+    match (set, delete) {
+        (_, true) => admin_call(config, None, "DELETE", &path, b""),
+        (Some(file), _) => {
+            let body = if file == std::path::Path::new("-") {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+                b
+            } else {
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?
+            };
+            admin_call(config, None, "PUT", &path, &body)
+        }
+        (None, false) => admin_call(config, None, "GET", &path, b""),
+    }
+}
+
+/// `router check-pair PEER`: what differs between the two routers' settings.
+fn check_pair(config: &Config, peer: &str) -> anyhow::Result<Vec<String>> {
+    let peer: std::net::SocketAddr = peer
+        .parse()
+        .with_context(|| format!("{peer}: an admin address is host:port"))?;
+    let ours: serde_json::Value =
+        serde_json::from_str(&admin_call(config, None, "GET", "/apps/settings", b"")?)?;
+    let theirs: serde_json::Value = serde_json::from_str(&admin_call(
+        config,
+        Some(peer),
+        "GET",
+        "/apps/settings",
+        b"",
+    )?)?;
+    let mut out = Vec::new();
+    if ours["affinity_key"] != theirs["affinity_key"] {
+        out.push(
+            "affinity_key: the two routers hash affinity cookies with different keys (set affinity_key_file to the same secret on both)".to_string(),
+        );
+    }
+    if ours["defaults"] != theirs["defaults"] {
+        out.push(format!(
+            "app_defaults: here {} , on {peer} {}",
+            ours["defaults"], theirs["defaults"]
+        ));
+    }
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        ours["apps"].as_object().unwrap_or(&empty),
+        theirs["apps"].as_object().unwrap_or(&empty),
+    );
+    let apps: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for app in apps {
+        if a.get(app) != b.get(app) {
+            let show =
+                |v: Option<&serde_json::Value>| v.map_or("(none)".to_string(), |v| v.to_string());
+            out.push(format!(
+                "{app}: here {}, on {peer} {}",
+                show(a.get(app)),
+                show(b.get(app))
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Calls the running router's admin API (`listen.admin`, or `at`) with the admin
+/// token; the body of a 200 answer.
+fn admin_call(
+    config: &Config,
+    at: Option<std::net::SocketAddr>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> anyhow::Result<String> {
     use std::io::{Read, Write};
-    let addr = config
-        .listen
-        .admin
-        .context("listen.admin is off: no admin API to ask")?;
+    let addr = match at {
+        Some(a) => a,
+        None => config
+            .listen
+            .admin
+            .context("listen.admin is off: no admin API to ask")?,
+    };
     let token = router::startup::admin_token(config)?;
     let mut s =
         std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
     )?;
+    s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw);

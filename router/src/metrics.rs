@@ -138,8 +138,26 @@ pub struct Metrics {
     /// `router_connections_refused_total{listener, reason}`: client connections
     /// closed at accept (`source_limit`: the address held its share).
     pub refused: IntCounterVec,
+    /// `router_app_requests_refused_total{app, reason}`: requests an app's policy
+    /// refused; `app` is the app's name for apps with settings of their own,
+    /// `_default` for the rest (bounded by what operators configure).
+    pub app_refused: IntCounterVec,
+    /// `router_affinity_total{result}`: requests of apps with cookie affinity: kept
+    /// on the cookie's member, moved (its member was not eligible), new (no cookie).
+    affinity: [IntCounter; 3],
+    /// `router_app_limit_untracked_total`: clients let through without a rate
+    /// bucket because the table of buckets was full (see `policy::clients`).
+    pub app_untracked: IntCounter,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
+}
+
+/// What affinity did for one request (`router_affinity_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AffinityResult {
+    Kept = 0,
+    Moved = 1,
+    New = 2,
 }
 
 /// Creates the series of `values` at zero, so that alerts on them work from the
@@ -221,6 +239,12 @@ impl Metrics {
         );
         zeroed(&passthrough, &["relayed", "no_member", "member_failed"]);
         zeroed(&admin_refused, &["host", "origin", "token"]);
+        let affinity = counters!(
+            "router_affinity_total",
+            "Requests of apps with cookie affinity, by result (kept: on the cookie's member; moved: that member was not eligible; new: no valid cookie)",
+            &["result"],
+            r
+        )?;
         Ok(Metrics {
             by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
             duration: histogram!(
@@ -290,6 +314,18 @@ impl Metrics {
             health: HealthMetrics::new(&r)?,
             tls: TlsMetrics::new(&r)?,
             spi: spi_consumer::metrics::Metrics::new(&r)?,
+            app_refused: counters!(
+                "router_app_requests_refused_total",
+                "Requests an app's policy refused, by app (_default: apps without settings of their own) and reason (address, maintenance, rate_limit, max_connections_per_client)",
+                &["app", "reason"],
+                r
+            )?,
+            affinity: ["kept", "moved", "new"].map(|v| affinity.with_label_values(&[v])),
+            app_untracked: counter!(
+                "router_app_limit_untracked_total",
+                "Clients let through a rate limit untracked because the table of per-client buckets was full",
+                r
+            )?,
             passthrough,
             reloads,
             reconcile_runs,
@@ -302,6 +338,10 @@ impl Metrics {
     pub fn request(&self, status: u16) {
         let i = usize::from(status / 100).clamp(1, 5) - 1;
         self.by_class[i].inc();
+    }
+
+    pub fn affinity(&self, result: AffinityResult) {
+        self.affinity[result as usize].inc();
     }
 
     pub fn admin_refused(&self, reason: &str) {

@@ -39,6 +39,17 @@ impl AppKey {
             namespace: app.namespace.to_ascii_lowercase(),
         }
     }
+
+    /// The inverse of `Display`: `name-namespace`. App names and namespaces are
+    /// alphanumeric (the broker refuses others), so the first `-` separates them.
+    pub fn parse(s: &str) -> Option<AppKey> {
+        let (name, namespace) = s.split_once('-')?;
+        let ok = |p: &str| !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric());
+        (ok(name) && ok(namespace)).then(|| AppKey {
+            name: name.to_ascii_lowercase(),
+            namespace: namespace.to_ascii_lowercase(),
+        })
+    }
 }
 
 impl std::fmt::Display for AppKey {

@@ -13,6 +13,7 @@
 //! | `POST /backends/{address:port}/rotate-in` | takes new requests again at once (persisted) |
 //! | `POST /aliases/{name}/split` | body `{"app-ns": 90, "app2-ns": 10}`: the name's requests are shared between those apps by weight (persisted; `100/0` moves all at once) |
 //! | `DELETE /aliases/{name}/split` | the name goes back to its own app |
+//! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
@@ -20,7 +21,7 @@
 //! must not be remembered), rotating one in always works. The same holds for a
 //! split: the name and every app it names must be in the table.
 //!
-//! With `admin.token_file`, every mutating call (POST, DELETE) needs
+//! With `admin.token_file`, every mutating call (POST, PUT, DELETE) needs
 //! `Authorization: Bearer <token>` (401 without); reads stay open.
 //!
 //! Against a web page in an operator's browser (the listener is on loopback, which
@@ -58,6 +59,8 @@ use tokio::sync::{Semaphore, watch};
 
 mod origin;
 pub use origin::Names;
+mod settings;
+pub use settings::AllSettings;
 mod status;
 
 use crate::members::MemberRegistry;
@@ -81,6 +84,8 @@ pub struct Admin {
     pub ready: Arc<AtomicBool>,
     /// Blue/green splits, saved.
     pub splits: Arc<SplitStore>,
+    /// Per-app settings, saved, and the affinity key.
+    pub policies: Arc<crate::policy::Policies>,
     /// `admin.token_file`'s token: mutating calls need it (a reload replaces it).
     pub token: arc_swap::ArcSwapOption<String>,
     pub audit: Audit,
@@ -194,6 +199,9 @@ struct AppDoc<'a> {
     endpoints: &'a [EndpointInfo],
     aliases: &'a [String],
     certificates: &'a [String],
+    /// What applies of its settings (own over `app_defaults`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settings: Option<&'a crate::policy::settings::AppSettings>,
 }
 
 #[derive(Serialize)]
@@ -237,7 +245,7 @@ impl Admin {
         local: SocketAddr,
     ) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_string();
-        let mutating = req.method() == Method::POST || req.method() == Method::DELETE;
+        let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
         if let Err(refusal) = self.names.load().check(&req, local, mutating) {
             self.metrics.admin_refused(refusal.reason());
             self.audit
@@ -303,6 +311,23 @@ impl Admin {
                 .record(&client.ip().to_string(), action, name, r.status().as_str());
             return r;
         }
+        if let Some(app) = path
+            .strip_prefix("/apps/")
+            .and_then(|r| r.strip_suffix("/settings"))
+        {
+            let method = req.method().clone();
+            let r = self.app_settings(app, &method, req.into_body()).await;
+            if mutating {
+                let action = if method == Method::PUT {
+                    "set-settings"
+                } else {
+                    "delete-settings"
+                };
+                self.audit
+                    .record(&client.ip().to_string(), action, app, r.status().as_str());
+            }
+            return r;
+        }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
         }
@@ -311,6 +336,7 @@ impl Admin {
             "/status.js" => asset(status::SCRIPT, "text/javascript; charset=utf-8"),
             "/status.css" => asset(status::STYLE, "text/css; charset=utf-8"),
             "/status" => json(&status::document(self)),
+            "/apps/settings" => json(&self.all_settings()),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Acquire) {
@@ -595,6 +621,7 @@ impl Admin {
                     endpoints: &r.endpoints,
                     aliases: &r.aliases,
                     certificates: &r.certificates,
+                    settings: table.policy_for(&r.app).map(|p| &p.effective),
                 })
                 .collect(),
             splits: table

@@ -123,8 +123,17 @@ pub fn document(admin: &Admin) -> Value {
                     })
                 })
                 .collect();
+            let policy = table.policy_for(&r.app);
+            let refused = policy.map_or(0.0, |p| {
+                sum_of(&format!(
+                    "router_app_requests_refused_total{{app=\"{}\"",
+                    p.label
+                ))
+            });
             json!({
                 "app": r.app.to_string(),
+                "settings": policy.map(|p| p.effective.summary()).unwrap_or_default(),
+                "refused": refused,
                 "name": r.name,
                 "namespace": r.namespace,
                 "hosts": r.hosts.iter().map(|h| &**h).collect::<Vec<_>>(),

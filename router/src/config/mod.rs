@@ -76,6 +76,14 @@ pub struct Config {
     pub admin: crate::admin::AdminSettings,
     /// Checking the saved state against the broker's REST API; off when absent.
     pub reconcile: Option<crate::reconcile::ReconcileSettings>,
+    /// Settings for every app without its own (see `router::policy`; an app's own,
+    /// `PUT /apps/{app}/settings`, win field by field).
+    #[serde(default)]
+    pub app_defaults: crate::policy::settings::AppSettings,
+    /// The secret affinity cookies are hashed with; both routers of a pair read
+    /// the same file. Without it: `state_dir/affinity.key`, made once.
+    #[serde(default)]
+    pub affinity_key_file: Option<PathBuf>,
 }
 
 /// `tcp`: TCP balancing on external ports (see `router::tcp`).
@@ -516,6 +524,10 @@ impl Config {
         config
             .validate()
             .map_err(|(path, message)| ConfigError::at_yaml_field(text, file, path, message))?;
+        config.app_defaults.check().map_err(|e| {
+            let path = format!("app_defaults.{}", e.field);
+            ConfigError::at_yaml_field(text, file, &path, e.problem)
+        })?;
         Ok(config)
     }
 

@@ -64,6 +64,9 @@ pub struct Member {
     reserve: Option<Reserve>,
     /// Requests answered through it (the status page's rates and latencies).
     pub stats: Stats,
+    /// Its cookie affinity id (the key is the process's: see `policy::affinity`),
+    /// hashed once.
+    affinity_id: std::sync::OnceLock<u64>,
 }
 
 /// Upper bounds of [`Stats`]' latency buckets, in milliseconds (the last is open).
@@ -226,6 +229,11 @@ pub enum Full {
 }
 
 impl Member {
+    /// Its cookie affinity id under `key` (one key per process).
+    pub fn affinity_id(&self, key: &crate::policy::affinity::AffinityKey) -> u64 {
+        *self.affinity_id.get_or_init(|| key.id(&self.addr))
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
@@ -509,6 +517,7 @@ impl MemberRegistry {
             }),
             reserve: Reserve::new(self.max_in_flight, self.reserve_percent),
             stats: Stats::default(),
+            affinity_id: std::sync::OnceLock::new(),
             addr,
         });
         // Forget members nobody refers to any more, so the map stays bounded.

@@ -141,6 +141,8 @@ pub struct Completion {
     pub in_flight: Option<InFlight>,
     /// Keeps the client connection from counting as idle until the body is done.
     pub active: Option<ActiveRequest>,
+    /// The request's count against its app's `max_connections_per_client`.
+    pub hold: Option<crate::policy::clients::Hold>,
 }
 
 impl Drop for Completion {

@@ -9,6 +9,7 @@ use http::{Response, StatusCode};
 
 use super::body::ProxyBody;
 use crate::metrics::UpstreamError;
+use crate::policy::Refused;
 
 /// Why a request got no answer from a member.
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub enum ProxyError {
     Misdirected,
     /// The app is known but has no routable member.
     NoMember,
+    /// The app's policy refused the request (see [`crate::policy`]).
+    Refused(Refused),
     Upstream(UpstreamError),
 }
 
@@ -49,6 +52,9 @@ impl ProxyError {
 
     /// The one place errors become responses.
     pub fn response(&self) -> Response<ProxyBody> {
+        if let ProxyError::Refused(r) = self {
+            return refused(r);
+        }
         let (status, text) = match self {
             ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
             ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
@@ -69,6 +75,7 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "application has no available backend\n",
             ),
+            ProxyError::Refused(_) => (StatusCode::FORBIDDEN, "refused\n"),
             ProxyError::Upstream(kind) => match kind {
                 // The member is full: like no member at all, try again later.
                 UpstreamError::Busy => (
@@ -119,4 +126,52 @@ impl ProxyError {
         }
         resp
     }
+}
+
+/// An app policy's refusal: 403 for an address, 429 over a limit (with
+/// `Retry-After` for the rate), 503 with `Retry-After` and the operator's page in
+/// maintenance.
+fn refused(r: &Refused) -> Response<ProxyBody> {
+    let (status, body, retry_after) = match r {
+        Refused::Address => (
+            StatusCode::FORBIDDEN,
+            ProxyBody::full("this application does not take requests from your address\n"),
+            None,
+        ),
+        Refused::Rate { retry_after } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ProxyBody::full("too many requests from your address, slow down\n"),
+            Some(*retry_after),
+        ),
+        Refused::InFlight => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ProxyBody::full("too many requests at once from your address\n"),
+            Some(1),
+        ),
+        Refused::Maintenance(m) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            match &m.page {
+                Some(page) => ProxyBody::full(page.clone()),
+                None => ProxyBody::full("this application is down for maintenance\n"),
+            },
+            Some(m.retry_after),
+        ),
+    };
+    let html = matches!(r, Refused::Maintenance(m) if m.page.is_some());
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if html {
+            "text/html; charset=utf-8"
+        } else {
+            "text/plain; charset=utf-8"
+        }),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(s) = retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
 }

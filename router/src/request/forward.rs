@@ -21,9 +21,12 @@ use super::tunnel::Tunnel;
 use super::upload::{Received, read_ahead};
 use super::{Forwarded, Proxy};
 use crate::members::{Full, InFlight, Member};
-use crate::metrics::UpstreamError;
+use crate::metrics::{AffinityResult, UpstreamError};
+use crate::policy::affinity::Affinity;
+use crate::policy::clients::Hold;
+use crate::policy::{Policy, Refused};
 use crate::table::{Route, Target};
-use crate::upstream::{Encoded, Lease, MemberTls, RequestBody, SendError, Upstream};
+use crate::upstream::{Encoded, Lease, MemberTls, RequestBody, Upstream};
 
 impl Proxy {
     pub(super) async fn forward(
@@ -35,17 +38,31 @@ impl Proxy {
         // 0. method and framing; 1-2. host and route (or a redirect to HTTPS).
         refuse_early(&req)?;
         let host = host.ok_or(ProxyError::BadHost)?;
-        let (route, name) = match self.route_of(&conn, &req, &host)? {
-            Routed::To(route, name) => (route, name),
-            Routed::Redirect(answer) => return Ok(*answer),
+        let Routed::To(To {
+            route,
+            name,
+            policy,
+            sticky,
+        }) = self.route_of(&conn, &req, &host)?
+        else {
+            return Ok(self.redirect_of(&req, &host));
         };
-        // 3. pick
-        let target: Target = route.pick().ok_or(ProxyError::NoMember)?.clone();
+        // Whose share of a member's slots the request counts in (and whose app
+        // limits), and whose idle member connections it may reuse.
+        let source = (conn.share_source(req.headers()), conn.worker);
+        // 3. admit (the app's policy), then pick: the cookie's member if eligible
+        let hold = match &policy {
+            Some(p) => p
+                .admit(&route.app, source.0, &self.clients)
+                .map_err(|r| self.refused(p, r))?,
+            None => None,
+        };
+        let target: Target = match &sticky {
+            Sticky::Kept(t) => t.clone(),
+            _ => route.pick().ok_or(ProxyError::NoMember)?.clone(),
+        };
         // The name TLS members are asked for (SNI) and verified against.
         let sni: &str = &name;
-        // Whose share of a member's slots the request counts in, and whose idle
-        // member connections it may reuse.
-        let source = (conn.share_source(req.headers()), conn.worker);
 
         // 4. the request as the member gets it
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
@@ -64,9 +81,16 @@ impl Proxy {
             .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
             .await?;
         let request = Request::from_parts(parts, body);
+        let timeouts = Timeouts::of(self, policy.as_deref());
         if let Some(client_upgrade) = client_upgrade {
             return self
-                .send_upgrade(request, client_upgrade, (target, slot, up), &conn)
+                .send_upgrade(
+                    request,
+                    client_upgrade,
+                    (target, slot, up),
+                    &conn,
+                    (timeouts, hold),
+                )
                 .await;
         }
         // 7. send; on a failure the retry decision allows, once more (on a new
@@ -80,7 +104,9 @@ impl Proxy {
             idempotent,
             exact: request.has_no_body(),
         };
-        let mut result = self.send(&mut up, &target.member.addr, &mut request).await;
+        let mut result = up
+            .send(&target.member.addr, &mut request, timeouts.response)
+            .await;
         let retry = match &result {
             Err(Some(e)) => decide(Reached::from(e), replay),
             _ => Retry::No,
@@ -103,7 +129,9 @@ impl Proxy {
                 Err(e) => return Err(e),
             };
             request.rewind();
-            result = self.send(&mut up, &target.member.addr, &mut request).await;
+            result = up
+                .send(&target.member.addr, &mut request, timeouts.response)
+                .await;
         }
         let response = match result {
             Ok(r) => r,
@@ -115,21 +143,60 @@ impl Proxy {
         };
         target.member.health.record_success();
         drop(route);
-        // 8. respond
+        // 8. respond (with a new affinity cookie unless the request's named this member)
         let (mut parts, ()) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, false);
+        if let Some(affinity) = policy.as_ref().and_then(|p| p.affinity.as_ref()) {
+            self.stick(affinity, &sticky, &target, &mut parts.headers, conn.https);
+        }
         let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
         Ok(Forwarded {
             response: Response::from_parts(parts, body),
             in_flight: Some(slot),
             member: None,
+            hold,
         })
+    }
+
+    /// Counts what affinity did and sets the cookie for the member that answered,
+    /// unless the request's cookie named it already.
+    fn stick(
+        &self,
+        affinity: &Affinity,
+        sticky: &Sticky,
+        target: &Target,
+        headers: &mut http::HeaderMap,
+        https: bool,
+    ) {
+        let id = target.member.affinity_id(affinity.key());
+        let result = match sticky {
+            Sticky::Kept(t) if t.member.affinity_id(affinity.key()) == id => {
+                self.metrics.affinity(AffinityResult::Kept);
+                return;
+            }
+            Sticky::Kept(_) | Sticky::Moved => AffinityResult::Moved,
+            Sticky::None => AffinityResult::New,
+        };
+        self.metrics.affinity(result);
+        if let Some(cookie) = affinity.set_cookie(&target.member.addr, https) {
+            headers.append(header::SET_COOKIE, cookie);
+        }
+    }
+
+    /// Counts a policy's refusal, by app and reason.
+    fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
+        self.metrics
+            .app_refused
+            .with_label_values(&[&*policy.label, r.reason()])
+            .inc();
+        ProxyError::Refused(r)
     }
 
     /// The route for the request's host, after the checks that need no member: a
     /// valid host, a certificate that serves it, no passthrough name on a
-    /// terminated connection. Plain HTTP for a host with a certificate may be
-    /// answered with a redirect to HTTPS.
+    /// terminated connection; with it, from the same table, the app's policy and
+    /// the member its affinity cookie names. Plain HTTP for a host with a
+    /// certificate may be answered with a redirect to HTTPS.
     fn route_of<'h>(
         &self,
         conn: &ClientConn,
@@ -149,12 +216,33 @@ impl Proxy {
             return Err(ProxyError::Misdirected);
         }
         // One table load; the guard is dropped before any await.
-        let route = self
-            .table
-            .load()
-            .route_for(&name)
-            .cloned()
-            .ok_or(ProxyError::NoRoute)?;
+        let table = self.table.load();
+        let mut route = table.route_for(&name).ok_or(ProxyError::NoRoute)?;
+        let mut policy = table.policy_for(&route.app);
+        let mut sticky = Sticky::None;
+        if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref())
+            && let Some(id) = affinity.requested(req.headers())
+        {
+            // The cookie's member in this route, or in another app of a split.
+            let split = table.split_apps(&name);
+            let found = std::iter::once(route).chain(split).find_map(|r| {
+                r.members
+                    .iter()
+                    .find(|t| t.member.eligible() && t.member.affinity_id(affinity.key()) == id)
+                    .map(|t| (r, t))
+            });
+            sticky = match found {
+                Some((r, t)) => {
+                    if !Arc::ptr_eq(r, route) {
+                        (route, policy) = (r, table.policy_for(&r.app));
+                    }
+                    Sticky::Kept(t.clone())
+                }
+                None => Sticky::Moved,
+            };
+        }
+        let (route, policy) = (route.clone(), policy.cloned());
+        drop(table);
         // Names whose TLS the gear terminates are relayed before any handshake: a
         // request for one on a connection we terminated was coalesced here (h2).
         if route.passthrough && conn.https {
@@ -164,13 +252,33 @@ impl Proxy {
             && let Some(redirect) = &self.redirect
             && redirect.covers(&route, &name)
         {
-            return Ok(Routed::Redirect(Box::new(Forwarded {
-                response: redirect.response(req, &name),
-                in_flight: None,
-                member: None,
-            })));
+            return Ok(Routed::Redirect);
         }
-        Ok(Routed::To(route, name))
+        Ok(Routed::To(To {
+            route,
+            name,
+            policy,
+            sticky,
+        }))
+    }
+
+    /// The redirect to HTTPS [`Proxy::route_of`] decided on.
+    fn redirect_of(&self, req: &Request<Received>, host: &HeaderValue) -> Forwarded {
+        let name = host
+            .to_str()
+            .ok()
+            .and_then(normalize_host)
+            .unwrap_or_default();
+        let response = match &self.redirect {
+            Some(r) => r.response(req, &name),
+            None => ProxyError::NoRoute.response(),
+        };
+        Forwarded {
+            response,
+            in_flight: None,
+            member: None,
+            hold: None,
+        }
     }
 
     /// An upgrade request (WebSocket) sent on its fresh connection; the member's
@@ -181,10 +289,11 @@ impl Proxy {
         client_upgrade: hyper::upgrade::OnUpgrade,
         (target, slot, up): (Target, InFlight, Upstream),
         conn: &ClientConn,
+        (timeouts, hold): (Timeouts, Option<Hold>),
     ) -> Result<Forwarded, ProxyError> {
         let member = target.member;
         let response = match tokio::time::timeout(
-            self.response_timeout,
+            timeouts.response,
             Box::pin(up.send_upgrade(&member.addr, req)),
         )
         .await
@@ -194,7 +303,13 @@ impl Proxy {
             Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
         };
         member.health.record_success();
-        Ok(self.upgraded(response, client_upgrade, slot, conn))
+        Ok(self.upgraded(
+            response,
+            client_upgrade,
+            slot,
+            conn,
+            (timeouts.tunnel_idle, hold),
+        ))
     }
 
     /// A slot and a connection on `target`; if that fails and the retry decision
@@ -237,6 +352,7 @@ impl Proxy {
         client_upgrade: hyper::upgrade::OnUpgrade,
         slot: InFlight,
         conn: &ClientConn,
+        (idle_timeout, hold): (std::time::Duration, Option<Hold>),
     ) -> Forwarded {
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let (mut parts, body) = response.into_parts();
@@ -245,13 +361,15 @@ impl Proxy {
                 response: Response::from_parts(parts, ProxyBody::detached(body)),
                 in_flight: Some(slot),
                 member: None,
+                hold,
             };
         }
         let tunnel = Tunnel {
             member: slot.member().addr.clone(),
             slot: slot.into_tunnel(),
             connection: conn.activity.clone(),
-            idle_timeout: self.tunnel_idle_timeout,
+            idle_timeout,
+            hold,
         };
         let member_upgrade = hyper::upgrade::on(&mut response);
         let member = tunnel.member.clone();
@@ -262,6 +380,7 @@ impl Proxy {
             response: Response::from_parts(parts, ProxyBody::empty()),
             in_flight: None,
             member: Some(member),
+            hold: None,
         }
     }
 
@@ -330,16 +449,6 @@ impl Proxy {
             })
     }
 
-    /// Sends one request; `Err(None)` is the response-header timeout.
-    async fn send(
-        &self,
-        up: &mut Upstream,
-        addr: &Arc<str>,
-        req: &mut Encoded,
-    ) -> Result<Response<()>, Option<SendError>> {
-        up.send(addr, req, self.response_timeout).await
-    }
-
     /// An error that says something about the member's health: connection
     /// failures and resets count towards passive ejection (never the client's
     /// faults: see [`UpstreamError::ClientBody`]). Counted in the member's stats.
@@ -372,10 +481,48 @@ fn refuse_early(req: &Request<Received>) -> Result<(), ProxyError> {
 
 /// Where [`Proxy::route_of`] sends a request.
 enum Routed<'h> {
-    /// To this route, for this host name (normalised).
-    To(Arc<Route>, std::borrow::Cow<'h, str>),
+    To(To<'h>),
     /// Nowhere: the answer is a redirect to HTTPS.
-    Redirect(Box<Forwarded>),
+    Redirect,
+}
+
+/// A routed request: its route, the host name (normalised), the app's policy and
+/// what its affinity cookie said.
+struct To<'h> {
+    route: Arc<Route>,
+    name: std::borrow::Cow<'h, str>,
+    policy: Option<Arc<Policy>>,
+    sticky: Sticky,
+}
+
+/// The member a request's affinity cookie names.
+enum Sticky {
+    /// No affinity, or no valid cookie.
+    None,
+    /// Eligible: the request goes there.
+    Kept(Target),
+    /// Not eligible (down, rotated out, gone): the balancer picks, a new cookie.
+    Moved,
+}
+
+/// The deadlines of one request: the app's own, else the configuration's.
+#[derive(Clone, Copy)]
+struct Timeouts {
+    response: std::time::Duration,
+    tunnel_idle: std::time::Duration,
+}
+
+impl Timeouts {
+    fn of(proxy: &Proxy, policy: Option<&Policy>) -> Timeouts {
+        Timeouts {
+            response: policy
+                .and_then(|p| p.response_timeout)
+                .unwrap_or(proxy.response_timeout),
+            tunnel_idle: policy
+                .and_then(|p| p.tunnel_idle_timeout)
+                .unwrap_or(proxy.tunnel_idle_timeout),
+        }
+    }
 }
 
 /// The request as the member gets it: origin-form (HTTP/1.1 clients normally sent

@@ -86,6 +86,8 @@ pub struct Proxy {
     /// the connection's is 421.
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub access_log: bool,
+    /// Per-client state of the apps' limits (see [`crate::policy::clients`]).
+    pub clients: Arc<crate::policy::clients::Clients>,
 }
 
 /// What forwarding produced besides the response.
@@ -95,6 +97,8 @@ struct Forwarded {
     /// The member that answered when no slot travels with the response (an upgraded
     /// tunnel holds its slot itself), for the access log.
     member: Option<Arc<str>>,
+    /// The request's count against its app's `max_connections_per_client`.
+    hold: Option<crate::policy::clients::Hold>,
 }
 
 impl Proxy {
@@ -131,12 +135,14 @@ impl Proxy {
             mut response,
             in_flight,
             member,
+            hold,
         } = match self.forward(conn, req, host).await {
             Ok(f) => f,
             Err(e) => Forwarded {
                 response: e.response(),
                 in_flight: None,
                 member: None,
+                hold: None,
             },
         };
         // A request the router itself found malformed (400) ends its HTTP/1
@@ -174,6 +180,7 @@ impl Proxy {
             aborted: false,
             in_flight,
             active: Some(active),
+            hold,
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);

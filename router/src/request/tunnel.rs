@@ -27,6 +27,8 @@ pub struct Tunnel {
     /// The client connection's activity (its place on the listener).
     pub connection: Arc<Activity>,
     pub idle_timeout: Duration,
+    /// Its count against the app's `max_connections_per_client`, if limited.
+    pub hold: Option<crate::policy::clients::Hold>,
 }
 
 impl Tunnel {
@@ -47,6 +49,7 @@ impl Tunnel {
         )
         .await;
         drop(self.connection);
+        drop(self.hold);
     }
 }
 

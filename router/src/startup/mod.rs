@@ -95,6 +95,10 @@ pub enum StartError {
     Rotate(#[from] crate::members::rotate::RotateError),
     #[error("splits: {0}")]
     Splits(#[from] crate::table::split::SplitStoreError),
+    #[error("app settings: {0}")]
+    AppSettings(#[from] crate::policy::store::StoreError),
+    #[error("affinity_key_file: {0}")]
+    AffinityKey(#[from] crate::policy::affinity::KeyError),
     #[error("admin.token_file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -163,6 +167,8 @@ impl Router {
         // The state directory holds the routing state, the rotate state and the splits.
         let splits = Arc::new(SplitStore::open(&config.state_dir)?);
         let table = Arc::new(ArcSwap::from_pointee(initial_table(&splits)));
+        let policies = Arc::new(app_policies(&config, &metrics)?);
+        crate::table::publish_policies(&table, &policies);
         let token = admin_token(&config)?;
         let workers = crate::workers::count(config.worker_threads, config.work_stealing)
             .map(|n| Workers::start(n, &metrics.worker_connections))
@@ -224,6 +230,7 @@ impl Router {
                 redirect,
                 metrics: metrics.clone(),
                 certs: https.is_some().then(|| live_certs.clone()),
+                clients: policies.clients.clone(),
             },
             &config,
         );
@@ -241,7 +248,7 @@ impl Router {
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
-            splits,
+            (splits, policies),
             token,
             recent,
             reconcile.is_some().then_some(reconcile_tx),
@@ -430,6 +437,23 @@ impl Router {
     }
 }
 
+/// The app settings saved in the state directory, the configuration's defaults
+/// and the affinity key.
+fn app_policies(config: &Config, metrics: &Metrics) -> Result<crate::policy::Policies, StartError> {
+    let store = crate::policy::store::SettingsStore::open(&config.state_dir)?;
+    let key = crate::policy::affinity::AffinityKey::load(
+        config.affinity_key_file.as_deref(),
+        &config.state_dir,
+    )?;
+    let clients = crate::policy::clients::Clients::new(metrics.app_untracked.clone());
+    Ok(crate::policy::Policies::new(
+        store,
+        config.app_defaults.clone(),
+        key,
+        clients,
+    ))
+}
+
 /// The route table before any event: the saved blue/green splits only.
 fn initial_table(splits: &SplitStore) -> RouteTable {
     RouteTable {
@@ -532,7 +556,7 @@ async fn handover(config: &Config, inherited: bool) -> Result<Option<Handover>, 
 fn admin_api(
     config: &Config,
     (table, registry, metrics): (Arc<ArcSwap<RouteTable>>, Arc<MemberRegistry>, Arc<Metrics>),
-    splits: Arc<SplitStore>,
+    (splits, policies): (Arc<SplitStore>, Arc<crate::policy::Policies>),
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,
     reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
@@ -543,6 +567,7 @@ fn admin_api(
         metrics,
         ready: Arc::new(AtomicBool::new(false)),
         splits,
+        policies,
         token: arc_swap::ArcSwapOption::from(token.map(Arc::new)),
         audit: Default::default(),
         reconcile,

@@ -25,6 +25,7 @@ pub(super) struct Shared {
     pub(super) redirect: Option<crate::request::route::Redirect>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
+    pub(super) clients: Arc<crate::policy::clients::Clients>,
 }
 
 impl Shared {
@@ -35,6 +36,7 @@ impl Shared {
             redirect: p.redirect.clone(),
             metrics: p.metrics.clone(),
             certs: p.certs.clone(),
+            clients: p.clients.clone(),
         }
     }
 }
@@ -60,6 +62,7 @@ pub(super) fn with_settings(base: Shared, config: &Config) -> Proxy {
         forwarded: config.forwarded.clone(),
         certs: base.certs,
         access_log: config.access_log.enabled,
+        clients: base.clients,
     }
 }
 
@@ -69,7 +72,7 @@ pub(super) fn with_settings(base: Shared, config: &Config) -> Proxy {
 /// Live at once: `limits.*` (connection-level ones for connections accepted from
 /// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
 /// certificate and the TLS handshake deadline, `access_log.enabled`, `forwarded` and
-/// the admin token.
+/// the admin token, `app_defaults`.
 /// Everything else needs a restart (or an upgrade, see the README); a reload that
 /// changes it says so by name and keeps the running value.
 #[derive(Clone)]
@@ -106,6 +109,10 @@ impl Reloader {
         let current = self.live.load_full();
         let proxy = with_settings(Shared::of(&current.proxy), &config);
         self.registry.set_health(config.health.settings());
+        self.admin
+            .policies
+            .set_defaults(config.app_defaults.clone());
+        crate::table::publish_policies(&self.admin.table, &self.admin.policies);
         if let Some(l) = &default_cert {
             self.metrics.tls.set_expiry("default", l.not_after);
         }
@@ -166,5 +173,6 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.resumption" => tls.resumption,
         "tls.replace_grace" => tls.replace_grace,
         "tls.redirect_http" => tls.redirect_http,
+        "affinity_key_file" => affinity_key_file,
     }
 }

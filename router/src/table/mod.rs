@@ -134,6 +134,10 @@ pub struct RouteTable {
     pub passthrough: usize,
     /// Names shared between apps by weight (blue/green), set by the operator.
     pub splits: imbl::HashMap<Arc<str>, Arc<split::Split>>,
+    /// The policy of each app with settings of its own (see [`crate::policy`]).
+    pub policies: imbl::HashMap<AppKey, Arc<crate::policy::Policy>>,
+    /// The policy of every other app (`app_defaults:`); none when that is empty.
+    pub default_policy: Option<Arc<crate::policy::Policy>>,
 }
 
 impl RouteTable {
@@ -153,6 +157,23 @@ impl RouteTable {
             return self.apps.get(app);
         }
         self.hosts.get(host)
+    }
+
+    /// The policy of an app: its own, else the defaults', else none.
+    pub fn policy_for(&self, app: &AppKey) -> Option<&Arc<crate::policy::Policy>> {
+        if self.policies.is_empty() {
+            return self.default_policy.as_ref();
+        }
+        self.policies.get(app).or(self.default_policy.as_ref())
+    }
+
+    /// The apps a name is split between (blue/green), if it is.
+    pub fn split_apps(&self, host: &str) -> impl Iterator<Item = &Arc<Route>> {
+        self.splits
+            .get(host)
+            .into_iter()
+            .flat_map(|s| s.apps().collect::<Vec<_>>())
+            .filter_map(|k| self.apps.get(&k))
     }
 
     /// The route of one app.
@@ -178,6 +199,18 @@ impl RouteTable {
     pub fn app_count(&self) -> usize {
         self.apps.len()
     }
+}
+
+/// Puts freshly compiled app policies into the live table (after a settings
+/// change, a reload of `app_defaults`, or at start).
+pub fn publish_policies(live: &arc_swap::ArcSwap<RouteTable>, policies: &crate::policy::Policies) {
+    let (own, default) = policies.compiled();
+    live.rcu(|t| {
+        let mut next = RouteTable::clone(t);
+        next.policies = own.clone();
+        next.default_policy = default.clone();
+        Arc::new(next)
+    });
 }
 
 #[cfg(test)]

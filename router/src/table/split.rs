@@ -57,7 +57,7 @@ impl Split {
         }
         let mut shares = Vec::with_capacity(weights.len());
         for (app, &w) in &weights {
-            let key = parse_app(app).ok_or_else(|| SplitError::BadApp(app.clone()))?;
+            let key = AppKey::parse(app).ok_or_else(|| SplitError::BadApp(app.clone()))?;
             if w > MAX_WEIGHT {
                 return Err(SplitError::BadWeight);
             }
@@ -77,7 +77,7 @@ impl Split {
 
     /// The apps this split names (for validation against the table).
     pub fn apps(&self) -> impl Iterator<Item = AppKey> + '_ {
-        self.weights.keys().filter_map(|a| parse_app(a))
+        self.weights.keys().filter_map(|a| AppKey::parse(a))
     }
 
     /// The next app, among those `present` says can serve.
@@ -102,17 +102,6 @@ impl Split {
         }
         None
     }
-}
-
-/// `name-namespace`: app names and namespaces are alphanumeric (the broker refuses
-/// others), so the first `-` separates them.
-pub fn parse_app(s: &str) -> Option<AppKey> {
-    let (name, namespace) = s.split_once('-')?;
-    let ok = |p: &str| !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric());
-    (ok(name) && ok(namespace)).then(|| AppKey {
-        name: name.to_ascii_lowercase(),
-        namespace: namespace.to_ascii_lowercase(),
-    })
 }
 
 #[derive(Debug, thiserror::Error)]

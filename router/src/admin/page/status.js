@@ -194,6 +194,9 @@ function renderApps(d, dt) {
     return el('div', { class: 'app', 'data-app': a.app },
       el('h3', {}, a.app, a.passthrough ? ' ' : null, a.passthrough ? pill('passthrough', 'warn') : null),
       el('div', { class: 'hosts' }, ...a.hosts.map(h => el('span', { class: 'host' }, h))),
+      a.settings.length ? el('div', { class: 'settings', 'data-settings': a.app },
+        ...a.settings.map(x => pill(x, 'setting')),
+        a.refused ? pill(a.refused + ' refused', 'warn') : null) : null,
       t);
   }));
 }

@@ -1,0 +1,265 @@
+//! Per-client state of the app limits: a token bucket per (app, client address) for
+//! `rate_limit`, a count of requests in flight per (app, client address) for
+//! `max_connections_per_client` (nginx's `limit_conn` counts the same thing: a
+//! connection counts while it has a request being processed).
+//!
+//! Bounded: at most [`MAX_TRACKED`] buckets in all. A full shard first forgets the
+//! buckets that have refilled (they say nothing a fresh one would not); if none
+//! has, a new client is let through untracked and counted
+//! (`router_app_limit_untracked_total`): a flood of distinct addresses cannot grow
+//! memory, and a rate limit is a fairness tool, not a wall (`allow`/`deny` are).
+//! In-flight counts are as many as requests in flight, which the connection limits
+//! bound already; an entry goes when its count reaches zero.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use spi_consumer::AppKey;
+
+use super::Refused;
+
+/// Buckets kept at most (16 shards): about 64 bytes each, 6 MiB in all.
+pub const MAX_TRACKED: usize = 100_000;
+const SHARDS: usize = 16;
+
+/// A `rate_limit` in tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+type Key = (u64, IpAddr);
+
+/// The state of every app's limits.
+#[derive(Debug)]
+pub struct Clients {
+    buckets: [Mutex<HashMap<Key, Bucket>>; SHARDS],
+    in_flight: Arc<[Mutex<HashMap<Key, u32>>; SHARDS]>,
+    hasher: std::hash::RandomState,
+    /// Clients let through untracked because their shard was full
+    /// (`router_app_limit_untracked_total`).
+    untracked: prometheus::IntCounter,
+}
+
+impl Default for Clients {
+    /// With a counter of its own (tests).
+    fn default() -> Clients {
+        let counter = prometheus::IntCounter::new("untracked", "untracked")
+            .unwrap_or_else(|_| unreachable!("a fixed, valid name"));
+        Clients::new(counter)
+    }
+}
+
+/// IPv4-mapped IPv6 (a dual-stack listener) counts as the IPv4 address.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Clients {
+    pub fn new(untracked: prometheus::IntCounter) -> Clients {
+        Clients {
+            buckets: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            in_flight: Arc::new(std::array::from_fn(|_| Mutex::new(HashMap::new()))),
+            hasher: std::hash::RandomState::new(),
+            untracked,
+        }
+    }
+
+    fn key(&self, app: &AppKey, client: IpAddr) -> (Key, usize) {
+        let app = self.hasher.hash_one(app);
+        let shard = self.hasher.hash_one((app, client)) as usize % SHARDS;
+        ((app, client), shard)
+    }
+
+    /// One token of `client`'s bucket for `app`, or how long until there is one.
+    pub fn take_token(&self, app: &AppKey, client: IpAddr, rate: &Rate) -> Result<(), Refused> {
+        self.take_token_at(app, client, rate, Instant::now())
+    }
+
+    fn take_token_at(
+        &self,
+        app: &AppKey,
+        client: IpAddr,
+        rate: &Rate,
+        now: Instant,
+    ) -> Result<(), Refused> {
+        let (key, shard) = self.key(app, client);
+        let mut buckets = lock(&self.buckets[shard]);
+        if !buckets.contains_key(&key) && buckets.len() >= MAX_TRACKED / SHARDS {
+            buckets.retain(|_, b| refill(b, rate, now) < rate.burst);
+            if buckets.len() >= MAX_TRACKED / SHARDS {
+                self.untracked.inc();
+                return Ok(());
+            }
+        }
+        let bucket = buckets.entry(key).or_insert(Bucket {
+            tokens: rate.burst,
+            at: now,
+        });
+        bucket.tokens = refill(bucket, rate, now);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = (1.0 - bucket.tokens) / rate.per_second;
+        Err(Refused::Rate {
+            retry_after: wait.ceil().max(1.0) as u64,
+        })
+    }
+
+    /// Counts one request of `client` to `app` in flight, unless `max` are.
+    pub fn hold(&self, app: &AppKey, client: IpAddr, max: u32) -> Result<Hold, Refused> {
+        let (key, shard) = self.key(app, client);
+        let mut counts = lock(&self.in_flight[shard]);
+        let n = counts.entry(key).or_insert(0);
+        if *n >= max {
+            return Err(Refused::InFlight);
+        }
+        *n += 1;
+        Ok(Hold {
+            key,
+            shard,
+            counts: self.in_flight.clone(),
+        })
+    }
+
+    /// Requests in flight counted for `app` from `client` (tests, the status page).
+    pub fn in_flight(&self, app: &AppKey, client: IpAddr) -> u32 {
+        let (key, shard) = self.key(app, client);
+        lock(&self.in_flight[shard]).get(&key).copied().unwrap_or(0)
+    }
+
+    /// Buckets kept now.
+    pub fn tracked(&self) -> usize {
+        self.buckets.iter().map(|b| lock(b).len()).sum()
+    }
+}
+
+fn refill(b: &Bucket, rate: &Rate, now: Instant) -> f64 {
+    let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+    (b.tokens + elapsed * rate.per_second).min(rate.burst)
+}
+
+/// One request counted in flight; uncounted when dropped.
+#[derive(Debug)]
+pub struct Hold {
+    key: Key,
+    shard: usize,
+    counts: Arc<[Mutex<HashMap<Key, u32>>; SHARDS]>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts[self.shard]);
+        if let Some(n) = counts.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn app(n: &str) -> AppKey {
+        AppKey {
+            name: n.into(),
+            namespace: "ns".into(),
+        }
+    }
+
+    #[test]
+    fn a_bucket_gives_its_burst_then_its_rate() {
+        let c = Clients::default();
+        let rate = Rate {
+            per_second: 2.0,
+            burst: 3.0,
+        };
+        let ip: IpAddr = [192, 0, 2, 1].into();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert!(c.take_token_at(&app("a"), ip, &rate, t0).is_ok());
+        }
+        let Err(Refused::Rate { retry_after }) = c.take_token_at(&app("a"), ip, &rate, t0) else {
+            panic!("the fourth at once is refused");
+        };
+        assert_eq!(retry_after, 1);
+        // Another app, another client: buckets of their own.
+        assert!(c.take_token_at(&app("b"), ip, &rate, t0).is_ok());
+        assert!(
+            c.take_token_at(&app("a"), [192, 0, 2, 2].into(), &rate, t0)
+                .is_ok()
+        );
+        // Half a second later: one more token (2 per second).
+        let t1 = t0 + Duration::from_millis(500);
+        assert!(c.take_token_at(&app("a"), ip, &rate, t1).is_ok());
+        assert!(c.take_token_at(&app("a"), ip, &rate, t1).is_err());
+    }
+
+    #[test]
+    fn holds_count_until_dropped_and_leave_nothing_behind() {
+        let c = Clients::default();
+        let ip: IpAddr = [192, 0, 2, 1].into();
+        let a = c.hold(&app("a"), ip, 2).expect("first");
+        let b = c.hold(&app("a"), ip, 2).expect("second");
+        assert!(matches!(c.hold(&app("a"), ip, 2), Err(Refused::InFlight)));
+        drop(a);
+        let again = c.hold(&app("a"), ip, 2).expect("room again");
+        drop((b, again));
+        assert_eq!(c.in_flight(&app("a"), ip), 0);
+        assert!(c.in_flight.iter().all(|s| lock(s).is_empty()));
+    }
+
+    #[test]
+    fn a_flood_of_addresses_stays_bounded() {
+        let c = Clients::default();
+        let rate = Rate {
+            per_second: 1.0,
+            burst: 1.0,
+        };
+        let t0 = Instant::now();
+        for i in 0..(MAX_TRACKED as u32 + 5_000) {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            let _ = c.take_token_at(&app("a"), ip, &rate, t0);
+        }
+        assert!(c.tracked() <= MAX_TRACKED);
+        assert!(c.untracked.get() >= 5_000);
+        // Once they refilled, the old buckets make room for new clients.
+        let later = t0 + Duration::from_secs(2);
+        let ip: IpAddr = [198, 51, 100, 1].into();
+        assert!(c.take_token_at(&app("a"), ip, &rate, later).is_ok());
+        assert!(
+            c.take_token_at(&app("a"), ip, &rate, later).is_err(),
+            "tracked again"
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_is_the_ipv4_address() {
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().expect("ip");
+        assert_eq!(canonical(mapped), IpAddr::from([192, 0, 2, 1]));
+    }
+}

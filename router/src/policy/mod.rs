@@ -1,0 +1,222 @@
+//! Per-app policy: what an operator decides for an application beyond what the
+//! routing SPI says (the SPI carries none of it): cookie affinity, a request rate
+//! and a concurrency bound per client address, allow and deny lists, timeouts, a
+//! maintenance switch, and the protocol spoken to its members.
+//!
+//! The request path reads it after routing and before balancing:
+//! accepted → routed → **admitted** ([`Policy::admit`]) → balanced (sticky first,
+//! see [`affinity`]) → forwarded. An app with no settings of its own and no
+//! `app_defaults:` has no policy at all: the request path pays one map lookup.
+//!
+//! - [`settings`]: the contract as operators write it (JSON through the admin API,
+//!   YAML for `app_defaults:`), checked before anything applies.
+//! - [`store`]: an app's own settings, persisted in `state_dir/app-settings.json`.
+//! - [`clients`]: the per-client state the limits need (token buckets, requests in
+//!   flight), bounded, kept across table swaps.
+//! - [`Policies`]: the one owner that compiles settings into the route table.
+
+pub mod affinity;
+pub mod clients;
+pub mod settings;
+pub mod store;
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use spi_consumer::AppKey;
+
+use self::affinity::{Affinity, AffinityKey};
+use self::clients::{Clients, Hold};
+use self::settings::{AppSettings, MembersProtocol};
+use self::store::SettingsStore;
+
+/// Every app's compiled policy: those with settings of their own, and the one of
+/// the others (none when `app_defaults:` is empty).
+pub type Compiled = (imbl::HashMap<AppKey, Arc<Policy>>, Option<Arc<Policy>>);
+
+/// One app's settings, compiled for the request path.
+#[derive(Debug)]
+pub struct Policy {
+    /// The `app` label of `router_app_requests_refused_total`: the app's
+    /// `name-namespace` when it has settings of its own, `_default` otherwise (so
+    /// the series stay as many as the apps an operator configured).
+    pub label: Arc<str>,
+    /// What applies (own settings over the defaults), as `/apps/.../settings` shows.
+    pub effective: AppSettings,
+    allow: Vec<ipnet::IpNet>,
+    deny: Vec<ipnet::IpNet>,
+    rate: Option<clients::Rate>,
+    max_in_flight: u32,
+    pub affinity: Option<Affinity>,
+    maintenance: Option<MaintenanceAnswer>,
+    pub response_timeout: Option<Duration>,
+    pub tunnel_idle_timeout: Option<Duration>,
+    /// The members speak h2 (prior knowledge, or ALPN `h2` over TLS).
+    pub h2: bool,
+}
+
+/// The 503 an app in maintenance answers.
+#[derive(Debug, Clone)]
+pub struct MaintenanceAnswer {
+    pub retry_after: u64,
+    pub page: Option<Bytes>,
+}
+
+/// Why a request was refused by its app's policy.
+#[derive(Debug, Clone)]
+pub enum Refused {
+    /// Not in `allow`, or in `deny` (403).
+    Address,
+    /// The app is in maintenance (503 with `Retry-After` and the page).
+    Maintenance(MaintenanceAnswer),
+    /// Over `rate_limit` (429, `Retry-After` in whole seconds).
+    Rate { retry_after: u64 },
+    /// Over `max_connections_per_client` (429).
+    InFlight,
+}
+
+impl Refused {
+    /// The `reason` label of `router_app_requests_refused_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Address => "address",
+            Refused::Maintenance(_) => "maintenance",
+            Refused::Rate { .. } => "rate_limit",
+            Refused::InFlight => "max_connections_per_client",
+        }
+    }
+}
+
+impl Policy {
+    /// Compiles checked settings (see [`AppSettings::check`]).
+    pub fn new(label: Arc<str>, effective: AppSettings, key: &AffinityKey) -> Policy {
+        let cidrs = |l: &Option<Vec<String>>| -> Vec<ipnet::IpNet> {
+            l.iter()
+                .flatten()
+                .filter_map(|c| settings::parse_cidr(c))
+                .collect()
+        };
+        Policy {
+            label,
+            allow: cidrs(&effective.allow),
+            deny: cidrs(&effective.deny),
+            rate: effective
+                .rate_limit
+                .filter(|r| r.requests_per_second > 0)
+                .map(|r| clients::Rate {
+                    per_second: f64::from(r.requests_per_second),
+                    burst: f64::from(r.burst.unwrap_or(r.requests_per_second)),
+                }),
+            max_in_flight: effective.max_connections_per_client.unwrap_or(0),
+            affinity: effective
+                .affinity
+                .as_ref()
+                .filter(|a| a.enabled)
+                .map(|a| Affinity::new(a.clone(), key.clone())),
+            maintenance: effective
+                .maintenance
+                .as_ref()
+                .filter(|m| m.enabled)
+                .map(|m| MaintenanceAnswer {
+                    retry_after: m.retry_after.as_secs().max(1),
+                    page: m.page.clone().map(Bytes::from),
+                }),
+            response_timeout: effective.response_timeout,
+            tunnel_idle_timeout: effective.tunnel_idle_timeout,
+            h2: effective.members_protocol == Some(MembersProtocol::H2),
+            effective,
+        }
+    }
+
+    /// Whether `client` may send this request to `app` now. The hold, if any,
+    /// counts the request against `max_connections_per_client` until dropped.
+    pub fn admit(
+        &self,
+        app: &AppKey,
+        client: IpAddr,
+        clients: &Clients,
+    ) -> Result<Option<Hold>, Refused> {
+        let client = clients::canonical(client);
+        if (!self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&client)))
+            || self.deny.iter().any(|n| n.contains(&client))
+        {
+            return Err(Refused::Address);
+        }
+        if let Some(m) = &self.maintenance {
+            return Err(Refused::Maintenance(m.clone()));
+        }
+        if let Some(rate) = &self.rate {
+            clients.take_token(app, client, rate)?;
+        }
+        if self.max_in_flight > 0 {
+            return clients.hold(app, client, self.max_in_flight).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+/// The one owner of app settings: the saved ones, the configuration's defaults and
+/// the affinity key; it compiles them for the route table (`RouteTable::policy_for`).
+pub struct Policies {
+    pub store: SettingsStore,
+    defaults: Mutex<AppSettings>,
+    pub key: AffinityKey,
+    /// Per-client state of every app's limits.
+    pub clients: Arc<Clients>,
+}
+
+impl Policies {
+    pub fn new(
+        store: SettingsStore,
+        defaults: AppSettings,
+        key: AffinityKey,
+        clients: Clients,
+    ) -> Policies {
+        Policies {
+            store,
+            defaults: Mutex::new(defaults),
+            key,
+            clients: Arc::new(clients),
+        }
+    }
+
+    pub fn defaults(&self) -> AppSettings {
+        self.defaults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// New defaults (a reload); publish the policies again after it.
+    pub fn set_defaults(&self, defaults: AppSettings) {
+        *self.defaults.lock().unwrap_or_else(|p| p.into_inner()) = defaults;
+    }
+
+    /// The compiled policy of every app with settings of its own, and of the rest
+    /// (what `table::publish_policies` puts in the live table).
+    pub fn compiled(&self) -> Compiled {
+        let defaults = self.defaults();
+        let own = self
+            .store
+            .all()
+            .into_iter()
+            .filter_map(|(app, s)| {
+                let key = AppKey::parse(&app)?;
+                let policy = Policy::new(Arc::from(app.as_str()), s.over(&defaults), &self.key);
+                Some((key, Arc::new(policy)))
+            })
+            .collect();
+        let default = (!defaults.is_empty())
+            .then(|| Arc::new(Policy::new(Arc::from("_default"), defaults, &self.key)));
+        (own, default)
+    }
+
+    /// The effective settings of `app` (own over defaults) and its own.
+    pub fn of(&self, app: &str) -> (AppSettings, Option<AppSettings>) {
+        let own = self.store.get(app);
+        let effective = own.clone().unwrap_or_default().over(&self.defaults());
+        (effective, own)
+    }
+}

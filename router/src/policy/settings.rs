@@ -1,0 +1,372 @@
+//! What an operator sets for an app (`PUT /apps/{app}/settings`, or for every app
+//! `app_defaults:` in the configuration file): the contract, as it is written in
+//! JSON and YAML. Every field is optional; an app's own value wins over the
+//! default, field by field ([`AppSettings::over`]).
+//!
+//! Checked here ([`AppSettings::check`]) so that the admin API answers 400 and the
+//! configuration file refuses to load, naming the field, before anything applies.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Largest maintenance page an operator may supply: it is held in memory and in
+/// the settings file for every app that has one.
+pub const MAX_PAGE: usize = 64 * 1024;
+/// Most CIDRs in one allow or deny list (checked per request, in order).
+pub const MAX_CIDRS: usize = 256;
+/// Highest request rate a limit may name, and its burst.
+pub const MAX_RATE: u32 = 1_000_000;
+
+/// One app's settings; `None` = not set here.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<AffinitySettings>,
+    /// Requests per second per client address, answered 429 above it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Requests (and tunnels) in flight at once per client address; 0 = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<u32>,
+    /// Client addresses (CIDR, or one address) that may use the app; empty = all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// Client addresses refused (403), checked after `allow`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<String>>,
+    /// Replaces `upstream.response_timeout` for this app.
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub response_timeout: Option<Duration>,
+    /// Replaces `limits.tunnel_idle_timeout` for this app.
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tunnel_idle_timeout: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+    /// How the router speaks to the app's members.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members_protocol: Option<MembersProtocol>,
+}
+
+/// Cookie affinity (sticky sessions).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AffinitySettings {
+    pub enabled: bool,
+    /// The cookie's name.
+    pub cookie: String,
+    /// `Max-Age` of the cookie; none = a session cookie (gone with the browser).
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_age: Option<Duration>,
+    /// `SameSite` on HTTPS (plain HTTP cookies carry none: `SameSite=None` needs
+    /// `Secure`).
+    pub same_site: SameSite,
+    /// `Partitioned` (CHIPS) on HTTPS, for apps embedded in other sites.
+    pub partitioned: bool,
+}
+
+impl Default for AffinitySettings {
+    fn default() -> AffinitySettings {
+        AffinitySettings {
+            enabled: true,
+            cookie: "route_affinity".into(),
+            max_age: None,
+            same_site: SameSite::Lax,
+            partitioned: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SameSite {
+    Lax,
+    Strict,
+    None,
+}
+
+impl SameSite {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SameSite::Lax => "Lax",
+            SameSite::Strict => "Strict",
+            SameSite::None => "None",
+        }
+    }
+}
+
+/// A token bucket per client address: `requests_per_second` refill, `burst` deep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// 0 turns a default limit off for this app.
+    pub requests_per_second: u32,
+    /// Requests a client may send at once after a quiet spell; default: one
+    /// second's worth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+/// The app answers 503 with `Retry-After` and the operator's page, without
+/// touching its members.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Maintenance {
+    pub enabled: bool,
+    #[serde(with = "humantime_serde")]
+    pub retry_after: Duration,
+    /// The page (HTML); none = a one-line text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page: Option<String>,
+}
+
+impl Default for Maintenance {
+    fn default() -> Maintenance {
+        Maintenance {
+            enabled: true,
+            retry_after: Duration::from_secs(300),
+            page: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MembersProtocol {
+    /// HTTP/1.1 to every member (the default).
+    #[default]
+    Http1,
+    /// HTTP/2: prior knowledge (h2c) on plain members, ALPN `h2` on TLS ones.
+    H2,
+}
+
+/// A setting that cannot apply, naming the field.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{field}: {problem}")]
+pub struct SettingsError {
+    pub field: String,
+    pub problem: String,
+}
+
+fn bad(field: &str, problem: impl Into<String>) -> SettingsError {
+    SettingsError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+impl AppSettings {
+    /// These settings over `defaults`: each field set here wins.
+    pub fn over(&self, defaults: &AppSettings) -> AppSettings {
+        let d = defaults.clone();
+        let s = self.clone();
+        AppSettings {
+            affinity: s.affinity.or(d.affinity),
+            rate_limit: s.rate_limit.or(d.rate_limit),
+            max_connections_per_client: s
+                .max_connections_per_client
+                .or(d.max_connections_per_client),
+            allow: s.allow.or(d.allow),
+            deny: s.deny.or(d.deny),
+            response_timeout: s.response_timeout.or(d.response_timeout),
+            tunnel_idle_timeout: s.tunnel_idle_timeout.or(d.tunnel_idle_timeout),
+            maintenance: s.maintenance.or(d.maintenance),
+            members_protocol: s.members_protocol.or(d.members_protocol),
+        }
+    }
+
+    /// One short phrase per setting that does something, for the status page.
+    pub fn summary(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(a) = self.affinity.as_ref().filter(|a| a.enabled) {
+            out.push(format!("affinity {}", a.cookie));
+        }
+        if let Some(r) = self.rate_limit.filter(|r| r.requests_per_second > 0) {
+            out.push(format!("rate {}/s", r.requests_per_second));
+        }
+        if let Some(n) = self.max_connections_per_client.filter(|n| *n > 0) {
+            out.push(format!("{n} at once per client"));
+        }
+        if let Some(l) = self.allow.as_ref().filter(|l| !l.is_empty()) {
+            out.push(format!("allow {}", l.join(" ")));
+        }
+        if let Some(l) = self.deny.as_ref().filter(|l| !l.is_empty()) {
+            out.push(format!("deny {}", l.join(" ")));
+        }
+        if let Some(t) = self.response_timeout {
+            out.push(format!(
+                "response timeout {}",
+                humantime::format_duration(t)
+            ));
+        }
+        if let Some(t) = self.tunnel_idle_timeout {
+            out.push(format!("tunnel idle {}", humantime::format_duration(t)));
+        }
+        if self.maintenance.as_ref().is_some_and(|m| m.enabled) {
+            out.push("maintenance".into());
+        }
+        if self.members_protocol == Some(MembersProtocol::H2) {
+            out.push("h2 to members".into());
+        }
+        out
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == AppSettings::default()
+    }
+
+    /// Refuses what cannot apply; the field names are the JSON/YAML ones.
+    pub fn check(&self) -> Result<(), SettingsError> {
+        if let Some(a) = &self.affinity {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if a.cookie.is_empty() || a.cookie.len() > 64 || !a.cookie.bytes().all(token) {
+                return Err(bad(
+                    "affinity.cookie",
+                    "a cookie name: 1 to 64 letters, digits or !#$%&'*+-.^_`|~",
+                ));
+            }
+            if a.max_age.is_some_and(|m| m.as_secs() == 0) {
+                return Err(bad("affinity.max_age", "at least 1s"));
+            }
+        }
+        if let Some(r) = &self.rate_limit {
+            if r.requests_per_second > MAX_RATE {
+                return Err(bad(
+                    "rate_limit.requests_per_second",
+                    format!("at most {MAX_RATE}"),
+                ));
+            }
+            if r.burst.is_some_and(|b| b == 0 || b > MAX_RATE) {
+                return Err(bad("rate_limit.burst", format!("1 to {MAX_RATE}")));
+            }
+        }
+        for (field, list) in [("allow", &self.allow), ("deny", &self.deny)] {
+            let list = list.as_deref().unwrap_or_default();
+            if list.len() > MAX_CIDRS {
+                return Err(bad(field, format!("at most {MAX_CIDRS} entries")));
+            }
+            for entry in list {
+                parse_cidr(entry).ok_or_else(|| {
+                    bad(
+                        field,
+                        format!("{entry:?} is no address or CIDR (192.0.2.0/24, 2001:db8::/32)"),
+                    )
+                })?;
+            }
+        }
+        for (field, t) in [
+            ("response_timeout", self.response_timeout),
+            ("tunnel_idle_timeout", self.tunnel_idle_timeout),
+        ] {
+            if t.is_some_and(|t| t < Duration::from_millis(100) || t > Duration::from_secs(86_400))
+            {
+                return Err(bad(field, "from 100ms to 24h"));
+            }
+        }
+        if let Some(m) = &self.maintenance
+            && m.page.as_ref().is_some_and(|p| p.len() > MAX_PAGE)
+        {
+            return Err(bad(
+                "maintenance.page",
+                format!("at most {} KiB", MAX_PAGE / 1024),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `192.0.2.0/24`, `2001:db8::/32`, or one address (`192.0.2.7` = `/32`).
+pub fn parse_cidr(s: &str) -> Option<ipnet::IpNet> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_apps_own_value_wins_field_by_field() {
+        let defaults = AppSettings {
+            rate_limit: Some(RateLimit {
+                requests_per_second: 10,
+                burst: None,
+            }),
+            deny: Some(vec!["10.0.0.0/8".into()]),
+            ..AppSettings::default()
+        };
+        let own = AppSettings {
+            deny: Some(vec![]),
+            max_connections_per_client: Some(4),
+            ..AppSettings::default()
+        };
+        let e = own.over(&defaults);
+        assert_eq!(e.rate_limit, defaults.rate_limit);
+        assert_eq!(e.deny, Some(vec![]));
+        assert_eq!(e.max_connections_per_client, Some(4));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let json = |s: &str| serde_json::from_str::<AppSettings>(s).map_err(|e| e.to_string());
+        let check = |s: &str| json(s).and_then(|a| a.check().map_err(|e| e.to_string()));
+        assert!(check(r#"{"allow": ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"]}"#).is_ok());
+        assert_eq!(
+            check(r#"{"deny": ["10.0.0.0/33"]}"#).err().as_deref(),
+            Some("deny: \"10.0.0.0/33\" is no address or CIDR (192.0.2.0/24, 2001:db8::/32)")
+        );
+        assert!(
+            check(r#"{"affinity": {"cookie": "a b"}}"#)
+                .unwrap_err()
+                .starts_with("affinity.cookie")
+        );
+        assert!(
+            check(r#"{"rate_limit": {"requests_per_second": 5, "burst": 0}}"#)
+                .unwrap_err()
+                .starts_with("rate_limit.burst")
+        );
+        assert!(
+            check(r#"{"response_timeout": "1ms"}"#)
+                .unwrap_err()
+                .starts_with("response_timeout")
+        );
+        assert!(
+            check(r#"{"colour": "blue"}"#)
+                .unwrap_err()
+                .contains("unknown field")
+        );
+        let page = format!(
+            r#"{{"maintenance": {{"page": "{}"}}}}"#,
+            "x".repeat(MAX_PAGE + 1)
+        );
+        assert!(check(&page).unwrap_err().starts_with("maintenance.page"));
+    }
+
+    #[test]
+    fn round_trips_through_json_with_only_what_is_set() {
+        let a: AppSettings = serde_json::from_str(
+            r#"{"affinity": {}, "response_timeout": "2m", "members_protocol": "h2"}"#,
+        )
+        .expect("parse");
+        assert_eq!(a.affinity, Some(AffinitySettings::default()));
+        let back = serde_json::to_string(&a).expect("json");
+        assert!(!back.contains("rate_limit"), "{back}");
+        assert_eq!(
+            serde_json::from_str::<AppSettings>(&back).expect("again"),
+            a
+        );
+    }
+}
