@@ -37,6 +37,9 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # PID 1 (tests/tests/systemd_unit.rs).
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
+# A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
+# Debian's own interpreter.
+/usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq

@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 
 use super::body::ProxyBody;
 use super::error::ProxyError;
+use super::h2_member::wants_trailers;
 use super::headers::{
     ClientConn, framing_is_clear, remove_hop_by_hop, set_forwarded, wants_upgrade,
 };
@@ -67,6 +68,7 @@ impl Proxy {
         // 4. the request as the member gets it
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let trailers = wants_trailers(req.headers());
         let (mut parts, body) = req.into_parts();
         for_member(&mut parts, &host, &target, &conn, upgrade)?;
         // 5. body: read ahead before a member is involved (slow clients get 408
@@ -74,6 +76,30 @@ impl Proxy {
         let body = read_ahead(body, &self.upload)
             .await
             .map_err(|kind| self.fail(kind))?;
+        let timeouts = Timeouts::of(self, policy.as_deref());
+        // 6-7 over h2 for apps whose members speak it (no upgrade there: h2
+        // members take WebSocket over h2 streams, not HTTP/1.1 upgrades).
+        if policy.as_ref().is_some_and(|p| p.h2) && !upgrade {
+            let (response, slot) = self
+                .exchange_h2(
+                    &target,
+                    (sni, source),
+                    (parts, body),
+                    (trailers, timeouts.response),
+                )
+                .await?;
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers, false);
+            if let Some(affinity) = policy.as_ref().and_then(|p| p.affinity.as_ref()) {
+                self.stick(affinity, &sticky, &target, &mut parts.headers, conn.https);
+            }
+            return Ok(Forwarded {
+                response: Response::from_parts(parts, ProxyBody::detached(body)),
+                in_flight: Some(slot),
+                member: None,
+                hold,
+            });
+        }
         // 6. slot and connection (an upgrade takes a fresh connection of its own),
         // on another member if nothing was sent to this one.
         let fresh = client_upgrade.is_some();
@@ -81,7 +107,6 @@ impl Proxy {
             .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
             .await?;
         let request = Request::from_parts(parts, body);
-        let timeouts = Timeouts::of(self, policy.as_deref());
         if let Some(client_upgrade) = client_upgrade {
             return self
                 .send_upgrade(
@@ -396,18 +421,7 @@ impl Proxy {
         fresh: bool,
     ) -> Result<(InFlight, Upstream), ProxyError> {
         let member = &target.member;
-        if member.full() {
-            self.metrics.queue_waits.inc();
-        }
-        let slot = member
-            .acquire(self.queue_timeout, Some(source))
-            .await
-            .map_err(|full| {
-                self.fail(match full {
-                    Full::Member => UpstreamError::Busy,
-                    Full::Source => UpstreamError::SourceShare,
-                })
-            })?;
+        let slot = self.slot(target, (source, worker)).await?;
         let idle = (!fresh)
             .then(|| member.pool.take_idle(worker))
             .flatten()
@@ -422,6 +436,45 @@ impl Proxy {
         Ok((slot, up))
     }
 
+    /// How to reach `target`'s member: TLS (asking for `sni`) or plain.
+    pub(super) fn member_tls<'a>(
+        &'a self,
+        target: &Target,
+        sni: &'a str,
+    ) -> Result<Option<MemberTls<'a>>, ProxyError> {
+        match (&self.member_tls, target.tls) {
+            (Some(connector), true) => Ok(Some(MemberTls {
+                connector,
+                host: sni,
+            })),
+            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
+            (None, true) => Err(self.fail(UpstreamError::Tls)),
+            (_, false) => Ok(None),
+        }
+    }
+
+    /// One of `target`'s in-flight slots, waiting up to `upstream.queue_timeout`
+    /// (and within the client's share of them).
+    pub(super) async fn slot(
+        &self,
+        target: &Target,
+        (source, _worker): (IpAddr, usize),
+    ) -> Result<InFlight, ProxyError> {
+        let member = &target.member;
+        if member.full() {
+            self.metrics.queue_waits.inc();
+        }
+        member
+            .acquire(self.queue_timeout, Some(source))
+            .await
+            .map_err(|full| {
+                self.fail(match full {
+                    Full::Member => UpstreamError::Busy,
+                    Full::Source => UpstreamError::SourceShare,
+                })
+            })
+    }
+
     /// A new connection to `target`'s member, opened on worker `worker`.
     async fn connect(
         &self,
@@ -429,15 +482,7 @@ impl Proxy {
         sni: &str,
         worker: usize,
     ) -> Result<Upstream, ProxyError> {
-        let tls = match (&self.member_tls, target.tls) {
-            (Some(connector), true) => Some(MemberTls {
-                connector,
-                host: sni,
-            }),
-            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
-            (None, true) => return Err(self.fail(UpstreamError::Tls)),
-            (_, false) => None,
-        };
+        let tls = self.member_tls(target, sni)?;
         target
             .member
             .pool
@@ -452,7 +497,7 @@ impl Proxy {
     /// An error that says something about the member's health: connection
     /// failures and resets count towards passive ejection (never the client's
     /// faults: see [`UpstreamError::ClientBody`]). Counted in the member's stats.
-    fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
+    pub(super) fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
         member.stats.record_failure();
         if kind.members_fault() {
             member.health.record_failure();
@@ -460,7 +505,7 @@ impl Proxy {
         self.fail(kind)
     }
 
-    fn fail(&self, kind: UpstreamError) -> ProxyError {
+    pub(super) fn fail(&self, kind: UpstreamError) -> ProxyError {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }

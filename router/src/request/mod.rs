@@ -37,6 +37,7 @@ pub mod error;
 pub mod forward;
 pub mod framing;
 pub mod h1;
+pub mod h2_member;
 pub mod headers;
 pub mod limits;
 pub mod listener;

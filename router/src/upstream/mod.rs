@@ -39,6 +39,7 @@
 mod conn;
 /// Public for the fuzz targets (`fuzz/`).
 pub mod h1;
+pub mod h2;
 mod pool;
 mod request_body;
 

@@ -56,6 +56,8 @@ pub struct Pool {
     /// Idle connections in all lists together (at most `settings.max_idle`).
     total: AtomicUsize,
     settings: Arc<PoolSettings>,
+    /// The shared h2 connection, for apps whose members speak h2 (see [`super::h2`]).
+    h2: super::h2::H2Conn,
 }
 
 impl Pool {
@@ -67,7 +69,25 @@ impl Pool {
             idle: (0..lists).map(|_| Mutex::new(Vec::new())).collect(),
             total: AtomicUsize::new(0),
             settings,
+            h2: super::h2::H2Conn::default(),
         }
+    }
+
+    /// A sender on the member's h2 connection (opened if there is none).
+    pub async fn h2(
+        &self,
+        settings: ConnectSettings,
+        tls: Option<MemberTls<'_>>,
+    ) -> Result<hyper::client::conn::http2::SendRequest<super::RequestBody>, SendError> {
+        self.h2
+            .sender(
+                &self.addr,
+                self.target,
+                settings,
+                tls,
+                &self.settings.opened,
+            )
+            .await
     }
 
     pub fn addr(&self) -> &Arc<str> {

@@ -1,0 +1,108 @@
+//! A request to a member that speaks h2 (its app's `members_protocol: h2`; see
+//! [`crate::upstream::h2`]): the same slot, the same headers as an HTTP/1.1 member
+//! gets, sent as an h2 stream on the member's shared connection, and the answer
+//! streamed back with its trailers (gRPC's status travels in them). No retry: a
+//! stream may have reached the member before it failed.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+
+use super::Proxy;
+use super::error::ProxyError;
+use crate::members::InFlight;
+use crate::metrics::UpstreamError;
+use crate::table::Target;
+use crate::upstream::RequestBody;
+
+/// Whether the client asked for trailers (`TE: trailers`; gRPC clients do). The
+/// header is hop-by-hop and removed with the others; h2 members get it back.
+pub fn wants_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .any(|t| {
+            t.trim_ascii()
+                .split(|b| *b == b';')
+                .next()
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"trailers"))
+        })
+}
+
+impl Proxy {
+    /// Sends `parts` (already as a member gets them over HTTP/1.1) and `body` to
+    /// `target` over h2; the member's answer and the request's slot.
+    pub(super) async fn exchange_h2(
+        &self,
+        target: &Target,
+        (sni, source): (&str, (IpAddr, usize)),
+        (mut parts, body): (http::request::Parts, RequestBody),
+        (trailers, timeout): (bool, std::time::Duration),
+    ) -> Result<(Response<Incoming>, InFlight), ProxyError> {
+        let member = &target.member;
+        let slot = self.slot(target, source).await?;
+        let tls = self.member_tls(target, sni)?;
+        let mut send = member
+            .pool
+            .h2(self.upstream, tls)
+            .await
+            .map_err(|e| self.failed(member, e.kind()))?;
+        // h2 names the host in :authority, from an absolute URI.
+        let authority = parts
+            .headers
+            .remove(header::HOST)
+            .ok_or(ProxyError::BadHost)?;
+        let scheme = if target.tls { "https" } else { "http" };
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = Uri::try_from(format!(
+            "{scheme}://{}{path}",
+            authority.to_str().map_err(|_| ProxyError::BadHost)?
+        ))
+        .map_err(|_| ProxyError::BadTarget)?;
+        parts.version = Version::HTTP_2;
+        if trailers {
+            parts
+                .headers
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        let request = Request::from_parts(parts, body);
+        let response = match tokio::time::timeout(timeout, send.send_request(request)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::debug!(member = %member.addr, error = %e, "h2 request to member failed");
+                let kind = if e.is_user() {
+                    UpstreamError::ClientBody
+                } else {
+                    UpstreamError::Reset
+                };
+                return Err(self.failed(member, kind));
+            }
+            Err(_) => return Err(self.failed(member, UpstreamError::ResponseTimeout)),
+        };
+        member.health.record_success();
+        Ok((response, slot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailers_are_asked_for_by_token() {
+        let te = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::TE, HeaderValue::from_static(v));
+            wants_trailers(&h)
+        };
+        assert!(te("trailers"));
+        assert!(te("gzip, Trailers"));
+        assert!(te("trailers;q=1"));
+        assert!(!te("gzip"));
+        assert!(!te("trailersx"));
+        assert!(!wants_trailers(&HeaderMap::new()));
+    }
+}
