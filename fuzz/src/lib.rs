@@ -26,7 +26,11 @@
 //! - `cluster_wire`: the portproxies' request and answer lines read the same at
 //!   any split, and a request line names the port `ppp` reads;
 //! - `router_config`, `cluster_files`: a file is settings or an error, never a
-//!   panic.
+//!   panic;
+//! - `app_settings`: an admin API body is settings or a 400, and settings that
+//!   check out survive JSON both ways and compile; a `Cookie` header names at most
+//!   one member, and the cookie the router sets names exactly the member it was
+//!   set for.
 
 mod client_stream;
 mod cluster_wire;
@@ -44,7 +48,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 11] = [
+pub const TARGETS: [(&str, Check); 12] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -56,6 +60,7 @@ pub const TARGETS: [(&str, Check); 11] = [
     ("cluster_files", cluster_files),
     ("cluster_wire", cluster_wire),
     ("tls_hello", tls_hello),
+    ("app_settings", app_settings),
 ];
 
 /// The check of the target called `name`.
@@ -252,6 +257,47 @@ pub fn routing_event(data: &[u8]) {
 pub fn router_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = router::config::Config::parse(&text, "fuzz.yaml");
+}
+
+pub fn app_settings(data: &[u8]) {
+    use router::policy::affinity::{Affinity, AffinityKey};
+    use router::policy::settings::{AffinitySettings, AppSettings};
+    let key = AffinityKey::from_secret(b"fuzz affinity secret, 32 bytes!!");
+    if let Ok(s) = serde_json::from_slice::<AppSettings>(data)
+        && s.check().is_ok()
+    {
+        let json = serde_json::to_vec(&s).expect("settings serialise");
+        let back: AppSettings = serde_json::from_slice(&json).expect("and read back");
+        assert_eq!(back, s, "settings change through JSON");
+        let _ = s.summary();
+        let _ = router::policy::Policy::new("fuzz".into(), s.over(&AppSettings::default()), &key);
+    }
+    // The bytes as Cookie headers (split at newlines): no panic; and the
+    // router's own cookie for the bytes as a member address names that member.
+    let affinity = Affinity::new(AffinitySettings::default(), key.clone());
+    let mut headers = http::HeaderMap::new();
+    for line in data.split(|b| *b == b'\n') {
+        if let Ok(v) = http::HeaderValue::from_bytes(line) {
+            headers.append(http::header::COOKIE, v);
+        }
+    }
+    let _ = affinity.requested(&headers);
+    let member = String::from_utf8_lossy(data);
+    let https = data.first().is_some_and(|b| b & 1 == 1);
+    if let Some(set) = affinity.set_cookie(key.id(&member), https) {
+        let pair = set
+            .to_str()
+            .expect("ascii")
+            .split(';')
+            .next()
+            .expect("name=value");
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::COOKIE,
+            http::HeaderValue::from_str(pair).expect("value"),
+        );
+        assert_eq!(affinity.requested(&h), Some(key.id(&member)));
+    }
 }
 
 pub fn cluster_files(data: &[u8]) {

@@ -467,3 +467,183 @@ async fn check_pair_reports_settings_and_keys_that_differ() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("requests_per_second"));
 }
+
+#[tokio::test]
+async fn a_member_that_goes_down_moves_its_clients_and_a_split_keeps_them() {
+    let fast =
+        "health:\n  interval: 200ms\n  timeout: 150ms\n  jitter: 20ms\n  fall: 2\n  rise: 2\n";
+    let (r, backends) = router_with(2, fast).await;
+    assert_eq!(put(&r, r#"{"affinity": {}}"#).await.0, 200);
+    let jar = r.root.join("jar.txt");
+    let jar = jar.to_str().expect("path");
+    let jar_args = ["-c", jar, "-b", jar];
+    let first = curl(&r, "127.0.0.1", "/", &jar_args).await;
+    assert!(first.sets("route_affinity").is_some(), "{}", first.head);
+    let port = first.port();
+    // Its member fails its checks: health takes it down, the client moves (200).
+    let (down, other): (Vec<&Backend>, Vec<&Backend>) = backends
+        .iter()
+        .partition(|b| u64::from(b.addr.port()) == port);
+    down[0].force_status(503);
+    r.wait_health(down[0].addr, "down").await;
+    let moved = curl(&r, "127.0.0.1", "/", &jar_args).await;
+    assert_eq!(
+        (moved.status, moved.port()),
+        (200, u64::from(other[0].addr.port()))
+    );
+    assert!(moved.sets("route_affinity").is_some(), "{}", moved.head);
+
+    // Blue/green: the alias split 50/50 between this app and a second one; a client
+    // with a cookie for a member of either stays on it, whatever the weights pick.
+    let green = Backend::start().await;
+    r.drop_event("10.yaml", &events::add_lb("green", "demo", green.addr));
+    r.drop_event(
+        "11.yaml",
+        &events::add_alias("shop", "demo", "www.shop.test"),
+    );
+    r.wait_route("www.shop.test").await;
+    r.wait_health(green.addr, "up").await;
+    let green_put = r
+        .admin_call(
+            "PUT",
+            "/apps/green-demo/settings",
+            r#"{"affinity": {}}"#,
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(green_put.0, 200);
+    let (s, text) = r
+        .admin_call(
+            "POST",
+            "/aliases/www.shop.test/split",
+            r#"{"shop-demo": 50, "green-demo": 50}"#,
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    let alias = |jar_args: Vec<String>| {
+        let http = r.http;
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-s", "--max-time", "10", "-H", "Host: www.shop.test"])
+                .args(&jar_args)
+                .arg(format!("http://{http}/"))
+                .output()
+                .await
+                .expect("curl");
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("echo JSON");
+            v["port"].as_u64().expect("port")
+        }
+    };
+    // Without a cookie the split spreads requests over both apps.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        seen.insert(alias(vec![]).await);
+    }
+    assert_eq!(seen.len(), 2, "the split shares the name: {seen:?}");
+    // With the jar (a cookie for shop-demo's live member): always that member.
+    let args: Vec<String> = jar_args.iter().map(|s| s.to_string()).collect();
+    for _ in 0..20 {
+        assert_eq!(alias(args.clone()).await, u64::from(other[0].addr.port()));
+    }
+}
+
+#[tokio::test]
+async fn https_affinity_cookies_are_secure_same_site_and_partitioned() {
+    let dir = e2e::tempdir("settings-tls");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca = e2e::pki::Ca::new("settings CA");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.pem).expect("CA");
+    let (cert, key) = e2e::pki::write_leaf(&dir, "wildcard", &ca.leaf(&["*.example.com"]));
+    let tls = format!(
+        "tls:\n  default_cert: {}\n  default_key: {}\n  redirect_http: false\n\
+         app_defaults:\n  affinity:\n    same_site: None\n    partitioned: true\n",
+        cert.display(),
+        key.display()
+    );
+    let b = Backend::start().await;
+    let r = TestRouter::start_https(dir.join("router"), &tls).await;
+    r.drop_event("01.yaml", &events::add_lb("shop", "demo", b.addr));
+    r.wait_member(b.addr).await;
+    let https = r.https.expect("https");
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-i", "--cacert"])
+        .arg(&ca_file)
+        .arg("--resolve")
+        .arg(format!("{HOST}:{}:127.0.0.1", https.port()))
+        .arg(format!("https://{HOST}:{}/", https.port()))
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cookie = text
+        .lines()
+        .find(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie: route_affinity=")
+        })
+        .unwrap_or_else(|| panic!("no affinity cookie (app_defaults): {text}"));
+    assert!(
+        cookie
+            .trim_end()
+            .ends_with("; Secure; SameSite=None; Partitioned"),
+        "{cookie}"
+    );
+    // Plain HTTP gets no SameSite=None (browsers refuse it without Secure).
+    let plain = curl(&r, "127.0.0.1", "/", &[]).await;
+    let plain = plain.sets("route_affinity").expect("cookie");
+    assert!(
+        !plain.contains("Secure") && !plain.contains("SameSite"),
+        "{plain}"
+    );
+}
+
+#[tokio::test]
+async fn app_defaults_change_on_sighup_and_a_bad_one_is_refused_by_line() {
+    use e2e::process::{RouterProcess, spool_config, spool_router};
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("settings-reload");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cfg = spool_router(
+        &dir,
+        &events::add_lb("shop", "demo", b.addr),
+        &spool_config(&dir, "127.0.0.1:0", true, ""),
+    );
+    let mut router = RouterProcess::start(&cfg).await;
+    e2e::eventually("routed", Duration::from_secs(10), async || {
+        router.status(HOST, "/").await == Some(200)
+    })
+    .await;
+    let deny = "app_defaults:\n  deny: [127.0.0.0/8]\n";
+    std::fs::write(&cfg, spool_config(&dir, "127.0.0.1:0", true, deny)).expect("config");
+    router.signal("HUP");
+    let done = wait_log(&mut router, "configuration reloaded").await;
+    assert!(
+        !done.to_string().contains("app_defaults"),
+        "live, no restart: {done}"
+    );
+    assert_eq!(router.status(HOST, "/").await, Some(403));
+    // A bad CIDR: refused with the file, line and field; the running one stays.
+    let bad = "app_defaults:\n  deny: [127.0.0.0/99]\n";
+    std::fs::write(&cfg, spool_config(&dir, "127.0.0.1:0", true, bad)).expect("config");
+    router.signal("HUP");
+    let refused = wait_log(&mut router, "reload refused").await;
+    let text = refused.to_string();
+    assert!(text.contains("router.yaml:9: app_defaults.deny"), "{text}");
+    assert_eq!(router.status(HOST, "/").await, Some(403));
+}
+
+/// Waits for a log line of `router` whose message contains `what`.
+async fn wait_log(router: &mut e2e::process::RouterProcess, what: &str) -> serde_json::Value {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let v = router.logs.recv().await.expect("router running");
+            if v["message"].as_str().is_some_and(|m| m.contains(what)) {
+                return v;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no log line with {what:?}"))
+}

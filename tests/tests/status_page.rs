@@ -109,6 +109,17 @@ async fn the_status_page_renders_live_state_in_chromium() {
     assert_eq!(s, 200);
     b3.force_status(503);
     r.wait_health(b3.addr, "down").await;
+    // Per-app settings, one of them refusing a request.
+    let (s, _) = r
+        .admin_call(
+            "PUT",
+            "/apps/blog-demo/settings",
+            r#"{"affinity": {}, "deny": ["127.0.0.0/8"]}"#,
+            Some("page-token"),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(r.get("ha-blog-demo.example.com", "/").await.0, 403);
 
     let admin = format!("http://{}/", r.admin);
     let profile = root.join("chromium");
@@ -137,6 +148,12 @@ async fn the_status_page_renders_live_state_in_chromium() {
             "data-rotate=\"in\"".to_string(),
         ),
         ("the event source", ">spool<".to_string()),
+        (
+            "the app's settings",
+            "data-settings=\"blog-demo\"".to_string(),
+        ),
+        ("its deny list", ">deny 127.0.0.0/8<".to_string()),
+        ("its refusals", ">1 refused<".to_string()),
     ] {
         assert!(
             dom.contains(&needle),

@@ -259,3 +259,31 @@ async fn idle_tunnels_close_at_the_tunnel_idle_timeout() {
         Message::text("still")
     );
 }
+
+/// An app's own `tunnel_idle_timeout` (its settings) replaces the configuration's
+/// (1 h here): its idle tunnel is closed after 500 ms.
+#[tokio::test]
+async fn an_apps_own_tunnel_idle_timeout_applies_to_its_tunnels() {
+    use std::time::Duration;
+    let b = Backend::start().await;
+    let r = TestRouter::start("limits:\n  tunnel_idle_timeout: 1h\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route("ha-myapp-demo.example.com").await;
+    let (s, text) = r
+        .admin_call(
+            "PUT",
+            "/apps/myapp-demo/settings",
+            r#"{"tunnel_idle_timeout": "500ms"}"#,
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    let mut idle = open_ws(&r).await;
+    let end = tokio::time::timeout(Duration::from_secs(10), idle.next())
+        .await
+        .expect("the idle tunnel ended well before the configuration's hour");
+    assert!(
+        !matches!(end, Some(Ok(Message::Text(_)))),
+        "no message on an idle tunnel: {end:?}"
+    );
+}

@@ -74,8 +74,14 @@ impl AffinityKey {
                 if own.exists() {
                     read(&own)?
                 } else {
+                    // The kernel's generator (aws-lc's own seeds itself with
+                    // jitter entropy: 440 M instructions at start).
                     let mut secret = [0u8; 32];
-                    aws_lc_rs::rand::fill(&mut secret).map_err(|_| KeyError::Random)?;
+                    std::io::Read::read_exact(
+                        &mut std::fs::File::open("/dev/urandom").map_err(|_| KeyError::Random)?,
+                        &mut secret,
+                    )
+                    .map_err(|_| KeyError::Random)?;
                     std::fs::create_dir_all(state_dir)
                         .and_then(|()| durable_file::write(&own, &secret))
                         .map_err(|source| KeyError::Io {
@@ -108,16 +114,38 @@ impl AffinityKey {
     }
 }
 
-/// An app's compiled affinity.
+/// An app's compiled affinity: the cookie's name and its attributes, written once.
 #[derive(Debug)]
 pub struct Affinity {
-    settings: AffinitySettings,
+    name: String,
+    /// What follows the value, on plain HTTP and on HTTPS.
+    plain: String,
+    https: String,
     key: AffinityKey,
 }
 
 impl Affinity {
     pub fn new(settings: AffinitySettings, key: AffinityKey) -> Affinity {
-        Affinity { settings, key }
+        let s = &settings;
+        let mut plain = String::from("; Path=/; HttpOnly");
+        if let Some(age) = s.max_age {
+            plain.push_str(&format!("; Max-Age={}", age.as_secs()));
+        }
+        let mut https = format!("{plain}; Secure; SameSite={}", s.same_site.as_str());
+        if s.partitioned {
+            https.push_str("; Partitioned");
+        }
+        // SameSite=None without Secure is refused by browsers: plain HTTP omits it.
+        if s.same_site != SameSite::None {
+            plain.push_str("; SameSite=");
+            plain.push_str(s.same_site.as_str());
+        }
+        Affinity {
+            name: settings.cookie,
+            plain,
+            https,
+            key,
+        }
     }
 
     pub fn key(&self) -> &AffinityKey {
@@ -126,7 +154,7 @@ impl Affinity {
 
     /// The member id the request's cookie names, if it carries a well-formed one.
     pub fn requested(&self, headers: &HeaderMap) -> Option<u64> {
-        let name = self.settings.cookie.as_bytes();
+        let name = self.name.as_bytes();
         headers
             .get_all(COOKIE)
             .iter()
@@ -138,29 +166,11 @@ impl Affinity {
             })
     }
 
-    /// `Set-Cookie` for `member`; `https`: with `Secure`, `SameSite` and, if
-    /// asked, `Partitioned`.
-    pub fn set_cookie(&self, member: &str, https: bool) -> Option<HeaderValue> {
-        let s = &self.settings;
-        let mut c = format!(
-            "{}={:016x}; Path=/; HttpOnly",
-            s.cookie,
-            self.key.id(member)
-        );
-        if let Some(age) = s.max_age {
-            c.push_str(&format!("; Max-Age={}", age.as_secs()));
-        }
-        if https {
-            c.push_str("; Secure; SameSite=");
-            c.push_str(s.same_site.as_str());
-            if s.partitioned {
-                c.push_str("; Partitioned");
-            }
-        } else if s.same_site != SameSite::None {
-            c.push_str("; SameSite=");
-            c.push_str(s.same_site.as_str());
-        }
-        HeaderValue::from_str(&c).ok()
+    /// `Set-Cookie` naming the member whose id (under this key) is `id`; `https`:
+    /// with `Secure`, `SameSite` and, if asked, `Partitioned`.
+    pub fn set_cookie(&self, id: u64, https: bool) -> Option<HeaderValue> {
+        let attributes = if https { &self.https } else { &self.plain };
+        HeaderValue::from_str(&format!("{}={id:016x}{attributes}", self.name)).ok()
     }
 }
 
@@ -182,7 +192,9 @@ mod tests {
     #[test]
     fn the_cookie_names_the_member_without_its_address() {
         let a = affinity(AffinitySettings::default());
-        let c = a.set_cookie("10.1.2.3:8080", false).expect("value");
+        let c = a
+            .set_cookie(a.key().id("10.1.2.3:8080"), false)
+            .expect("value");
         let c = c.to_str().expect("ascii");
         assert!(c.starts_with("route_affinity="), "{c}");
         assert!(!c.contains("10.1.2.3"), "{c}");
@@ -225,14 +237,14 @@ mod tests {
             partitioned: true,
             ..AffinitySettings::default()
         });
-        let https = a.set_cookie("m:1", true).expect("value");
+        let https = a.set_cookie(a.key().id("m:1"), true).expect("value");
         let https = https.to_str().expect("ascii");
         assert!(
             https.ends_with("; Path=/; HttpOnly; Max-Age=3600; Secure; SameSite=None; Partitioned"),
             "{https}"
         );
         // SameSite=None without Secure is refused by browsers: plain HTTP omits it.
-        let plain = a.set_cookie("m:1", false).expect("value");
+        let plain = a.set_cookie(a.key().id("m:1"), false).expect("value");
         assert!(
             plain.to_str().expect("ascii").ends_with("; Max-Age=3600"),
             "{plain:?}"

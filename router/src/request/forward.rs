@@ -68,7 +68,8 @@ impl Proxy {
         // 4. the request as the member gets it
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let trailers = wants_trailers(req.headers());
+        let h2 = policy.as_ref().is_some_and(|p| p.h2);
+        let trailers = h2 && wants_trailers(req.headers());
         let (mut parts, body) = req.into_parts();
         for_member(&mut parts, &host, &target, &conn, upgrade)?;
         // 5. body: read ahead before a member is involved (slow clients get 408
@@ -79,15 +80,16 @@ impl Proxy {
         let timeouts = Timeouts::of(self, policy.as_deref());
         // 6-7 over h2 for apps whose members speak it (no upgrade there: h2
         // members take WebSocket over h2 streams, not HTTP/1.1 upgrades).
-        if policy.as_ref().is_some_and(|p| p.h2) && !upgrade {
-            let (response, slot) = self
-                .exchange_h2(
-                    &target,
-                    (sni, source),
-                    (parts, body),
-                    (trailers, timeouts.response),
-                )
-                .await?;
+        if h2 && !upgrade {
+            // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
+            // part of every request's future, copied on every HTTP/1.1 request.
+            let (response, slot) = Box::pin(self.exchange_h2(
+                &target,
+                (sni, source),
+                (parts, body),
+                (trailers, timeouts.response),
+            ))
+            .await?;
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers, false);
             if let Some(affinity) = policy.as_ref().and_then(|p| p.affinity.as_ref()) {
@@ -203,7 +205,7 @@ impl Proxy {
             Sticky::None => AffinityResult::New,
         };
         self.metrics.affinity(result);
-        if let Some(cookie) = affinity.set_cookie(&target.member.addr, https) {
+        if let Some(cookie) = affinity.set_cookie(id, https) {
             headers.append(header::SET_COOKIE, cookie);
         }
     }
