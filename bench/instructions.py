@@ -9,12 +9,14 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 (Ir(N2) - Ir(N1)) / (N2 - N1): start-up, the route load and shutdown cancel out.
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
-                             [--config 'YAML lines' ...] [--handoff]
+                             [--config 'YAML lines' ...] [--handoff] [--cookies]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
 --handoff: the connection's first request is in absolute form, which the router's
 own HTTP/1 path does not take, so hyper serves it and every request after it: the
 cost of serving every request with hyper (issue 26's choice of one owner).
+--cookies: the client keeps the cookies it is sent and sends them back, as a
+browser does (an affinity cookie then names its member: issue 28's sticky path).
 
 Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
 
@@ -60,18 +62,26 @@ health:
 """
 
 
-def requests(n, handoff):
+def requests(n, handoff, cookies):
     c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=30)
+    jar = {}
     for i in range(n):
-        c.request("GET", f"http://{HOST}/" if handoff and i == 0 else "/", headers={"Host": HOST})
+        headers = {"Host": HOST}
+        if jar:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in jar.items())
+        c.request("GET", f"http://{HOST}/" if handoff and i == 0 else "/", headers=headers)
         r = c.getresponse()
         r.read()
         if r.status != 200:
             sys.exit(f"status {r.status}")
+        if cookies:
+            for sc in r.msg.get_all("Set-Cookie") or []:
+                name, _, value = sc.split(";")[0].partition("=")
+                jar[name.strip()] = value.strip()
     c.close()
 
 
-def instructions(binary, extra, n, handoff):
+def instructions(binary, extra, n, handoff, cookies):
     d = "/tmp/router-instructions"
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(f"{d}/spool")
@@ -96,7 +106,7 @@ def instructions(binary, extra, n, handoff):
             if time.time() > deadline:
                 sys.exit("the router under valgrind never answered")
             time.sleep(0.5)
-        requests(n, handoff)
+        requests(n, handoff, cookies)
     finally:
         p.terminate()
         p.wait(timeout=120)
@@ -116,6 +126,8 @@ def main():
                     help="extra YAML for one variant (repeat for several)")
     ap.add_argument("--handoff", action="store_true",
                     help="every request after the first served by hyper, not the own path")
+    ap.add_argument("--cookies", action="store_true",
+                    help="the client sends back the cookies it is sent (sticky sessions)")
     args = ap.parse_args()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
     if not shutil.which("valgrind"):
@@ -125,10 +137,10 @@ def main():
     try:
         time.sleep(0.3)
         for extra in variants:
-            a = instructions(args.router, extra, args.n1, args.handoff)
-            b = instructions(args.router, extra, args.n2, args.handoff)
+            a = instructions(args.router, extra, args.n1, args.handoff, args.cookies)
+            b = instructions(args.router, extra, args.n2, args.handoff, args.cookies)
             per = (b - a) / (args.n2 - args.n1)
-            path = "hyper" if args.handoff else "own path"
+            path = ("hyper" if args.handoff else "own path") + (", cookies kept" if args.cookies else "")
             print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.0f} instructions per request "
                   f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
     finally:
