@@ -124,6 +124,20 @@ impl RouterProcess {
         self.child.id().expect("running").to_string()
     }
 
+    /// Waits (up to 10 s) for a log line whose `message` contains `what`; returns it.
+    pub async fn log_line(&mut self, what: &str) -> serde_json::Value {
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                let v = self.logs.recv().await.expect("router running");
+                if v["message"].as_str().is_some_and(|m| m.contains(what)) {
+                    return v;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no log line with {what:?}"))
+    }
+
     /// Sends a signal (`TERM`, `KILL`, ...) with kill(1).
     pub fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")

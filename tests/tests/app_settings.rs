@@ -618,7 +618,7 @@ async fn app_defaults_change_on_sighup_and_a_bad_one_is_refused_by_line() {
     let deny = "app_defaults:\n  deny: [127.0.0.0/8]\n";
     std::fs::write(&cfg, spool_config(&dir, "127.0.0.1:0", true, deny)).expect("config");
     router.signal("HUP");
-    let done = wait_log(&mut router, "configuration reloaded").await;
+    let done = router.log_line("configuration reloaded").await;
     assert!(
         !done.to_string().contains("app_defaults"),
         "live, no restart: {done}"
@@ -628,22 +628,8 @@ async fn app_defaults_change_on_sighup_and_a_bad_one_is_refused_by_line() {
     let bad = "app_defaults:\n  deny: [127.0.0.0/99]\n";
     std::fs::write(&cfg, spool_config(&dir, "127.0.0.1:0", true, bad)).expect("config");
     router.signal("HUP");
-    let refused = wait_log(&mut router, "reload refused").await;
+    let refused = router.log_line("reload refused").await;
     let text = refused.to_string();
     assert!(text.contains("router.yaml:9: app_defaults.deny"), "{text}");
     assert_eq!(router.status(HOST, "/").await, Some(403));
-}
-
-/// Waits for a log line of `router` whose message contains `what`.
-async fn wait_log(router: &mut e2e::process::RouterProcess, what: &str) -> serde_json::Value {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let v = router.logs.recv().await.expect("router running");
-            if v["message"].as_str().is_some_and(|m| m.contains(what)) {
-                return v;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no log line with {what:?}"))
 }

@@ -20,20 +20,6 @@ fn config(dir: &std::path::Path, http: &str, extra: &str) -> String {
     e2e::process::spool_config(dir, http, true, extra)
 }
 
-/// Waits for a log line whose `message` contains `what`; returns it.
-async fn log_line(router: &mut RouterProcess, what: &str) -> serde_json::Value {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let v = router.logs.recv().await.expect("router running");
-            if v["message"].as_str().is_some_and(|m| m.contains(what)) {
-                return v;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no log line with {what:?}"))
-}
-
 /// One GET through the router on a fresh connection; the status.
 async fn status(router: &RouterProcess, path: &str) -> u16 {
     router.status(HA, path).await.expect("a status")
@@ -132,9 +118,9 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     )
     .expect("config");
     router.signal("HUP");
-    let warned = log_line(&mut router, "cannot change while running").await;
+    let warned = router.log_line("cannot change while running").await;
     assert_eq!(warned["setting"], "listen", "{warned}");
-    let done = log_line(&mut router, "configuration reloaded").await;
+    let done = router.log_line("configuration reloaded").await;
     assert!(done.to_string().contains("listen"), "{done}");
     assert_eq!(status(&router, "/slow?ms=1500").await, 504, "new timeout");
     assert_eq!(slow(&before, 1500).await, 504, "also on an old connection");
@@ -155,7 +141,7 @@ async fn sighup_applies_a_valid_file_and_refuses_an_invalid_one_under_load() {
     )
     .expect("config");
     router.signal("HUP");
-    let refused = log_line(&mut router, "reload refused").await;
+    let refused = router.log_line("reload refused").await;
     let error = refused["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("router.yaml:11") && error.contains("max_headers"),
