@@ -183,7 +183,7 @@ pub async fn serve(
     workers: Option<Arc<crate::workers::Workers>>,
 ) {
     let mut current = live.load_full();
-    let mut builder = builder_for(&current.limits);
+    let mut builder = Arc::new(builder_for(&current.limits));
     let mut slots = Slots::new(current.limits.max_connections);
     let sources = per_source::PerSource::new(current.limits.per_source());
     let quiet = Arc::new(Mutex::new(Connections::default()));
@@ -219,7 +219,7 @@ pub async fn serve(
         // A reload: new limits for the connections from here on.
         let latest = live.load_full();
         if !Arc::ptr_eq(&latest, &current) {
-            builder = builder_for(&latest.limits);
+            builder = Arc::new(builder_for(&latest.limits));
             slots.resize(latest.limits.max_connections);
             sources.set_cap(latest.limits.per_source());
             current = latest;
@@ -261,20 +261,15 @@ pub async fn serve(
         let connection = Connection {
             peer,
             conn,
-            tls: tls.as_ref().map(|acceptor| TlsListener {
-                acceptor: acceptor.clone(),
-                handshake_timeout: current.handshake_timeout,
-            }),
-            proxy: current.proxy.clone(),
+            tls: tls.clone(),
+            serving: current.clone(),
             activity,
             evict: member_of.evict.clone(),
             member_of,
             builder: builder.clone(),
-            limits: current.limits.clone(),
             live: live.clone(),
             stop: stop.clone(),
             kill: kill.clone(),
-            metrics: current.proxy.metrics.tls.clone(),
         };
         stream.spawn(connection);
     }
@@ -410,106 +405,112 @@ impl Accepted {
 }
 
 /// An accepted client connection and what serving it needs, moved into its task
-/// (on this runtime, or on a per-core worker's).
+/// (on this runtime, or on a per-core worker's). Small on purpose: what the task
+/// captures stays allocated for the connection's whole life (the serving
+/// generation and hyper's builder are shared, not copied per connection).
 struct Connection {
     peer: SocketAddr,
     conn: ClientConn,
-    tls: Option<TlsListener>,
-    proxy: Arc<Proxy>,
+    tls: Option<crate::tls::server::Acceptor>,
+    /// The proxy and limits live when it was accepted.
+    serving: Arc<crate::request::listener::Serving>,
     activity: Arc<Activity>,
     evict: Arc<Notify>,
     member_of: Registered,
-    builder: auto::Builder<TokioExecutor>,
-    limits: Limits,
+    builder: Arc<auto::Builder<TokioExecutor>>,
     live: Live,
     stop: watch::Receiver<bool>,
     kill: watch::Receiver<bool>,
-    metrics: crate::metrics::TlsMetrics,
 }
 
 impl Connection {
-    /// Serves the connection until it closes, a deadline passes or the drain ends it.
-    async fn serve(self, stream: tokio::net::TcpStream) {
+    /// Serves the connection until it closes, a deadline passes or the drain ends
+    /// it. Not an `async fn`: the future captures the fields it needs, not the
+    /// struct whole beside them.
+    fn serve(self, stream: tokio::net::TcpStream) -> impl Future<Output = ()> + Send {
         let Connection {
             peer,
             mut conn,
             tls,
-            proxy,
+            serving,
             activity,
             evict,
             member_of,
             builder,
-            limits,
             live,
             stop,
             kill,
-            metrics,
         } = self;
-        let io = match tls {
-            None => Stream::Plain(stream),
-            // The handshake runs in the connection's task, never in this loop.
-            // Boxed: the handshake's state is freed once it is done, not
-            // kept in the task for the connection's whole life.
-            Some(tls) => match tokio::select! {
-                s = Box::pin(hello_then_handshake(&proxy, &tls, stream, peer.ip(), &activity, &metrics)) => s,
-                _ = evict.notified() => None,
-            } {
-                Some(s) => {
-                    // Which certificate this connection presented: requests
-                    // for names that would get another are 421 (coalescing).
-                    if let Some(sni) = s.get_ref().1.server_name() {
-                        conn.served = Some(tls.acceptor.served(sni));
+        async move {
+            let limits = &serving.limits;
+            let io = match tls {
+                None => Stream::Plain(stream),
+                // The handshake runs in the connection's task, never in this loop.
+                // Boxed: the handshake's state is freed once it is done, not
+                // kept in the task for the connection's whole life.
+                Some(acceptor) => {
+                    let tls = TlsListener {
+                        acceptor,
+                        handshake_timeout: serving.handshake_timeout,
+                    };
+                    let proxy = &serving.proxy;
+                    let metrics = &proxy.metrics.tls;
+                    match tokio::select! {
+                        s = Box::pin(hello_then_handshake(proxy, &tls, stream, peer.ip(), &activity, metrics)) => s,
+                        _ = evict.notified() => None,
+                    } {
+                        Some(s) => {
+                            // Which certificate this connection presented: requests
+                            // for names that would get another are 421 (coalescing).
+                            if let Some(sni) = s.get_ref().1.server_name() {
+                                conn.served = Some(tls.acceptor.served(sni));
+                            }
+                            Stream::Tls(Box::new(s))
+                        }
+                        None => return,
                     }
-                    Stream::Tls(Box::new(s))
                 }
-                None => return,
-            },
-        };
-        let io = ClientIo::new(io, limits.send_timeout);
-        // Each request gets the proxy settings live at its start.
-        drop(proxy);
-        // Told to close gracefully (drain, idle): HTTP/1 after the response
-        // in progress, h2 with a GOAWAY.
-        let finish = Arc::new(AtomicBool::new(false));
-        let own = h1::Settings {
-            head: h1::HeadLimits {
-                max_bytes: limits.max_header_bytes,
-                max_headers: limits.max_headers,
-                max_body: limits.body_buffer_bytes,
-            },
-            header_read_timeout: limits.header_read_timeout,
-        };
-        // Pinned here and lent to `supervise`: moved into it, the connection's
-        // state was kept twice in this task (3.5 KiB more per idle connection).
-        let connection = serve_http(io, live, conn, finish.clone(), own, builder);
-        tokio::pin!(connection);
-        // Every quiet state has a deadline (see `Activity`); shutdown and
-        // quiet both end the connection gracefully (h1: after the response in
-        // flight; h2: GOAWAY), and the kill switch drops it after the grace.
-        // They are waited for in one future with a waker of its own, so
-        // they are polled when one of them fires, never on the connection's
-        // own wake-ups (several per request).
-        let watch = Watch {
-            stop,
-            kill,
-            evict,
-            activity: activity.clone(),
-            first: limits.header_read_timeout,
-            idle: limits.idle_timeout,
-            send_timeout: limits.send_timeout,
-        };
-        let result = supervise(
-            connection.as_mut(),
-            watch,
-            &finish,
-            limits.header_read_timeout,
-            peer,
-        )
-        .await;
-        if let Err(e) = result {
-            tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+            };
+            let io = ClientIo::new(io, limits.send_timeout);
+            // Told to close gracefully (drain, idle): HTTP/1 after the response
+            // in progress, h2 with a GOAWAY.
+            let finish = Arc::new(AtomicBool::new(false));
+            let own = h1::Settings {
+                head: h1::HeadLimits {
+                    max_bytes: limits.max_header_bytes,
+                    max_headers: limits.max_headers,
+                    max_body: limits.body_buffer_bytes,
+                },
+                header_read_timeout: limits.header_read_timeout,
+            };
+            // Every quiet state has a deadline (see `Activity`); shutdown and
+            // quiet both end the connection gracefully (h1: after the response in
+            // flight; h2: GOAWAY), and the kill switch drops it after the grace.
+            // They are waited for in one future with a waker of its own, so
+            // they are polled when one of them fires, never on the connection's
+            // own wake-ups (several per request).
+            let watch = Watch {
+                stop,
+                kill,
+                evict,
+                activity: activity.clone(),
+                first: limits.header_read_timeout,
+                idle: limits.idle_timeout,
+                send_timeout: limits.send_timeout,
+            };
+            let first = limits.header_read_timeout;
+            // Each request gets the proxy settings live at its start.
+            drop(serving);
+            // Pinned here and lent to `supervise`: moved into it, the connection's
+            // state was kept twice in this task (3.5 KiB more per idle connection).
+            let connection = serve_http(io, live, conn, finish.clone(), own, builder);
+            tokio::pin!(connection);
+            let result = supervise(connection.as_mut(), watch, &finish, first, peer).await;
+            if let Err(e) = result {
+                tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+            }
+            drop(member_of);
         }
-        drop(member_of);
     }
 }
 
@@ -522,7 +523,7 @@ async fn serve_http(
     conn: ClientConn,
     finish: Arc<AtomicBool>,
     own: h1::Settings,
-    builder: auto::Builder<TokioExecutor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
 ) -> HttpResult {
     // HTTP/1.1 on the router's own path while it can; hyper for
     // the rest (see `h1`).
@@ -575,8 +576,9 @@ async fn supervise(
     let (mut closing, mut shut) = (false, false);
     let flag = Arc::new(Flag::default());
     loop {
-        let next = next_event(watch, closing, shut);
-        tokio::pin!(next);
+        // Boxed: made once per event (drain, idle, ...), rare; inline it would
+        // stay in every connection's task (1.2 KiB).
+        let mut next = Box::pin(next_event(watch, closing, shut));
         let (event, w) = tokio::select! {
             biased;
             r = connection.as_mut() => return r,

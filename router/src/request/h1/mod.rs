@@ -232,12 +232,15 @@ fn poll_fill(
 
 /// Writes `response` (to a `method` request); `Ok(false)`: the connection closes
 /// after it.
-async fn write(
-    io: &mut ClientIo,
+fn write<'a>(
+    io: &'a mut ClientIo,
     response: Response<ProxyBody>,
     method: &Method,
     date: &mut DateCache,
-) -> std::io::Result<bool> {
+) -> impl Future<Output = std::io::Result<bool>> + 'a {
+    // The head is encoded before the future is made: the future keeps only the
+    // body, the encoder and the bytes to write (not the response beside them),
+    // which keeps the connection's task small between requests.
     let (parts, body) = response.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::None
@@ -249,10 +252,22 @@ async fn write(
     let mut out = Vec::with_capacity(512);
     let head = response::encode_head(&parts, method, length, date, &mut out);
     drop(parts);
-    let mut encoder = head.encoder;
+    let last = head.last;
+    let encoder = head.encoder;
     // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as
     // hyper drops it, and the framing ended.
-    let mut body = (length != BodyLength::None && encoder != Encoder::Length(0)).then_some(body);
+    let body = (length != BodyLength::None && encoder != Encoder::Length(0)).then_some(body);
+    write_body(io, body, encoder, out, last)
+}
+
+/// The rest of [`write`]: the body's frames, gathered, then the end.
+async fn write_body(
+    io: &mut ClientIo,
+    mut body: Option<ProxyBody>,
+    mut encoder: Encoder,
+    mut out: Vec<u8>,
+    last: bool,
+) -> std::io::Result<bool> {
     if body.is_none() && !encoder.end(None, &mut out) {
         return Err(std::io::Error::other(
             "response body ended short of its length",
@@ -313,7 +328,7 @@ async fn write(
         }
     }
     flush(io, &mut out).await?;
-    Ok(!head.last && encoder != Encoder::CloseDelimited)
+    Ok(!last && encoder != Encoder::CloseDelimited)
 }
 
 async fn flush(io: &mut ClientIo, out: &mut Vec<u8>) -> std::io::Result<()> {
