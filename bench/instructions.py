@@ -9,7 +9,7 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 (Ir(N2) - Ir(N1)) / (N2 - N1): start-up, the route load and shutdown cancel out.
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
-                             [--config 'YAML lines' ...] [--handoff] [--cookies]
+                             [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
 --handoff: the connection's first request is in absolute form, which the router's
@@ -17,6 +17,9 @@ own HTTP/1 path does not take, so hyper serves it and every request after it: th
 cost of serving every request with hyper (issue 26's choice of one owner).
 --cookies: the client keeps the cookies it is sent and sends them back, as a
 browser does (an affinity cookie then names its member: issue 28's sticky path).
+--peers: also haproxy 2.6 (one thread) and nginx 1.22 (no master, one worker) under
+callgrind, proxying the same client's requests to the same backend: the anchors on
+the same repeatable axis (issue 29). Kernel time is in none of the figures.
 
 Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
 
@@ -39,6 +42,7 @@ _spec.loader.exec_module(H)
 RELEASE = os.path.join(ROOT, "target/release")
 HOST = "ha-bench-bench.example.com"
 BACKEND, ROUTER, ADMIN = 18380, 18381, 18382
+HAPROXY, NGINX = 18383, 18384
 
 EVENT = H.route_event(BACKEND)
 
@@ -62,8 +66,8 @@ health:
 """
 
 
-def requests(n, handoff, cookies):
-    c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=30)
+def requests(n, handoff, cookies, port=ROUTER):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     jar = {}
     for i in range(n):
         headers = {"Host": HOST}
@@ -79,6 +83,58 @@ def requests(n, handoff, cookies):
                 name, _, value = sc.split(";")[0].partition("=")
                 jar[name.strip()] = value.strip()
     c.close()
+
+
+def peer(name, n):
+    """Instructions of haproxy or nginx serving `n` requests (see --peers)."""
+    d = "/tmp/router-instructions-peer"
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for k in H.TEMP_KINDS:
+        os.makedirs(f"{d}/tmp-{k}")
+    if name == "haproxy":
+        H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
+frontend fe_http
+    bind 127.0.0.1:{HAPROXY}
+    default_backend be
+backend be
+    http-reuse always
+    server s1 127.0.0.1:{BACKEND}
+""")
+        cmd, port = ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"], HAPROXY
+    else:
+        H.nginx_conf(d, "nginx", f"""
+  upstream backend {{ server 127.0.0.1:{BACKEND}; keepalive 64; keepalive_requests 100000; }}
+  server {{
+    listen 127.0.0.1:{NGINX};
+    {H.PROXY_PASS}
+  }}""")
+        cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
+    out = f"{d}/callgrind.out"
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/", headers={"Host": HOST})
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit(f"{name} under valgrind never answered")
+            time.sleep(0.5)
+        requests(n, False, False, port)
+    finally:
+        p.terminate()
+        p.wait(timeout=120)
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    sys.exit(f"no totals in {name}'s callgrind output")
 
 
 def instructions(binary, extra, n, handoff, cookies):
@@ -128,6 +184,8 @@ def main():
                     help="every request after the first served by hyper, not the own path")
     ap.add_argument("--cookies", action="store_true",
                     help="the client sends back the cookies it is sent (sticky sessions)")
+    ap.add_argument("--peers", action="store_true",
+                    help="also haproxy and nginx, on the same axis")
     args = ap.parse_args()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
     if not shutil.which("valgrind"):
@@ -142,6 +200,10 @@ def main():
             per = (b - a) / (args.n2 - args.n1)
             path = ("hyper" if args.handoff else "own path") + (", cookies kept" if args.cookies else "")
             print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.0f} instructions per request "
+                  f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+        for name in ("haproxy", "nginx") if args.peers else ():
+            a, b = peer(name, args.n1), peer(name, args.n2)
+            print(f"{name}: {(b - a) / (args.n2 - args.n1):,.0f} instructions per request "
                   f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
     finally:
         backend.terminate()
