@@ -971,6 +971,10 @@ async fn tls_passthrough_relays_to_the_gear_that_holds_the_key() {
     r.drop_event("10.yaml", &add_passthrough_lb("gear", gear.addr));
     r.drop_event("11.yaml", &add_passthrough_lb("gear", gear2.addr));
     r.wait_spool_empty().await;
+    // New members take connections once their first check passed
+    // (`health.gate_new`): both, before the four that must reach both.
+    r.wait_health(gear.addr, "up").await;
+    r.wait_health(gear2.addr, "up").await;
 
     // The gear's own certificate, verified against the gear's CA.
     let gear_config = client_config(&gear_ca.pem, &[b"http/1.1"]);
