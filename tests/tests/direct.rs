@@ -38,6 +38,10 @@ async fn web_framework_members_get_their_mappings_applied() {
     );
     r.wait_spool_empty().await;
     r.wait_route(HOST).await;
+    // New members take requests once their first check passed (`health.gate_new`):
+    // both, before the eight that must reach both.
+    r.wait_health(b1.addr, "up").await;
+    r.wait_health(b2.addr, "up").await;
     let mut targets = Vec::new();
     for (path, want) in [
         ("/health", "/configuration/health"),
