@@ -110,7 +110,12 @@ backend be
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
-    out = f"{d}/callgrind.out"
+    return callgrind(cmd, port, f"{d}/callgrind.out", name, n)
+
+
+def callgrind(cmd, port, out, name, n, handoff=False, cookies=False):
+    """Ir of `cmd` under callgrind serving `n` requests on `port` (after the first
+    answer of 200), from start to exit."""
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -126,7 +131,7 @@ backend be
             if time.time() > deadline:
                 sys.exit(f"{name} under valgrind never answered")
             time.sleep(0.5)
-        requests(n, False, False, port)
+        requests(n, handoff, cookies, port)
     finally:
         p.terminate()
         p.wait(timeout=120)
@@ -145,32 +150,8 @@ def instructions(binary, extra, n, handoff, cookies):
         f.write(EVENT)
     with open(f"{d}/router.yaml", "w") as f:
         f.write(config(d, extra))
-    out = f"{d}/callgrind.out"
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                          binary, "--config", f"{d}/router.yaml"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", ROUTER, timeout=5)
-                c.request("GET", "/", headers={"Host": HOST})
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                sys.exit("the router under valgrind never answered")
-            time.sleep(0.5)
-        requests(n, handoff, cookies)
-    finally:
-        p.terminate()
-        p.wait(timeout=120)
-    with open(out) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    sys.exit("no totals in the callgrind output")
+    return callgrind([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/callgrind.out",
+                     "the router", n, handoff, cookies)
 
 
 def main():

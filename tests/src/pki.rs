@@ -49,6 +49,41 @@ impl Ca {
     }
 }
 
+/// A fresh directory (tempdir `tag`) holding a new CA (`ca.pem`) and a
+/// `*.example.com` certificate it signed (`wildcard.crt`, `wildcard.key`).
+pub struct Wildcard {
+    pub dir: PathBuf,
+    pub ca_file: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Wildcard {
+    pub fn new(tag: &str) -> Wildcard {
+        let dir = crate::tempdir(tag);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ca = Ca::new(&format!("{tag} test CA"));
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, &ca.pem).expect("write CA");
+        let (cert, key) = write_leaf(&dir, "wildcard", &ca.leaf(&["*.example.com"]));
+        Wildcard {
+            dir,
+            ca_file,
+            cert,
+            key,
+        }
+    }
+
+    /// The `tls:` section serving it as the default certificate, no redirect.
+    pub fn tls_section(&self) -> String {
+        format!(
+            "tls:\n  default_cert: {}\n  default_key: {}\n  redirect_http: false\n",
+            self.cert.display(),
+            self.key.display()
+        )
+    }
+}
+
 /// Writes `name.crt` / `name.key` into `dir`; returns their paths.
 pub fn write_leaf(dir: &Path, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
     let (c, k) = (

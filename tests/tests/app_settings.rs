@@ -550,17 +550,11 @@ async fn a_member_that_goes_down_moves_its_clients_and_a_split_keeps_them() {
 
 #[tokio::test]
 async fn https_affinity_cookies_are_secure_same_site_and_partitioned() {
-    let dir = e2e::tempdir("settings-tls");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca = e2e::pki::Ca::new("settings CA");
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, &ca.pem).expect("CA");
-    let (cert, key) = e2e::pki::write_leaf(&dir, "wildcard", &ca.leaf(&["*.example.com"]));
+    let pki = e2e::pki::Wildcard::new("settings-tls");
+    let (dir, ca_file) = (&pki.dir, &pki.ca_file);
     let tls = format!(
-        "tls:\n  default_cert: {}\n  default_key: {}\n  redirect_http: false\n\
-         app_defaults:\n  affinity:\n    same_site: None\n    partitioned: true\n",
-        cert.display(),
-        key.display()
+        "{}app_defaults:\n  affinity:\n    same_site: None\n    partitioned: true\n",
+        pki.tls_section()
     );
     let b = Backend::start().await;
     let r = TestRouter::start_https(dir.join("router"), &tls).await;
@@ -569,7 +563,7 @@ async fn https_affinity_cookies_are_secure_same_site_and_partitioned() {
     let https = r.https.expect("https");
     let out = tokio::process::Command::new("curl")
         .args(["-s", "-i", "--cacert"])
-        .arg(&ca_file)
+        .arg(ca_file)
         .arg("--resolve")
         .arg(format!("{HOST}:{}:127.0.0.1", https.port()))
         .arg(format!("https://{HOST}:{}/", https.port()))

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use e2e::pki::{Ca, write_leaf};
+use e2e::pki::Wildcard;
 use e2e::{TestRouter, events};
 use tokio::io::AsyncBufReadExt;
 
@@ -117,17 +117,8 @@ async fn set_h2(r: &TestRouter) {
 
 #[tokio::test]
 async fn grpc_calls_pass_through_both_listeners_to_an_h2c_member() {
-    let dir = e2e::tempdir("grpc");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca = Ca::new("gRPC test CA");
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, &ca.pem).expect("CA");
-    let (cert, key) = write_leaf(&dir, "wildcard", &ca.leaf(&["*.example.com"]));
-    let tls = format!(
-        "tls:\n  default_cert: {}\n  default_key: {}\n  redirect_http: false\n",
-        cert.display(),
-        key.display()
-    );
+    let pki = Wildcard::new("grpc");
+    let (dir, ca_file, tls) = (&pki.dir, &pki.ca_file, pki.tls_section());
     let member = Member::start(None).await;
     let r = TestRouter::start_https(dir.join("router"), &tls).await;
     r.drop_event("01.yaml", &events::add_lb("grpc", "demo", member.addr()));
@@ -163,7 +154,7 @@ async fn grpc_calls_pass_through_both_listeners_to_an_h2c_member() {
         .expect("curl");
     assert_eq!(out.stdout, b"\x00\x00\x00\x00\x05olleh", "{out:?}");
     let https = r.https.expect("https listener");
-    assert_all_passed(&calls(https, Some(&ca_file)).await);
+    assert_all_passed(&calls(https, Some(ca_file)).await);
     // The member's slots are all back (the deadline's stream was reset, not leaked).
     e2e::eventually(
         "no request in flight",
@@ -180,13 +171,9 @@ async fn grpc_calls_pass_through_both_listeners_to_an_h2c_member() {
 
 #[tokio::test]
 async fn grpc_calls_reach_a_tls_member_over_alpn_h2() {
-    let dir = e2e::tempdir("grpc-tls");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca = Ca::new("gRPC member CA");
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, &ca.pem).expect("CA");
-    let (cert, key) = write_leaf(&dir, "member", &ca.leaf(&["*.example.com"]));
-    let member = Member::start(Some((&cert, &key))).await;
+    let pki = Wildcard::new("grpc-tls");
+    let (dir, ca_file) = (&pki.dir, &pki.ca_file);
+    let member = Member::start(Some((&pki.cert, &pki.key))).await;
     let extra = format!("upstream:\n  tls:\n    ca_file: {}\n", ca_file.display());
     let r = TestRouter::start_in(dir.join("router"), &extra).await;
     r.drop_event(
