@@ -40,6 +40,9 @@ command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 # A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
 # Debian's own interpreter.
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)
+# A real HTTP/3 client (aioquic, tests/h3/client.py, tests/tests/http3.rs): not
+# packaged in Debian 12, so from PyPI into a virtualenv under target/.
+/usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "need root to apt-get install ${need[*]}" >&2; exit 1; fi
   apt-get update -qq
@@ -48,6 +51,12 @@ fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is missing: install the Rust toolchain (1.89 or newer) first" >&2
   exit 1
+fi
+
+if ! target/h3-venv/bin/python3 -c 'import aioquic' >/dev/null 2>&1; then
+  rm -rf target/h3-venv
+  /usr/bin/python3 -m venv target/h3-venv
+  target/h3-venv/bin/pip install -q 'aioquic>=1.2,<2'
 fi
 
 cargo fmt --all -- --check

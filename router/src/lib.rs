@@ -25,6 +25,7 @@ pub mod members;
 pub mod memory;
 pub mod metrics;
 pub mod policy;
+pub mod quic;
 pub mod reconcile;
 pub mod request;
 pub mod ring;

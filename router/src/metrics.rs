@@ -145,6 +145,12 @@ pub struct Metrics {
     /// `router_affinity_total{result}`: requests of apps with cookie affinity: kept
     /// on the cookie's member, moved (its member was not eligible), new (no cookie).
     affinity: [IntCounter; 3],
+    /// `router_http_requests_by_protocol_total{protocol}`: requests begun, by the
+    /// client's protocol (`http/1`, `h2`, `h3`).
+    by_protocol: [IntCounter; 3],
+    /// `router_http3_handshakes_total{result}`: QUIC connections offered to the
+    /// HTTP/3 listener, by what became of them (see `router::quic`).
+    pub http3: IntCounterVec,
     /// `router_app_limit_untracked_total`: clients let through without a rate
     /// bucket because the table of buckets was full (see `policy::clients`).
     pub app_untracked: IntCounter,
@@ -245,7 +251,22 @@ impl Metrics {
             &["result"],
             r
         )?;
+        let by_protocol = counters!(
+            "router_http_requests_by_protocol_total",
+            "Requests begun, by the client's protocol (http/1, h2, h3)",
+            &["protocol"],
+            r
+        )?;
+        let http3 = counters!(
+            "router_http3_handshakes_total",
+            "QUIC connections offered to the HTTP/3 listener, by result (ok, failed, timeout, retry: asked to prove its address first, refused: a connection or source limit)",
+            &["result"],
+            r
+        )?;
+        zeroed(&http3, &["ok", "failed", "timeout", "retry", "refused"]);
         Ok(Metrics {
+            by_protocol: ["http/1", "h2", "h3"].map(|p| by_protocol.with_label_values(&[p])),
+            http3,
             by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
             duration: histogram!(
                 "router_http_request_duration_seconds",
@@ -338,6 +359,16 @@ impl Metrics {
     pub fn request(&self, status: u16) {
         let i = usize::from(status / 100).clamp(1, 5) - 1;
         self.by_class[i].inc();
+    }
+
+    /// Counts a request by its client's protocol.
+    pub fn protocol(&self, version: http::Version) {
+        let i = match version {
+            http::Version::HTTP_2 => 1,
+            http::Version::HTTP_3 => 2,
+            _ => 0,
+        };
+        self.by_protocol[i].inc();
     }
 
     pub fn affinity(&self, result: AffinityResult) {

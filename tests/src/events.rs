@@ -83,6 +83,22 @@ pub fn add_ssl(
     )
 }
 
+/// The events for app `app` with `member` as its member and the alias `alias`
+/// with `leaf` as its certificate.
+pub fn app_with_alias_cert(
+    app: &str,
+    ns: &str,
+    member: SocketAddr,
+    alias: &str,
+    leaf: &crate::pki::Leaf,
+) -> [String; 3] {
+    [
+        add_lb(app, ns, member),
+        add_alias(app, ns, alias),
+        add_ssl(app, ns, alias, &leaf.cert_pem, &leaf.key_pem, None),
+    ]
+}
+
 pub fn remove_ssl(app: &str, ns: &str, alias: &str) -> String {
     format!("---\n:action: :remove_ssl\n:app_name: {app}\n:namespace: {ns}\n:alias: {alias}\n")
 }

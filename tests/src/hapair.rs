@@ -60,7 +60,7 @@ impl Pair {
                 dir.join(format!("router-{name}.yaml")),
                 format!(
                     "cloud_domain: example.com\nstate_dir: {d}/state-{name}\n\
-                     listen: {{ http: 0.0.0.0:8080, https: 0.0.0.0:8443, admin: 127.0.0.1:9090 }}\n\
+                     listen: {{ http: 0.0.0.0:8080, https: 0.0.0.0:8443, http3: 0.0.0.0:8443, admin: 127.0.0.1:9090 }}\n\
                      tls: {{ default_cert: {cert}, default_key: {key}, session_ticket_key_file: {d}/ticket.key }}\n\
                      spi:\n  source: stomp\n  stomp:\n    hosts: [\"{MQ_IP}:61613\"]\n    destination: /queue/routinginfo.router-{name}\n    client_id: router-{name}\n\
                      health: {{ interval: 1s, timeout: 500ms }}\nshutdown_grace: 5s\naccess_log: {{ enabled: false }}\n",
@@ -286,6 +286,36 @@ impl Pair {
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "the poller got no answers"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (child, log)
+    }
+
+    /// An HTTP/3 client (`h3-client loop`: quinn, which recognises a stateless
+    /// reset; aioquic does not) in the client namespace sending a GET through
+    /// `vip` every 20 ms for `secs`, on one QUIC connection as long as it lives;
+    /// returns once it has had five answers.
+    pub fn h3_poller(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
+        let log = self.dir.join("h3-poll.log");
+        let child = self
+            .topo
+            .cmd("c", crate::bin("h3-client").to_str().expect("path"))
+            .args(["loop", &format!("{vip}:8443"), HOST])
+            .arg(self.dir.join("ca.pem"))
+            .args(["/", "20", &secs.to_string()])
+            .stdout(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("h3-client");
+        let start = Instant::now();
+        while std::fs::read_to_string(&log).map_or(0, |t| {
+            t.lines().filter(|l| l.contains("\"ok\":true")).count()
+        }) < 5
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the HTTP/3 client got no answers: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(10));
         }

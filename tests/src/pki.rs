@@ -52,6 +52,8 @@ impl Ca {
 /// A fresh directory (tempdir `tag`) holding a new CA (`ca.pem`) and a
 /// `*.example.com` certificate it signed (`wildcard.crt`, `wildcard.key`).
 pub struct Wildcard {
+    /// Signs further leaves (aliases with certificates of their own).
+    pub ca: Ca,
     pub dir: PathBuf,
     pub ca_file: PathBuf,
     pub cert: PathBuf,
@@ -67,6 +69,7 @@ impl Wildcard {
         std::fs::write(&ca_file, &ca.pem).expect("write CA");
         let (cert, key) = write_leaf(&dir, "wildcard", &ca.leaf(&["*.example.com"]));
         Wildcard {
+            ca,
             dir,
             ca_file,
             cert,

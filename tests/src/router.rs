@@ -17,6 +17,8 @@ pub struct TestRouter {
     pub http: SocketAddr,
     /// The HTTPS listener, when the configuration has `listen.https`.
     pub https: Option<SocketAddr>,
+    /// The HTTP/3 listener (UDP), when the configuration has `listen.http3`.
+    pub http3: Option<SocketAddr>,
     /// The `tcp.listen` ports, in the configuration's order.
     pub tcp: Vec<SocketAddr>,
     pub admin: SocketAddr,
@@ -65,7 +67,7 @@ impl TestRouter {
 
     /// Starts with the given `spi:` section (e.g. a STOMP source).
     pub async fn start_with_spi(root: PathBuf, spi: &str, extra: &str) -> TestRouter {
-        TestRouter::start_full(root, spi, extra, false).await
+        TestRouter::start_full(root, spi, extra, "").await
     }
 
     /// Also listens for HTTPS (`extra` carries the `tls:` section).
@@ -75,13 +77,25 @@ impl TestRouter {
             "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
             spool.display()
         );
-        TestRouter::start_full(root, &spi, extra, true).await
+        TestRouter::start_full(root, &spi, extra, "  https: 127.0.0.1:0\n").await
     }
 
-    async fn start_full(root: PathBuf, spi: &str, extra: &str, https: bool) -> TestRouter {
+    /// Also listens for HTTPS and HTTP/3 (`extra` carries the `tls:` section).
+    pub async fn start_http3(root: PathBuf, extra: &str) -> TestRouter {
+        let spool = root.join("spool");
+        let spi = format!(
+            "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
+            spool.display()
+        );
+        let listen = "  https: 127.0.0.1:0\n  http3: 127.0.0.1:0\n";
+        TestRouter::start_full(root, &spi, extra, listen).await
+    }
+
+    /// `listen`: lines added to the `listen:` block.
+    async fn start_full(root: PathBuf, spi: &str, extra: &str, listen: &str) -> TestRouter {
         let spool = root.join("spool");
         let state = root.join("state");
-        let https_line = if https { "  https: 127.0.0.1:0\n" } else { "" };
+        let https_line = listen;
         let yaml = format!(
             "cloud_domain: example.com\n\
              state_dir: {state}\n\
@@ -93,6 +107,7 @@ impl TestRouter {
         let router = router::Router::bind(config).await.expect("bind");
         let http = router.http_addr();
         let https = router.https_addr();
+        let http3 = router.http3_addr();
         let tcp = router.tcp_addrs();
         let admin = router.admin_addr().expect("admin");
         let (tx, rx) = oneshot::channel();
@@ -102,6 +117,7 @@ impl TestRouter {
         let r = TestRouter {
             http,
             https,
+            http3,
             tcp,
             admin,
             spool,

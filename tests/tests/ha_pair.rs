@@ -72,6 +72,67 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
     assert!(failed <= 1, "{failed} failed requests on a graceful stop");
 }
 
+/// HTTP/3 through the VIP, the active router killed: the surviving router knows
+/// nothing of the client's QUIC connection, but it shares the stateless-reset key
+/// (derived from the pair's ticket secret), so its answer to the next packet is a
+/// reset the client recognises at once and it reconnects, instead of waiting for
+/// its request or idle timeout.
+#[test]
+fn http3_clients_are_back_within_a_second_after_a_kill() {
+    let pair = Pair::new(&[]);
+    publish_route(&pair);
+    let mut pair = pair;
+    pair.start_keepalived(0);
+    pair.start_keepalived(1);
+    pair.wait_vip(0, VIP, Duration::from_secs(15));
+    for ip in [A_IP, B_IP] {
+        let start = Instant::now();
+        while pair.get(ip) != Some(200) {
+            assert!(start.elapsed() < Duration::from_secs(20), "route on {ip}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let (mut client, log) = pair.h3_poller(VIP, 5.0);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pair.router_pid(0)])
+        .status();
+    pair.wait_vip(1, VIP, Duration::from_secs(5));
+    client.wait().expect("client.py");
+    let text = std::fs::read_to_string(&log).expect("log");
+    let summary: serde_json::Value = text
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()?
+                .get("summary")
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    for l in text.lines().filter(|l| l.contains("\"ok\":false")) {
+        eprintln!("  {l}");
+    }
+    eprintln!("HTTP/3 across kill -9: {summary}");
+    assert_eq!(
+        summary["endings"][0], "reset by peer",
+        "the old connection ended by the survivor's stateless reset: {summary}"
+    );
+    assert!(
+        summary["connections"].as_u64() >= Some(2),
+        "a new connection after the failover: {summary}"
+    );
+    let gap = summary["longest_gap_s"].as_f64().expect("gap");
+    assert!(gap < 1.0, "HTTP/3 clients back within a second: {summary}");
+    assert!(
+        text.lines().last().is_some_and(|l| l.contains("summary"))
+            && text
+                .lines()
+                .rev()
+                .nth(1)
+                .is_some_and(|l| l.contains("\"ok\":true")),
+        "served at the end"
+    );
+}
+
 #[test]
 fn nopreempt_keeps_the_vip_where_it_is_and_tls_sessions_resume_across_failover() {
     let mut pair = Pair::new(&["--nopreempt"]);

@@ -50,18 +50,7 @@ impl Pki {
 /// The events for one app with `backend` as its member and the alias with
 /// `alias_leaf` as its certificate.
 fn alias_events(backend: &Backend, alias_leaf: &Leaf) -> [String; 3] {
-    [
-        events::add_lb("myapp", "demo", backend.addr),
-        events::add_alias("myapp", "demo", ALIAS),
-        events::add_ssl(
-            "myapp",
-            "demo",
-            ALIAS,
-            &alias_leaf.cert_pem,
-            &alias_leaf.key_pem,
-            None,
-        ),
-    ]
+    events::app_with_alias_cert("myapp", "demo", backend.addr, ALIAS, alias_leaf)
 }
 
 /// A router with HTTPS, one app with a backend, and the alias `www.shop.test` with

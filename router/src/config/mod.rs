@@ -41,6 +41,9 @@ pub struct Config {
     /// Client-facing TLS (for `listen.https`).
     #[serde(default)]
     pub tls: TlsConfig,
+    /// The HTTP/3 listener's settings (`listen.http3` turns it on).
+    #[serde(default)]
+    pub http3: crate::quic::Http3Config,
     /// Where the routing state is kept (mode 0700: it holds private keys).
     pub state_dir: PathBuf,
     #[serde(default)]
@@ -101,6 +104,10 @@ pub struct Listen {
     pub http: Option<SocketAddr>,
     /// HTTPS (TLS 1.2/1.3, h2 or HTTP/1.1 by ALPN); off unless set.
     pub https: Option<SocketAddr>,
+    /// HTTP/3 over QUIC (UDP), usually the HTTPS address; off unless set (see
+    /// [`Http3Config`] and the README's "HTTP/3").
+    #[serde(default)]
+    pub http3: Option<SocketAddr>,
     /// Health, readiness, metrics and the routes API. Keep it on loopback. Defaults
     /// to 127.0.0.1:9090 also when a `listen:` block leaves it out; `admin: null`
     /// turns it off. (No struct-wide default here: a `listen:` block that leaves
@@ -118,6 +125,7 @@ impl Default for Listen {
         Listen {
             http: Some(SocketAddr::from(([0, 0, 0, 0], 80))),
             https: None,
+            http3: None,
             admin: default_admin(),
         }
     }
@@ -730,6 +738,15 @@ impl Config {
                 "tls.redirect_http",
                 "redirecting to HTTPS needs listen.https".into(),
             ));
+        }
+        if self.listen.http3.is_some() && self.listen.https.is_none() {
+            return Err((
+                "listen.http3",
+                "HTTP/3 is announced on HTTPS responses and shares its certificates: it needs listen.https".into(),
+            ));
+        }
+        if self.http3.max_concurrent_streams == Some(0) {
+            return Err(("http3.max_concurrent_streams", "must be at least 1".into()));
         }
         if t.session_ticket_rotation < Duration::from_secs(60) {
             return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));

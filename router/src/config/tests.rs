@@ -212,6 +212,38 @@ fn tls_keys_go_together_and_redirect_needs_https() {
 }
 
 #[test]
+fn http3_needs_https_and_its_settings_are_checked() {
+    let with = |listen: &str, extra: &str| {
+        GOOD.replace(
+            "  admin: 127.0.0.1:0\n",
+            &format!("  admin: 127.0.0.1:0\n{listen}"),
+        ) + extra
+    };
+    let e = err(&with("  http3: 127.0.0.1:0\n", ""));
+    assert_eq!(e.field, "listen.http3", "{e}");
+    let both = "  https: 127.0.0.1:0\n  http3: 127.0.0.1:0\n";
+    let e = err(&with(both, "http3:\n  max_concurrent_streams: 0\n"));
+    assert_eq!(e.field, "http3.max_concurrent_streams", "{e}");
+    let e = err(&with(both, "http3:\n  alt_svc_maxage: 1h\n"));
+    assert!(e.to_string().contains("alt_svc_maxage"), "{e}");
+    let c = Config::parse(
+        &with(
+            both,
+            "http3:\n  alt_svc_max_age: 1h\n  retry_above_handshakes: 0\n",
+        ),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert!(c.listen.http3.is_some());
+    assert_eq!(
+        c.http3.alt_svc_max_age,
+        std::time::Duration::from_secs(3600)
+    );
+    assert_eq!(c.http3.retry_above_handshakes, 0);
+    assert!(c.http3.alt_svc, "on by default");
+}
+
+#[test]
 fn admin_defaults_to_loopback_9090_even_in_a_listen_block_and_null_turns_it_off() {
     let base = "cloud_domain: example.com\nstate_dir: /tmp/state\nspi:\n  source: none\n";
     let c = Config::parse(

@@ -89,6 +89,9 @@ pub struct Proxy {
     pub access_log: bool,
     /// Per-client state of the apps' limits (see [`crate::policy::clients`]).
     pub clients: Arc<crate::policy::clients::Clients>,
+    /// `Alt-Svc` for HTTPS responses over TCP when the HTTP/3 listener is on and
+    /// `http3.alt_svc` is (see [`crate::quic`]).
+    pub alt_svc: Option<http::HeaderValue>,
 }
 
 /// What forwarding produced besides the response.
@@ -110,7 +113,10 @@ impl Proxy {
         req: Request<Received>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
-        let h2 = req.version() == http::Version::HTTP_2;
+        // Streams of one connection (h2, h3): no `Connection` header, waits on the
+        // client's flow control tracked.
+        let h2 = matches!(req.version(), http::Version::HTTP_2 | http::Version::HTTP_3);
+        self.metrics.protocol(req.version());
         let mut active = conn.activity.begin(h2);
         let host = host_of(&req);
         // The framing reader stops at a head naming an upgrade (what follows may
@@ -118,6 +124,8 @@ impl Proxy {
         // carry another request: it would reach hyper alone (found by the
         // `client_stream` fuzz target: a bare LF after a refused upgrade).
         let upgrade_asked = !h2 && req.headers().contains_key(http::header::UPGRADE);
+        let req_version = req.version();
+        let https = conn.https;
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
             method: req.method().clone(),
@@ -169,6 +177,15 @@ impl Proxy {
                 http::header::CONNECTION,
                 http::HeaderValue::from_static("close"),
             );
+        }
+        // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`).
+        if let Some(alt_svc) = &self.alt_svc
+            && https
+            && req_version != http::Version::HTTP_3
+        {
+            response
+                .headers_mut()
+                .insert(http::header::ALT_SVC, alt_svc.clone());
         }
         // The head is handed to hyper: on h2 it now waits on the client's window.
         active.wait_on_client();

@@ -19,7 +19,7 @@ use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Instant;
 
 use crate::metrics::UpstreamError;
-use crate::upstream::{ClientBody, RequestBody};
+use crate::upstream::{ClientBody, RequestBody, Rest};
 
 /// How a request body is read (from `limits`).
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +38,8 @@ pub struct UploadSettings {
 pub enum Received {
     Hyper(Incoming),
     Read(Bytes),
+    /// An HTTP/3 request stream's (see [`crate::quic`]).
+    H3(crate::quic::body::H3Body),
 }
 
 /// Reads the start of `body` (see the module doc). Errors are the client's: a
@@ -48,7 +50,8 @@ pub async fn read_ahead(
     settings: &UploadSettings,
 ) -> Result<RequestBody, UpstreamError> {
     let mut body = match body {
-        Received::Hyper(body) => body,
+        Received::Hyper(body) => Rest::Hyper(body),
+        Received::H3(body) => Rest::H3(body),
         Received::Read(bytes) if bytes.is_empty() => return Ok(RequestBody::Empty),
         Received::Read(bytes) => {
             return Ok(RequestBody::Client(Box::new(ClientBody::new(
@@ -84,6 +87,11 @@ pub async fn read_ahead(
             }
         }
     };
+    // HTTP/3 says a request has no body only by ending its stream: a GET whose
+    // stream ended before any data has none.
+    if read.is_empty() && rest.is_none() {
+        return Ok(RequestBody::Empty);
+    }
     Ok(RequestBody::Client(Box::new(ClientBody::new(
         read,
         rest,

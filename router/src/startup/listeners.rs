@@ -19,6 +19,7 @@ pub(super) struct Listeners {
     pub(super) tcp: Vec<TcpListener>,
     pub(super) admin: Option<TcpListener>,
     pub(super) https: Option<(TcpListener, crate::tls::server::Acceptor)>,
+    pub(super) http3: Option<crate::quic::listener::Bound>,
 }
 
 impl Listeners {
@@ -72,6 +73,11 @@ impl Listeners {
             None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
             _ => {}
         }
+        let resumption = match &ticketer {
+            _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
+            Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
+            None => crate::tls::server::Resumption::Local,
+        };
         let https = match config.listen.https {
             Some(addr) => {
                 if config.tls.default_cert.is_none() {
@@ -79,14 +85,39 @@ impl Listeners {
                         "listen.https without tls.default_cert: clients without SNI, or with a name that has no alias certificate, fail the handshake"
                     );
                 }
-                let resumption = match &ticketer {
-                    _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
-                    Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
-                    None => crate::tls::server::Resumption::Local,
-                };
-                let acceptor =
-                    crate::tls::server::acceptor(live_certs.clone(), provider.clone(), resumption)?;
+                let acceptor = crate::tls::server::acceptor(
+                    live_certs.clone(),
+                    provider.clone(),
+                    resumption.clone(),
+                )?;
                 Some((bind("https", "listen.https", addr)?, acceptor))
+            }
+            None => None,
+        };
+        // HTTP/3 (UDP) is bound anew by each process: an upgrade resets its
+        // connections (see the README's "HTTP/3").
+        let http3 = match config.listen.http3 {
+            Some(addr) => {
+                let tls =
+                    crate::tls::server::quic_config(live_certs, provider.clone(), resumption)?;
+                let keys = crate::quic::PairKeys::derive(
+                    ticketer.map(|t| t.secret()).as_deref().map(Vec::as_slice),
+                );
+                let (endpoint, server) =
+                    crate::quic::server_config(tls, keys, &config.http3, &config.limits)
+                        .map_err(StartError::Http3)?;
+                let socket =
+                    crate::quic::listener::bind(addr).map_err(|source| StartError::Bind {
+                        what: "listen.http3",
+                        addr,
+                        source,
+                    })?;
+                Some(crate::quic::listener::Bound {
+                    socket,
+                    endpoint,
+                    server,
+                    retry_above: config.http3.retry_above_handshakes,
+                })
             }
             None => None,
         };
@@ -103,6 +134,7 @@ impl Listeners {
             tcp,
             admin,
             https,
+            http3,
         })
     }
 }

@@ -91,6 +91,8 @@ pub enum StartError {
     MemberTls(#[from] crate::tls::client::ClientTlsError),
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
+    #[error("listen.http3: {0}")]
+    Http3(String),
     #[error("rotate state: {0}")]
     Rotate(#[from] crate::members::rotate::RotateError),
     #[error("splits: {0}")]
@@ -126,6 +128,8 @@ pub struct Router {
     /// `tcp.listen`, in the configuration's order.
     tcp: Vec<TcpListener>,
     https: Option<(TcpListener, crate::tls::server::Acceptor)>,
+    /// `listen.http3`: the bound UDP socket and its QUIC configuration.
+    http3: Option<crate::quic::listener::Bound>,
     admin: Option<TcpListener>,
     certs: Arc<Mutex<CertIndex>>,
     ticketer: Option<Arc<SharedTicketer>>,
@@ -202,6 +206,7 @@ impl Router {
             tcp,
             admin,
             https,
+            http3,
         } = Listeners::bind(
             &config,
             &mut inherited,
@@ -231,6 +236,10 @@ impl Router {
                 metrics: metrics.clone(),
                 certs: https.is_some().then(|| live_certs.clone()),
                 clients: policies.clients.clone(),
+                alt_svc: http3
+                    .as_ref()
+                    .and_then(|b| b.socket.local_addr().ok())
+                    .and_then(|a| config.http3.alt_svc_value(a.port())),
             },
             &config,
         );
@@ -258,6 +267,7 @@ impl Router {
             http,
             tcp,
             https,
+            http3,
             admin,
             certs,
             ticketer,
@@ -309,6 +319,11 @@ impl Router {
         self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
+    /// The HTTP/3 listener's UDP address.
+    pub fn http3_addr(&self) -> Option<SocketAddr> {
+        self.http3.as_ref().and_then(|b| b.socket.local_addr().ok())
+    }
+
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
@@ -318,6 +333,7 @@ impl Router {
         for (what, addr) in [
             ("http", Some(self.http_addr())),
             ("https", self.https_addr()),
+            ("http3 (UDP)", self.http3_addr()),
             ("admin", self.admin_addr()),
         ] {
             if let Some(addr) = addr {
@@ -370,6 +386,18 @@ impl Router {
             self.workers.as_ref(),
             &stop_rx,
         );
+        let http3_task = self.http3.map(|bound| {
+            let on = self
+                .workers
+                .as_ref()
+                .map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
+            on.spawn(crate::quic::listener::serve(
+                bound,
+                self.live.clone(),
+                stop_rx.clone(),
+                self.config.shutdown_grace,
+            ))
+        });
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
@@ -424,6 +452,9 @@ impl Router {
         let _ = stop_tx.send(true);
         let _ = http_task.await;
         if let Some(t) = https_task {
+            let _ = t.await;
+        }
+        if let Some(t) = http3_task {
             let _ = t.await;
         }
         sourcing.stop().await;

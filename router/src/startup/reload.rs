@@ -26,6 +26,7 @@ pub(super) struct Shared {
     pub(super) metrics: Arc<Metrics>,
     pub(super) certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub(super) clients: Arc<crate::policy::clients::Clients>,
+    pub(super) alt_svc: Option<http::HeaderValue>,
 }
 
 impl Shared {
@@ -37,6 +38,7 @@ impl Shared {
             metrics: p.metrics.clone(),
             certs: p.certs.clone(),
             clients: p.clients.clone(),
+            alt_svc: p.alt_svc.clone(),
         }
     }
 }
@@ -63,6 +65,7 @@ pub(super) fn with_settings(base: Shared, config: &Config) -> Proxy {
         certs: base.certs,
         access_log: config.access_log.enabled,
         clients: base.clients,
+        alt_svc: base.alt_svc,
     }
 }
 

@@ -26,6 +26,7 @@ use crate::tls::rewind::Rewind;
 use crate::tls::store::{Certs, Served, SniResolver};
 
 /// How sessions resume.
+#[derive(Clone)]
 pub enum Resumption {
     /// Tickets sealed with keys from the pair's shared secret file.
     Shared(Arc<dyn ProducesTickets>),
@@ -48,6 +49,42 @@ pub fn acceptor(
     provider: Arc<CryptoProvider>,
     resumption: Resumption,
 ) -> Result<Acceptor, rustls::Error> {
+    let mut config = server_config(
+        &certs,
+        provider,
+        resumption,
+        &[&rustls::version::TLS13, &rustls::version::TLS12],
+    )?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Acceptor {
+        config: Arc::new(config),
+        certs,
+    })
+}
+
+/// The TLS side of the HTTP/3 listener: the same certificates (the same live
+/// store, so certificates added and removed apply to QUIC handshakes too), the
+/// same suite order and resumption as TCP; TLS 1.3 only (QUIC has no other), ALPN
+/// `h3`, and no 0-RTT (`max_early_data_size` 0: early data can be replayed).
+pub fn quic_config(
+    certs: &Arc<ArcSwap<Certs>>,
+    provider: Arc<CryptoProvider>,
+    resumption: Resumption,
+) -> Result<ServerConfig, rustls::Error> {
+    let mut config = server_config(certs, provider, resumption, &[&rustls::version::TLS13])?;
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config.max_early_data_size = 0;
+    Ok(config)
+}
+
+/// What the TCP and QUIC configurations share: the SNI resolver, the server's
+/// suite order and how sessions resume.
+fn server_config(
+    certs: &Arc<ArcSwap<Certs>>,
+    provider: Arc<CryptoProvider>,
+    resumption: Resumption,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<ServerConfig, rustls::Error> {
     let resolver = Arc::new(SniResolver {
         live: certs.clone(),
     });
@@ -56,10 +93,9 @@ pub fn acceptor(
         ..(*provider).clone()
     });
     let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_protocol_versions(versions)?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.ignore_client_order = true;
     match resumption {
         Resumption::Shared(t) => {
@@ -73,10 +109,7 @@ pub fn acceptor(
             config.send_tls13_tickets = 0;
         }
     }
-    Ok(Acceptor {
-        config: Arc::new(config),
-        certs,
-    })
+    Ok(config)
 }
 
 /// The suites in the order the server prefers them: the provider's order (AES-256

@@ -18,7 +18,7 @@
 //! AEAD (the same library rustls uses here); nothing cryptographic is ours.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -72,6 +72,13 @@ impl SharedTicketer {
             modified: Mutex::new(modified),
             period: period.max(Duration::from_secs(1)),
         })
+    }
+
+    /// The secret as last read: other keys the pair must share derive from it
+    /// (the HTTP/3 stateless-reset and address-validation keys, see
+    /// [`crate::quic`]).
+    pub fn secret(&self) -> Arc<Vec<u8>> {
+        self.secret.load_full()
     }
 
     /// Re-reads the file if it changed. A broken new file is logged and the old

@@ -29,6 +29,47 @@ pub enum RequestBodyError {
     /// The client sent nothing for `limits.body_timeout` while the member waited.
     #[error("client request body stalled for {0:?}")]
     Stalled(Duration),
+    /// An HTTP/3 request stream broke off (reset by the client, connection lost).
+    #[error("client request body: {0}")]
+    Stream(String),
+}
+
+/// The part of a client's body not read yet: hyper's (HTTP/1, h2) or an HTTP/3
+/// stream's.
+pub enum Rest {
+    Hyper(Incoming),
+    H3(crate::quic::body::H3Body),
+}
+
+impl Body for Rest {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        match self.get_mut() {
+            Rest::Hyper(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|f| f.map_err(RequestBodyError::Client))),
+            Rest::H3(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Rest::Hyper(b) => b.is_end_stream(),
+            Rest::H3(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Rest::Hyper(b) => b.size_hint(),
+            Rest::H3(b) => b.size_hint(),
+        }
+    }
 }
 
 /// The body of a request sent to a member: nothing (a retry is only ever made of a
@@ -42,7 +83,7 @@ pub enum RequestBody {
 pub struct ClientBody {
     read: VecDeque<Frame<Bytes>>,
     /// `None` once the client's body has ended (all of it may be in `read`).
-    rest: Option<Incoming>,
+    rest: Option<Rest>,
     /// Armed while the client's body is pending (`limits.body_timeout`).
     stall: Stall,
 }
@@ -50,7 +91,7 @@ pub struct ClientBody {
 impl ClientBody {
     /// `read`: frames already read from `rest`'s start; `rest`: what is left
     /// (`None`: nothing is).
-    pub fn new(read: VecDeque<Frame<Bytes>>, rest: Option<Incoming>, stall: Duration) -> Self {
+    pub fn new(read: VecDeque<Frame<Bytes>>, rest: Option<Rest>, stall: Duration) -> Self {
         ClientBody {
             read,
             rest,
@@ -98,7 +139,7 @@ impl Body for RequestBody {
                 if r.is_none() {
                     body.rest = None;
                 }
-                Poll::Ready(r.map(|f| f.map_err(RequestBodyError::Client)))
+                Poll::Ready(r)
             }
         }
     }
@@ -107,7 +148,7 @@ impl Body for RequestBody {
         match self {
             RequestBody::Empty => true,
             RequestBody::Client(b) => {
-                b.read.is_empty() && b.rest.as_ref().is_none_or(Incoming::is_end_stream)
+                b.read.is_empty() && b.rest.as_ref().is_none_or(Rest::is_end_stream)
             }
         }
     }
@@ -124,7 +165,7 @@ impl Body for RequestBody {
                 let rest = b
                     .rest
                     .as_ref()
-                    .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint);
+                    .map_or_else(|| SizeHint::with_exact(0), Rest::size_hint);
                 let mut hint = SizeHint::new();
                 hint.set_lower(rest.lower().saturating_add(read));
                 if let Some(upper) = rest.upper() {

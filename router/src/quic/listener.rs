@@ -1,0 +1,144 @@
+//! The HTTP/3 listener's accepting side: what a QUIC connection must pass before
+//! it is served (see the bounds in [`super`]).
+
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::request::activity::Place;
+use crate::request::listener::{Live, Slots, stopped};
+
+/// The bound UDP socket and what the endpoint is made of; served by [`serve`].
+pub struct Bound {
+    pub socket: UdpSocket,
+    pub endpoint: quinn::EndpointConfig,
+    pub server: quinn::ServerConfig,
+    pub retry_above: usize,
+}
+
+/// Binds the UDP socket of `listen.http3` (IPv6 wildcard: both families).
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// Handshakes in progress, counted by a guard each (dropped when its handshake
+/// ends, whichever way).
+pub(super) struct Handshaking(Arc<AtomicUsize>);
+
+impl Handshaking {
+    fn begin(count: &Arc<AtomicUsize>) -> Handshaking {
+        count.fetch_add(1, Ordering::Relaxed);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Accepts QUIC connections until `stop`, then lets them finish for `grace`.
+pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, grace: Duration) {
+    let local_port = bound.socket.local_addr().map(|a| a.port()).unwrap_or(0);
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let endpoint =
+        match quinn::Endpoint::new(bound.endpoint, Some(bound.server), bound.socket, runtime) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "HTTP/3 listener: cannot start the QUIC endpoint");
+                return;
+            }
+        };
+    let mut current = live.load_full();
+    let mut slots = Slots::new(current.limits.max_connections);
+    let sources = per_source::PerSource::new(current.limits.per_source());
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let metrics = current.proxy.metrics.clone();
+    let result = |r: &str| metrics.http3.with_label_values(&[r]);
+    let (ok, refused, retried) = (result("ok"), result("refused"), result("retry"));
+    let open = metrics.open_connections.with_label_values(&["h3"]);
+    let accepted = metrics.connections.with_label_values(&["h3"]);
+    let source_refused = metrics.refused.with_label_values(&["h3", "source_limit"]);
+    let (kill_tx, kill) = watch::channel(false);
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => match i { Some(i) => i, None => break },
+            _ = stopped(&mut stop) => break,
+        };
+        let latest = live.load_full();
+        if !Arc::ptr_eq(&latest, &current) {
+            slots.resize(latest.limits.max_connections);
+            sources.set_cap(latest.limits.per_source());
+            current = latest;
+        }
+        // Under load, an address not validated yet proves it first (Retry).
+        if !incoming.remote_address_validated()
+            && handshakes.load(Ordering::Relaxed) >= bound.retry_above
+            && incoming.may_retry()
+        {
+            retried.inc();
+            let _ = incoming.retry();
+            continue;
+        }
+        let Some(source) = sources.admit(incoming.remote_address().ip()) else {
+            source_refused.inc();
+            refused.inc();
+            incoming.refuse();
+            continue;
+        };
+        // No backlog to wait in: a full listener refuses (the client falls back
+        // to TCP, which has one).
+        let Ok(slot) = slots.sem.clone().try_acquire_owned() else {
+            refused.inc();
+            incoming.refuse();
+            continue;
+        };
+        accepted.inc();
+        let place = Place::new(slot, source, open.clone());
+        let handshaking = Handshaking::begin(&handshakes);
+        let connection = super::serve::Connection {
+            serving: current.clone(),
+            place,
+            local_port,
+            stop: stop.clone(),
+            kill: kill.clone(),
+            ok: ok.clone(),
+        };
+        tokio::spawn(connection.serve(incoming, handshaking));
+    }
+    drain(&endpoint, &slots, grace, kill_tx).await;
+}
+
+/// Waits up to `grace` for the connections to end (each holds a slot), then
+/// closes what is left and waits for the endpoint to send its last packets.
+async fn drain(
+    endpoint: &quinn::Endpoint,
+    slots: &Slots,
+    grace: Duration,
+    kill: watch::Sender<bool>,
+) {
+    tracing::info!(listener = "h3", grace = ?grace, "stopped accepting; draining connections");
+    let all = u32::try_from(slots.max()).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, slots.sem.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            listener = "h3",
+            "grace period over; closing the remaining connections"
+        );
+        let _ = kill.send(true);
+    }
+    endpoint.close(quinn::VarInt::from_u32(0x100), b"shutting down");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+}

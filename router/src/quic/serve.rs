@@ -1,0 +1,226 @@
+//! One HTTP/3 connection: its handshake within the deadline, then its requests,
+//! each on a task of its own through [`Proxy::serve`], until it is idle, stalled,
+//! the client closes it, or the router stops.
+//!
+//! [`Proxy::serve`]: crate::request::Proxy::serve
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, header};
+use http_body_util::BodyExt as _;
+use prometheus::IntCounter;
+use tokio::sync::watch;
+
+use super::body::H3Body;
+use super::listener::Handshaking;
+use crate::request::activity::{Activity, Place};
+use crate::request::body::ProxyBody;
+use crate::request::headers::ClientConn;
+use crate::request::listener::{Serving, stopped};
+use crate::request::upload::Received;
+
+type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
+type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type SendStream = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+
+/// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
+const NO_ERROR: u32 = 0x100;
+
+/// What a connection's task needs, made by the listener.
+pub(super) struct Connection {
+    pub(super) serving: Arc<Serving>,
+    pub(super) place: Place,
+    pub(super) local_port: u16,
+    pub(super) stop: watch::Receiver<bool>,
+    /// Set when the drain's grace period is over: close now.
+    pub(super) kill: watch::Receiver<bool>,
+    /// `router_http3_handshakes_total{result="ok"}`.
+    pub(super) ok: IntCounter,
+}
+
+impl Connection {
+    pub(super) async fn serve(self, incoming: quinn::Incoming, handshaking: Handshaking) {
+        let metrics = self.serving.proxy.metrics.clone();
+        let peer = incoming.remote_address();
+        let local = incoming
+            .local_ip()
+            .map(|ip| std::net::SocketAddr::new(ip, self.local_port));
+        let connecting = match incoming.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                metrics.http3.with_label_values(&["failed"]).inc();
+                tracing::debug!(client = %peer, error = %e, "QUIC handshake refused");
+                return;
+            }
+        };
+        let quic = match tokio::time::timeout(self.serving.handshake_timeout, connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                metrics.http3.with_label_values(&["failed"]).inc();
+                tracing::debug!(client = %peer, error = %e, "QUIC handshake failed");
+                return;
+            }
+            Err(_) => {
+                metrics.http3.with_label_values(&["timeout"]).inc();
+                return;
+            }
+        };
+        drop(handshaking);
+        self.ok.inc();
+        let limits = &self.serving.limits;
+        let h3 = h3::server::builder()
+            .max_field_section_size(limits.max_header_bytes as u64)
+            .build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()))
+            .await;
+        let h3 = match h3 {
+            Ok(h3) => h3,
+            Err(e) => {
+                tracing::debug!(client = %peer, error = %e, "HTTP/3 connection setup failed");
+                return;
+            }
+        };
+        let activity = Activity::new(Some(self.place));
+        let mut conn = ClientConn::new(peer.ip(), self.local_port, true, activity.clone())
+            .with_forwarded(&self.serving.proxy.forwarded, local);
+        // The certificate this connection presented: requests for names that
+        // would get another are 421, as over h2.
+        conn.served = server_name(&quic).and_then(|sni| {
+            let certs = self.serving.proxy.certs.as_ref()?;
+            Some(certs.load().served_for(&sni))
+        });
+        let ended = Requests {
+            h3,
+            serving: self.serving.clone(),
+            conn,
+            activity,
+        }
+        .run(self.stop, self.kill)
+        .await;
+        quic.close(quinn::VarInt::from_u32(NO_ERROR), ended.as_bytes());
+    }
+}
+
+/// The SNI name the client sent, from the finished handshake.
+fn server_name(quic: &quinn::Connection) -> Option<String> {
+    quic.handshake_data()?
+        .downcast::<quinn::crypto::rustls::HandshakeData>()
+        .ok()?
+        .server_name
+}
+
+/// A connection past its handshake.
+struct Requests {
+    h3: H3Conn,
+    serving: Arc<Serving>,
+    conn: ClientConn,
+    activity: Arc<Activity>,
+}
+
+impl Requests {
+    /// Serves requests until one of the connection's ends; returns why it ended.
+    async fn run(
+        mut self,
+        mut stop: watch::Receiver<bool>,
+        mut kill: watch::Receiver<bool>,
+    ) -> &'static str {
+        let limits = self.serving.limits.clone();
+        let activity = self.activity.clone();
+        let idle = activity.idle(limits.header_read_timeout, limits.idle_timeout);
+        let stalled = activity.stalled(limits.send_timeout);
+        tokio::pin!(idle, stalled);
+        loop {
+            tokio::select! {
+                r = self.h3.accept() => match r {
+                    Ok(Some(resolver)) => self.spawn(resolver),
+                    Ok(None) => return "closed",
+                    Err(e) => {
+                        tracing::debug!(error = %e, "HTTP/3 connection ended");
+                        return "error";
+                    }
+                },
+                _ = &mut idle => return "idle",
+                _ = &mut stalled => return "stalled",
+                _ = stopped(&mut stop) => break,
+            }
+        }
+        // Draining: GOAWAY, then the requests in flight finish (or the grace
+        // period ends).
+        let _ = self.h3.shutdown(0).await;
+        tokio::select! {
+            _ = activity.idle(std::time::Duration::ZERO, std::time::Duration::ZERO) => "drained",
+            _ = stopped(&mut kill) => "grace period over",
+        }
+    }
+
+    fn spawn(&self, resolver: Resolver) {
+        let proxy = self.serving.proxy.clone();
+        let conn = self.conn.clone();
+        tokio::spawn(async move {
+            let (req, stream) = match resolver.resolve_request().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(error = %e, "HTTP/3 request head refused");
+                    return;
+                }
+            };
+            let (send, recv) = stream.split();
+            let req = req.map(|()| Received::H3(H3Body::new(recv)));
+            let Ok(response) = proxy.serve(conn, req).await;
+            respond(send, response).await;
+        });
+    }
+}
+
+/// Headers HTTP/3 forbids (RFC 9114 §4.2): connection-specific ones.
+const CONNECTION_SPECIFIC: [header::HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HeaderName::from_static("keep-alive"),
+    header::HeaderName::from_static("proxy-connection"),
+];
+
+/// Sends the response head, then its body frame by frame (each as the client's
+/// flow control lets it), then trailers if any.
+async fn respond(mut send: SendStream, response: Response<ProxyBody>) {
+    let (mut parts, mut body) = response.into_parts();
+    strip_connection_specific(&mut parts.headers);
+    if send
+        .send_response(Response::from_parts(parts, ()))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            // The member's body broke off: the client must not take a cut
+            // response for a whole one.
+            send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+            return;
+        };
+        match frame.into_data() {
+            Ok(data) if data.is_empty() => {}
+            Ok(data) => {
+                if send.send_data(data).await.is_err() {
+                    return;
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers()
+                    && send.send_trailers(trailers).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = send.finish().await;
+}
+
+fn strip_connection_specific(headers: &mut HeaderMap) {
+    for name in &CONNECTION_SPECIFIC {
+        headers.remove(name);
+    }
+}

@@ -1,0 +1,194 @@
+//! An HTTP/3 client on quinn and h3 (the stacks that recognise a stateless
+//! reset, RFC 9000 §10.3, which aioquic does not), for the pair's failover test
+//! and the HTTP/3 benchmark.
+//!
+//!   h3-client loop ADDR SNI CA PATH INTERVAL_MS SECONDS
+//!       A GET every INTERVAL_MS on one connection while it lives, a new one when
+//!       it ends; one JSON line per request, then {"summary": ...} with the
+//!       longest gap between two successes and how the connections ended.
+//!   h3-client count ADDR SNI CA PATH N CONCURRENCY
+//!       N GETs over one connection, CONCURRENCY at a time; prints
+//!       {"ok": .., "failed": .., "seconds": ..}.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow};
+use bytes::{Buf as _, Bytes};
+
+type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+fn client_config(ca: &str) -> anyhow::Result<quinn::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).with_context(|| ca.to_string())?;
+    use rustls::pki_types::pem::PemObject as _;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_idle_timeout(Some(quinn::IdleTimeout::try_from(Duration::from_secs(30))?));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// Connects and returns the request sender and the connection (its driver runs
+/// on a task of its own).
+async fn connect(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    sni: &str,
+) -> anyhow::Result<(Sender, quinn::Connection)> {
+    let conn = endpoint.connect(addr, sni)?.await?;
+    let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(conn.clone())).await?;
+    tokio::spawn(async move {
+        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+    });
+    Ok((sender, conn))
+}
+
+async fn get(sender: &mut Sender, sni: &str, path: &str) -> anyhow::Result<u16> {
+    let req = http::Request::get(format!("https://{sni}{path}")).body(())?;
+    let mut stream = sender.send_request(req).await?;
+    stream.finish().await?;
+    let resp = stream.recv_response().await?;
+    while let Some(mut chunk) = stream.recv_data().await? {
+        chunk.advance(chunk.remaining());
+    }
+    Ok(resp.status().as_u16())
+}
+
+async fn run_loop(args: &[String]) -> anyhow::Result<()> {
+    let [addr, sni, ca, path, interval, seconds] = args else {
+        return Err(anyhow!("loop ADDR SNI CA PATH INTERVAL_MS SECONDS"));
+    };
+    let addr: SocketAddr = addr.parse()?;
+    let interval = Duration::from_millis(interval.parse()?);
+    let end = Instant::now() + Duration::from_secs_f64(seconds.parse()?);
+    let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+    endpoint.set_default_client_config(client_config(ca)?);
+    let start = Instant::now();
+    let (mut ok, mut failed, mut connections) = (0u64, 0u64, 0u64);
+    let mut last_ok: Option<Instant> = None;
+    let mut longest = Duration::ZERO;
+    let mut endings: Vec<String> = Vec::new();
+    while Instant::now() < end {
+        connections += 1;
+        let (mut sender, conn) = match connect(&endpoint, addr, sni).await {
+            Ok(c) => c,
+            Err(e) => {
+                failed += 1;
+                println!(
+                    "{}",
+                    serde_json::json!({"t": start.elapsed().as_secs_f64(), "ok": false, "connection": connections, "error": e.to_string()})
+                );
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+        };
+        while Instant::now() < end {
+            let t = Instant::now();
+            let r = tokio::time::timeout(Duration::from_secs(2), get(&mut sender, sni, path)).await;
+            let status = match r {
+                Ok(Ok(s)) => Some(s),
+                Ok(Err(e)) => {
+                    failed += 1;
+                    println!(
+                        "{}",
+                        serde_json::json!({"t": start.elapsed().as_secs_f64(), "ok": false, "connection": connections, "error": e.to_string()})
+                    );
+                    break;
+                }
+                Err(_) => {
+                    failed += 1;
+                    println!(
+                        "{}",
+                        serde_json::json!({"t": start.elapsed().as_secs_f64(), "ok": false, "connection": connections, "error": "timeout"})
+                    );
+                    break;
+                }
+            };
+            if status == Some(200) {
+                ok += 1;
+                if let Some(l) = last_ok {
+                    longest = longest.max(l.elapsed());
+                }
+                last_ok = Some(Instant::now());
+            } else {
+                failed += 1;
+            }
+            println!(
+                "{}",
+                serde_json::json!({"t": t.duration_since(start).as_secs_f64(), "ok": status == Some(200), "status": status, "connection": connections})
+            );
+            tokio::time::sleep(interval.saturating_sub(t.elapsed())).await;
+        }
+        endings.push(
+            conn.close_reason()
+                .map_or_else(|| "open".to_string(), |r| r.to_string()),
+        );
+        conn.close(0u32.into(), b"done");
+    }
+    println!(
+        "{}",
+        serde_json::json!({"summary": {"ok": ok, "failed": failed, "connections": connections, "longest_gap_s": longest.as_secs_f64(), "endings": endings}})
+    );
+    Ok(())
+}
+
+async fn run_count(args: &[String]) -> anyhow::Result<()> {
+    let [addr, sni, ca, path, n, concurrency] = args else {
+        return Err(anyhow!("count ADDR SNI CA PATH N CONCURRENCY"));
+    };
+    let addr: SocketAddr = addr.parse()?;
+    let (n, concurrency): (u64, u64) = (n.parse()?, concurrency.parse()?);
+    let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+    endpoint.set_default_client_config(client_config(ca)?);
+    let (sender, _conn) = connect(&endpoint, addr, sni).await?;
+    let start = Instant::now();
+    let per = n / concurrency.max(1);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let mut sender = sender.clone();
+        let (sni, path) = (sni.clone(), path.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            for _ in 0..per {
+                match get(&mut sender, &sni, &path).await {
+                    Ok(200) => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for t in tasks {
+        let (o, f) = t.await?;
+        ok += o;
+        failed += f;
+    }
+    println!(
+        "{}",
+        serde_json::json!({"ok": ok, "failed": failed, "seconds": start.elapsed().as_secs_f64()})
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("loop") => run_loop(&args[1..]).await,
+        Some("count") => run_count(&args[1..]).await,
+        _ => Err(anyhow!("usage: h3-client loop|count ...")),
+    }
+}
