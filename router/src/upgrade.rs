@@ -135,6 +135,15 @@ impl Inherited {
         )
     }
 
+    /// The HTTP/3 listener's UDP socket the old process had under `name`. Both
+    /// processes read it until the old one has drained (see the README's
+    /// "HTTP/3"): a packet of an old connection that reaches the new process is
+    /// answered with a stateless reset (the keys are the same), and the client
+    /// reconnects to the new process.
+    pub fn udp_socket(&mut self, name: &str) -> Option<std::net::UdpSocket> {
+        self.listeners.remove(name).map(std::net::UdpSocket::from)
+    }
+
     /// Names of listeners the old process had that this configuration has no use for.
     pub fn unused(&self) -> impl Iterator<Item = &str> {
         self.listeners.keys().map(String::as_str)

@@ -38,6 +38,8 @@ pub struct RouterProcess {
     pub http: SocketAddr,
     /// Set when the config has `listen.https` (logged before the admin listener).
     pub https: Option<SocketAddr>,
+    /// Set when the config has `listen.http3` (UDP).
+    pub http3: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     /// Every log line (the config must set `access_log.format: json`).
     pub logs: mpsc::UnboundedReceiver<serde_json::Value>,
@@ -92,7 +94,7 @@ impl RouterProcess {
                 }
             }
         });
-        let (mut http, mut https, mut admin) = (None, None, None);
+        let (mut http, mut https, mut http3, mut admin) = (None, None, None, None);
         let mut startup = Vec::new();
         while http.is_none() || admin.is_none() {
             let v = tokio::time::timeout(Duration::from_secs(20), logs.recv())
@@ -105,6 +107,7 @@ impl RouterProcess {
                 match v["listener"].as_str() {
                     Some("http") => http = Some(addr),
                     Some("https") => https = Some(addr),
+                    Some("http3") => http3 = Some(addr),
                     Some("admin") => admin = Some(addr),
                     _ => {}
                 }
@@ -114,6 +117,7 @@ impl RouterProcess {
             child,
             http: http.expect("http"),
             https,
+            http3,
             admin,
             logs,
             startup,

@@ -196,3 +196,76 @@ async fn old_logs(p: &mut RouterProcess) -> String {
     }
     all
 }
+
+/// `router upgrade` with the HTTP/3 listener: the successor takes the UDP socket
+/// over (same port), and an HTTP/3 client (quinn, a GET every 20 ms) that was on
+/// the old process keeps getting answers, on a new connection to the new one.
+#[tokio::test]
+async fn upgrade_hands_the_http3_socket_over_and_http3_clients_carry_on() {
+    let b = Backend::start().await;
+    let pki = e2e::pki::Wildcard::new("upgrade-h3");
+    let dir = pki.dir.join("router");
+    let tls = format!(
+        "tls:\n  default_cert: {}\n  default_key: {}\n",
+        pki.cert.display(),
+        pki.key.display()
+    );
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, &tls).replace(
+        "  admin: 127.0.0.1:0\n",
+        "  admin: 127.0.0.1:0\n  https: 127.0.0.1:0\n  http3: 127.0.0.1:0\n",
+    );
+    let cfg = e2e::process::spool_router(&dir, &events::add_lb("myapp", "demo", b.addr), &config);
+    let mut old = RouterProcess::start(&cfg).await;
+    let udp = old.http3.expect("the HTTP/3 listener");
+    e2e::eventually("routed", Duration::from_secs(10), async || {
+        old.status(HA, "/").await == Some(200)
+    })
+    .await;
+    // The port is fixed from here on: the successor reads the same configuration.
+    let fixed = std::fs::read_to_string(&cfg)
+        .expect("config")
+        .replace("  http3: 127.0.0.1:0\n", &format!("  http3: {udp}\n"));
+    std::fs::write(&cfg, fixed).expect("config");
+    let client = tokio::process::Command::new(e2e::bin("h3-client"))
+        .args(["loop", &udp.to_string(), HA])
+        .arg(&pki.ca_file)
+        .args(["/", "20", "5"])
+        .kill_on_drop(true)
+        .output();
+    let client = tokio::spawn(client);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let new = RouterProcess::start_args(&cfg, &["upgrade"]).await;
+    assert_eq!(new.http3, Some(udp), "the same UDP socket");
+    let exit = tokio::time::timeout(Duration::from_secs(20), old.child.wait())
+        .await
+        .expect("the old router drains and exits")
+        .expect("wait");
+    assert!(exit.success(), "{exit:?}");
+    let out = client.await.expect("join").expect("h3-client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = text
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()?
+                .get("summary")
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    eprintln!("HTTP/3 across the upgrade: {summary}");
+    for l in text.lines().filter(|l| l.contains("\"ok\":false")) {
+        eprintln!("  {l}");
+    }
+    assert!(summary["ok"].as_u64() > Some(100), "{summary}");
+    assert!(
+        summary["connections"].as_u64() >= Some(2),
+        "moved to a new connection: {summary}"
+    );
+    assert!(
+        summary["longest_gap_s"].as_f64() < Some(1.0),
+        "HTTP/3 clients carry on within a second: {summary}"
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &new.pid()])
+        .status();
+}

@@ -116,6 +116,8 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         };
         tokio::spawn(connection.serve(incoming, handshaking));
     }
+    // New connections go to the successor (an upgrade) or nowhere (a stop).
+    endpoint.set_server_config(None);
     drain(&endpoint, &slots, grace, kill_tx).await;
 }
 

@@ -94,8 +94,8 @@ impl Listeners {
             }
             None => None,
         };
-        // HTTP/3 (UDP) is bound anew by each process: an upgrade resets its
-        // connections (see the README's "HTTP/3").
+        // HTTP/3 (UDP): the old process's socket on an upgrade (see
+        // `Inherited::udp_socket`).
         let http3 = match config.listen.http3 {
             Some(addr) => {
                 let tls =
@@ -106,12 +106,16 @@ impl Listeners {
                 let (endpoint, server) =
                     crate::quic::server_config(tls, keys, &config.http3, &config.limits)
                         .map_err(StartError::Http3)?;
-                let socket =
-                    crate::quic::listener::bind(addr).map_err(|source| StartError::Bind {
-                        what: "listen.http3",
-                        addr,
-                        source,
-                    })?;
+                let socket = match inherited.as_mut().and_then(|i| i.udp_socket("http3")) {
+                    Some(s) => s,
+                    None => {
+                        crate::quic::listener::bind(addr).map_err(|source| StartError::Bind {
+                            what: "listen.http3",
+                            addr,
+                            source,
+                        })?
+                    }
+                };
                 Some(crate::quic::listener::Bound {
                     socket,
                     endpoint,

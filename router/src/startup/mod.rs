@@ -333,7 +333,7 @@ impl Router {
         for (what, addr) in [
             ("http", Some(self.http_addr())),
             ("https", self.https_addr()),
-            ("http3 (UDP)", self.http3_addr()),
+            ("http3", self.http3_addr()),
             ("admin", self.admin_addr()),
         ] {
             if let Some(addr) = addr {
@@ -351,6 +351,9 @@ impl Router {
         }
         if let Some(l) = &self.admin {
             sockets.push(("admin".into(), l.as_raw_fd()));
+        }
+        if let Some(b) = &self.http3 {
+            sockets.push(("http3".into(), b.socket.as_raw_fd()));
         }
         for (i, l) in self.tcp.iter().enumerate() {
             sockets.push((format!("tcp.{i}"), l.as_raw_fd()));
