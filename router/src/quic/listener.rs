@@ -116,9 +116,21 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         };
         tokio::spawn(connection.serve(incoming, handshaking));
     }
-    // New connections go to the successor (an upgrade) or nowhere (a stop).
-    endpoint.set_server_config(None);
-    drain(&endpoint, &slots, grace, kill_tx).await;
+    // Draining. After an upgrade the successor reads the same socket: a new
+    // connection's first packet that this process reads is refused at once
+    // (CONNECTION_REFUSED), so that the client tries again (and reaches the
+    // successor, or is refused again a round trip later) instead of waiting a
+    // retransmission timeout for an answer that never comes.
+    let refusing = async {
+        while let Some(incoming) = endpoint.accept().await {
+            refused.inc();
+            incoming.refuse();
+        }
+    };
+    tokio::select! {
+        () = drain(&endpoint, &slots, grace, kill_tx) => {}
+        () = refusing => {}
+    }
 }
 
 /// Waits up to `grace` for the connections to end (each holds a slot), then

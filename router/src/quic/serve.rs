@@ -165,7 +165,7 @@ impl Requests {
                 }
             };
             let (send, recv) = stream.split();
-            let req = req.map(|()| Received::H3(H3Body::new(recv)));
+            let req = req.map(|()| Received::Stream(Box::pin(H3Body::new(recv))));
             let Ok(response) = proxy.serve(conn, req).await;
             respond(send, response).await;
         });

@@ -38,8 +38,8 @@ pub struct UploadSettings {
 pub enum Received {
     Hyper(Incoming),
     Read(Bytes),
-    /// An HTTP/3 request stream's (see [`crate::quic`]).
-    H3(crate::quic::body::H3Body),
+    /// Another kind of connection's stream (HTTP/3's).
+    Stream(crate::upstream::StreamBody),
 }
 
 /// Reads the start of `body` (see the module doc). Errors are the client's: a
@@ -51,7 +51,7 @@ pub async fn read_ahead(
 ) -> Result<RequestBody, UpstreamError> {
     let mut body = match body {
         Received::Hyper(body) => Rest::Hyper(body),
-        Received::H3(body) => Rest::H3(body),
+        Received::Stream(body) => Rest::Stream(body),
         Received::Read(bytes) if bytes.is_empty() => return Ok(RequestBody::Empty),
         Received::Read(bytes) => {
             return Ok(RequestBody::Client(Box::new(ClientBody::new(

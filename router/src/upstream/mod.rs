@@ -48,4 +48,4 @@ pub use conn::{
     Upstream, local_shortage,
 };
 pub use pool::{Lease, Pool, PoolSettings};
-pub use request_body::{ClientBody, RequestBody, RequestBodyError, Rest};
+pub use request_body::{ClientBody, RequestBody, RequestBodyError, Rest, StreamBody};

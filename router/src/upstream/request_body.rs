@@ -34,11 +34,16 @@ pub enum RequestBodyError {
     Stream(String),
 }
 
-/// The part of a client's body not read yet: hyper's (HTTP/1, h2) or an HTTP/3
-/// stream's.
+/// A request body another kind of client connection delivers (an HTTP/3
+/// stream's, see `crate::quic::body`), boxed so that this layer does not depend
+/// on it.
+pub type StreamBody = Pin<Box<dyn Body<Data = Bytes, Error = RequestBodyError> + Send>>;
+
+/// The part of a client's body not read yet: hyper's (HTTP/1, h2) or another
+/// stream's (HTTP/3).
 pub enum Rest {
     Hyper(Incoming),
-    H3(crate::quic::body::H3Body),
+    Stream(StreamBody),
 }
 
 impl Body for Rest {
@@ -53,21 +58,21 @@ impl Body for Rest {
             Rest::Hyper(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|f| f.map(|f| f.map_err(RequestBodyError::Client))),
-            Rest::H3(b) => Pin::new(b).poll_frame(cx),
+            Rest::Stream(b) => b.as_mut().poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Rest::Hyper(b) => b.is_end_stream(),
-            Rest::H3(b) => b.is_end_stream(),
+            Rest::Stream(b) => b.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Rest::Hyper(b) => b.size_hint(),
-            Rest::H3(b) => b.size_hint(),
+            Rest::Stream(b) => b.size_hint(),
         }
     }
 }
