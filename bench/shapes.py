@@ -4,13 +4,18 @@ route changes under load, and scaling from 1 to 2 worker threads; router vs hapr
 vs nginx 1.22 on the same backend in the same run. Ends with one line per target:
 met / not met, with the figure.
 
-usage: bench/shapes.py [--phases h2,latency,memory,routes,scale] [--rounds N]
+usage: bench/shapes.py [--phases h2,h3,latency,memory,routes,scale] [--rounds N]
                        [--h2-requests N] [--latency-seconds S] [--idle N]
                        [--route-seconds S] [--ws N]
 
 Phases:
   h2       h2load -t1 -c10 -m10 (100 streams over 10 TLS connections), proxy CPU per
            request from /proc/PID/stat; nginx static backend (100 B).
+  h3       the router alone with HTTP/3 on: CPU per request over HTTP/3 (h3-client
+           count: quinn, 10 connections x 10 streams) and over h2 (h2load -c10 -m10),
+           alternating; then RSS growth per idle HTTP/3 connection (h3-client idle)
+           beside per idle TLS one. Not in the default set; no anchor (Debian 12's
+           haproxy and nginx have no QUIC).
   latency  bench-clients open-loop: 5000 req/s over 50 keep-alive connections, latency
            from each request's write; direct, router, haproxy, nginx; added = p50/p99
            of the proxy minus direct's in the same round.
@@ -32,7 +37,7 @@ Phases:
 
 Needs: nginx, haproxy, wrk, h2load (bench/run.sh installs them) and release builds:
 cargo build --release -p router -p e2e --bin router --bin bench-clients --bin echo-backend
-Everything listens on 127.0.0.1; every process started here is stopped by PID."""
+(--bin h3-client for the h3 phase). Everything listens on 127.0.0.1; every process started here is stopped by PID."""
 
 import os
 import sys
@@ -90,15 +95,16 @@ def alias_event(action, alias):
     return f"---\n:action: :{action}\n:app_name: bench\n:namespace: bench\n:alias: {alias}\n"
 
 
-def router_yaml(d, name, http, https, admin, spool, threads=1, interval="1s"):
+def router_yaml(d, name, http, https, admin, spool, threads=1, interval="1s", http3=False):
     """A router on these ports with the bench certificate, fed by `spool`, checks
-    and access log off."""
+    and access log off; with `http3`, HTTP/3 on the HTTPS port number (UDP)."""
+    h3 = f"\n  http3: 127.0.0.1:{https}" if http3 else ""
     return f"""cloud_domain: example.com
 state_dir: {d}/{name}-state
 worker_threads: {threads}
 listen:
   http: 127.0.0.1:{http}
-  https: 127.0.0.1:{https}
+  https: 127.0.0.1:{https}{h3}
   admin: 127.0.0.1:{admin}
 tls:
   default_cert: {d}/tls.crt
@@ -118,13 +124,13 @@ access_log:
 class Proxies:
     """The router, haproxy (-W) and nginx in front of one backend port."""
 
-    def __init__(self, d, backend, threads=1, spool_interval="1s"):
+    def __init__(self, d, backend, threads=1, spool_interval="1s", http3=False):
         self.d, self.backend, self.procs = d, backend, {}
         self.spool = f"{d}/spool"
         os.makedirs(self.spool, exist_ok=True)
         H.write(f"{self.spool}/00-bench.yaml", event(backend))
         H.write(f"{d}/router.yaml", router_yaml(d, "router", P["router"], P["router_https"], P["router_admin"],
-                                                self.spool, threads, spool_interval))
+                                                self.spool, threads, spool_interval, http3))
         H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
 frontend fe_http
     bind 127.0.0.1:{P['haproxy']}
@@ -241,6 +247,68 @@ def phase_h2(d, args, out):
     out["h2"] = {t: {"cpu_us_per_req": median([r["cpu_us_per_req"] for r in v]),
                      "rps": median([r["rps"] for r in v]),
                      "failed": sum(r["failed"] for r in v)} for t, v in res.items()}
+
+
+# ---------------------------------------------------------------- h3
+
+def h3count(port, n, ca):
+    """n GETs over HTTP/3 from the quinn client, 10 connections x 10 streams (as
+    h2load -c10 -m10)."""
+    out = subprocess.run([f"{REL}/h3-client", "count", f"127.0.0.1:{port}", HOST, ca, "/", str(n), "10", "10"],
+                         capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        sys.exit(f"h3-client count: {out.stdout} {out.stderr}")
+
+
+def phase_h3(d, args, out):
+    """The router's CPU per request over HTTP/3 beside h2 over TLS, alternating in
+    one run, then the memory of idle HTTP/3 connections beside idle TLS ones.
+    (Debian 12's haproxy 2.6 and nginx 1.22 are built without QUIC: no anchor.)"""
+    ca = f"{d}/ca.pem"
+    px = Proxies(d, P["backend"], http3=True).start()
+    pid = px.worker("router")
+    res = {"h2": [], "h3": []}
+    runs = {"h2": lambda n: h2load(P["router_https"], n), "h3": lambda n: h3count(P["router_https"], n, ca)}
+    try:
+        for rnd in range(args.rounds):
+            for kind in (("h2", "h3") if rnd % 2 == 0 else ("h3", "h2")):
+                runs[kind](args.h2_requests // 5)  # warm-up
+                before = H.stat_ticks(pid)
+                r = runs[kind](args.h2_requests)
+                cpu = (H.stat_ticks(pid) - before) / H.HZ
+                r["cpu_us_per_req"] = cpu / max(r["ok"], 1) * 1e6
+                r["rps"] = r["ok"] / r["seconds"]
+                res[kind].append(r)
+                print(f"h3 round {rnd} router {kind} {r['rps']:9.0f} req/s  cpu {r['cpu_us_per_req']:5.1f} us/req  "
+                      f"ok {r['ok']} failed {r['failed']}", flush=True)
+        mem = {}
+        for kind in ("tls", "h3"):
+            if kind == "tls":
+                p, _ = hold(P["router_https"], "tls", 1, ca)
+                release(p)
+            time.sleep(0.5)
+            before = rss_kib(pid)
+            if kind == "tls":
+                p, opened = hold(P["router_https"], "tls", args.idle, ca)
+            else:
+                p = subprocess.Popen([f"{REL}/h3-client", "idle", f"127.0.0.1:{P['router_https']}", HOST, ca, "/",
+                                      str(args.idle)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                m = re.match(r"ready (\d+)", p.stdout.readline())
+                opened = int(m.group(1)) if m else 0
+            time.sleep(1)
+            after = rss_kib(pid)
+            release(p)
+            mem[kind] = (after - before) / max(opened, 1)
+            print(f"h3 memory router {kind:4} {opened} held: RSS {before} -> {after} KiB, {mem[kind]:.1f} KiB each",
+                  flush=True)
+    finally:
+        px.stop()
+    out["h3"] = {k: {"cpu_us_per_req": median([r["cpu_us_per_req"] for r in v]),
+                     "rps": median([r["rps"] for r in v]),
+                     "failed": sum(r["failed"] for r in v)} for k, v in res.items()}
+    out["h3"]["memory_kib"] = mem
 
 
 # ---------------------------------------------------------------- latency
@@ -509,6 +577,13 @@ def summary(out):
         lines.append(f"{verdict(r <= 0.9)}: h2 over TLS CPU per request {h['router']['cpu_us_per_req']:.1f} us = "
                      f"{r:.2f}x the better anchor (haproxy {h['haproxy']['cpu_us_per_req']:.1f}, "
                      f"nginx {h['nginx']['cpu_us_per_req']:.1f}; target <= 0.9x)")
+    if "h3" in out:
+        h = out["h3"]
+        r = h["h3"]["cpu_us_per_req"] / h["h2"]["cpu_us_per_req"]
+        mem = h.get("memory_kib", {})
+        lines.append(f"measured: HTTP/3 CPU per request {h['h3']['cpu_us_per_req']:.1f} us = {r:.2f}x h2 over TLS "
+                     f"({h['h2']['cpu_us_per_req']:.1f} us) in the same run; idle HTTP/3 connection "
+                     f"{mem.get('h3', float('nan')):.1f} KiB, idle TLS {mem.get('tls', float('nan')):.1f} KiB")
     if "latency" in out:
         lt = out["latency"]
         ro = lt["router"]
@@ -577,12 +652,12 @@ def main():
             f"127.0.0.1:{H.PORTS['backend']}", f"127.0.0.1:{P['backend']}"))
         phases = args.phases.split(",")
         backend = None
-        if "h2" in phases or "latency" in phases:
+        if "h2" in phases or "h3" in phases or "latency" in phases:
             backend = subprocess.Popen(["nginx", "-c", f"{d}/backend.conf", "-p", d, "-g", "daemon off;"],
                                        stderr=subprocess.DEVNULL)
             H.wait_port(P["backend"])
         try:
-            for ph in ("h2", "latency"):
+            for ph in ("h2", "h3", "latency"):
                 if ph in phases:
                     os.makedirs(f"{d}/{ph}", exist_ok=True)
                     for k in TEMP:

@@ -6,9 +6,13 @@
 //!       A GET every INTERVAL_MS on one connection while it lives, a new one when
 //!       it ends; one JSON line per request, then {"summary": ...} with the
 //!       longest gap between two successes and how the connections ended.
-//!   h3-client count ADDR SNI CA PATH N CONCURRENCY
-//!       N GETs over one connection, CONCURRENCY at a time; prints
-//!       {"ok": .., "failed": .., "seconds": ..}.
+//!   h3-client count ADDR SNI CA PATH N CONNECTIONS STREAMS
+//!       N GETs over CONNECTIONS connections, STREAMS at a time on each (as
+//!       `h2load -cC -mS`); prints {"ok": .., "failed": .., "seconds": ..}.
+//!   h3-client idle ADDR SNI CA PATH N
+//!       Opens N connections, one GET on each, prints "ready N", holds them until
+//!       its standard input closes, then prints {"open": ..} (how many were
+//!       still open: none closed by the server meanwhile).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -145,19 +149,24 @@ async fn run_loop(args: &[String]) -> anyhow::Result<()> {
 }
 
 async fn run_count(args: &[String]) -> anyhow::Result<()> {
-    let [addr, sni, ca, path, n, concurrency] = args else {
-        return Err(anyhow!("count ADDR SNI CA PATH N CONCURRENCY"));
+    let [addr, sni, ca, path, n, connections, streams] = args else {
+        return Err(anyhow!("count ADDR SNI CA PATH N CONNECTIONS STREAMS"));
     };
     let addr: SocketAddr = addr.parse()?;
-    let (n, concurrency): (u64, u64) = (n.parse()?, concurrency.parse()?);
+    let n: u64 = n.parse()?;
+    let (connections, streams): (u64, u64) = (connections.parse()?, streams.parse()?);
     let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
     endpoint.set_default_client_config(client_config(ca)?);
-    let (sender, _conn) = connect(&endpoint, addr, sni).await?;
+    let mut senders = Vec::new();
+    for _ in 0..connections.max(1) {
+        senders.push(connect(&endpoint, addr, sni).await?);
+    }
     let start = Instant::now();
-    let per = n / concurrency.max(1);
+    let loops = connections.max(1) * streams.max(1);
+    let per = n / loops;
     let mut tasks = Vec::new();
-    for _ in 0..concurrency.max(1) {
-        let mut sender = sender.clone();
+    for i in 0..loops {
+        let mut sender = senders[(i % connections.max(1)) as usize].0.clone();
         let (sni, path) = (sni.clone(), path.clone());
         tasks.push(tokio::spawn(async move {
             let (mut ok, mut failed) = (0u64, 0u64);
@@ -183,12 +192,39 @@ async fn run_count(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn run_idle(args: &[String]) -> anyhow::Result<()> {
+    let [addr, sni, ca, path, n] = args else {
+        return Err(anyhow!("idle ADDR SNI CA PATH N"));
+    };
+    let addr: SocketAddr = addr.parse()?;
+    let n: usize = n.parse()?;
+    let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+    endpoint.set_default_client_config(client_config(ca)?);
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let (mut sender, conn) = connect(&endpoint, addr, sni).await?;
+        get(&mut sender, sni, path).await?;
+        held.push((sender, conn));
+    }
+    println!("ready {}", held.len());
+    let mut stdin = tokio::io::stdin();
+    let mut sink = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut stdin, &mut sink).await;
+    let open = held
+        .iter()
+        .filter(|(_, c)| c.close_reason().is_none())
+        .count();
+    println!("{}", serde_json::json!({"open": open}));
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("loop") => run_loop(&args[1..]).await,
         Some("count") => run_count(&args[1..]).await,
-        _ => Err(anyhow!("usage: h3-client loop|count ...")),
+        Some("idle") => run_idle(&args[1..]).await,
+        _ => Err(anyhow!("usage: h3-client loop|count|idle ...")),
     }
 }
