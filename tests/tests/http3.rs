@@ -2,7 +2,8 @@
 //! virtualenv `tests/run.sh` makes: `target/h3-venv`) through the router's QUIC
 //! listener, against the same requests over h2 (curl, ALPN h2): routed apps, an
 //! alias with its own certificate (SNI), an unknown host (404), a name the
-//! connection's certificate does not cover (421), members in rotation, a request
+//! connection's certificate does not cover (421), members in rotation and one
+//! rotated out, a request
 //! body, `Alt-Svc` on HTTPS over TCP, the per-source connection cap, and Retry.
 
 use std::path::{Path, PathBuf};
@@ -192,14 +193,35 @@ async fn http3_answers_as_h2_does_for_apps_aliases_unknown_hosts_and_rotation() 
     assert_eq!(status(&v[0]), 200, "{v}");
     assert_eq!(echo(&v[0]).body_len, 100_000);
 
+    // A member rotated out by the operator gets no HTTP/3 request either.
+    let (code, text) = r
+        .admin_post(&format!("/backends/{}/rotate-out", b1.addr))
+        .await;
+    assert_eq!(code, 200, "{text}");
+    let v = h3(
+        udp,
+        APP_HOST,
+        ca,
+        serde_json::json!([
+            get(APP_HOST, "/1"),
+            get(APP_HOST, "/2"),
+            get(APP_HOST, "/3")
+        ]),
+    )
+    .await;
+    for a in v.as_array().unwrap_or_else(|| panic!("{v}")) {
+        assert_eq!(status(a), 200, "{a}");
+        assert_eq!(echo(a).port, b2.addr.port(), "only the member in rotation");
+    }
+
     // Counted under their protocol.
     let h3_requests = r
         .metric("router_http_requests_by_protocol_total{protocol=\"h3\"}")
         .await
         .unwrap_or(0.0);
     assert_eq!(
-        h3_requests, 8.0,
-        "4 to the app, the alias, the unknown host, the 421, the upload"
+        h3_requests, 11.0,
+        "4 to the app, the alias, the unknown host, the 421, the upload, 3 after the rotation"
     );
     assert!(
         r.metric("router_http3_handshakes_total{result=\"ok\"}")
