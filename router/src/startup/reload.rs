@@ -177,5 +177,6 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.replace_grace" => tls.replace_grace,
         "tls.redirect_http" => tls.redirect_http,
         "affinity_key_file" => affinity_key_file,
+        "http3" => http3,
     }
 }
