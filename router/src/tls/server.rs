@@ -8,8 +8,9 @@
 //! The server picks the cipher suite, from its own order ([`server_order`]), not the
 //! client's: a client listing a weaker suite first does not get it (testssl.sh's
 //! "no cipher order" finding), and the order follows this host's hardware, as
-//! rustls recommends: AES-GCM first where the CPU has AES instructions, ChaCha20
-//! first where it has not (there it is the faster and the constant-time one).
+//! rustls recommends: AES-GCM first (AES-128 before AES-256) where the CPU has AES
+//! instructions, ChaCha20 first where it has not (there it is the faster and the
+//! constant-time one).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,22 +113,31 @@ fn server_config(
     Ok(config)
 }
 
-/// The suites in the order the server prefers them: the provider's order (AES-256
-/// before AES-128, TLS 1.3 before 1.2), with ChaCha20-Poly1305 moved ahead of the
-/// AES-GCM suites of the same version when the CPU has no AES instructions.
+/// The suites in the order the server prefers them, within each TLS version (1.3
+/// before 1.2): AES-128-GCM, AES-256-GCM, then ChaCha20-Poly1305 on a CPU with AES
+/// instructions; ChaCha20-Poly1305 first on one without (there it is the faster
+/// and the constant-time one). AES-128 comes first (Mozilla's "intermediate"
+/// order, and what browsers offer first): in TLS 1.3 its suite also selects
+/// SHA-256 for the handshake's key schedule and transcript, which CPUs hash in
+/// hardware, where AES-256's SHA-384 runs in software: SHA-512 blocks were 13 % of
+/// the router's CPU in full handshakes before (bench/RESULTS.md, issue 29).
 pub fn server_order(
     suites: &[rustls::SupportedCipherSuite],
     aes: bool,
 ) -> Vec<rustls::SupportedCipherSuite> {
     let mut ordered = suites.to_vec();
-    if !aes {
-        // Stable: within each TLS version, ChaCha first, the rest as they were.
-        ordered.sort_by_key(|s| {
-            let tls12 = matches!(s, rustls::SupportedCipherSuite::Tls12(_));
-            let chacha = format!("{:?}", s.suite()).contains("CHACHA20");
-            (tls12, !chacha)
-        });
-    }
+    // Stable: suites the key names alike keep the provider's order.
+    ordered.sort_by_key(|s| {
+        let tls12 = matches!(s, rustls::SupportedCipherSuite::Tls12(_));
+        let name = format!("{:?}", s.suite());
+        let rank = match (name.contains("CHACHA20"), name.contains("AES_128"), aes) {
+            (true, _, false) => 0,
+            (false, true, _) => 1,
+            (false, false, _) => 2,
+            (true, _, true) => 3,
+        };
+        (tls12, rank)
+    });
     ordered
 }
 
@@ -245,17 +255,26 @@ mod tests {
     }
 
     #[test]
-    fn chacha_first_within_each_version_only_without_aes() {
+    fn aes_128_first_with_aes_chacha_first_without_within_each_version() {
         let all = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
-        assert_eq!(names(&server_order(&all, true)), names(&all));
-        let soft = names(&server_order(&all, false));
-        assert_eq!(soft[0], "TLS13_CHACHA20_POLY1305_SHA256");
-        let first12 = soft
-            .iter()
-            .position(|n| n.starts_with("TLS_ECDHE"))
-            .expect("TLS 1.2 suites");
-        assert!(soft[first12].contains("CHACHA20"), "{soft:?}");
-        assert!(soft[..first12].iter().all(|n| n.starts_with("TLS13")));
-        assert_eq!(soft.len(), all.len());
+        for aes in [true, false] {
+            let order = names(&server_order(&all, aes));
+            assert_eq!(order.len(), all.len());
+            let first12 = order
+                .iter()
+                .position(|n| n.starts_with("TLS_ECDHE"))
+                .expect("TLS 1.2 suites");
+            assert!(order[..first12].iter().all(|n| n.starts_with("TLS13")));
+            let (tls13, tls12) = order.split_at(first12);
+            if aes {
+                assert_eq!(tls13[0], "TLS13_AES_128_GCM_SHA256", "{order:?}");
+                assert!(tls12[0].contains("AES_128_GCM"), "{order:?}");
+                assert!(tls13.last().is_some_and(|n| n.contains("CHACHA20")));
+            } else {
+                assert_eq!(tls13[0], "TLS13_CHACHA20_POLY1305_SHA256", "{order:?}");
+                assert!(tls12[0].contains("CHACHA20"), "{order:?}");
+                assert!(tls13[1].contains("AES_128"), "{order:?}");
+            }
+        }
     }
 }
