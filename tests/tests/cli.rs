@@ -149,6 +149,9 @@ async fn sigterm_drains_and_access_log_is_json() {
     assert_eq!(slow_line["upstream"], b.addr.to_string());
     assert!(slow_line["bytes"].as_u64() > Some(0));
     assert!(slow_line["duration_ms"].as_f64() >= Some(800.0));
+    // The member took 800 ms before its response head: the head's time says so.
+    assert!(slow_line["head_ms"].as_f64() >= Some(800.0), "{slow_line}");
+    assert!(slow_line["head_ms"].as_f64() <= slow_line["duration_ms"].as_f64());
 }
 
 /// Under `ulimit -n 256` with the default `limits.max_connections` (10 000): the

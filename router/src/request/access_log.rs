@@ -15,6 +15,10 @@ pub struct AccessRecord {
     pub version: http::Version,
     /// The member it went to, if any.
     pub upstream: Option<Arc<str>>,
+    /// From the request head to the response head (the member's, or the router's
+    /// own answer): with `duration_ms`, where a slow request spent its time, as
+    /// haproxy's `Tr` and nginx's `$upstream_header_time` tell.
+    pub head: Option<Duration>,
 }
 
 impl AccessRecord {
@@ -29,6 +33,7 @@ impl AccessRecord {
             status,
             upstream = self.upstream.as_deref().unwrap_or("-"),
             bytes,
+            head_ms = self.head.map_or(0.0, |h| h.as_secs_f64() * 1000.0),
             duration_ms = duration.as_secs_f64() * 1000.0,
             aborted,
         );

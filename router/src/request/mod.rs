@@ -139,6 +139,7 @@ impl Proxy {
                 .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
             version: req.version(),
             upstream: None,
+            head: None,
         });
         let Forwarded {
             mut response,
@@ -162,6 +163,7 @@ impl Proxy {
             && in_flight.is_none()
             && response.status() == http::StatusCode::BAD_REQUEST;
         if let Some(log) = log.as_mut() {
+            log.head = Some(start.elapsed());
             log.upstream = in_flight
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
