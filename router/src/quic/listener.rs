@@ -66,6 +66,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
     let metrics = current.proxy.metrics.clone();
     let result = |r: &str| metrics.http3.with_label_values(&[r]);
     let (ok, refused, retried) = (result("ok"), result("refused"), result("retry"));
+    let failed = result("failed");
     let open = metrics.open_connections.with_label_values(&["h3"]);
     let accepted = metrics.connections.with_label_values(&["h3"]);
     let source_refused = metrics.refused.with_label_values(&["h3", "source_limit"]);
@@ -103,6 +104,18 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             incoming.refuse();
             continue;
         };
+        let peer = incoming.remote_address();
+        let local = incoming
+            .local_ip()
+            .map(|ip| std::net::SocketAddr::new(ip, local_port));
+        let connecting = match incoming.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                failed.inc();
+                tracing::debug!(client = %peer, error = %e, "QUIC handshake refused");
+                continue;
+            }
+        };
         accepted.inc();
         let place = Place::new(slot, source, open.clone());
         let handshaking = Handshaking::begin(&handshakes);
@@ -114,7 +127,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             kill: kill.clone(),
             ok: ok.clone(),
         };
-        tokio::spawn(connection.serve(incoming, handshaking));
+        tokio::spawn(connection.serve(connecting, peer, local, handshaking));
     }
     // Draining. After an upgrade the successor reads the same socket: a new
     // connection's first packet that this process reads is refused at once

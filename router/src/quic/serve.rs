@@ -40,20 +40,17 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    pub(super) async fn serve(self, incoming: quinn::Incoming, handshaking: Handshaking) {
+    /// `connecting`: the handshake quinn began for the client at `peer` (accepted
+    /// by the listener, so that this task never holds the larger `Incoming`);
+    /// `local`: the address it came to.
+    pub(super) async fn serve(
+        self,
+        connecting: quinn::Connecting,
+        peer: std::net::SocketAddr,
+        local: Option<std::net::SocketAddr>,
+        handshaking: Handshaking,
+    ) {
         let metrics = self.serving.proxy.metrics.clone();
-        let peer = incoming.remote_address();
-        let local = incoming
-            .local_ip()
-            .map(|ip| std::net::SocketAddr::new(ip, self.local_port));
-        let connecting = match incoming.accept() {
-            Ok(c) => c,
-            Err(e) => {
-                metrics.http3.with_label_values(&["failed"]).inc();
-                tracing::debug!(client = %peer, error = %e, "QUIC handshake refused");
-                return;
-            }
-        };
         let quic = match tokio::time::timeout(self.serving.handshake_timeout, connecting).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
@@ -69,12 +66,16 @@ impl Connection {
         drop(handshaking);
         self.ok.inc();
         let limits = &self.serving.limits;
-        let h3 = h3::server::builder()
-            .max_field_section_size(limits.max_header_bytes as u64)
-            .build::<_, Bytes>(h3_quinn::Connection::new(quic.clone()))
-            .await;
+        // Boxed: the setup future (4 KB) and the connection (1.7 KB) would otherwise
+        // size every connection's task for both (type sizes, bench/RESULTS.md).
+        let h3 = Box::pin(
+            h3::server::builder()
+                .max_field_section_size(limits.max_header_bytes as u64)
+                .build::<_, Bytes>(h3_quinn::Connection::new(quic.clone())),
+        )
+        .await;
         let h3 = match h3 {
-            Ok(h3) => h3,
+            Ok(h3) => Box::new(h3),
             Err(e) => {
                 tracing::debug!(client = %peer, error = %e, "HTTP/3 connection setup failed");
                 return;
@@ -111,7 +112,7 @@ fn server_name(quic: &quinn::Connection) -> Option<String> {
 
 /// A connection past its handshake.
 struct Requests {
-    h3: H3Conn,
+    h3: Box<H3Conn>,
     serving: Arc<Serving>,
     conn: ClientConn,
     activity: Arc<Activity>,
