@@ -10,6 +10,7 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
                              [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
+                             [--h2]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
 --handoff: the connection's first request is in absolute form, which the router's
@@ -20,6 +21,9 @@ browser does (an affinity cookie then names its member: issue 28's sticky path).
 --peers: also haproxy 2.6 (one thread) and nginx 1.22 (no master, one worker) under
 callgrind, proxying the same client's requests to the same backend: the anchors on
 the same repeatable axis (issue 29). Kernel time is in none of the figures.
+--h2: the client is h2load over TLS (one connection, 10 streams at once, ALPN h2,
+TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the router
+and, with --peers, haproxy and nginx (issue 29's h2 axis).
 
 Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
 
@@ -43,17 +47,35 @@ RELEASE = os.path.join(ROOT, "target/release")
 HOST = "ha-bench-bench.example.com"
 BACKEND, ROUTER, ADMIN = 18380, 18381, 18382
 HAPROXY, NGINX = 18383, 18384
+TLS_OFFSET = 10  # each proxy's HTTPS port is its plain port + 10 (--h2)
+CERT_DIR = "/tmp/router-instructions-cert"
 
 EVENT = H.route_event(BACKEND)
 
 
+def certificate():
+    """A self-signed P-256 certificate for HOST (--h2)."""
+    os.makedirs(CERT_DIR, exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", f"{CERT_DIR}/tls.key", "-out", f"{CERT_DIR}/tls.crt", "-days", "2",
+                    "-subj", f"/CN={HOST}", "-addext", f"subjectAltName=DNS:{HOST}"],
+                   check=True, capture_output=True)
+    with open(f"{CERT_DIR}/tls.pem", "w") as f:
+        f.write(open(f"{CERT_DIR}/tls.crt").read() + open(f"{CERT_DIR}/tls.key").read())
+
+
+H2 = False  # set by --h2
+
+
 def config(d, extra):
+    tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
+           f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
     return f"""cloud_domain: example.com
 state_dir: {d}/state
 worker_threads: 1
 listen:
   http: 127.0.0.1:{ROUTER}
-  admin: 127.0.0.1:{ADMIN}
+  admin: 127.0.0.1:{ADMIN}{tls}
 spi:
   source: spool
   spool:
@@ -67,6 +89,13 @@ health:
 
 
 def requests(n, handoff, cookies, port=ROUTER):
+    if H2:
+        out = subprocess.run(["h2load", "-t1", "-c1", "-m10", f"-n{n}", "--tls13-ciphers=TLS_AES_128_GCM_SHA256",
+                              "-H", f":authority: {HOST}", f"https://127.0.0.1:{port + TLS_OFFSET}/"],
+                             capture_output=True, text=True).stdout
+        if f"{n} succeeded" not in out or "Application protocol: h2" not in out:
+            sys.exit(f"h2load:\n{out}")
+        return
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     jar = {}
     for i in range(n):
@@ -96,6 +125,7 @@ def peer(name, n):
         H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
 frontend fe_http
     bind 127.0.0.1:{HAPROXY}
+    bind 127.0.0.1:{HAPROXY + TLS_OFFSET} ssl crt {CERT_DIR}/tls.pem alpn h2,http/1.1
     default_backend be
 backend be
     http-reuse always
@@ -107,6 +137,9 @@ backend be
   upstream backend {{ server 127.0.0.1:{BACKEND}; keepalive 64; keepalive_requests 100000; }}
   server {{
     listen 127.0.0.1:{NGINX};
+    listen 127.0.0.1:{NGINX + TLS_OFFSET} ssl http2;
+    ssl_certificate {CERT_DIR}/tls.crt;
+    ssl_certificate_key {CERT_DIR}/tls.key;
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
@@ -167,7 +200,13 @@ def main():
                     help="the client sends back the cookies it is sent (sticky sessions)")
     ap.add_argument("--peers", action="store_true",
                     help="also haproxy and nginx, on the same axis")
+    ap.add_argument("--h2", action="store_true",
+                    help="h2 over TLS (h2load, one connection, 10 streams) instead of HTTP/1.1")
     args = ap.parse_args()
+    global H2
+    H2 = args.h2
+    if H2:
+        certificate()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
     if not shutil.which("valgrind"):
         sys.exit("valgrind is missing (apt-get install valgrind)")
@@ -179,7 +218,8 @@ def main():
             a = instructions(args.router, extra, args.n1, args.handoff, args.cookies)
             b = instructions(args.router, extra, args.n2, args.handoff, args.cookies)
             per = (b - a) / (args.n2 - args.n1)
-            path = ("hyper" if args.handoff else "own path") + (", cookies kept" if args.cookies else "")
+            path = ("h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
+                (", cookies kept" if args.cookies else "")
             print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.0f} instructions per request "
                   f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
         for name in ("haproxy", "nginx") if args.peers else ():
