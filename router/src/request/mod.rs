@@ -124,8 +124,11 @@ impl Proxy {
         // carry another request: it would reach hyper alone (found by the
         // `client_stream` fuzz target: a bare LF after a refused upgrade).
         let upgrade_asked = !h2 && req.headers().contains_key(http::header::UPGRADE);
-        let req_version = req.version();
-        let https = conn.https;
+        // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`): decided
+        // here, so that one flag, not the version and the connection kind, waits
+        // across the forward.
+        let announce_h3 =
+            self.alt_svc.is_some() && conn.https && req.version() != http::Version::HTTP_3;
         let mut log = self.access_log.then(|| AccessRecord {
             client: conn.ip,
             method: req.method().clone(),
@@ -180,11 +183,7 @@ impl Proxy {
                 http::HeaderValue::from_static("close"),
             );
         }
-        // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`).
-        if let Some(alt_svc) = &self.alt_svc
-            && https
-            && req_version != http::Version::HTTP_3
-        {
+        if announce_h3 && let Some(alt_svc) = &self.alt_svc {
             response
                 .headers_mut()
                 .insert(http::header::ALT_SVC, alt_svc.clone());
