@@ -16,6 +16,7 @@ pub mod attack;
 pub mod backend;
 pub mod broker_api;
 pub mod events;
+pub mod h3client;
 pub mod hapair;
 pub mod netns;
 pub mod pki;

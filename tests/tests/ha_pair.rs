@@ -97,21 +97,9 @@ fn http3_clients_are_back_within_a_second_after_a_kill() {
         .args(["-KILL", &pair.router_pid(0)])
         .status();
     pair.wait_vip(1, VIP, Duration::from_secs(5));
-    client.wait().expect("client.py");
+    client.wait().expect("h3-client");
     let text = std::fs::read_to_string(&log).expect("log");
-    let summary: serde_json::Value = text
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()?
-                .get("summary")
-                .cloned()
-        })
-        .unwrap_or_else(|| panic!("no summary: {text}"));
-    for l in text.lines().filter(|l| l.contains("\"ok\":false")) {
-        eprintln!("  {l}");
-    }
-    eprintln!("HTTP/3 across kill -9: {summary}");
+    let summary = e2e::h3client::loop_summary(&text, "kill -9");
     assert_eq!(
         summary["endings"][0], "reset by peer",
         "the old connection ended by the survivor's stateless reset: {summary}"

@@ -243,19 +243,7 @@ async fn upgrade_hands_the_http3_socket_over_and_http3_clients_carry_on() {
     assert!(exit.success(), "{exit:?}");
     let out = client.await.expect("join").expect("h3-client");
     let text = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = text
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()?
-                .get("summary")
-                .cloned()
-        })
-        .unwrap_or_else(|| panic!("no summary: {text}"));
-    eprintln!("HTTP/3 across the upgrade: {summary}");
-    for l in text.lines().filter(|l| l.contains("\"ok\":false")) {
-        eprintln!("  {l}");
-    }
+    let summary = e2e::h3client::loop_summary(&text, "the upgrade");
     assert!(summary["ok"].as_u64() > Some(100), "{summary}");
     assert!(
         summary["connections"].as_u64() >= Some(2),
