@@ -10,7 +10,7 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
                              [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
-                             [--h2]
+                             [--h2] [--keep DIR]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
 --handoff: the connection's first request is in absolute form, which the router's
@@ -24,6 +24,10 @@ the same repeatable axis (issue 29). Kernel time is in none of the figures.
 --h2: the client is h2load over TLS (one connection, 10 streams at once, ALPN h2,
 TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the router
 and, with --peers, haproxy and nginx (issue 29's h2 axis).
+--keep DIR: keep each run's callgrind output in DIR (named by variant, proxy and N)
+and print the functions whose instructions per request differ most between
+two --router binaries measured into the same DIR (`--diff A B` compares two kept
+runs without measuring).
 
 Needs valgrind (Debian package) and target/release/{router,echo-backend}."""
 
@@ -175,7 +179,36 @@ def callgrind(cmd, port, out, name, n, handoff=False, cookies=False):
     sys.exit(f"no totals in {name}'s callgrind output")
 
 
-def instructions(binary, extra, n, handoff, cookies):
+def functions(out):
+    """Exclusive Ir per function in one callgrind output (callgrind_annotate)."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True).stdout
+    per = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0].replace(",", "").isdigit() and ":" in parts[1]:
+            name = parts[1].split(":", 1)[1].split(" [")[0].strip()
+            per[name] = per.get(name, 0) + int(parts[0].replace(",", ""))
+    return per
+
+
+def per_request(keep, label, n1, n2):
+    a, b = functions(f"{keep}/{label}-{n1}.out"), functions(f"{keep}/{label}-{n2}.out")
+    return {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+
+
+def diff(keep, old, new, n1, n2, top=30):
+    """The functions whose instructions per request moved most from `old` to `new`."""
+    a, b = per_request(keep, old, n1, n2), per_request(keep, new, n1, n2)
+    moved = sorted(set(a) | set(b), key=lambda k: -abs(b.get(k, 0) - a.get(k, 0)))
+    print(f"{'delta':>9} {old:>10} {new:>10}  function (instructions per request)")
+    for k in moved[:top]:
+        print(f"{b.get(k, 0) - a.get(k, 0):>+9.1f} {a.get(k, 0):>10.1f} {b.get(k, 0):>10.1f}  {k[:110]}")
+    print(f"{sum(b.values()) - sum(a.values()):>+9.1f} {sum(a.values()):>10.1f} "
+          f"{sum(b.values()):>10.1f}  total")
+
+
+def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
     d = "/tmp/router-instructions"
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(f"{d}/spool")
@@ -183,8 +216,12 @@ def instructions(binary, extra, n, handoff, cookies):
         f.write(EVENT)
     with open(f"{d}/router.yaml", "w") as f:
         f.write(config(d, extra))
-    return callgrind([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/callgrind.out",
-                     "the router", n, handoff, cookies)
+    ir = callgrind([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/callgrind.out",
+                   "the router", n, handoff, cookies)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(f"{d}/callgrind.out", f"{keep}/{label}-{n}.out")
+    return ir
 
 
 def main():
@@ -202,7 +239,16 @@ def main():
                     help="also haproxy and nginx, on the same axis")
     ap.add_argument("--h2", action="store_true",
                     help="h2 over TLS (h2load, one connection, 10 streams) instead of HTTP/1.1")
+    ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
+    ap.add_argument("--label", help="name of this binary's runs in --keep (default: the variant's number)")
+    ap.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"),
+                    help="per-function difference of two labels kept in --keep (no measuring)")
     args = ap.parse_args()
+    if args.diff:
+        if not args.keep:
+            sys.exit("--diff needs --keep DIR")
+        diff(args.keep, *args.diff, args.n1, args.n2)
+        return
     global H2
     H2 = args.h2
     if H2:
@@ -214,9 +260,10 @@ def main():
                                stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        for extra in variants:
-            a = instructions(args.router, extra, args.n1, args.handoff, args.cookies)
-            b = instructions(args.router, extra, args.n2, args.handoff, args.cookies)
+        for i, extra in enumerate(variants):
+            label = (args.label or "run") + (f"-v{i}" if len(variants) > 1 else "")
+            a = instructions(args.router, extra, args.n1, args.handoff, args.cookies, args.keep, label)
+            b = instructions(args.router, extra, args.n2, args.handoff, args.cookies, args.keep, label)
             per = (b - a) / (args.n2 - args.n1)
             path = ("h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
                 (", cookies kept" if args.cookies else "")

@@ -93,7 +93,7 @@ impl Connection {
         let ended = Requests {
             h3,
             serving: self.serving.clone(),
-            conn,
+            conn: Arc::new(conn),
             activity,
         }
         .run(self.stop, self.kill)
@@ -114,7 +114,7 @@ fn server_name(quic: &quinn::Connection) -> Option<String> {
 struct Requests {
     h3: Box<H3Conn>,
     serving: Arc<Serving>,
-    conn: ClientConn,
+    conn: Arc<ClientConn>,
     activity: Arc<Activity>,
 }
 

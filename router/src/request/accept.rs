@@ -503,7 +503,7 @@ impl Connection {
             drop(serving);
             // Pinned here and lent to `supervise`: moved into it, the connection's
             // state was kept twice in this task (3.5 KiB more per idle connection).
-            let connection = serve_http(io, live, conn, finish.clone(), own, builder);
+            let connection = serve_http(io, live, Arc::new(conn), finish.clone(), own, builder);
             tokio::pin!(connection);
             let result = supervise(connection.as_mut(), watch, &finish, first, peer).await;
             if let Err(e) = result {
@@ -520,7 +520,7 @@ impl Connection {
 async fn serve_http(
     mut io: ClientIo,
     live: Live,
-    conn: ClientConn,
+    conn: Arc<ClientConn>,
     finish: Arc<AtomicBool>,
     own: h1::Settings,
     builder: Arc<auto::Builder<TokioExecutor>>,

@@ -32,7 +32,7 @@ use crate::upstream::{Encoded, Lease, MemberTls, RequestBody, Upstream};
 impl Proxy {
     pub(super) async fn forward(
         &self,
-        conn: ClientConn,
+        conn: &ClientConn,
         mut req: Request<Received>,
         host: Option<HeaderValue>,
     ) -> Result<Forwarded, ProxyError> {
@@ -44,7 +44,7 @@ impl Proxy {
             name,
             policy,
             sticky,
-        }) = self.route_of(&conn, &req, &host)?
+        }) = self.route_of(conn, &req, &host)?
         else {
             return Ok(self.redirect_of(&req, &host));
         };
@@ -71,7 +71,7 @@ impl Proxy {
         let h2 = policy.as_ref().is_some_and(|p| p.h2);
         let trailers = h2 && wants_trailers(req.headers());
         let (mut parts, body) = req.into_parts();
-        for_member(&mut parts, &host, &target, &conn, upgrade)?;
+        for_member(&mut parts, &host, &target, conn, upgrade)?;
         // 5. body: read ahead before a member is involved (slow clients get 408
         // without holding a member's slot).
         let body = read_ahead(body, &self.upload)
@@ -115,7 +115,7 @@ impl Proxy {
                     request,
                     client_upgrade,
                     (target, slot, up),
-                    &conn,
+                    conn,
                     (timeouts, hold),
                 )
                 .await;

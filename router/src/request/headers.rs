@@ -21,6 +21,7 @@ use crate::tls::store::Served;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1, plus the
 /// non-standard `Proxy-Connection` and `Keep-Alive` that old clients still send).
+/// (`Connection` first: [`remove_hop_by_hop`] reads its tokens only when it is here.)
 const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
@@ -149,27 +150,39 @@ fn protected(name: &HeaderName) -> bool {
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so that the next
 /// hop can switch protocols too.
 ///
-/// Most messages carry none of these: one pass over the names finds out, and only
-/// then are headers removed (each removal hashes a name; this runs twice per request).
+/// Most messages carry none of these or one: one pass over the names finds out,
+/// and only the names present are removed (each removal hashes a name; this runs
+/// twice per request).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let present = headers.keys().any(|k| HOP_BY_HOP.iter().any(|h| h == k));
-    if !present {
+    // Which of them are here: usually none, or one (`Connection`, `Keep-Alive` or
+    // `Transfer-Encoding`), and only those are removed.
+    let mut present = [false; 6];
+    for k in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == k) {
+            present[i] = true;
+        }
+    }
+    if !present.contains(&true) {
         return;
     }
     // Token by token from the bytes: a byte outside ASCII in one token must not
     // hide the others (found by the `client_stream` fuzz target: `Connection:
     // x-drop, cl\xe9se` forwarded X-Drop).
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
-        .filter(|n| !(protected(n) || (keep_upgrade && *n == header::UPGRADE)))
-        .collect();
+    let named: Vec<HeaderName> = if present[0] {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
+            .filter(|n| !(protected(n) || (keep_upgrade && *n == header::UPGRADE)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for name in named {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
         if keep_upgrade && (*name == header::CONNECTION || *name == header::UPGRADE) {
             continue;
         }

@@ -109,7 +109,7 @@ impl Proxy {
     /// Serves one request; never fails (errors are responses).
     pub async fn serve(
         self: Arc<Self>,
-        conn: ClientConn,
+        conn: Arc<ClientConn>,
         req: Request<Received>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let start = Instant::now();
@@ -149,7 +149,7 @@ impl Proxy {
             in_flight,
             member,
             hold,
-        } = match self.forward(conn, req, host).await {
+        } = match self.forward(&conn, req, host).await {
             Ok(f) => f,
             Err(e) => Forwarded {
                 response: e.response(),

@@ -83,7 +83,7 @@ pub struct Settings {
 pub async fn serve(
     io: &mut ClientIo,
     proxy: impl Fn() -> std::sync::Arc<Proxy>,
-    conn: &ClientConn,
+    conn: &std::sync::Arc<ClientConn>,
     shut: &AtomicBool,
     settings: Settings,
 ) -> End {

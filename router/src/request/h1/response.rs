@@ -95,8 +95,19 @@ pub fn encode_head(
     let mut wrote_date = false;
     let mut encoder = Encoder::Length(0);
     let mut trailers: Option<Vec<HeaderName>> = None;
-    for name in parts.headers.keys() {
-        let mut values = parts.headers.get_all(name).iter();
+    // One pass over the fields (a map yields a name's values one after another):
+    // no lookup per name, which would hash each name again.
+    let mut fields = parts.headers.iter().peekable();
+    let mut previous: Option<&HeaderName> = None;
+    while let Some((name, first)) = fields.next() {
+        // Values of the name just written that its arm did not take.
+        if previous == Some(name) {
+            continue;
+        }
+        previous = Some(name);
+        let mut values = std::iter::once(first).chain(std::iter::from_fn(|| {
+            fields.next_if(|(n, _)| *n == name).map(|(_, v)| v)
+        }));
         match *name {
             header::CONTENT_LENGTH => {
                 let Some(first) = values.next() else { continue };

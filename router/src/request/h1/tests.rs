@@ -203,6 +203,20 @@ async fn response_heads_are_what_hyper_writes() {
         &[("date", "Tue, 24 Nov 2026 10:00:00 GMT")],
         &[("content-length", "5")],
         &[("transfer-encoding", "gzip")],
+        // Repeated names apart from each other: one pass over the map writes them
+        // as hyper does (a list field joined, others one line per value).
+        &[
+            ("set-cookie", "a=1"),
+            ("x-mid", "m"),
+            ("set-cookie", "b=2"),
+            ("transfer-encoding", "gzip"),
+            ("connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("connection", "close"),
+            ("trailer", "x-a"),
+            ("x-last", "l"),
+            ("trailer", "x-b"),
+        ],
     ];
     let mut checked = 0;
     for status in statuses {
