@@ -55,19 +55,52 @@ pub fn normalize_host(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
         }
     };
     let host = host.strip_suffix('.').unwrap_or(host);
-    if host.is_empty()
-        || !host.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':')
-        })
-    {
-        return None;
+    // One pass, a table lookup per byte (this runs for every request).
+    let mut upper = false;
+    for b in host.bytes() {
+        match HOST_BYTE[usize::from(b)] {
+            HostByte::Not => return None,
+            HostByte::Upper => upper = true,
+            HostByte::Kept => {}
+        }
     }
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    if host.is_empty() {
+        None
+    } else if upper {
         Some(std::borrow::Cow::Owned(host.to_ascii_lowercase()))
     } else {
         Some(std::borrow::Cow::Borrowed(host))
     }
 }
+
+/// What a byte is in a host name as [`normalize_host`] takes it.
+#[derive(Clone, Copy)]
+enum HostByte {
+    /// Never in one (no route can match).
+    Not,
+    /// Kept as it is: a lower-case letter, a digit, `-._[]:`.
+    Kept,
+    /// An upper-case letter (lower-cased).
+    Upper,
+}
+
+const HOST_BYTE: [HostByte; 256] = {
+    let mut table = [HostByte::Not; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = if c.is_ascii_uppercase() {
+            HostByte::Upper
+        } else if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'[' | b']' | b':')
+        {
+            HostByte::Kept
+        } else {
+            HostByte::Not
+        };
+        b += 1;
+    }
+    table
+};
 
 /// Redirects plain HTTP to HTTPS for the hosts that have a certificate: an alias
 /// with its own, or an app's generated names when a default (wildcard) certificate
@@ -153,6 +186,8 @@ mod tests {
         assert_eq!(n(""), None);
         assert_eq!(n("bad host"), None);
         assert_eq!(n("a/b"), None);
+        assert_eq!(n("caf\u{e9}.example"), None);
+        assert_eq!(n("A-b_c.9:1").as_deref(), Some("a-b_c.9"));
         assert!(matches!(
             normalize_host("already.lower"),
             Some(std::borrow::Cow::Borrowed(_))
