@@ -10,7 +10,7 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
                              [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
-                             [--h2] [--keep DIR]
+                             [--h2] [--syscalls] [--keep DIR]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
 --handoff: the connection's first request is in absolute form, which the router's
@@ -24,6 +24,8 @@ the same repeatable axis (issue 29). Kernel time is in none of the figures.
 --h2: the client is h2load over TLS (one connection, 10 streams at once, ALPN h2,
 TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the router
 and, with --peers, haproxy and nginx (issue 29's h2 axis).
+--syscalls: count system calls per request (`strace -f -c`) instead, with the
+calls by name: the kernel's side of the same requests (Debian `strace`).
 --keep DIR: keep each run's callgrind output in DIR (named by variant, proxy and N)
 and print the functions whose instructions per request differ most between
 two --router binaries measured into the same DIR (`--diff A B` compares two kept
@@ -53,6 +55,8 @@ BACKEND, ROUTER, ADMIN = 18380, 18381, 18382
 HAPROXY, NGINX = 18383, 18384
 TLS_OFFSET = 10  # each proxy's HTTPS port is its plain port + 10 (--h2)
 CERT_DIR = "/tmp/router-instructions-cert"
+RUNS = "/tmp/router-instructions-runs"  # each run's output, by label (or proxy) and N
+SYSCALLS, UNIT = False, "instructions"  # --syscalls
 
 EVENT = H.route_event(BACKEND)
 
@@ -147,14 +151,19 @@ backend be
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
-    return callgrind(cmd, port, f"{d}/callgrind.out", name, n)
+    total = callgrind(cmd, port, f"{d}/callgrind.out", name, n)
+    os.makedirs(RUNS, exist_ok=True)
+    shutil.copy(f"{d}/callgrind.out", f"{RUNS}/{name}-{n}.out")
+    return total
 
 
 def callgrind(cmd, port, out, name, n, handoff=False, cookies=False):
     """Ir of `cmd` under callgrind serving `n` requests on `port` (after the first
-    answer of 200), from start to exit."""
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    answer of 200), from start to exit; with --syscalls, its system calls counted
+    by `strace -c` instead."""
+    wrap = (["strace", "-f", "-c", "-o", out] if SYSCALLS
+            else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+    p = subprocess.Popen(wrap + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
         while True:
@@ -170,13 +179,40 @@ def callgrind(cmd, port, out, name, n, handoff=False, cookies=False):
             time.sleep(0.5)
         requests(n, handoff, cookies, port)
     finally:
-        p.terminate()
-        p.wait(timeout=120)
+        stop(p)
     with open(out) as f:
         for line in f:
+            if SYSCALLS and line.split()[-1:] == ["total"]:
+                return int(line.split()[3])
             if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])
-    sys.exit(f"no totals in {name}'s callgrind output")
+    sys.exit(f"no totals in {name}'s {'strace' if SYSCALLS else 'callgrind'} output")
+
+
+def stop(p):
+    """Ends the measured process: under strace, the traced child (strace then
+    prints its counts and exits); under valgrind, valgrind itself."""
+    if SYSCALLS:
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                for child in f.read().split():
+                    os.kill(int(child), 15)
+        except OSError:
+            p.terminate()
+    else:
+        p.terminate()
+    p.wait(timeout=120)
+
+
+def syscalls_by_name(out):
+    """Calls per system call name in one `strace -c` output."""
+    calls = {}
+    with open(out) as f:
+        for line in f:
+            t = line.split()
+            if len(t) >= 5 and t[0][0].isdigit() and t[-1] != "total":
+                calls[t[-1]] = int(t[3])
+    return calls
 
 
 def functions(out):
@@ -218,10 +254,20 @@ def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
         f.write(config(d, extra))
     ir = callgrind([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/callgrind.out",
                    "the router", n, handoff, cookies)
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-        shutil.copy(f"{d}/callgrind.out", f"{keep}/{label}-{n}.out")
+    for into in (RUNS, keep):
+        if into:
+            os.makedirs(into, exist_ok=True)
+            shutil.copy(f"{d}/callgrind.out", f"{into}/{label}-{n}.out")
     return ir
+
+
+def by_name(label, n1, n2):
+    """System calls per request by name (--syscalls), largest first."""
+    a = syscalls_by_name(f"{RUNS}/{label}-{n1}.out")
+    b = syscalls_by_name(f"{RUNS}/{label}-{n2}.out")
+    per = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+    print("    " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])
+                              if abs(v) >= 0.01))
 
 
 def main():
@@ -239,11 +285,16 @@ def main():
                     help="also haproxy and nginx, on the same axis")
     ap.add_argument("--h2", action="store_true",
                     help="h2 over TLS (h2load, one connection, 10 streams) instead of HTTP/1.1")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count system calls (strace -c) instead of instructions")
     ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
     ap.add_argument("--label", help="name of this binary's runs in --keep (default: the variant's number)")
     ap.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"),
                     help="per-function difference of two labels kept in --keep (no measuring)")
     args = ap.parse_args()
+    global SYSCALLS, UNIT
+    SYSCALLS = args.syscalls
+    UNIT = "system calls" if SYSCALLS else "instructions"
     if args.diff:
         if not args.keep:
             sys.exit("--diff needs --keep DIR")
@@ -267,12 +318,16 @@ def main():
             per = (b - a) / (args.n2 - args.n1)
             path = ("h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
                 (", cookies kept" if args.cookies else "")
-            print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.0f} instructions per request "
-                  f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+            print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.{2 if SYSCALLS else 0}f} {UNIT} "
+                  f"per request (total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+            if SYSCALLS:
+                by_name(label, args.n1, args.n2)
         for name in ("haproxy", "nginx") if args.peers else ():
             a, b = peer(name, args.n1), peer(name, args.n2)
-            print(f"{name}: {(b - a) / (args.n2 - args.n1):,.0f} instructions per request "
-                  f"(Ir {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+            print(f"{name}: {(b - a) / (args.n2 - args.n1):,.{2 if SYSCALLS else 0}f} {UNIT} per request "
+                  f"(total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
+            if SYSCALLS:
+                by_name(name, args.n1, args.n2)
     finally:
         backend.terminate()
         backend.wait()
