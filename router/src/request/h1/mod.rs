@@ -261,74 +261,81 @@ fn write<'a>(
 }
 
 /// The rest of [`write`]: the body's frames, gathered, then the end.
-async fn write_body(
-    io: &mut ClientIo,
+///
+/// A plain function returning an `async` block, whose captures are its only
+/// copy of the body, encoder and buffer (an `async fn` keeps its arguments twice:
+/// this future is part of every connection's task, idle or not).
+#[allow(clippy::manual_async_fn)] // see above: not an `async fn` on purpose
+fn write_body<'a>(
+    io: &'a mut ClientIo,
     mut body: Option<ProxyBody>,
     mut encoder: Encoder,
     mut out: Vec<u8>,
     last: bool,
-) -> std::io::Result<bool> {
-    if body.is_none() && !encoder.end(None, &mut out) {
-        return Err(std::io::Error::other(
-            "response body ended short of its length",
-        ));
-    }
-    while let Some(b) = body.as_mut() {
-        // Gathered into one write while frames are ready; written out before
-        // waiting for the next.
-        let frame = if out.is_empty() {
-            b.frame().await
-        } else {
-            match b.frame().now_or_never() {
-                Some(f) => f,
-                None => {
-                    flush(io, &mut out).await?;
-                    continue;
-                }
-            }
-        };
-        match frame {
-            None => {
-                body = None;
-                if !encoder.end(None, &mut out) {
-                    return Err(std::io::Error::other(
-                        "response body ended short of its length",
-                    ));
-                }
-            }
-            Some(Err(e)) => return Err(std::io::Error::other(e)),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
-                    if data.is_empty() && !b.is_end_stream() {
+) -> impl Future<Output = std::io::Result<bool>> + Send + 'a {
+    async move {
+        if body.is_none() && !encoder.end(None, &mut out) {
+            return Err(std::io::Error::other(
+                "response body ended short of its length",
+            ));
+        }
+        while let Some(b) = body.as_mut() {
+            // Gathered into one write while frames are ready; written out before
+            // waiting for the next.
+            let frame = if out.is_empty() {
+                b.frame().await
+            } else {
+                match b.frame().now_or_never() {
+                    Some(f) => f,
+                    None => {
+                        flush(io, &mut out).await?;
                         continue;
                     }
-                    if out.len() + data.len() > GATHER {
-                        flush(io, &mut out).await?;
-                    }
-                    let done = encoder.data(&data, &mut out) == response::Wrote::Done;
-                    if b.is_end_stream() {
-                        body = None;
-                        if !encoder.end(None, &mut out) {
-                            return Err(std::io::Error::other(
-                                "response body ended short of its length",
-                            ));
-                        }
-                    } else if done {
-                        body = None;
-                    }
-                    if out.len() >= GATHER {
-                        flush(io, &mut out).await?;
-                    }
                 }
-                Err(frame) => {
+            };
+            match frame {
+                None => {
                     body = None;
-                    encoder.end(frame.trailers_ref(), &mut out);
+                    if !encoder.end(None, &mut out) {
+                        return Err(std::io::Error::other(
+                            "response body ended short of its length",
+                        ));
+                    }
                 }
-            },
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        if data.is_empty() && !b.is_end_stream() {
+                            continue;
+                        }
+                        if out.len() + data.len() > GATHER {
+                            flush(io, &mut out).await?;
+                        }
+                        let done = encoder.data(&data, &mut out) == response::Wrote::Done;
+                        if b.is_end_stream() {
+                            body = None;
+                            if !encoder.end(None, &mut out) {
+                                return Err(std::io::Error::other(
+                                    "response body ended short of its length",
+                                ));
+                            }
+                        } else if done {
+                            body = None;
+                        }
+                        if out.len() >= GATHER {
+                            flush(io, &mut out).await?;
+                        }
+                    }
+                    Err(frame) => {
+                        body = None;
+                        encoder.end(frame.trailers_ref(), &mut out);
+                    }
+                },
+            }
         }
+        flush(io, &mut out).await?;
+        Ok(!last && encoder != Encoder::CloseDelimited)
     }
-    flush(io, &mut out).await?;
-    Ok(!last && encoder != Encoder::CloseDelimited)
 }
 
 async fn flush(io: &mut ClientIo, out: &mut Vec<u8>) -> std::io::Result<()> {
