@@ -440,7 +440,7 @@ impl Connection {
     fn serve(self, stream: tokio::net::TcpStream) -> impl Future<Output = ()> + Send {
         let Connection {
             peer,
-            mut conn,
+            conn,
             tls,
             serving,
             activity,
@@ -451,6 +451,9 @@ impl Connection {
             stop,
             kill,
         } = self;
+        // Shared from here (its requests take it by `Arc`): the future keeps a
+        // pointer, not the 160 bytes, for the connection's whole life.
+        let mut conn = Arc::new(conn);
         async move {
             let limits = &serving.limits;
             let io = match tls {
@@ -473,7 +476,8 @@ impl Connection {
                             // Which certificate this connection presented: requests
                             // for names that would get another are 421 (coalescing).
                             if let Some(sni) = s.get_ref().1.server_name() {
-                                conn.served = Some(tls.acceptor.served(sni));
+                                // Not shared yet: `make_mut` does not copy.
+                                Arc::make_mut(&mut conn).served = Some(tls.acceptor.served(sni));
                             }
                             Stream::Tls(Box::new(s))
                         }
@@ -513,7 +517,7 @@ impl Connection {
             drop(serving);
             // Pinned here and lent to `supervise`: moved into it, the connection's
             // state was kept twice in this task (3.5 KiB more per idle connection).
-            let connection = serve_http(io, live, Arc::new(conn), finish.clone(), own, builder);
+            let connection = serve_http(io, live, conn, finish.clone(), own, builder);
             tokio::pin!(connection);
             let result = supervise(connection.as_mut(), watch, &finish, first, peer).await;
             if let Err(e) = result {
