@@ -257,85 +257,129 @@ fn write<'a>(
     // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as
     // hyper drops it, and the framing ended.
     let body = (length != BodyLength::None && encoder != Encoder::Length(0)).then_some(body);
-    write_body(io, body, encoder, out, last)
+    let mut w = Writing {
+        body,
+        encoder,
+        out,
+        last,
+    };
+    // Most bodies are whole by now (a member's response read with its head): one
+    // small future writes them. A body still arriving is written by a boxed one,
+    // so that its state (the body's, the waits') is no part of the connection's
+    // task, which every idle connection keeps.
+    match w.gather() {
+        Ok(false) => futures_util::future::Either::Left(Box::pin(write_body(io, w))),
+        ended => futures_util::future::Either::Right(async move {
+            ended?;
+            flush(io, &mut w.out).await?;
+            Ok(w.keep_alive())
+        }),
+    }
 }
 
-/// The rest of [`write`]: the body's frames, gathered, then the end.
-///
-/// A plain function returning an `async` block, whose captures are its only
-/// copy of the body, encoder and buffer (an `async fn` keeps its arguments twice:
-/// this future is part of every connection's task, idle or not).
-#[allow(clippy::manual_async_fn)] // see above: not an `async fn` on purpose
-fn write_body<'a>(
-    io: &'a mut ClientIo,
-    mut body: Option<ProxyBody>,
-    mut encoder: Encoder,
-    mut out: Vec<u8>,
+/// A response body being written: what is left of it (`None` once it has ended),
+/// its framing, and the bytes not written yet.
+struct Writing {
+    body: Option<ProxyBody>,
+    encoder: Encoder,
+    out: Vec<u8>,
+    /// The connection closes after this response.
     last: bool,
-) -> impl Future<Output = std::io::Result<bool>> + Send + 'a {
-    async move {
-        if body.is_none() && !encoder.end(None, &mut out) {
-            return Err(std::io::Error::other(
-                "response body ended short of its length",
-            ));
+}
+
+impl Writing {
+    /// Appends what the body has ready now to `out`, until a frame is not ready or
+    /// `GATHER` bytes wait; `Ok(true)`: the body has ended (its end framing is in
+    /// `out`).
+    fn gather(&mut self) -> std::io::Result<bool> {
+        if self.body.is_none() {
+            return self.end(None).map(|()| true);
         }
-        while let Some(b) = body.as_mut() {
-            // Gathered into one write while frames are ready; written out before
-            // waiting for the next.
-            let frame = if out.is_empty() {
-                b.frame().await
-            } else {
-                match b.frame().now_or_never() {
-                    Some(f) => f,
-                    None => {
-                        flush(io, &mut out).await?;
-                        continue;
-                    }
-                }
-            };
-            match frame {
-                None => {
-                    body = None;
-                    if !encoder.end(None, &mut out) {
-                        return Err(std::io::Error::other(
-                            "response body ended short of its length",
-                        ));
-                    }
-                }
-                Some(Err(e)) => return Err(std::io::Error::other(e)),
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => {
-                        if data.is_empty() && !b.is_end_stream() {
-                            continue;
-                        }
-                        if out.len() + data.len() > GATHER {
-                            flush(io, &mut out).await?;
-                        }
-                        let done = encoder.data(&data, &mut out) == response::Wrote::Done;
-                        if b.is_end_stream() {
-                            body = None;
-                            if !encoder.end(None, &mut out) {
-                                return Err(std::io::Error::other(
-                                    "response body ended short of its length",
-                                ));
-                            }
-                        } else if done {
-                            body = None;
-                        }
-                        if out.len() >= GATHER {
-                            flush(io, &mut out).await?;
-                        }
-                    }
-                    Err(frame) => {
-                        body = None;
-                        encoder.end(frame.trailers_ref(), &mut out);
-                    }
-                },
+        while let Some(b) = self.body.as_mut() {
+            if self.out.len() >= GATHER {
+                return Ok(false);
+            }
+            match b.frame().now_or_never() {
+                Some(frame) => self.take(frame)?,
+                None => return Ok(false),
             }
         }
-        flush(io, &mut out).await?;
-        Ok(!last && encoder != Encoder::CloseDelimited)
+        Ok(true)
     }
+
+    /// Appends one frame of the body (`None`: it ended) to `out`.
+    fn take(
+        &mut self,
+        frame: Option<Result<hyper::body::Frame<bytes::Bytes>, super::body::ProxyBodyError>>,
+    ) -> std::io::Result<()> {
+        let Some(b) = self.body.as_mut() else {
+            return Ok(());
+        };
+        match frame {
+            None => {
+                self.body = None;
+                self.end(None)
+            }
+            Some(Err(e)) => Err(std::io::Error::other(e)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if data.is_empty() && !b.is_end_stream() {
+                        return Ok(());
+                    }
+                    let done = self.encoder.data(&data, &mut self.out) == response::Wrote::Done;
+                    if b.is_end_stream() {
+                        self.body = None;
+                        self.end(None)
+                    } else {
+                        if done {
+                            self.body = None;
+                        }
+                        Ok(())
+                    }
+                }
+                Err(frame) => {
+                    self.body = None;
+                    self.encoder.end(frame.trailers_ref(), &mut self.out);
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// The end of the body's framing; an error if it ended short of its length.
+    fn end(&mut self, trailers: Option<&http::HeaderMap>) -> std::io::Result<()> {
+        if self.encoder.end(trailers, &mut self.out) {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(
+                "response body ended short of its length",
+            ))
+        }
+    }
+
+    /// Whether the connection carries on after this response.
+    fn keep_alive(&self) -> bool {
+        !self.last && self.encoder != Encoder::CloseDelimited
+    }
+}
+
+/// The rest of [`write`] for a body still arriving: what is ready is gathered
+/// into one write; what is gathered is written out before waiting for more.
+async fn write_body(io: &mut ClientIo, mut w: Writing) -> std::io::Result<bool> {
+    loop {
+        if w.gather()? {
+            break;
+        }
+        if !w.out.is_empty() {
+            flush(io, &mut w.out).await?;
+            continue;
+        }
+        let Some(b) = w.body.as_mut() else { break };
+        let frame = b.frame().await;
+        w.take(frame)?;
+    }
+    flush(io, &mut w.out).await?;
+    Ok(w.keep_alive())
 }
 
 async fn flush(io: &mut ClientIo, out: &mut Vec<u8>) -> std::io::Result<()> {
