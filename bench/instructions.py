@@ -151,13 +151,13 @@ backend be
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
-    total = callgrind(cmd, port, f"{d}/callgrind.out", name, n)
+    total = measured(cmd, port, f"{d}/run.out", name, n)
     os.makedirs(RUNS, exist_ok=True)
-    shutil.copy(f"{d}/callgrind.out", f"{RUNS}/{name}-{n}.out")
+    shutil.copy(f"{d}/run.out", f"{RUNS}/{name}-{n}.out")
     return total
 
 
-def callgrind(cmd, port, out, name, n, handoff=False, cookies=False):
+def measured(cmd, port, out, name, n, handoff=False, cookies=False):
     """Ir of `cmd` under callgrind serving `n` requests on `port` (after the first
     answer of 200), from start to exit; with --syscalls, its system calls counted
     by `strace -c` instead."""
@@ -252,12 +252,12 @@ def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
         f.write(EVENT)
     with open(f"{d}/router.yaml", "w") as f:
         f.write(config(d, extra))
-    ir = callgrind([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/callgrind.out",
+    ir = measured([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/run.out",
                    "the router", n, handoff, cookies)
     for into in (RUNS, keep):
         if into:
             os.makedirs(into, exist_ok=True)
-            shutil.copy(f"{d}/callgrind.out", f"{into}/{label}-{n}.out")
+            shutil.copy(f"{d}/run.out", f"{into}/{label}-{n}.out")
     return ir
 
 

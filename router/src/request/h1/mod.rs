@@ -289,8 +289,8 @@ struct Writing {
 
 impl Writing {
     /// Appends what the body has ready now to `out`, until a frame is not ready or
-    /// `GATHER` bytes wait; `Ok(true)`: the body has ended (its end framing is in
-    /// `out`).
+    /// `GATHER` bytes wait (so `out` holds at most `GATHER` and one frame);
+    /// `Ok(true)`: the body has ended (its end framing is in `out`).
     fn gather(&mut self) -> std::io::Result<bool> {
         if self.body.is_none() {
             return self.end(None).map(|()| true);
