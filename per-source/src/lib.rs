@@ -2,35 +2,38 @@
 //! taking every connection place of a listener (the router's HTTP, HTTPS and
 //! `tcp.listen` listeners, the portproxy's).
 //!
-//! A *source* is an IPv4 address, or an IPv6 /64 (one subscriber's prefix: a
-//! single host may hold a whole /64, so counting its addresses one by one would
-//! let it through). IPv4-mapped IPv6 addresses count as their IPv4 address.
+//! A *source* is a [`ClientKey`]: an IPv4 address, or an IPv6 /64 by default
+//! (see [`key`]). The same key is what every other per-client count of both
+//! binaries uses.
 //!
 //! Entries exist only while a source holds a connection, so the map is never
 //! larger than the listener's connection limit. One lock per accept and per close.
 
+pub mod key;
+
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use key::{BadPrefix, Client, ClientKey, KeyRule};
 
 /// The counts of one listener (or a group of listeners sharing a cap).
 #[derive(Debug)]
 pub struct PerSource {
     cap: AtomicUsize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    held: Mutex<HashMap<ClientKey, usize>>,
 }
 
 /// One connection counted for its source; dropping it gives the place back.
 #[derive(Debug)]
 pub struct Held {
-    source: IpAddr,
+    source: ClientKey,
     of: Arc<PerSource>,
 }
 
 impl Held {
-    /// The source it is counted for (an IPv4 address or an IPv6 /64).
-    pub fn source(&self) -> IpAddr {
+    /// The source it is counted for.
+    pub fn source(&self) -> ClientKey {
         self.source
     }
 }
@@ -43,17 +46,6 @@ impl Drop for Held {
             if *n == 0 {
                 held.remove(&self.source);
             }
-        }
-    }
-}
-
-/// What a client address counts as: itself (IPv4), or its /64 (IPv6).
-pub fn source_of(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
         }
     }
 }
@@ -76,13 +68,12 @@ impl PerSource {
         self.cap.load(Ordering::Relaxed)
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<ClientKey, usize>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Counts a connection from `ip`, or `None` if its source holds the cap.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
-        let source = source_of(ip);
+    /// Counts a connection from `source`, or `None` if it holds the cap.
+    pub fn admit(self: &Arc<Self>, source: ClientKey) -> Option<Held> {
         let cap = self.cap();
         let mut held = self.held();
         let n = held.entry(source).or_insert(0);
@@ -99,13 +90,13 @@ impl PerSource {
         })
     }
 
-    /// Connections `ip`'s source holds now.
-    pub fn holds(&self, ip: IpAddr) -> usize {
-        self.held().get(&source_of(ip)).copied().unwrap_or(0)
+    /// Connections `source` holds now.
+    pub fn holds(&self, source: ClientKey) -> usize {
+        self.held().get(&source).copied().unwrap_or(0)
     }
 
     /// The source holding the most connections, and how many.
-    pub fn heaviest(&self) -> Option<(IpAddr, usize)> {
+    pub fn heaviest(&self) -> Option<(ClientKey, usize)> {
         self.held()
             .iter()
             .max_by_key(|(_, n)| **n)
@@ -122,8 +113,8 @@ impl PerSource {
 mod tests {
     use super::*;
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().expect("address")
+    fn ip(s: &str) -> ClientKey {
+        KeyRule::default().key(s.parse().expect("address"))
     }
 
     #[test]

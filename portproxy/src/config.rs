@@ -84,6 +84,12 @@ impl Config {
         if self.limits.max_connections == 0 {
             return Err(("limits.max_connections", "must be at least 1".into()));
         }
+        if let Err(e) = per_source::KeyRule::new(self.limits.client_ipv4_prefix, 64) {
+            return Err(("limits.client_ipv4_prefix", e.to_string()));
+        }
+        if let Err(e) = per_source::KeyRule::new(32, self.limits.client_ipv6_prefix) {
+            return Err(("limits.client_ipv6_prefix", e.to_string()));
+        }
         for (field, d) in [
             ("limits.connect_timeout", self.limits.connect_timeout),
             ("limits.idle_timeout", self.limits.idle_timeout),

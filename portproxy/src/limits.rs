@@ -27,7 +27,8 @@ pub struct Limits {
     /// A relayed connection with no byte in either direction for this long is closed.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// Connections one client source (an IPv4 address, an IPv6 /64) may have open,
+    /// Connections one client source (an IPv4 address, an IPv6 /64: see
+    /// `client_ipv4_prefix` and `client_ipv6_prefix`) may have open,
     /// all ports together; unset: half of `max_connections`. Past it, its new
     /// connections are closed at once (`rejected{reason="source_limit"}`).
     pub max_connections_per_source: Option<usize>,
@@ -35,6 +36,12 @@ pub struct Limits {
     /// traffic to this node (and, in cluster mode, `cluster.trusted_sources` and
     /// peer proxies, always).
     pub unlimited_sources: Vec<IpNet>,
+    /// The prefix an IPv4 client is counted by: 32, the address (the router's
+    /// key of the same name; see `per_source::key`).
+    pub client_ipv4_prefix: u8,
+    /// The prefix an IPv6 client is counted by: 64, since one host may hold a
+    /// whole /64 and would otherwise rotate addresses past the cap.
+    pub client_ipv6_prefix: u8,
 }
 
 impl Default for Limits {
@@ -45,6 +52,8 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(600),
             max_connections_per_source: None,
             unlimited_sources: Vec::new(),
+            client_ipv4_prefix: 32,
+            client_ipv6_prefix: 64,
         }
     }
 }
@@ -57,6 +66,12 @@ impl Limits {
         self.max_connections_per_source
             .unwrap_or(self.max_connections / 2)
             .max(1)
+    }
+
+    /// How client addresses are keyed (checked when the configuration loads).
+    pub fn client_keys(&self) -> per_source::KeyRule {
+        per_source::KeyRule::new(self.client_ipv4_prefix, self.client_ipv6_prefix)
+            .unwrap_or_default()
     }
 
     /// Lowers `max_connections` to what `nofile` descriptors hold: two per relay

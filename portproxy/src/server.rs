@@ -108,7 +108,10 @@ where
             {
                 None
             }
-            _ => match shared.per_source.admit(peer.ip()) {
+            _ => match shared
+                .per_source
+                .admit(shared.limits.client_keys().key(peer.ip()))
+            {
                 Some(held) => Some(held),
                 None => {
                     shared

@@ -17,6 +17,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use per_source::ClientKey;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -112,7 +113,7 @@ pub async fn serve(
         }
         let (proxy, port, name) = (current.proxy.clone(), port.clone(), name.clone());
         // Its source holds its share of the port: closed at once.
-        let Some(held) = sources.admit(peer.ip()) else {
+        let Some(held) = sources.admit(current.limits.client_keys().key(peer.ip())) else {
             proxy
                 .metrics
                 .tcp
@@ -121,7 +122,7 @@ pub async fn serve(
             continue;
         };
         tokio::spawn(async move {
-            let result = relay(&proxy, rule, &port, client, peer).await;
+            let result = relay(&proxy, rule, &port, client, (peer, held.source())).await;
             proxy.metrics.tcp.with_label_values(&[&name, result]).inc();
             drop((permit, held));
         });
@@ -134,7 +135,7 @@ async fn relay(
     rule: usize,
     port: &TcpPort,
     client: TcpStream,
-    peer: SocketAddr,
+    (peer, key): (SocketAddr, ClientKey),
 ) -> &'static str {
     let _ = client.set_nodelay(true);
     let local = client.local_addr().unwrap_or(port.address);
@@ -142,7 +143,7 @@ async fn relay(
         return "no_member";
     };
     let pick = |not: Option<&Member>| route.pick_from(&targets, not).cloned();
-    let (target, slot, mut member) = match proxy.dial_picked(pick, peer.ip()).await {
+    let (target, slot, mut member) = match proxy.dial_picked(pick, key).await {
         Ok(dialed) => dialed,
         Err(Dial::NoMember) => return "no_member",
         Err(Dial::Failed) => return "member_failed",

@@ -26,7 +26,8 @@ pub async fn exchange_to_close(
     closed.then_some(out)
 }
 
-/// [`exchange`] from another local address (`source`, e.g. 127.0.0.2): what a
+/// [`exchange`] from another local address (`source`, e.g. 127.0.0.2 or an IPv6
+/// address the test's namespace holds): what a
 /// second client would send, for rules that go by the client's address.
 pub async fn exchange_from(
     source: &str,
@@ -34,10 +35,15 @@ pub async fn exchange_from(
     request: &[u8],
     limit: Duration,
 ) -> Vec<u8> {
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let source: std::net::IpAddr = source.parse().expect("source address");
+    let socket = match source {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .expect("socket");
     socket
-        .bind(format!("{source}:0").parse().expect("source address"))
-        .expect("bind");
+        .bind(SocketAddr::new(source, 0))
+        .unwrap_or_else(|e| panic!("bind {source}: {e}"));
     let mut s = socket.connect(addr).await.expect("connect");
     s.write_all(request).await.expect("write");
     read_all(&mut s, limit).await

@@ -91,15 +91,31 @@ impl TestRouter {
         TestRouter::start_full(root, &spi, extra, listen).await
     }
 
-    /// `listen`: lines added to the `listen:` block.
+    /// Listens for HTTP on `http` (e.g. `"[::]:0"`) instead of 127.0.0.1.
+    pub async fn start_http_on(http: &str, extra: &str) -> TestRouter {
+        let root = crate::tempdir("router");
+        let spool = root.join("spool");
+        let spi = format!(
+            "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
+            spool.display()
+        );
+        TestRouter::start_full(root, &spi, extra, &format!("  http: {http}\n")).await
+    }
+
+    /// `listen`: lines added to the `listen:` block (an `http:` line among them
+    /// replaces the default one).
     async fn start_full(root: PathBuf, spi: &str, extra: &str, listen: &str) -> TestRouter {
         let spool = root.join("spool");
         let state = root.join("state");
-        let https_line = listen;
+        let http_line = if listen.contains("  http:") {
+            ""
+        } else {
+            "  http: 127.0.0.1:0\n"
+        };
         let yaml = format!(
             "cloud_domain: example.com\n\
              state_dir: {state}\n\
-             listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n{https_line}\
+             listen:\n{http_line}  admin: 127.0.0.1:0\n{listen}\
              {spi}{extra}",
             state = state.display(),
         );

@@ -50,6 +50,12 @@ fn errors_name_line_and_field() {
         (Some(2), "limits.max_connections"),
         "{e}"
     );
+    let e = err("limits:\n  client_ipv6_prefix: 129\ngear: {}\n");
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(2), "limits.client_ipv6_prefix"),
+        "{e}"
+    );
     let e = err("state_dir: /x\n");
     assert!(e.to_string().contains("nothing to do"), "{e}");
     let e = err("gear:\n  allocation:\n    wraparound_uid: 0\n");

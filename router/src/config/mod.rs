@@ -689,6 +689,16 @@ impl Config {
         if self.limits.max_admin_connections == 0 {
             return Err(("limits.max_admin_connections", "must be at least 1".into()));
         }
+        let (v4, v6) = (
+            self.limits.client_ipv4_prefix,
+            self.limits.client_ipv6_prefix,
+        );
+        if let Err(e) = per_source::KeyRule::new(v4, 64) {
+            return Err(("limits.client_ipv4_prefix", e.to_string()));
+        }
+        if let Err(e) = per_source::KeyRule::new(32, v6) {
+            return Err(("limits.client_ipv6_prefix", e.to_string()));
+        }
         if self.upstream.max_connections_per_backend == 0 {
             return Err((
                 "upstream.max_connections_per_backend",

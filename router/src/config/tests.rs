@@ -60,6 +60,30 @@ fn bad_value_names_its_field() {
 }
 
 #[test]
+fn client_key_prefixes_default_and_are_checked() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    assert_eq!(c.limits.client_keys(), per_source::KeyRule::default());
+    let wide = Config::parse(
+        &format!("{GOOD}limits:\n  client_ipv6_prefix: 56\n"),
+        "r.yaml",
+    )
+    .expect("valid");
+    assert_eq!(
+        wide.limits.client_keys(),
+        per_source::KeyRule::new(32, 56).expect("rule")
+    );
+    let e = err(&format!("{GOOD}limits:\n  client_ipv6_prefix: 8\n"));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(14), "limits.client_ipv6_prefix"),
+        "{e}"
+    );
+    assert!(e.message.contains("from 32 to 128"), "{e}");
+    let e = err(&format!("{GOOD}limits:\n  client_ipv4_prefix: 33\n"));
+    assert_eq!(e.field, "limits.client_ipv4_prefix", "{e}");
+}
+
+#[test]
 fn semantic_errors_point_at_the_field() {
     let e = err(&GOOD.replace("cloud_domain: example.com", "cloud_domain: 'bad domain'"));
     assert_eq!((e.line, e.field.as_str()), (Some(1), "cloud_domain"), "{e}");

@@ -26,11 +26,11 @@ pub mod reserve;
 pub mod rotate;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use per_source::ClientKey;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use self::health::{Health, Tracker};
@@ -129,7 +129,8 @@ impl Stats {
 }
 
 /// How many of a member's slots one client address holds, so that no single
-/// address can take all of them (`upstream.source_share`).
+/// address can take all of them (`upstream.source_share`). An address is a
+/// client key (`per_source::key`: an IPv6 /64 by default).
 ///
 /// Why: a slot is held until the response has been handed to the client, so clients
 /// that read slowly (`slowhttptest -X`) or hold requests open would otherwise fill
@@ -148,19 +149,19 @@ impl Stats {
 #[derive(Debug)]
 struct Sources {
     limit: u32,
-    held: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    held: Mutex<HashMap<ClientKey, Arc<Semaphore>>>,
     forgets: std::sync::atomic::AtomicU32,
 }
 
 impl Sources {
-    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, Arc<Semaphore>>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<ClientKey, Arc<Semaphore>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes one of `ip`'s slots, waiting until `deadline` if it holds its share.
     async fn take_by(
         &self,
-        ip: IpAddr,
+        ip: ClientKey,
         deadline: tokio::time::Instant,
     ) -> Option<OwnedSemaphorePermit> {
         let own = self
@@ -187,7 +188,7 @@ impl Sources {
     ///
     /// A wait cancelled mid-way (the client went away) may drop its reference after
     /// its `Forget` ran; such leftovers are swept every 1024 calls.
-    fn forget(&self, ip: IpAddr) {
+    fn forget(&self, ip: ClientKey) {
         let mut held = self.held();
         if held.get(&ip).is_some_and(|s| Arc::strong_count(s) == 1) {
             held.remove(&ip);
@@ -199,7 +200,7 @@ impl Sources {
 
     /// Slots `ip` holds now.
     #[cfg(test)]
-    fn count(&self, ip: IpAddr) -> Option<u32> {
+    fn count(&self, ip: ClientKey) -> Option<u32> {
         self.held()
             .get(&ip)
             .map(|s| self.limit - s.available_permits() as u32)
@@ -210,7 +211,7 @@ impl Sources {
 /// wait's own reference to the semaphore, as locals drop in reverse order).
 struct Forget<'a> {
     sources: &'a Sources,
-    ip: IpAddr,
+    ip: ClientKey,
 }
 
 impl Drop for Forget<'_> {
@@ -279,13 +280,13 @@ impl Member {
 
     /// Takes a slot for one request, waiting at most `queue` for one to free up.
     /// `None` means the member stayed full: answer 503 rather than queue forever.
-    /// `source` is the client's address: it may hold at most its share of the
+    /// `source` is the client's key: it may hold at most its share of the
     /// slots (`upstream.source_share`), and takes the last ones only while it
     /// holds few ([`reserve`]); `None` (unit tests) is never limited.
     pub async fn acquire(
         self: &Arc<Self>,
         queue: Duration,
-        source: Option<IpAddr>,
+        source: Option<ClientKey>,
     ) -> Result<InFlight, Full> {
         let deadline = tokio::time::Instant::now() + queue;
         let ip = source;
@@ -329,8 +330,8 @@ pub struct InFlight {
     member: Arc<Member>,
     /// `None` only while [`Member::acquire`] waits for it.
     permit: Option<OwnedSemaphorePermit>,
-    /// The client address and the slot it holds in the member's [`Sources`].
-    source: Option<(IpAddr, OwnedSemaphorePermit)>,
+    /// The client key and the slot it holds in the member's [`Sources`].
+    source: Option<(ClientKey, OwnedSemaphorePermit)>,
     /// Its place in the member's [`Reserve`] accounting.
     claim: Option<Claim>,
 }
@@ -538,6 +539,10 @@ impl MemberRegistry {
 pub(crate) mod tests {
     use super::*;
 
+    fn key(ip: &str) -> ClientKey {
+        per_source::KeyRule::default().key(ip.parse().expect("ip"))
+    }
+
     /// A registry without checkers (nothing leaves the machine in unit tests).
     pub(crate) fn registry(max_in_flight: usize) -> MemberRegistry {
         MemberRegistry::new(MemberRegistryConfig {
@@ -640,7 +645,7 @@ pub(crate) mod tests {
         let mut r = registry(4);
         r.max_per_source = 2;
         let b = r.member("10.0.0.1:80");
-        let (a, c): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let (a, c) = (key("192.0.2.1"), key("192.0.2.2"));
         let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 1");
         let a2 = b.acquire(Duration::ZERO, Some(a)).await.expect("a 2");
         assert_eq!(
@@ -688,7 +693,7 @@ pub(crate) mod tests {
         let mut r = registry(8);
         r.max_per_source = 1;
         let b = r.member("10.0.0.1:80");
-        let (a, c): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let (a, c) = (key("192.0.2.1"), key("192.0.2.2"));
         let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
         let c1 = b.acquire(Duration::ZERO, Some(c)).await.expect("c");
         let wait = |ip| {
@@ -714,7 +719,7 @@ pub(crate) mod tests {
         let mut r = registry(8);
         r.max_per_source = 1;
         let b = r.member("10.0.0.1:80");
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let a = key("192.0.2.1");
         let a1 = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
         let waiter = {
             let b = b.clone();
@@ -734,11 +739,7 @@ pub(crate) mod tests {
         let mut r = registry(2);
         r.max_per_source = 1;
         let b = r.member("10.0.0.1:80");
-        let (a, c, d): (IpAddr, IpAddr, IpAddr) = (
-            "192.0.2.1".parse().unwrap(),
-            "192.0.2.2".parse().unwrap(),
-            "192.0.2.3".parse().unwrap(),
-        );
+        let (a, c, d) = (key("192.0.2.1"), key("192.0.2.2"), key("192.0.2.3"));
         let _a = b.acquire(Duration::ZERO, Some(a)).await.expect("a");
         let _c = b.acquire(Duration::ZERO, Some(c)).await.expect("c");
         assert_eq!(

@@ -1,5 +1,7 @@
 //! The last slots of a member, kept for client addresses that hold few of them
-//! (`upstream.source_reserve`, on by default).
+//! (`upstream.source_reserve`, on by default). An "address" here is a client
+//! key (`per_source::key`: an IPv6 /64 by default), so a client's many
+//! addresses in one prefix count as one.
 //!
 //! Why: a slot is held until the response has been handed to the client, so one
 //! address with many slow readers (h2 streams whose window it never opens,
@@ -31,10 +33,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use per_source::ClientKey;
 use tokio::sync::Notify;
 
 /// How a member's slots are split (see the module doc).
@@ -51,14 +53,14 @@ pub struct Reserve {
     /// Slots held per address. An entry at zero stays (the same client's next
     /// request finds it) until the map holds more than `2 * slots` entries; then
     /// the zeros go, so it stays bounded.
-    held: Mutex<HashMap<IpAddr, u32, BuildHasherDefault<IpHasher>>>,
+    held: Mutex<HashMap<ClientKey, u32, BuildHasherDefault<IpHasher>>>,
     slots: usize,
 }
 
 /// An address's claim on a member; give it back with [`Reserve::release`].
 #[derive(Debug)]
 pub struct Claim {
-    ip: IpAddr,
+    ip: ClientKey,
     /// It holds an open permit (else a reserved slot).
     open: bool,
 }
@@ -121,14 +123,14 @@ impl Reserve {
         })
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<IpAddr, u32, BuildHasherDefault<IpHasher>>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<ClientKey, u32, BuildHasherDefault<IpHasher>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes an open permit if one is free, or a reserved place if `ip` holds few
     /// slots; else waits for an open permit until `deadline` (`None`: it did not
     /// come). Counting happens here: the claim is `ip`'s until released.
-    pub async fn claim(&self, ip: IpAddr, deadline: tokio::time::Instant) -> Option<Claim> {
+    pub async fn claim(&self, ip: ClientKey, deadline: tokio::time::Instant) -> Option<Claim> {
         let open = if self.try_open() {
             true
         } else if self.holds(ip) < self.light {
@@ -168,7 +170,7 @@ impl Reserve {
     }
 
     /// Slots `ip` holds now.
-    pub fn holds(&self, ip: IpAddr) -> u32 {
+    pub fn holds(&self, ip: ClientKey) -> u32 {
         self.held().get(&ip).copied().unwrap_or(0)
     }
 
@@ -211,8 +213,8 @@ impl Drop for Waiting<'_> {
 mod tests {
     use super::*;
 
-    fn ip(last: u8) -> IpAddr {
-        IpAddr::from([127, 0, 0, last])
+    fn ip(last: u8) -> ClientKey {
+        per_source::KeyRule::default().key([127, 0, 0, last].into())
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! Per-client state of the app limits: a token bucket per (app, client address) for
-//! `rate_limit`, a count of requests in flight per (app, client address) for
+//! Per-client state of the app limits: a token bucket per (app, client key) for
+//! `rate_limit`, a count of requests in flight per (app, client key) for
 //! `max_connections_per_client` (nginx's `limit_conn` counts the same thing: a
-//! connection counts while it has a request being processed).
+//! connection counts while it has a request being processed). A client is its
+//! [`ClientKey`] (an IPv6 /64 by default), so rotating addresses inside one
+//! prefix does not buy a fresh bucket.
 //!
 //! Bounded: at most [`MAX_TRACKED`] buckets in all. A full shard first forgets the
 //! buckets that have refilled (they say nothing a fresh one would not); if none
@@ -13,10 +15,10 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use per_source::ClientKey;
 use spi_consumer::AppKey;
 
 use super::Refused;
@@ -38,7 +40,7 @@ struct Bucket {
     at: Instant,
 }
 
-type Key = (u64, IpAddr);
+type Key = (u64, ClientKey);
 
 /// The maps' hasher: a key's first half is already a keyed hash of (app, client)
 /// ([`Clients::key`]), so the maps use it as it is instead of hashing it again.
@@ -82,14 +84,6 @@ impl Default for Clients {
     }
 }
 
-/// IPv4-mapped IPv6 (a dual-stack listener) counts as the IPv4 address.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -107,20 +101,20 @@ impl Clients {
     /// One keyed hash of (app, client) picks the shard and, with the address, is
     /// the entry's key (two apps' entries for one client share a key only if their
     /// 64-bit hashes collide: never in practice, and the hasher is keyed per process).
-    fn key(&self, app: &AppKey, client: IpAddr) -> (Key, usize) {
+    fn key(&self, app: &AppKey, client: ClientKey) -> (Key, usize) {
         let h = self.hasher.hash_one((app, client));
         ((h, client), (h >> 32) as usize % SHARDS)
     }
 
     /// One token of `client`'s bucket for `app`, or how long until there is one.
-    pub fn take_token(&self, app: &AppKey, client: IpAddr, rate: &Rate) -> Result<(), Refused> {
+    pub fn take_token(&self, app: &AppKey, client: ClientKey, rate: &Rate) -> Result<(), Refused> {
         self.take_token_at(app, client, rate, Instant::now())
     }
 
     fn take_token_at(
         &self,
         app: &AppKey,
-        client: IpAddr,
+        client: ClientKey,
         rate: &Rate,
         now: Instant,
     ) -> Result<(), Refused> {
@@ -150,7 +144,7 @@ impl Clients {
     }
 
     /// Counts one request of `client` to `app` in flight, unless `max` are.
-    pub fn hold(&self, app: &AppKey, client: IpAddr, max: u32) -> Result<Hold, Refused> {
+    pub fn hold(&self, app: &AppKey, client: ClientKey, max: u32) -> Result<Hold, Refused> {
         let (key, shard) = self.key(app, client);
         let mut counts = lock(&self.in_flight[shard]);
         let n = counts.entry(key).or_insert(0);
@@ -166,7 +160,7 @@ impl Clients {
     }
 
     /// Requests in flight counted for `app` from `client` (tests, the status page).
-    pub fn in_flight(&self, app: &AppKey, client: IpAddr) -> u32 {
+    pub fn in_flight(&self, app: &AppKey, client: ClientKey) -> u32 {
         let (key, shard) = self.key(app, client);
         lock(&self.in_flight[shard]).get(&key).copied().unwrap_or(0)
     }
@@ -206,6 +200,8 @@ impl Drop for Hold {
 mod tests {
     use std::time::Duration;
 
+    use per_source::KeyRule;
+
     use super::*;
 
     fn app(n: &str) -> AppKey {
@@ -222,7 +218,7 @@ mod tests {
             per_second: 2.0,
             burst: 3.0,
         };
-        let ip: IpAddr = [192, 0, 2, 1].into();
+        let ip = key("192.0.2.1");
         let t0 = Instant::now();
         for _ in 0..3 {
             assert!(c.take_token_at(&app("a"), ip, &rate, t0).is_ok());
@@ -234,7 +230,7 @@ mod tests {
         // Another app, another client: buckets of their own.
         assert!(c.take_token_at(&app("b"), ip, &rate, t0).is_ok());
         assert!(
-            c.take_token_at(&app("a"), [192, 0, 2, 2].into(), &rate, t0)
+            c.take_token_at(&app("a"), key("192.0.2.2"), &rate, t0)
                 .is_ok()
         );
         // Half a second later: one more token (2 per second).
@@ -246,7 +242,7 @@ mod tests {
     #[test]
     fn holds_count_until_dropped_and_leave_nothing_behind() {
         let c = Clients::default();
-        let ip: IpAddr = [192, 0, 2, 1].into();
+        let ip = key("192.0.2.1");
         let a = c.hold(&app("a"), ip, 2).expect("first");
         let b = c.hold(&app("a"), ip, 2).expect("second");
         assert!(matches!(c.hold(&app("a"), ip, 2), Err(Refused::InFlight)));
@@ -266,14 +262,14 @@ mod tests {
         };
         let t0 = Instant::now();
         for i in 0..(MAX_TRACKED as u32 + 5_000) {
-            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            let ip = KeyRule::default().key(std::net::Ipv4Addr::from(0x0a00_0000 + i).into());
             let _ = c.take_token_at(&app("a"), ip, &rate, t0);
         }
         assert!(c.tracked() <= MAX_TRACKED);
         assert!(c.untracked.get() >= 5_000);
         // Once they refilled, the old buckets make room for new clients.
         let later = t0 + Duration::from_secs(2);
-        let ip: IpAddr = [198, 51, 100, 1].into();
+        let ip = key("198.51.100.1");
         assert!(c.take_token_at(&app("a"), ip, &rate, later).is_ok());
         assert!(
             c.take_token_at(&app("a"), ip, &rate, later).is_err(),
@@ -281,9 +277,35 @@ mod tests {
         );
     }
 
+    fn key(ip: &str) -> ClientKey {
+        KeyRule::default().key(ip.parse().expect("ip"))
+    }
+
     #[test]
-    fn mapped_ipv4_is_the_ipv4_address() {
-        let mapped: IpAddr = "::ffff:192.0.2.1".parse().expect("ip");
-        assert_eq!(canonical(mapped), IpAddr::from([192, 0, 2, 1]));
+    fn one_ipv6_64_shares_a_bucket_and_mapped_ipv4_is_the_ipv4_address() {
+        let c = Clients::default();
+        let rate = Rate {
+            per_second: 1.0,
+            burst: 2.0,
+        };
+        let t0 = Instant::now();
+        assert!(
+            c.take_token_at(&app("a"), key("2001:db8:1:2::1"), &rate, t0)
+                .is_ok()
+        );
+        assert!(
+            c.take_token_at(&app("a"), key("2001:db8:1:2::2"), &rate, t0)
+                .is_ok()
+        );
+        assert!(
+            c.take_token_at(&app("a"), key("2001:db8:1:2:ffff::3"), &rate, t0)
+                .is_err(),
+            "a third address of the same /64 finds the bucket empty"
+        );
+        assert!(
+            c.take_token_at(&app("a"), key("2001:db8:1:3::1"), &rate, t0)
+                .is_ok()
+        );
+        assert_eq!(key("::ffff:192.0.2.1"), key("192.0.2.1"));
     }
 }

@@ -20,11 +20,11 @@ pub mod clients;
 pub mod settings;
 pub mod store;
 
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use per_source::Client;
 use spi_consumer::AppKey;
 
 use self::affinity::{Affinity, AffinityKey};
@@ -130,17 +130,18 @@ impl Policy {
         }
     }
 
-    /// Whether `client` may send this request to `app` now. The hold, if any,
-    /// counts the request against `max_connections_per_client` until dropped.
+    /// Whether `client` may send this request to `app` now: `allow` and `deny`
+    /// match its address, the limits count its key. The hold, if any, counts the
+    /// request against `max_connections_per_client` until dropped.
     pub fn admit(
         &self,
         app: &AppKey,
-        client: IpAddr,
+        client: Client,
         clients: &Clients,
     ) -> Result<Option<Hold>, Refused> {
-        let client = clients::canonical(client);
-        if (!self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&client)))
-            || self.deny.iter().any(|n| n.contains(&client))
+        let (ip, client) = (client.ip, client.key);
+        if (!self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&ip)))
+            || self.deny.iter().any(|n| n.contains(&ip))
         {
             return Err(Refused::Address);
         }

@@ -91,7 +91,12 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             let _ = incoming.retry();
             continue;
         }
-        let Some(source) = sources.admit(incoming.remote_address().ip()) else {
+        let Some(source) = sources.admit(
+            current
+                .limits
+                .client_keys()
+                .key(incoming.remote_address().ip()),
+        ) else {
             source_refused.inc();
             refused.inc();
             incoming.refuse();

@@ -82,8 +82,14 @@ impl Connection {
             }
         };
         let activity = Activity::new(Some(self.place));
-        let mut conn = ClientConn::new(peer.ip(), self.local_port, true, activity.clone())
-            .with_forwarded(&self.serving.proxy.forwarded, local);
+        let mut conn = ClientConn::new(
+            peer.ip(),
+            limits.client_keys(),
+            self.local_port,
+            true,
+            activity.clone(),
+        )
+        .with_forwarded(&self.serving.proxy.forwarded, local);
         // The certificate this connection presented: requests for names that
         // would get another are 421, as over h2.
         conn.served = server_name(&quic).and_then(|sni| {

@@ -33,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::future::Future as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,7 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use per_source::ClientKey;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
@@ -64,7 +65,7 @@ async fn hello_then_handshake(
     proxy: &Arc<Proxy>,
     tls: &TlsListener,
     mut stream: tokio::net::TcpStream,
-    peer: std::net::IpAddr,
+    peer: ClientKey,
     activity: &Arc<Activity>,
     metrics: &crate::metrics::TlsMetrics,
 ) -> Option<tokio_rustls::server::TlsStream<Rewind>> {
@@ -235,7 +236,8 @@ pub async fn serve(
             current = latest;
         }
         // Its source holds its share of the listener: closed at once.
-        let Some(source) = sources.admit(peer.ip()) else {
+        let keys = current.limits.client_keys();
+        let Some(source) = sources.admit(keys.key(peer.ip())) else {
             refused.inc();
             tracing::debug!(client = %peer, "client source at limits.max_connections_per_source; closed");
             continue;
@@ -266,7 +268,7 @@ pub async fn serve(
         let local = (forwarded.header && forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
-        let conn = ClientConn::new(peer.ip(), local_port, tls.is_some(), activity.clone())
+        let conn = ClientConn::new(peer.ip(), keys, local_port, tls.is_some(), activity.clone())
             .with_forwarded(forwarded, local);
         let connection = Connection {
             peer,
@@ -469,7 +471,7 @@ impl Connection {
                     let proxy = &serving.proxy;
                     let metrics = &proxy.metrics.tls;
                     match tokio::select! {
-                        s = Box::pin(hello_then_handshake(proxy, &tls, stream, peer.ip(), &activity, metrics)) => s,
+                        s = Box::pin(hello_then_handshake(proxy, &tls, stream, conn.key(), &activity, metrics)) => s,
                         _ = evict.notified() => None,
                     } {
                         Some(s) => {
@@ -647,7 +649,7 @@ type HttpResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 struct Connections {
     next: u64,
     /// Each connection's activity, its eviction signal and its client source.
-    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>, IpAddr)>,
+    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>, ClientKey)>,
 }
 
 impl Connections {
@@ -661,7 +663,7 @@ impl Connections {
     /// requests in flight for as long as they like: without this they would hold
     /// the listener against everyone else). Otherwise none: the newcomer waits for
     /// a slot.
-    fn make_room(&mut self, newcomer: IpAddr, sources: &per_source::PerSource) -> bool {
+    fn make_room(&mut self, newcomer: ClientKey, sources: &per_source::PerSource) -> bool {
         let quietest = self
             .by_id
             .values()
@@ -699,7 +701,7 @@ struct Registered {
 }
 
 impl Registered {
-    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>, from: IpAddr) -> Registered {
+    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>, from: ClientKey) -> Registered {
         let evict = Arc::new(Notify::new());
         let mut c = lock(all);
         let id = c.next;

@@ -3,12 +3,12 @@
 //! ([`Route::pick_other`]): the same health, rotate and `fail_open` rules as the
 //! first pick. WebSocket upgrades follow the same rules.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use per_source::ClientKey;
 
 use super::body::ProxyBody;
 use super::error::ProxyError;
@@ -50,11 +50,12 @@ impl Proxy {
         };
         // Whose share of a member's slots the request counts in (and whose app
         // limits), and whose idle member connections it may reuse.
-        let source = (conn.share_source(req.headers()), conn.worker);
+        let client = conn.client(req.headers());
+        let source = (client.key, conn.worker);
         // 3. admit (the app's policy), then pick: the cookie's member if eligible
         let hold = match &policy {
             Some(p) => p
-                .admit(&route.app, source.0, &self.clients)
+                .admit(&route.app, client, &self.clients)
                 .map_err(|r| self.refused(p, r))?,
             None => None,
         };
@@ -346,7 +347,7 @@ impl Proxy {
         route: &Route,
         target: Target,
         sni: &str,
-        source: (IpAddr, usize),
+        source: (ClientKey, usize),
         method: &Method,
         fresh: bool,
     ) -> Result<(Target, InFlight, Upstream), ProxyError> {
@@ -413,13 +414,13 @@ impl Proxy {
 
     /// A slot and a connection on `target`: an idle one unless `fresh` is asked
     /// for (a TLS member's idle connection only if made for the same name).
-    /// `source`: the client's address (its share of slots) and the worker serving
+    /// `source`: the client's key (its share of slots) and the worker serving
     /// it (whose idle connections it may reuse).
     async fn checkout(
         &self,
         target: &Target,
         sni: &str,
-        (source, worker): (IpAddr, usize),
+        (source, worker): (ClientKey, usize),
         fresh: bool,
     ) -> Result<(InFlight, Upstream), ProxyError> {
         let member = &target.member;
@@ -460,7 +461,7 @@ impl Proxy {
     pub(super) async fn slot(
         &self,
         target: &Target,
-        (source, _worker): (IpAddr, usize),
+        (source, _worker): (ClientKey, usize),
     ) -> Result<InFlight, ProxyError> {
         let member = &target.member;
         if member.full() {

@@ -4,11 +4,10 @@
 //! streamed back with its trailers (gRPC's status travels in them). No retry: a
 //! stream may have reached the member before it failed.
 
-use std::net::IpAddr;
-
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper::body::Incoming;
+use per_source::ClientKey;
 
 use super::Proxy;
 use super::error::ProxyError;
@@ -38,7 +37,7 @@ impl Proxy {
     pub(super) async fn exchange_h2(
         &self,
         target: &Target,
-        (sni, source): (&str, (IpAddr, usize)),
+        (sni, source): (&str, (ClientKey, usize)),
         (mut parts, body): (http::request::Parts, RequestBody),
         (trailers, timeout): (bool, std::time::Duration),
     ) -> Result<(Response<Incoming>, InFlight), ProxyError> {

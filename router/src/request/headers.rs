@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use per_source::{Client, ClientKey, KeyRule};
 
 use super::activity::Activity;
 use crate::tls::store::Served;
@@ -198,6 +199,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 #[derive(Clone, Debug)]
 pub struct ClientConn {
     pub ip: IpAddr,
+    /// How client addresses are keyed for per-client counts (`limits.client_*_prefix`).
+    keys: KeyRule,
     /// The connection's requests in flight (for its idle deadline).
     pub activity: Arc<Activity>,
     /// The port the client connected to (X-Forwarded-Port).
@@ -222,10 +225,17 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    pub fn new(ip: IpAddr, local_port: u16, https: bool, activity: Arc<Activity>) -> ClientConn {
+    pub fn new(
+        ip: IpAddr,
+        keys: KeyRule,
+        local_port: u16,
+        https: bool,
+        activity: Arc<Activity>,
+    ) -> ClientConn {
         let ip = ip.to_canonical();
         ClientConn {
             ip,
+            keys,
             activity,
             local_port,
             https,
@@ -274,22 +284,29 @@ impl ClientConn {
 }
 
 impl ClientConn {
-    /// Whose share of a member's slots a request counts in: the connection's
-    /// address, or, from a proxy that `forwarded.trusted` names, the address that
-    /// proxy put last in `X-Forwarded-For` (the client it saw). With the default
-    /// trust of every address a client could name anyone, so its own address counts.
-    pub fn share_source(&self, headers: &HeaderMap) -> IpAddr {
-        if !self.behind_proxy {
-            return self.ip;
-        }
-        headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .and_then(|last| last.trim().parse::<IpAddr>().ok())
-            .map_or(self.ip, |ip| ip.to_canonical())
+    /// The connection's own client key (the peer's, whatever its requests say).
+    pub fn key(&self) -> ClientKey {
+        self.keys.key(self.ip)
+    }
+
+    /// Who a request is from: the connection's address, or, from a proxy that
+    /// `forwarded.trusted` names, the address that proxy put last in
+    /// `X-Forwarded-For` (the client it saw). With the default trust of every
+    /// address a client could name anyone, so its own address counts.
+    pub fn client(&self, headers: &HeaderMap) -> Client {
+        let ip = if self.behind_proxy {
+            headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .next_back()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .and_then(|last| last.trim().parse::<IpAddr>().ok())
+                .unwrap_or(self.ip)
+        } else {
+            self.ip
+        };
+        self.keys.client(ip)
     }
 }
 
@@ -478,6 +495,7 @@ mod tests {
         ]);
         let conn = ClientConn::new(
             "::ffff:10.1.2.3".parse().expect("ip"),
+            KeyRule::default(),
             8080,
             false,
             Activity::new(None),
@@ -495,8 +513,14 @@ mod tests {
     }
 
     fn conn(ip: &str, https: bool, settings: &ForwardedSettings) -> ClientConn {
-        ClientConn::new(ip.parse().expect("ip"), 443, https, Activity::new(None))
-            .with_forwarded(settings, Some("192.0.2.10:443".parse().expect("addr")))
+        ClientConn::new(
+            ip.parse().expect("ip"),
+            KeyRule::default(),
+            443,
+            https,
+            Activity::new(None),
+        )
+        .with_forwarded(settings, Some("192.0.2.10:443".parse().expect("addr")))
     }
 
     #[test]
@@ -511,27 +535,27 @@ mod tests {
             ("x-forwarded-for", "203.0.113.9, 198.51.100.7"),
         ]);
         assert_eq!(
-            conn("10.0.0.5", false, &lb).share_source(&two),
+            conn("10.0.0.5", false, &lb).client(&two).ip,
             ip("198.51.100.7")
         );
         // Not the named proxy, or the default trust of everyone: its own address.
         assert_eq!(
-            conn("192.0.2.1", false, &lb).share_source(&two),
+            conn("192.0.2.1", false, &lb).client(&two).ip,
             ip("192.0.2.1")
         );
         let all = ForwardedSettings::default();
         assert_eq!(
-            conn("10.0.0.5", false, &all).share_source(&two),
+            conn("10.0.0.5", false, &all).client(&two).ip,
             ip("10.0.0.5")
         );
         // A last entry that is no address, or none at all: the proxy's own.
         let junk = map(&[("x-forwarded-for", "203.0.113.9, unknown")]);
         assert_eq!(
-            conn("10.0.0.5", false, &lb).share_source(&junk),
+            conn("10.0.0.5", false, &lb).client(&junk).ip,
             ip("10.0.0.5")
         );
         assert_eq!(
-            conn("10.0.0.5", false, &lb).share_source(&map(&[])),
+            conn("10.0.0.5", false, &lb).client(&map(&[])).ip,
             ip("10.0.0.5")
         );
     }

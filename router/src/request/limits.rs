@@ -54,6 +54,12 @@ pub struct Limits {
     /// one listener; unset: a quarter of `max_connections`. Beyond, its new
     /// connections are closed at once: one source cannot take a listener.
     pub max_connections_per_source: Option<usize>,
+    /// The prefix an IPv4 client is keyed by in every per-client count (per
+    /// source, a member's share and reserve, the apps' `rate_limit` and
+    /// `max_connections_per_client`): 32, the address (see `per_source::key`).
+    pub client_ipv4_prefix: u8,
+    /// The same for IPv6: 64, since one host may hold a whole /64.
+    pub client_ipv6_prefix: u8,
 }
 
 impl Limits {
@@ -64,6 +70,12 @@ impl Limits {
         self.max_connections_per_source
             .unwrap_or(self.max_connections / 4)
             .max(1)
+    }
+
+    /// How client addresses are keyed (checked when the configuration loads).
+    pub fn client_keys(&self) -> per_source::KeyRule {
+        per_source::KeyRule::new(self.client_ipv4_prefix, self.client_ipv6_prefix)
+            .unwrap_or_default()
     }
 }
 
@@ -84,6 +96,8 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             tunnel_idle_timeout: Duration::from_secs(3600),
             max_connections_per_source: None,
+            client_ipv4_prefix: 32,
+            client_ipv6_prefix: 64,
         }
     }
 }

@@ -12,9 +12,9 @@
 //! connection (there is no HTTP to answer in) and are counted in
 //! `router_tls_passthrough_total{result}` and, for member faults, against the member.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
+use per_source::ClientKey;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -42,7 +42,7 @@ impl Proxy {
         route: Arc<Route>,
         client: TcpStream,
         hello: Vec<u8>,
-        peer: IpAddr,
+        peer: ClientKey,
         connection: Arc<Activity>,
     ) {
         let metrics = &self.metrics.passthrough;
@@ -87,7 +87,7 @@ impl Proxy {
     pub(crate) async fn dial_picked(
         &self,
         pick: impl Fn(Option<&Member>) -> Option<Target>,
-        peer: IpAddr,
+        peer: ClientKey,
     ) -> Result<(Target, InFlight, TcpStream), Dial> {
         let first = pick(None).ok_or(Dial::NoMember)?;
         let target = match self.dial_member(&first, peer).await {
@@ -114,7 +114,7 @@ impl Proxy {
     async fn dial_member(
         &self,
         target: &Target,
-        peer: IpAddr,
+        peer: ClientKey,
     ) -> Result<(InFlight, TcpStream), UpstreamError> {
         let member = &target.member;
         let slot = member
