@@ -83,7 +83,7 @@ fn split(data: &[u8]) -> Option<(usize, &[u8])> {
 /// The framing reader's verdict on `pieces` fed in order: the absolute offset of
 /// the cut and why, if any.
 fn framing_cut(pieces: &[&[u8]]) -> Option<(usize, &'static str)> {
-    let mut f = router::request::framing::Framing::new();
+    let mut f = h1_codec::framing::Framing::new();
     let mut offset = 0;
     for piece in pieces {
         if let Some((i, why)) = f.feed(piece) {
@@ -108,7 +108,7 @@ pub fn client_framing(data: &[u8]) {
 }
 
 pub fn client_head(data: &[u8]) {
-    use router::request::framing::POISON;
+    use h1_codec::framing::POISON;
     use router::request::h1::head::{HeadLimits, Parsed, parse};
     let limits = HeadLimits {
         max_bytes: 64 * 1024,

@@ -1,5 +1,5 @@
 //! `member_response`: a member's HTTP/1 response as the router's own member
-//! client reads it (`router::upstream::h1`), split anywhere, and against hyper's
+//! client reads it (`h1_codec::response`), split anywhere, and against hyper's
 //! client (the reader it replaced).
 //!
 //! Properties: the same status, headers, framing, body bytes, trailers and end for
@@ -14,7 +14,7 @@ use http_body_util::BodyExt as _;
 /// A member's response: head, then body (chunked or by length) decoded, for the
 /// bytes in `pieces` arriving in order; what it came to, as text to compare.
 fn member_reading(pieces: &[&[u8]]) -> String {
-    use router::upstream::h1::{BodyFraming, Chunked, Decoded, parse_response_head};
+    use h1_codec::response::{BodyFraming, Chunked, Decoded, parse_response_head};
     let mut buf = BytesMut::new();
     let mut out = String::new();
     let mut head = None;
@@ -93,7 +93,7 @@ struct Whole {
 /// The router's reader on `bytes`, then the end of the stream: the response, if
 /// its body ends within them (by length, chunked end, or the close).
 fn ours(bytes: &[u8]) -> Option<Whole> {
-    use router::upstream::h1::{BodyFraming, Chunked, Decoded, parse_response_head};
+    use h1_codec::response::{BodyFraming, Chunked, Decoded, parse_response_head};
     let mut buf = BytesMut::from(bytes);
     let head = parse_response_head(&mut buf, false).ok()??;
     let mut whole = Whole {

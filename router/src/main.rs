@@ -275,15 +275,18 @@ fn admin_call(
     s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).unwrap_or("");
+    // Read by the router's one HTTP/1 decoder: the status from the head, the
+    // body by its framing.
+    let (head, body) = h1_codec::response::read_whole(&raw, method == "HEAD")
+        .with_context(|| format!("{addr}{path}: not an HTTP/1.1 answer"))?;
+    let body = String::from_utf8_lossy(&body);
     anyhow::ensure!(
-        status == "200",
-        "{addr}{path}: HTTP {status}: {}",
+        head.status == http::StatusCode::OK,
+        "{addr}{path}: HTTP {}: {}",
+        head.status.as_u16(),
         body.trim()
     );
-    Ok(body.to_string())
+    Ok(body.into_owned())
 }
 
 /// Logs to stderr, text or JSON; lines that clients can cause are rate-limited (see

@@ -1,5 +1,5 @@
 //! How the router reads what members send (its own HTTP/1.1 client framing,
-//! `router/src/upstream/h1.rs`), through real sockets: a scripted member answers each
+//! `h1-codec/src/response.rs`), through real sockets: a scripted member answers each
 //! path with exact bytes, and real clients (hyper over HTTP/1.1 and h2) check what
 //! arrives.
 

@@ -2,7 +2,8 @@
 //! match `health.statuses`, or, for TLS and non-HTTP members, a TCP connect.
 //!
 //! A few lines over a TCP stream rather than a client library: a check only needs the
-//! status code of one request with `Connection: close`. The Host line is the app's
+//! status of one request with `Connection: close`, read from the response head by
+//! the router's one HTTP/1 decoder (`h1_codec::response`). The Host line is the app's
 //! name, validated at decode time (`spi-consumer`), so no broker message can inject
 //! into it.
 
@@ -139,29 +140,28 @@ async fn check_inner(addr: &str, probe: &Probe, s: &Check) -> Outcome {
     if stream.write_all(request.as_bytes()).await.is_err() {
         return Outcome::Fail("reset");
     }
-    // The status line is all we need: "HTTP/1.1 200 OK\r\n".
-    let mut buf = [0u8; 64];
-    let mut len = 0;
-    while len < 12 {
-        match stream.read(&mut buf[len..]).await {
-            Ok(0) | Err(_) => return Outcome::Fail("reset"),
-            Ok(n) => len += n,
-        }
-    }
-    match parse_status(&buf[..len]) {
+    match read_status(&mut stream).await {
         Some(code) if s.statuses.iter().any(|m| m.matches(code)) => Outcome::Pass,
         Some(_) => Outcome::Fail("status"),
         None => Outcome::Fail("protocol"),
     }
 }
 
-/// The status code of an HTTP/1.x status line.
-fn parse_status(head: &[u8]) -> Option<u16> {
-    let rest = head
-        .strip_prefix(b"HTTP/1.1 ")
-        .or_else(|| head.strip_prefix(b"HTTP/1.0 "))?;
-    let code = std::str::from_utf8(rest.get(..3)?).ok()?.parse().ok()?;
-    (100..=599).contains(&code).then_some(code)
+/// The status of the response head `stream` sends (after any 1xx), or `None`
+/// if the bytes are not one (or the member closes first).
+async fn read_status(stream: &mut TcpStream) -> Option<u16> {
+    let mut buf = bytes::BytesMut::with_capacity(1024);
+    loop {
+        match h1_codec::response::parse_response_head(&mut buf, false) {
+            Ok(Some(head)) => return Some(head.status.as_u16()),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        match stream.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -181,17 +181,6 @@ mod tests {
         for bad in ["6xx", "0xx", "abc", "99", "600", ""] {
             assert_eq!(StatusMatch::parse(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn status_line() {
-        assert_eq!(
-            parse_status(b"HTTP/1.1 503 Service Unavailable\r\n"),
-            Some(503)
-        );
-        assert_eq!(parse_status(b"HTTP/1.0 200 OK"), Some(200));
-        assert_eq!(parse_status(b"SSH-2.0-OpenSSH"), None);
-        assert_eq!(parse_status(b"HTTP/1.1 9"), None);
     }
 
     #[test]
@@ -225,6 +214,11 @@ mod tests {
         assert_eq!(check(&ok, &http, &s).await, Outcome::Pass);
         let bad = serve_once(b"HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
         assert_eq!(check(&bad, &http, &s).await, Outcome::Fail("status"));
+        // The final head after an interim one; a head cut by the close.
+        let interim = serve_once(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 401 No\r\n\r\n").await;
+        assert_eq!(check(&interim, &http, &s).await, Outcome::Pass);
+        let cut = serve_once(b"HTTP/1.1 401 Unauthorized\r\n").await;
+        assert_eq!(check(&cut, &http, &s).await, Outcome::Fail("protocol"));
         let junk = serve_once(b"SSH-2.0-OpenSSH_9.2\r\n").await;
         assert_eq!(check(&junk, &http, &s).await, Outcome::Fail("protocol"));
         // Nothing listens on a port we bound and closed.

@@ -21,8 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use super::framing::{Framing, POISON};
 use crate::tls::rewind::Rewind;
+use h1_codec::framing::{Framing, POISON};
 use relay::stall::Stall;
 
 /// Plain or TLS, one type for the connection driver.

@@ -35,7 +35,6 @@ pub mod body;
 pub mod client_io;
 pub mod error;
 pub mod forward;
-pub mod framing;
 pub mod h1;
 pub mod h2_member;
 pub mod headers;

@@ -16,9 +16,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::h1::{self, BodyFraming, Chunked, Decoded, ParseError};
 use super::request_body::{RequestBody, RequestBodyError};
 use crate::metrics::UpstreamError;
+use h1_codec::encode::{self, BodyFraming};
+use h1_codec::response::{self as h1, Chunked, Decoded, ParseError};
 
 /// The byte stream to a member: plain TCP or TLS over it.
 pub enum MemberIo {
@@ -431,7 +432,10 @@ impl Upstream {
                 *response.status_mut() = head.status;
                 *response.version_mut() = head.version;
                 *response.headers_mut() = head.headers;
-                if let Some(reason) = head.reason {
+                if let Some(reason) = head
+                    .reason
+                    .and_then(|r| hyper::ext::ReasonPhrase::try_from(r).ok())
+                {
                     response.extensions_mut().insert(reason);
                 }
                 Ok(response)
@@ -654,7 +658,7 @@ impl Encoded {
         let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let mut out = Vec::with_capacity(512);
-        let framing = h1::encode_request_head(
+        let framing = encode::encode_request_head(
             &parts.method,
             target,
             &mut parts.headers,
@@ -740,7 +744,7 @@ impl Outgoing {
                     Poll::Ready(Some(Ok(frame))) => {
                         progressed = true;
                         match frame.into_data() {
-                            Ok(data) if self.chunked => h1::encode_chunk(&data, &mut self.out),
+                            Ok(data) if self.chunked => encode::encode_chunk(&data, &mut self.out),
                             Ok(data) => self.out.extend_from_slice(&data),
                             Err(frame) => {
                                 if let Ok(t) = frame.into_trailers() {
@@ -752,7 +756,7 @@ impl Outgoing {
                     Poll::Ready(None) => {
                         progressed = true;
                         if self.chunked {
-                            h1::encode_last_chunk(self.trailers.as_ref(), &mut self.out);
+                            encode::encode_last_chunk(self.trailers.as_ref(), &mut self.out);
                         }
                         self.done = true;
                     }

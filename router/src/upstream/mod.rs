@@ -38,7 +38,6 @@
 
 mod conn;
 /// Public for the fuzz targets (`fuzz/`).
-pub mod h1;
 pub mod h2;
 mod pool;
 mod request_body;

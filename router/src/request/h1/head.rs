@@ -8,14 +8,11 @@
 //! byte, so errors (400, 431, 414) stay hyper's.
 
 use bytes::{Bytes, BytesMut};
-
-use crate::upstream::h1::header_map;
+use h1_codec::MAX_HEADERS;
+use h1_codec::encode::header_map;
+use h1_codec::length::content_length;
 use http::{Method, Request, Uri, Version};
 
-/// Header fields at most in a head this path takes (hyper's server default); with
-/// more, or with `limits.max_headers` lower and exceeded, hyper takes the
-/// connection and applies the limit.
-pub const MAX_HEADERS: usize = 100;
 /// hyper answers 414 to a longer request target.
 const MAX_URI: usize = u16::MAX as usize - 1;
 
@@ -50,6 +47,8 @@ pub enum Parsed {
 pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    // More fields than this (or than a lower `limits.max_headers`): hyper takes
+    // the connection and applies the limit (431).
     let slots = &mut slots[..limits.max_headers.min(MAX_HEADERS)];
     let mut req = httparse::Request::new(&mut []);
     let len = match httparse::ParserConfig::default()
@@ -68,14 +67,16 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
     let Ok(method) = Method::from_bytes(method.as_bytes()) else {
         return Parsed::Other;
     };
-    let mut body = 0;
-    let mut lengths = 0;
+    // The body's length by the one Content-Length rule. This path takes one
+    // plain value only: a repeated field or a list (equal values, valid) is
+    // hyper's, which sends it on as it came; a body past `max_body` is
+    // streamed, which hyper does.
+    let mut body: Option<u64> = None;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            lengths += 1;
-            match decimal(h.value) {
-                Some(n) if n <= limits.max_body => body = n,
+            match content_length([h.value]) {
+                Ok(Some(n)) if body.is_none() && !h.value.contains(&b',') => body = Some(n),
                 _ => return Parsed::Other,
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
@@ -91,9 +92,10 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
             return Parsed::Other;
         }
     }
-    if lengths > 1 {
-        return Parsed::Other;
-    }
+    let body = match usize::try_from(body.unwrap_or(0)) {
+        Ok(n) if n <= limits.max_body => n,
+        _ => return Parsed::Other,
+    };
     // Room for the forwarding headers the request gains on its way (growing the
     // map would move it whole).
     let Some((head, headers)) = header_map(buf, len, req.headers, 6) else {
@@ -113,15 +115,6 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
         body,
         parts: Box::new(parts),
     }
-}
-
-/// A `Content-Length` value: decimal digits only (hyper reads lists and signs,
-/// so anything else is left to it).
-fn decimal(v: &[u8]) -> Option<usize> {
-    if v.is_empty() || v.len() > 15 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 /// Moves a served request's head and body out of `buf`: the body as shared bytes.

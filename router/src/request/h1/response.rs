@@ -12,7 +12,8 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode};
 
-use crate::upstream::h1::{encode_chunk, encode_field};
+use h1_codec::encode::{encode_chunk, encode_field};
+use h1_codec::length::content_length;
 
 /// What the body's framing will be, from the body itself (hyper's `BodyLength`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,11 +114,11 @@ pub fn encode_head(
                 let Some(first) = values.next() else { continue };
                 match body {
                     BodyLength::Known(n) => encoder = Encoder::Length(n),
-                    BodyLength::Unknown => match decimal(first.as_bytes()) {
-                        Some(n) => encoder = Encoder::Length(n),
+                    BodyLength::Unknown => match content_length([first.as_bytes()]) {
+                        Ok(Some(n)) => encoder = Encoder::Length(n),
                         // hyper refuses to send such a response; close instead
                         // of guessing.
-                        None => {
+                        _ => {
                             encoder = Encoder::CloseDelimited;
                             last = true;
                         }
@@ -346,12 +347,4 @@ fn valid_trailer(name: &HeaderName) -> bool {
             | header::TRANSFER_ENCODING
             | header::TE
     )
-}
-
-fn decimal(v: &[u8]) -> Option<u64> {
-    let v = v.trim_ascii();
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }

@@ -33,6 +33,9 @@
 //! `client_framing`, `client_head` and `client_stream` (`fuzz/`, the last one
 //! through the whole router against a strict reader of its own) hold the seam.
 
+use crate::chunk::{ChunkLine, ChunkLineError};
+use crate::length::content_length;
+
 /// What the reader hands hyper in place of the cut bytes: a control byte is invalid
 /// in a request line, a header name or value, a chunk size and a chunk's line end;
 /// the empty lines end any head hyper may be waiting for.
@@ -82,10 +85,8 @@ enum State {
     Head,
     /// This many bytes of a `Content-Length` body still to come.
     Body(u64),
-    /// In a chunk size line: the size so far, whether a digit was seen, and whether
-    /// the extension part has begun (anything but a control byte until the line
-    /// end; hyper checks the rest).
-    ChunkSize { size: u64, digits: bool, ext: bool },
+    /// In a chunk-size line ([`crate::chunk`]).
+    ChunkSize(ChunkLine),
     /// This many bytes of chunk data, then CRLF.
     ChunkData(u64),
     /// The CR, then the LF, after a chunk's data.
@@ -187,16 +188,12 @@ impl Framing {
                         Ok(1)
                     }
                     (true, b'\n') => {
-                        self.state = State::ChunkSize {
-                            size: 0,
-                            digits: false,
-                            ext: false,
-                        };
+                        self.state = State::ChunkSize(ChunkLine::default());
                         Ok(1)
                     }
                     _ => Err(Violation::BadChunk),
                 },
-                State::ChunkSize { .. } => self.chunk_size(bytes[i]).map(|()| 1),
+                State::ChunkSize(line) => self.chunk_size(line, bytes[i]).map(|()| 1),
                 State::Head | State::Trailers => match self.line_run(&bytes[i..]) {
                     Ok(n) => Ok(n),
                     Err((at, why)) => {
@@ -216,58 +213,18 @@ impl Framing {
         None
     }
 
-    fn chunk_size(&mut self, b: u8) -> Result<(), Violation> {
-        let State::ChunkSize { size, digits, ext } = self.state else {
-            return Ok(());
-        };
-        if self.cr {
-            self.cr = false;
-            if b != b'\n' || !digits {
-                return Err(if b == b'\n' {
-                    Violation::BadChunk
-                } else {
-                    Violation::BareLineEnd
-                });
-            }
-            self.state = if size == 0 {
+    /// The next byte of a chunk-size line (the one grammar: [`crate::chunk`]).
+    fn chunk_size(&mut self, mut line: ChunkLine, b: u8) -> Result<(), Violation> {
+        self.state = match line.push(b) {
+            Ok(None) => State::ChunkSize(line),
+            Ok(Some(0)) => {
                 self.line_len = 0;
                 State::Trailers
-            } else {
-                State::ChunkData(size)
-            };
-            return Ok(());
-        }
-        match b {
-            b'\r' => self.cr = true,
-            b'\n' => return Err(Violation::BareLineEnd),
-            // An extension is tokens, quoted strings, blanks (RFC 9112 §7.1.1):
-            // never a control byte, which hyper takes and a reader in front may
-            // treat as an end (found by the `client_stream` fuzz target).
-            0x00..=0x08 | 0x0a..=0x1f | 0x7f => return Err(Violation::BadChunk),
-            _ if ext => {}
-            _ => match (b as char).to_digit(16) {
-                Some(d) => {
-                    let size = size
-                        .checked_mul(16)
-                        .and_then(|s| s.checked_add(u64::from(d)))
-                        .ok_or(Violation::BadChunk)?;
-                    self.state = State::ChunkSize {
-                        size,
-                        digits: true,
-                        ext: false,
-                    };
-                }
-                // Whitespace or `;` starts what hyper reads as the extension.
-                None if digits => {
-                    self.state = State::ChunkSize {
-                        size,
-                        digits,
-                        ext: true,
-                    }
-                }
-                None => return Err(Violation::BadChunk),
-            },
-        }
+            }
+            Ok(Some(size)) => State::ChunkData(size),
+            Err(ChunkLineError::BareLineEnd) => return Err(Violation::BareLineEnd),
+            Err(ChunkLineError::Bad) => return Err(Violation::BadChunk),
+        };
         Ok(())
     }
 
@@ -381,7 +338,10 @@ impl Framing {
         if !empty {
             match this {
                 Some(Name::ContentLength) => {
-                    let value = parse_length(&self.value[..self.value_len])?;
+                    let value = content_length([&self.value[..self.value_len]])
+                        .ok()
+                        .flatten()
+                        .ok_or(Violation::BadLength)?;
                     if self.length.is_some_and(|l| l != value) {
                         return Err(Violation::BadLength);
                     }
@@ -400,11 +360,7 @@ impl Framing {
         self.state = if self.upgrade {
             State::Off
         } else if self.chunked {
-            State::ChunkSize {
-                size: 0,
-                digits: false,
-                ext: false,
-            }
+            State::ChunkSize(ChunkLine::default())
         } else {
             match self.length {
                 Some(n) if n > 0 => State::Body(n),
@@ -418,27 +374,6 @@ impl Framing {
         self.first = false;
         Ok(())
     }
-}
-
-/// A `Content-Length` value: one decimal number, or a list of equal ones (as hyper
-/// accepts), with optional whitespace around the elements.
-fn parse_length(value: &[u8]) -> Result<u64, Violation> {
-    let mut found: Option<u64> = None;
-    for part in value.split(|b| *b == b',') {
-        let part = part.trim_ascii();
-        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
-            return Err(Violation::BadLength);
-        }
-        let n = std::str::from_utf8(part)
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or(Violation::BadLength)?;
-        if found.is_some_and(|f| f != n) {
-            return Err(Violation::BadLength);
-        }
-        found = Some(n);
-    }
-    found.ok_or(Violation::BadLength)
 }
 
 #[cfg(test)]

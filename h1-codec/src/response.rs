@@ -1,13 +1,8 @@
-//! HTTP/1.1 framing towards members: the request head we write, the response head
-//! we parse, and the body framing between them (length, chunked, or up to close).
-//!
-//! Hand-written on `httparse` instead of hyper's client because the client's
-//! dispatch (a request channel and a response oneshot per request, a body channel
-//! per response) was the largest piece of library machinery left on the request
-//! path (bench/RESULTS.md, issue 12). The part here is small and pure: no I/O, only
-//! bytes in and out, so that it can be property-tested over every way a response
-//! can be split across reads (`h1/tests.rs`). The connection that drives it is
-//! [`super::conn`].
+//! The client role's decoder: a member's response head and the framing of its
+//! body (length, chunked, or up to the close), property-tested over every way a
+//! response can be split across reads (`response/tests.rs`). The router's member
+//! connections drive it; the health probe and the CLI's admin calls read their
+//! answers with it too ([`read_whole`]).
 //!
 //! What a member may send is read the way hyper's client read it: `Transfer-Encoding`
 //! wins over `Content-Length` (and then the connection is not reused); differing
@@ -17,12 +12,14 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::{StatusCode, Version};
 
-/// At most this many header fields in a response head (hyper's client default).
-const MAX_HEADERS: usize = 100;
-/// A response head (or a trailer block) larger than this is refused.
-pub const MAX_HEAD: usize = 64 * 1024;
+use crate::chunk::{ChunkLine, ChunkLineError};
+pub use crate::encode::BodyFraming;
+use crate::encode::header_map;
+use crate::length::content_length;
+use crate::{MAX_HEAD, MAX_HEADERS};
+
 /// A chunk-size line (with extensions) longer than this is refused.
 const MAX_CHUNK_LINE: usize = 1024;
 
@@ -37,19 +34,6 @@ pub enum ParseError {
     Chunk(&'static str),
 }
 
-/// How a message's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
-    /// No body at all.
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Until the member closes the connection (responses only).
-    Close,
-}
-
 /// A parsed final response head.
 #[derive(Debug)]
 pub struct ResponseHead {
@@ -61,135 +45,7 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// The member's reason phrase, when it is not the standard one for the status
     /// (passed on to HTTP/1 clients as hyper's client did).
-    pub reason: Option<hyper::ext::ReasonPhrase>,
-}
-
-/// Writes a request head into `out` and says how its body is framed.
-///
-/// `body_len`: `None` when the request has no body to send; otherwise its exact
-/// length if known. The framing follows what the headers say (the client's framing
-/// was checked on the way in: a single `chunked`, or a `Content-Length`); a body
-/// of unknown length without either is sent chunked (h2 clients).
-pub fn encode_request_head(
-    method: &Method,
-    target: &str,
-    headers: &mut HeaderMap,
-    body_len: Option<Option<u64>>,
-    out: &mut Vec<u8>,
-) -> BodyFraming {
-    let framing = match body_len {
-        None => {
-            headers.remove(header::TRANSFER_ENCODING);
-            BodyFraming::Empty
-        }
-        Some(len) => {
-            if headers.contains_key(header::TRANSFER_ENCODING) {
-                headers.remove(header::CONTENT_LENGTH);
-                headers.insert(
-                    header::TRANSFER_ENCODING,
-                    HeaderValue::from_static("chunked"),
-                );
-                BodyFraming::Chunked
-            } else if let Some(n) = content_length(headers).ok().flatten() {
-                BodyFraming::Length(n)
-            } else if let Some(n) = len {
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-                BodyFraming::Length(n)
-            } else {
-                headers.insert(
-                    header::TRANSFER_ENCODING,
-                    HeaderValue::from_static("chunked"),
-                );
-                BodyFraming::Chunked
-            }
-        }
-    };
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers.iter() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    framing
-}
-
-/// Appends one data chunk in chunked coding (nothing for an empty one: a zero-size
-/// chunk would end the body).
-pub fn encode_chunk(data: &[u8], out: &mut Vec<u8>) {
-    if data.is_empty() {
-        return;
-    }
-    out.extend_from_slice(format!("{:X}\r\n", data.len()).as_bytes());
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Appends the last chunk and the trailers, if any.
-pub fn encode_last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
-        encode_field(name, value, out);
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Appends one header field line.
-pub fn encode_field(name: &HeaderName, value: &HeaderValue, out: &mut Vec<u8>) {
-    out.extend_from_slice(name.as_str().as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The value of `Content-Length`: `Ok(None)` if absent, an error if invalid or if
-/// several values differ.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ParseError> {
-    let mut found = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|b| *b == b',') {
-            let part = part.trim_ascii();
-            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-                return Err(ParseError::Head("invalid content-length"));
-            }
-            let n = std::str::from_utf8(part)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(ParseError::Head("invalid content-length"))?;
-            match found {
-                Some(m) if m != n => return Err(ParseError::Head("differing content-lengths")),
-                _ => found = Some(n),
-            }
-        }
-    }
-    Ok(found)
-}
-
-/// The fields httparse found in the head that is the first `len` bytes of `buf`, as
-/// a map (with room for `room` more) whose values are slices of one copy of the
-/// head, returned with it. Names are mostly standard (no allocation); values are
-/// not copied one by one. The copy (a few hundred bytes) leaves `buf` unshared, so
-/// its next reserve does not allocate. `None`: a name or value `http` refuses.
-pub fn header_map(
-    buf: &[u8],
-    len: usize,
-    fields: &[httparse::Header<'_>],
-    room: usize,
-) -> Option<(Bytes, HeaderMap)> {
-    let head = Bytes::copy_from_slice(buf.get(..len)?);
-    let base = buf.as_ptr() as usize;
-    let mut headers = HeaderMap::with_capacity(fields.len() + room);
-    for h in fields {
-        let at = (h.value.as_ptr() as usize).checked_sub(base)?;
-        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
-        let value = HeaderValue::from_maybe_shared(head.slice(at..at + h.value.len())).ok()?;
-        headers.append(name, value);
-    }
-    Some((head, headers))
+    pub reason: Option<Bytes>,
 }
 
 /// Whether a comma-separated header says `token` (ASCII case-insensitive).
@@ -245,7 +101,7 @@ pub fn parse_response_head(
         let reason = res
             .reason
             .filter(|r| status.canonical_reason() != Some(*r))
-            .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
+            .map(|r| Bytes::copy_from_slice(r.as_bytes()));
         let Some((_, headers)) = header_map(buf, len, res.headers, 0) else {
             return Err(ParseError::Head("bad header"));
         };
@@ -296,7 +152,10 @@ pub fn parse_response_head(
                     BodyFraming::Close
                 }
             } else {
-                match content_length(&headers)? {
+                let lengths = headers.get_all(header::CONTENT_LENGTH);
+                match content_length(lengths.iter().map(HeaderValue::as_bytes))
+                    .map_err(|_| ParseError::Head("invalid content-length"))?
+                {
                     Some(0) => BodyFraming::Empty,
                     Some(n) => BodyFraming::Length(n),
                     None => BodyFraming::Close,
@@ -359,32 +218,15 @@ impl Chunked {
                     let Some(eol) = line_end(buf, MAX_CHUNK_LINE)? else {
                         return Ok(Decoded::More);
                     };
-                    let line = &buf[..eol];
-                    let digits = line
-                        .iter()
-                        .position(|b| !b.is_ascii_hexdigit())
-                        .unwrap_or(line.len());
-                    let rest = line[digits..].trim_ascii_start();
-                    // Only chunk extensions may follow the size (`;name=value`),
-                    // and never a control byte: a bare CR would end the line for
-                    // hyper's client (found by the `member_response` fuzz target).
-                    if digits == 0
-                        || digits > 16
-                        || !(rest.is_empty() || rest.first().is_some_and(|b| *b == b';'))
-                        || line[digits..]
-                            .iter()
-                            .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-                    {
-                        return Err(ParseError::Chunk("bad chunk size"));
+                    let mut line = ChunkLine::default();
+                    let mut size = None;
+                    for &b in &buf[..eol + 2] {
+                        size = line.push(b).map_err(|e| match e {
+                            ChunkLineError::BareLineEnd => ParseError::Chunk("bare CR or LF"),
+                            ChunkLineError::Bad => ParseError::Chunk("bad chunk size"),
+                        })?;
                     }
-                    let mut size: u64 = 0;
-                    for &b in &line[..digits] {
-                        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
-                        size = size
-                            .checked_mul(16)
-                            .and_then(|s| s.checked_add(d))
-                            .ok_or(ParseError::Chunk("chunk size overflows"))?;
-                    }
+                    let size = size.ok_or(ParseError::Chunk("bad chunk size"))?;
                     buf.advance(eol + 2);
                     self.state = if size == 0 {
                         ChunkState::Trailers
@@ -489,6 +331,38 @@ fn find(buf: &[u8], needle: &[u8], limit: usize) -> Result<Option<usize>, ParseE
         None if buf.len() > limit => Err(ParseError::HeadTooLarge),
         None => Ok(None),
     }
+}
+
+/// A whole response read from `bytes` (the connection closed after it): the
+/// head and the body by its framing, chunks joined and trailers dropped. For
+/// short exchanges that read to the close (the CLI's admin calls).
+pub fn read_whole(bytes: &[u8], head: bool) -> Result<(ResponseHead, Bytes), ParseError> {
+    let mut buf = BytesMut::from(bytes);
+    let parsed = parse_response_head(&mut buf, head)?.ok_or(ParseError::Head("incomplete"))?;
+    let body = match parsed.framing {
+        BodyFraming::Empty => Bytes::new(),
+        BodyFraming::Close => buf.freeze(),
+        BodyFraming::Length(n) => {
+            let n = usize::try_from(n).map_err(|_| ParseError::Head("body too long"))?;
+            if buf.len() < n {
+                return Err(ParseError::Head("body cut short"));
+            }
+            buf.split_to(n).freeze()
+        }
+        BodyFraming::Chunked => {
+            let mut chunked = Chunked::default();
+            let mut body = BytesMut::new();
+            loop {
+                match chunked.decode(&mut buf)? {
+                    Decoded::Data(d) => body.extend_from_slice(&d),
+                    Decoded::Trailers(_) => {}
+                    Decoded::End => break body.freeze(),
+                    Decoded::More => return Err(ParseError::Chunk("body cut short")),
+                }
+            }
+        }
+    };
+    Ok((parsed, body))
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
 use super::*;
+use crate::encode::{encode_chunk, encode_last_chunk, encode_request_head};
+use http::Method;
 use proptest::prelude::*;
 
 /// Feeds `bytes` to the head parser and then the body decoder in pieces cut at
@@ -186,7 +188,7 @@ fn only_an_unusual_reason_phrase_is_kept() {
     let reason = |s: &str| parse(s).ok().flatten().and_then(|h| h.reason);
     assert!(reason("HTTP/1.1 200 OK\r\n\r\n").is_none());
     assert_eq!(
-        reason("HTTP/1.1 200 Fine Thanks\r\n\r\n").map(|r| r.as_bytes().to_vec()),
+        reason("HTTP/1.1 200 Fine Thanks\r\n\r\n").map(|r| r.to_vec()),
         Some(b"Fine Thanks".to_vec())
     );
 }
@@ -286,4 +288,20 @@ fn a_request_head_is_framed_by_its_headers_then_its_body() {
     let f = encode_request_head(&Method::PUT, "/", &mut h, Some(None), &mut Vec::new());
     assert_eq!(f, BodyFraming::Chunked);
     assert!(h.contains_key(header::TRANSFER_ENCODING));
+}
+
+#[test]
+fn a_whole_response_reads_by_its_framing() {
+    let (h, body) =
+        read_whole(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcdef", false).expect("length");
+    assert_eq!((h.status.as_u16(), &body[..]), (200, &b"abc"[..]));
+    let chunked =
+        b"HTTP/1.1 401 No\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1;x\r\nc\r\n0\r\n\r\n";
+    let (h, body) = read_whole(chunked, false).expect("chunked");
+    assert_eq!((h.status.as_u16(), &body[..]), (401, &b"abc"[..]));
+    let (_, body) = read_whole(b"HTTP/1.0 200 OK\r\n\r\nto the end", false).expect("close");
+    assert_eq!(&body[..], b"to the end");
+    assert!(read_whole(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nab", false).is_err());
+    assert!(read_whole(b"HTTP/1.1 200 OK\r\n", false).is_err());
+    assert!(read_whole(b"HTTP/1.1 200 OK\r\ncontent-length: 1, 2\r\n\r\nab", false).is_err());
 }

@@ -1,0 +1,30 @@
+//! The router's one HTTP/1 codec, in the spirit of hyper's `proto/h1`: pure code,
+//! bytes in and bytes out, no I/O, so that every part can be property-tested over
+//! every way its input can be split across reads and fuzzed against hyper and
+//! httparse (`fuzz/`).
+//!
+//! - [`length`]: the one `Content-Length` rule;
+//! - [`chunk`]: the one chunk-size line grammar;
+//! - [`framing`]: where each request of a client's connection ends (the server
+//!   role's decoder, the one owner of that answer);
+//! - [`response`]: a member's response head and body (the client role's decoder),
+//!   also what the health probe and the CLI's admin calls read;
+//! - [`encode`]: the heads, chunks and trailers written towards members.
+//!
+//! Hand-written on `httparse` rather than hyper's client and server because
+//! neither can follow a connection's framing without owning the connection, and
+//! hyper's client dispatch (a channel and a oneshot per request) was the largest
+//! piece of library machinery on the request path (`bench/RESULTS.md`).
+
+pub mod chunk;
+pub mod encode;
+pub mod framing;
+pub mod length;
+pub mod response;
+
+/// Header fields at most in one head, requests and responses alike (hyper's
+/// default on both sides): more is 431 from a client, an error from a member.
+pub const MAX_HEADERS: usize = 100;
+
+/// A response head (or a trailer section) larger than this is refused.
+pub const MAX_HEAD: usize = 64 * 1024;
