@@ -31,7 +31,8 @@ async fn hung_member() -> std::net::SocketAddr {
     addr
 }
 
-/// Sends 20 requests, 50 ms apart, each on its own task; returns how many timed out.
+/// Sends 20 requests, each on its own task once the one before it has reached a
+/// member (is held by the hung one, or answered); returns how many timed out.
 async fn stuck_requests(balance: &str) -> usize {
     let healthy = Backend::start().await;
     let hung = hung_member().await;
@@ -47,6 +48,7 @@ async fn stuck_requests(balance: &str) -> usize {
     r.wait_member(healthy.addr).await;
     let mut tasks = Vec::new();
     for _ in 0..20 {
+        let held = held_by(&r, hung).await;
         let addr = r.http;
         tasks.push(tokio::spawn(async move {
             e2e::raw::status(
@@ -58,7 +60,13 @@ async fn stuck_requests(balance: &str) -> usize {
                 .await,
             )
         }));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let last = tasks.last().expect("just pushed");
+        e2e::eventually(
+            "the request reached a member",
+            Duration::from_secs(10),
+            async || last.is_finished() || held_by(&r, hung).await > held,
+        )
+        .await;
     }
     let mut stuck = 0;
     for t in tasks {
@@ -69,6 +77,14 @@ async fn stuck_requests(balance: &str) -> usize {
         }
     }
     stuck
+}
+
+/// Requests `member` holds now.
+async fn held_by(r: &TestRouter, member: std::net::SocketAddr) -> u64 {
+    r.backend_state(member)
+        .await
+        .and_then(|s| s["in_flight"].as_u64())
+        .unwrap_or(0)
 }
 
 #[tokio::test]

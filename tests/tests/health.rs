@@ -431,7 +431,14 @@ async fn client_body_failures_are_never_charged_to_the_member() {
         s.write_all(b"POST /upload HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nContent-Length: 100000\r\n\r\n0123456789")
             .await
             .expect("write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Its sending side closes mid-body; the router ends the connection.
+        s.shutdown().await.expect("shutdown");
+        let closed = e2e::raw::read_all(&mut s, Duration::from_secs(10)).await;
+        assert!(
+            closed.is_empty() || e2e::raw::status(&closed) == Some(400),
+            "{}",
+            String::from_utf8_lossy(&closed)
+        );
         drop(s);
         // A chunked body with a chunk size that is not hex.
         let raw = e2e::raw::exchange(
@@ -450,7 +457,8 @@ async fn client_body_failures_are_never_charged_to_the_member() {
     assert!(
         r.metric("router_upstream_errors_total{kind=\"client_body\"}")
             .await
-            >= Some(5.0)
+            >= Some(10.0),
+        "five aborted uploads and five bad chunk sizes"
     );
     assert_eq!(
         r.metric("router_upstream_errors_total{kind=\"reset\"}")

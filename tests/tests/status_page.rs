@@ -212,7 +212,6 @@ async fn the_status_page_renders_live_state_in_chromium() {
     .await;
     assert!(dom.contains("data-rendered=\"") && !dom.contains("data-rotate="));
     open.stop().await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
     let _ = std::fs::remove_dir_all(&root);
 }
 

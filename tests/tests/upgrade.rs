@@ -47,8 +47,13 @@ async fn upgrade_under_wrk_drops_nothing_and_a_failed_successor_changes_nothing(
         .arg(format!("http://{}/", old.http))
         .kill_on_drop(true)
         .output();
+    let before = b.proxied();
     let wrk = tokio::spawn(wrk);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The upgrade happens under load: once wrk's requests flow.
+    e2e::eventually("wrk's load flowing", Duration::from_secs(10), async || {
+        b.proxied() >= before + 500
+    })
+    .await;
     let new = RouterProcess::start_args(&cfg, &["upgrade"]).await;
     assert_eq!(new.http, old.http, "the same socket");
     assert_eq!(new.admin, old.admin);
@@ -232,8 +237,16 @@ async fn upgrade_hands_the_http3_socket_over_and_http3_clients_carry_on() {
         .args(["/", "20", "5"])
         .kill_on_drop(true)
         .output();
+    let before = b.proxied();
     let client = tokio::spawn(client);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The upgrade happens while the client is on the old process: once its
+    // requests flow.
+    e2e::eventually(
+        "HTTP/3 requests flowing",
+        Duration::from_secs(10),
+        async || b.proxied() >= before + 10,
+    )
+    .await;
     let new = RouterProcess::start_args(&cfg, &["upgrade"]).await;
     assert_eq!(new.http3, Some(udp), "the same UDP socket");
     let exit = tokio::time::timeout(Duration::from_secs(20), old.child.wait())

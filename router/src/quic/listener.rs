@@ -30,23 +30,6 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(socket.into())
 }
 
-/// Handshakes in progress, counted by a guard each (dropped when its handshake
-/// ends, whichever way).
-pub(super) struct Handshaking(Arc<AtomicUsize>);
-
-impl Handshaking {
-    fn begin(count: &Arc<AtomicUsize>) -> Handshaking {
-        count.fetch_add(1, Ordering::Relaxed);
-        Handshaking(count.clone())
-    }
-}
-
-impl Drop for Handshaking {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Accepts QUIC connections until `stop`, then lets them finish for `grace`.
 pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, grace: Duration) {
     let local_port = bound.socket.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -123,7 +106,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         };
         accepted.inc();
         let place = Place::new(slot, source, open.clone());
-        let handshaking = Handshaking::begin(&handshakes);
+        let handshaking = super::serve::Handshaking::begin(&handshakes);
         let connection = super::serve::Connection {
             serving: current.clone(),
             place,

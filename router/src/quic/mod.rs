@@ -171,7 +171,7 @@ pub fn server_config(
     tls: rustls::ServerConfig,
     keys: PairKeys,
     settings: &Http3Config,
-    limits: &crate::config::Limits,
+    limits: &crate::request::limits::Limits,
 ) -> Result<(quinn::EndpointConfig, quinn::ServerConfig), String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("TLS for QUIC: {e}"))?;

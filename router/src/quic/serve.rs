@@ -5,6 +5,7 @@
 //! [`Proxy::serve`]: crate::request::Proxy::serve
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderMap, Response, header};
@@ -13,7 +14,6 @@ use prometheus::IntCounter;
 use tokio::sync::watch;
 
 use super::body::H3Body;
-use super::listener::Handshaking;
 use crate::request::activity::{Activity, Place};
 use crate::request::body::ProxyBody;
 use crate::request::headers::ClientConn;
@@ -26,6 +26,23 @@ type SendStream = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
 const NO_ERROR: u32 = 0x100;
+
+/// Handshakes in progress, counted by a guard each (dropped when its handshake
+/// ends, whichever way).
+pub(super) struct Handshaking(Arc<AtomicUsize>);
+
+impl Handshaking {
+    pub(super) fn begin(count: &Arc<AtomicUsize>) -> Handshaking {
+        count.fetch_add(1, Ordering::Relaxed);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// What a connection's task needs, made by the listener.
 pub(super) struct Connection {

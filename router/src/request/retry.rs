@@ -16,7 +16,7 @@
 //! - anything else (a garbled answer, a timeout, a response begun): no retry.
 //!
 //! Each request, passthrough or TCP connection gets one retry, counted in
-//! `router_retries_total` for HTTP (a reconnect that finds nothing reachable may still
+//! `router_upstream_retries_total` for HTTP (a reconnect that finds nothing reachable may still
 //! move to another member).
 
 use super::error::ProxyError;
