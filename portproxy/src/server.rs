@@ -80,11 +80,11 @@ where
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                // Out of descriptors (EMFILE/ENFILE) or a transient error: count, say
-                // so at most once per pause, and back off instead of spinning.
+                // Counted; a client's own error (reset before it was accepted) is
+                // passed over, anything else (out of descriptors) pauses, by the
+                // router's rule too (`nofile::accept_pause`).
                 shared.metrics.accept_errors.inc();
-                tracing::warn!(error = %e, "accept failed; pausing 100 ms");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                nofile::after_accept_error(mode.as_str(), &e).await;
                 continue;
             }
         };

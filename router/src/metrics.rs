@@ -135,6 +135,9 @@ pub struct Metrics {
     /// `router_admin_refused_total{reason}`: admin calls refused (host, origin,
     /// token).
     pub admin_refused: IntCounterVec,
+    /// `router_accept_errors_total{listener}`: `accept(2)` failures, every listener
+    /// (see `nofile::accept_pause` for what each means).
+    pub accept_errors: IntCounterVec,
     /// `router_connections_refused_total{listener, reason}`: client connections
     /// closed at accept (`source_limit`: the address held its share).
     pub refused: IntCounterVec,
@@ -314,6 +317,12 @@ impl Metrics {
             evicted: counters!(
                 "router_connections_evicted_total",
                 "Quiet client connections closed to make room at limits.max_connections",
+                &["listener"],
+                r
+            )?,
+            accept_errors: counters!(
+                "router_accept_errors_total",
+                "accept(2) failures by listener (out of descriptors pauses the listener 100 ms)",
                 &["listener"],
                 r
             )?,

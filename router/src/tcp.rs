@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
-use crate::request::listener::{Live, Slots, stopped};
+use crate::request::listener::{Gate, Live, accept_failed, stopped};
 use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
 use proxy_protocol::Version;
@@ -84,36 +84,34 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let name: Arc<str> = Arc::from(listener.local_addr().unwrap_or(port.address).to_string());
-    let mut current = live.load_full();
-    let mut slots = Slots::new(current.limits.max_connections);
-    let sources = per_source::PerSource::new(current.limits.per_source());
+    let mut gate = Gate::new(&live);
+    let errors = gate
+        .current
+        .proxy
+        .metrics
+        .accept_errors
+        .with_label_values(&[&name]);
     let port = Arc::new(port);
     loop {
         let permit = tokio::select! {
-            p = slots.sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            p = gate.slots.sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stopped(&mut stop) => return,
         };
         let (client, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(listener = %name, error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    accept_failed(&name, &e, &errors).await;
                     continue;
                 }
             },
             _ = stopped(&mut stop) => return,
         };
         // A reload: its limit and proxy settings from this connection on.
-        let latest = live.load_full();
-        if !Arc::ptr_eq(&latest, &current) {
-            slots.resize(latest.limits.max_connections);
-            sources.set_cap(latest.limits.per_source());
-            current = latest;
-        }
-        let (proxy, port, name) = (current.proxy.clone(), port.clone(), name.clone());
+        gate.refresh(&live);
+        let (proxy, port, name) = (gate.current.proxy.clone(), port.clone(), name.clone());
         // Its source holds its share of the port: closed at once.
-        let Some(held) = sources.admit(current.limits.client_keys().key(peer.ip())) else {
+        let Some(held) = gate.admit_source(peer.ip()) else {
             proxy
                 .metrics
                 .tcp

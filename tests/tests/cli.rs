@@ -212,6 +212,13 @@ async fn under_a_low_fd_limit_clients_cannot_starve_admin_or_health_checks() {
         Some(0.0),
         "no check had to be skipped: the reserve held"
     );
+    assert_eq!(
+        router
+            .metric("router_accept_errors_total{listener=\"http\"}")
+            .await,
+        Some(0.0),
+        "the flood waited in the backlog: accept never ran out of descriptors"
+    );
     drop(flood);
     e2e::eventually("served again", Duration::from_secs(15), async || {
         router.status(host, "/").await == Some(200)

@@ -66,6 +66,7 @@ mod status;
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::request::limits::Limits;
+use crate::request::listener::{accept_failed, stopped};
 use crate::ring::{Ring, unix_now};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};
@@ -633,7 +634,6 @@ impl Admin {
         json(&doc)
     }
 
-    /// Serves until `stop` turns true.
     /// Serves until `stop`, with the client listeners' head timeout and size limits
     /// and at most `limits.max_admin_connections` connections (beyond, the kernel
     /// backlog waits): idle or slow clients cannot hold it, nor take fds from the
@@ -650,6 +650,7 @@ impl Admin {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_buf_size(limits.max_header_bytes.max(8192));
+        let errors = self.metrics.accept_errors.with_label_values(&["admin"]);
         loop {
             let slot = tokio::select! {
                 s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => return },
@@ -659,8 +660,7 @@ impl Admin {
                 r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        accept_failed("admin", &e, &errors).await;
                         continue;
                     }
                 },
@@ -791,11 +791,6 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
-}
-
-/// Resolves once `stop` is true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::request::activity::Place;
-use crate::request::listener::{Live, Slots, stopped};
+use crate::request::listener::{Gate, Live, Slots, stopped};
 
 /// The bound UDP socket and what the endpoint is made of; served by [`serve`].
 pub struct Bound {
@@ -42,11 +42,9 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
                 return;
             }
         };
-    let mut current = live.load_full();
-    let mut slots = Slots::new(current.limits.max_connections);
-    let sources = per_source::PerSource::new(current.limits.per_source());
+    let mut gate = Gate::new(&live);
     let handshakes = Arc::new(AtomicUsize::new(0));
-    let metrics = current.proxy.metrics.clone();
+    let metrics = gate.current.proxy.metrics.clone();
     let result = |r: &str| metrics.http3.with_label_values(&[r]);
     let (ok, refused, retried) = (result("ok"), result("refused"), result("retry"));
     let failed = result("failed");
@@ -59,12 +57,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             i = endpoint.accept() => match i { Some(i) => i, None => break },
             _ = stopped(&mut stop) => break,
         };
-        let latest = live.load_full();
-        if !Arc::ptr_eq(&latest, &current) {
-            slots.resize(latest.limits.max_connections);
-            sources.set_cap(latest.limits.per_source());
-            current = latest;
-        }
+        gate.refresh(&live);
         // Under load, an address not validated yet proves it first (Retry).
         if !incoming.remote_address_validated()
             && handshakes.load(Ordering::Relaxed) >= bound.retry_above
@@ -74,12 +67,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             let _ = incoming.retry();
             continue;
         }
-        let Some(source) = sources.admit(
-            current
-                .limits
-                .client_keys()
-                .key(incoming.remote_address().ip()),
-        ) else {
+        let Some(source) = gate.admit_source(incoming.remote_address().ip()) else {
             source_refused.inc();
             refused.inc();
             incoming.refuse();
@@ -87,7 +75,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         };
         // No backlog to wait in: a full listener refuses (the client falls back
         // to TCP, which has one).
-        let Ok(slot) = slots.sem.clone().try_acquire_owned() else {
+        let Ok(slot) = gate.slots.sem.clone().try_acquire_owned() else {
             refused.inc();
             incoming.refuse();
             continue;
@@ -108,7 +96,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         let place = Place::new(slot, source, open.clone());
         let handshaking = super::serve::Handshaking::begin(&handshakes);
         let connection = super::serve::Connection {
-            serving: current.clone(),
+            serving: gate.current.clone(),
             place,
             local_port,
             stop: stop.clone(),
@@ -129,7 +117,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         }
     };
     tokio::select! {
-        () = drain(&endpoint, &slots, grace, kill_tx) => {}
+        () = drain(&endpoint, &gate.slots, grace, kill_tx) => {}
         () = refusing => {}
     }
 }

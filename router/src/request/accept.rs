@@ -52,7 +52,7 @@ use super::client_io::{ClientIo, Stream};
 use super::h1;
 use super::headers::ClientConn;
 use super::limits::Limits;
-use super::listener::{Live, Slots, stopped};
+use super::listener::{Gate, Live, Slots, accept_failed, stopped};
 use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
 use crate::tls::rewind::Rewind;
@@ -193,14 +193,13 @@ pub async fn serve(
     grace: Duration,
     workers: Option<Arc<crate::workers::Workers>>,
 ) {
-    let mut current = live.load_full();
-    let mut builder = Arc::new(builder_for(&current.limits));
-    let mut slots = Slots::new(current.limits.max_connections);
-    let sources = per_source::PerSource::new(current.limits.per_source());
+    let mut gate = Gate::new(&live);
+    let mut builder = Arc::new(builder_for(&gate.current.limits));
     let quiet = Arc::new(Mutex::new(Connections::default()));
-    let metrics = current.proxy.metrics.clone();
+    let metrics = gate.current.proxy.metrics.clone();
     let evicted = metrics.evicted.with_label_values(&[name]);
     let refused = metrics.refused.with_label_values(&[name, "source_limit"]);
+    let errors = metrics.accept_errors.with_label_values(&[name]);
     let open = metrics.open_connections.with_label_values(&[name]);
     let accepted = metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -219,39 +218,34 @@ pub async fn serve(
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(listener = name, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    accept_failed(name, &e, &errors).await;
                     continue;
                 }
             },
             _ = stopped(&mut stop) => break,
         };
         // A reload: new limits for the connections from here on.
-        let latest = live.load_full();
-        if !Arc::ptr_eq(&latest, &current) {
-            builder = Arc::new(builder_for(&latest.limits));
-            slots.resize(latest.limits.max_connections);
-            sources.set_cap(latest.limits.per_source());
-            current = latest;
+        if gate.refresh(&live) {
+            builder = Arc::new(builder_for(&gate.current.limits));
         }
+        let current = &gate.current;
         // Its source holds its share of the listener: closed at once.
-        let keys = current.limits.client_keys();
-        let Some(source) = sources.admit(keys.key(peer.ip())) else {
+        let Some(source) = gate.admit_source(peer.ip()) else {
             refused.inc();
             tracing::debug!(client = %peer, "client source at limits.max_connections_per_source; closed");
             continue;
         };
-        let slot = match slots.sem.clone().try_acquire_owned() {
+        let keys = current.limits.client_keys();
+        let slot = match gate.slots.sem.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
                 // Full, and a client is here: make room (see `make_room`). If
                 // nothing can go, this client waits for a slot.
-                if lock(&quiet).make_room(source.source(), &sources) {
+                if lock(&quiet).make_room(source.source(), &gate.sources) {
                     evicted.inc();
                 }
                 tokio::select! {
-                    s = slots.sem.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+                    s = gate.slots.sem.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
                     _ = stopped(&mut stop) => break,
                 }
             }
@@ -286,7 +280,7 @@ pub async fn serve(
         stream.spawn(connection);
     }
     drop(listener);
-    drain(name, &slots, grace, kill_tx).await;
+    drain(name, &gate.slots, grace, kill_tx).await;
 }
 
 /// Waits up to `grace` for the listener's connections to end (every connection

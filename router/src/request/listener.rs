@@ -1,8 +1,10 @@
 //! What every listener shares (the HTTP and HTTPS listeners of [`super::accept`],
-//! the `tcp.listen` ports, the admin listener): binding, the live settings a reload
-//! swaps, resizable connection slots, and the stop signal.
+//! the `tcp.listen` ports, the HTTP/3 listener, the admin listener): binding, the
+//! live settings a reload swaps, the gate a new client passes (resizable
+//! connection slots and the per-source cap, kept to the live limits), what a
+//! failed accept does, and the stop signal.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +74,54 @@ impl Slots {
     pub(crate) fn max(&self) -> usize {
         self.max
     }
+}
+
+/// What a new client passes on a listener: a connection slot and its source's
+/// place, by the limits live when it arrives (a reload applies to connections
+/// accepted after it, never closing one).
+pub(crate) struct Gate {
+    pub(crate) slots: Slots,
+    pub(crate) sources: Arc<per_source::PerSource>,
+    /// The settings live at the last [`Gate::refresh`].
+    pub(crate) current: Arc<Serving>,
+}
+
+impl Gate {
+    pub(crate) fn new(live: &Live) -> Gate {
+        let current = live.load_full();
+        Gate {
+            slots: Slots::new(current.limits.max_connections),
+            sources: per_source::PerSource::new(current.limits.per_source()),
+            current,
+        }
+    }
+
+    /// Takes a reload's limits; true if there was one (the caller renews what it
+    /// derives from them).
+    pub(crate) fn refresh(&mut self, live: &Live) -> bool {
+        let latest = live.load_full();
+        if Arc::ptr_eq(&latest, &self.current) {
+            return false;
+        }
+        self.slots.resize(latest.limits.max_connections);
+        self.sources.set_cap(latest.limits.per_source());
+        self.current = latest;
+        true
+    }
+
+    /// `ip`'s place among its client key's connections, `None` at
+    /// `limits.max_connections_per_source`.
+    pub(crate) fn admit_source(&self, ip: IpAddr) -> Option<per_source::Held> {
+        self.sources
+            .admit(self.current.limits.client_keys().key(ip))
+    }
+}
+
+/// After a failed `accept(2)` on listener `name`: counted, then the one rule of
+/// both binaries (`nofile::after_accept_error`).
+pub(crate) async fn accept_failed(name: &str, e: &std::io::Error, errors: &prometheus::IntCounter) {
+    errors.inc();
+    nofile::after_accept_error(name, e).await;
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
