@@ -33,6 +33,7 @@ pub mod startup;
 pub mod table;
 pub mod tcp;
 pub mod tls;
+pub mod token_bucket;
 pub mod upgrade;
 pub mod upstream;
 pub mod workers;

@@ -4,13 +4,15 @@
 //! reached limit" once per rapid-reset connection). Every such line is an attacker's
 //! lever on our disk and our log pipeline, so events from those targets
 //! ([`peer_driven`]) share one token bucket: `BURST` lines at once, then `RATE` a
-//! second; the rest are dropped and counted ([`Bucket::suppressed`]). Our own lines
+//! second; the rest are dropped and counted ([`LineLimit::suppressed`]). Our own lines
 //! about clients are at DEBUG already, and lines about the router itself are never
 //! limited.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+use crate::token_bucket::{Rate, TokenBucket};
 
 /// Lines a second from peer-driven targets, after the burst.
 pub const RATE: f64 = 10.0;
@@ -22,39 +24,32 @@ pub fn peer_driven(target: &str) -> bool {
     target.starts_with("h2") || target.starts_with("hyper") || target.starts_with("rustls")
 }
 
-/// A token bucket.
+/// The lines peers can cause: one token bucket, and what it dropped.
 #[derive(Debug)]
-pub struct Bucket {
-    state: Mutex<(f64, Instant)>,
-    rate: f64,
-    burst: f64,
+pub struct LineLimit {
+    bucket: Mutex<TokenBucket>,
+    rate: Rate,
     suppressed: AtomicU64,
 }
 
-impl Bucket {
-    pub fn new(rate: f64, burst: f64) -> Bucket {
-        Bucket {
-            state: Mutex::new((burst, Instant::now())),
+impl LineLimit {
+    pub fn new(per_second: f64, burst: f64) -> LineLimit {
+        let rate = Rate { per_second, burst };
+        LineLimit {
+            bucket: Mutex::new(TokenBucket::full(&rate, Instant::now())),
             rate,
-            burst,
             suppressed: AtomicU64::new(0),
         }
     }
 
     /// Takes a token at `now` if there is one.
     pub fn allow_at(&self, now: Instant) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (tokens, last) = *s;
-        let refilled = (tokens + now.saturating_duration_since(last).as_secs_f64() * self.rate)
-            .min(self.burst);
-        if refilled >= 1.0 {
-            *s = (refilled - 1.0, now);
-            true
-        } else {
-            *s = (refilled, now);
+        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let allowed = b.take(&self.rate, now).is_ok();
+        if !allowed {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
-            false
         }
+        allowed
     }
 
     pub fn allow(&self) -> bool {
@@ -75,7 +70,7 @@ mod tests {
 
     #[test]
     fn a_burst_then_the_rate() {
-        let b = Bucket::new(10.0, 5.0);
+        let b = LineLimit::new(10.0, 5.0);
         let t = Instant::now();
         assert_eq!((0..100).filter(|_| b.allow_at(t)).count(), 5, "the burst");
         assert_eq!(b.suppressed(), 95);

@@ -297,7 +297,7 @@ fn init_logging(format: LogFormat) {
     use tracing_subscriber::prelude::*;
 
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let bucket = Arc::new(log_limit::Bucket::new(log_limit::RATE, log_limit::BURST));
+    let bucket = Arc::new(log_limit::LineLimit::new(log_limit::RATE, log_limit::BURST));
     // The environment filter first, so that disabled lines spend no token; the
     // bucket is asked on every event (a dynamic filter's answer is never cached).
     let filter = env.and(dynamic_filter_fn(move |m, _| {

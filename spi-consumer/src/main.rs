@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use spi_consumer::decode::{Decoded, decode};
 use spi_consumer::source::stomp::tls::{TlsClient, TlsFiles};
-use spi_consumer::source::stomp::{Session, SessionConfig};
+use spi_consumer::source::stomp::{SessionConfig, StompSession};
 
 #[derive(Parser)]
 #[command(version, about = "Routing-SPI operator tools")]
@@ -33,12 +33,12 @@ enum Cmd {
     Replay {
         dir: PathBuf,
         #[command(flatten)]
-        broker: Broker,
+        broker: BrokerArgs,
     },
     /// Print events as they arrive.
     Echo {
         #[command(flatten)]
-        broker: Broker,
+        broker: BrokerArgs,
         /// Exit after this many messages.
         #[arg(long)]
         count: Option<usize>,
@@ -51,8 +51,8 @@ enum Cmd {
 }
 
 #[derive(Args)]
-struct Broker {
-    /// Broker `host:port`; repeat for a failover list.
+struct BrokerArgs {
+    /// BrokerArgs `host:port`; repeat for a failover list.
     #[arg(long = "host", required = true)]
     hosts: Vec<String>,
     /// `/queue/...` or `/topic/...`.
@@ -73,7 +73,7 @@ struct Broker {
     key_file: Option<PathBuf>,
 }
 
-impl Broker {
+impl BrokerArgs {
     fn session(&self, destination: String) -> anyhow::Result<SessionConfig> {
         let passcode = match &self.passcode_file {
             Some(p) => Some(
@@ -165,7 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             // Publishing needs no subscription of its own; use a private queue.
             let cfg =
                 broker.session(format!("/queue/spi-consumer.replay.{}", std::process::id()))?;
-            let mut session = Session::connect(&cfg, 0).await?;
+            let mut session = StompSession::connect(&cfg, 0).await?;
             for f in &files {
                 let body = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
                 session
@@ -185,7 +185,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut cfg = broker.session(broker.destination.clone())?;
             cfg.subscription_name = durable;
             cfg.client_id = client_id;
-            let mut session = Session::connect(&cfg, 0).await?;
+            let mut session = StompSession::connect(&cfg, 0).await?;
             let mut seen = 0;
             while count.is_none_or(|c| seen < c) {
                 let m = session.next_message().await?;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use e2e::activemq::ActiveMq;
 use e2e::{Backend, TestRouter, events};
-use spi_consumer::source::stomp::Session;
+use spi_consumer::source::stomp::StompSession;
 
 const QUEUE: &str = "/queue/routinginfo.router-a";
 
@@ -15,8 +15,8 @@ fn spi(amq: &ActiveMq) -> String {
     )
 }
 
-async fn publisher(amq: &ActiveMq) -> Session {
-    Session::connect(&amq.session_config("/queue/publisher.unused"), 0)
+async fn publisher(amq: &ActiveMq) -> StompSession {
+    StompSession::connect(&amq.session_config("/queue/publisher.unused"), 0)
         .await
         .expect("publisher connects")
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use e2e::activemq::ActiveMq;
-use spi_consumer::source::stomp::{Session, SessionConfig, StompError};
+use spi_consumer::source::stomp::{SessionConfig, StompError, StompSession};
 
 fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
     amq.session_config(destination)
@@ -11,7 +11,7 @@ fn config(amq: &ActiveMq, destination: &str) -> SessionConfig {
 
 async fn publish(amq: &ActiveMq, destination: &str, bodies: &[&str]) {
     // Publishing needs a session too; subscribe it somewhere harmless.
-    let mut s = Session::connect(&config(amq, "/queue/publisher.unused"), 0)
+    let mut s = StompSession::connect(&config(amq, "/queue/publisher.unused"), 0)
         .await
         .expect("publisher connects");
     for b in bodies {
@@ -24,7 +24,7 @@ async fn publish(amq: &ActiveMq, destination: &str, bodies: &[&str]) {
         .expect("disconnect");
 }
 
-async fn next(s: &mut Session) -> spi_consumer::source::stomp::Message {
+async fn next(s: &mut StompSession) -> spi_consumer::source::stomp::Message {
     tokio::time::timeout(Duration::from_secs(20), s.next_message())
         .await
         .expect("a message in time")
@@ -36,7 +36,7 @@ async fn unacked_messages_are_redelivered_after_reconnect() {
     let amq = ActiveMq::start();
     let q = "/queue/routinginfo.router-a";
     publish(&amq, q, &["one", "two", "three"]).await;
-    let mut s = Session::connect(&config(&amq, q), 0)
+    let mut s = StompSession::connect(&config(&amq, q), 0)
         .await
         .expect("connect");
     let m1 = next(&mut s).await;
@@ -46,7 +46,7 @@ async fn unacked_messages_are_redelivered_after_reconnect() {
     assert_eq!(&m2.body[..], b"two");
     // Crash before acknowledging: drop the connection without DISCONNECT.
     drop(s);
-    let mut s = Session::connect(&config(&amq, q), 0)
+    let mut s = StompSession::connect(&config(&amq, q), 0)
         .await
         .expect("reconnect");
     // The broker requeues "two" when it notices the dead connection, asynchronously:
@@ -75,13 +75,15 @@ async fn durable_topic_subscription_keeps_messages_while_away() {
     let mut cfg = config(&amq, topic);
     cfg.client_id = Some("router-a".into());
     cfg.subscription_name = Some("router-a".into());
-    let s = Session::connect(&cfg, 0).await.expect("durable subscribe");
+    let s = StompSession::connect(&cfg, 0)
+        .await
+        .expect("durable subscribe");
     s.disconnect(Duration::from_secs(10))
         .await
         .expect("disconnect");
     // Published while the router is away.
     publish(&amq, topic, &["while-away"]).await;
-    let mut s = Session::connect(&cfg, 0).await.expect("resubscribe");
+    let mut s = StompSession::connect(&cfg, 0).await.expect("resubscribe");
     let m = next(&mut s).await;
     assert_eq!(&m.body[..], b"while-away");
     s.ack(&m).await.expect("ack");
@@ -99,7 +101,7 @@ async fn persistent_messages_survive_a_broker_restart_and_failover_skips_dead_ho
     };
     let mut cfg = config(&amq, q);
     cfg.hosts = vec![dead, amq.stomp.to_string()];
-    let mut s = Session::connect(&cfg, 0)
+    let mut s = StompSession::connect(&cfg, 0)
         .await
         .expect("second host answers");
     assert_eq!(s.host, amq.stomp.to_string());
@@ -114,7 +116,7 @@ async fn heart_beats_keep_an_idle_session_alive_and_a_dead_broker_is_noticed() {
     let q = "/queue/routinginfo.idle";
     let mut cfg = config(&amq, q);
     cfg.heartbeat = Duration::from_millis(300);
-    let mut s = Session::connect(&cfg, 0).await.expect("connect");
+    let mut s = StompSession::connect(&cfg, 0).await.expect("connect");
     // Idle for many heart-beat periods: no message, and no error either.
     let idle = tokio::time::timeout(Duration::from_secs(3), s.next_message()).await;
     assert!(idle.is_err(), "still waiting, not failed: {idle:?}");
@@ -162,7 +164,7 @@ async fn stomp_over_tls_with_a_private_ca_and_a_client_certificate() {
     let mut cfg = config(&amq, q);
     cfg.hosts = vec![tls_addr.clone()];
     cfg.tls = Some(TlsClient::load(&files).expect("tls files"));
-    let mut s = Session::connect(&cfg, 0)
+    let mut s = StompSession::connect(&cfg, 0)
         .await
         .expect("TLS session with client cert");
     let m = next(&mut s).await;
@@ -183,7 +185,7 @@ async fn stomp_over_tls_with_a_private_ca_and_a_client_certificate() {
         })
         .expect("load"),
     );
-    let err = Session::connect(&wrong, 0)
+    let err = StompSession::connect(&wrong, 0)
         .await
         .err()
         .expect("untrusted broker refused");
@@ -200,7 +202,7 @@ async fn stomp_over_tls_with_a_private_ca_and_a_client_certificate() {
         .expect("load"),
     );
     assert!(
-        Session::connect(&anonymous, 0).await.is_err(),
+        StompSession::connect(&anonymous, 0).await.is_err(),
         "client certificate required"
     );
 }

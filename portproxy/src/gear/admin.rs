@@ -27,18 +27,18 @@ use crate::numbers::strict_u32;
 const MAX_REQUEST: u64 = 256 * 1024;
 
 /// What the admin socket answers.
-pub struct Answer {
+pub struct AdminAnswer {
     pub lines: Vec<String>,
     /// `None` = ok; else the exit code and the message.
     pub error: Option<(u8, String)>,
 }
 
-impl Answer {
-    fn ok(lines: Vec<String>) -> Answer {
-        Answer { lines, error: None }
+impl AdminAnswer {
+    fn ok(lines: Vec<String>) -> AdminAnswer {
+        AdminAnswer { lines, error: None }
     }
-    fn err(code: u8, m: impl Into<String>) -> Answer {
-        Answer {
+    fn err(code: u8, m: impl Into<String>) -> AdminAnswer {
+        AdminAnswer {
             lines: Vec::new(),
             error: Some((code, m.into())),
         }
@@ -90,12 +90,12 @@ async fn one(stream: UnixStream, gear: Option<Arc<Gear>>) -> std::io::Result<()>
         .read_line(&mut line)
         .await?;
     let answer = if !line.ends_with('\n') {
-        Answer::err(2, "request too long or not terminated by a newline")
+        AdminAnswer::err(2, "request too long or not terminated by a newline")
     } else {
         match &gear {
             Some(g) => handle(g, &line).await,
-            None if line.trim() == "ping" => Answer::ok(Vec::new()),
-            None => Answer::err(1, "gear mode is off in this daemon's configuration"),
+            None if line.trim() == "ping" => AdminAnswer::ok(Vec::new()),
+            None => AdminAnswer::err(1, "gear mode is off in this daemon's configuration"),
         }
     };
     let mut out = String::new();
@@ -112,58 +112,58 @@ async fn one(stream: UnixStream, gear: Option<Arc<Gear>>) -> std::io::Result<()>
 }
 
 /// Carries out one request line.
-pub async fn handle(gear: &Gear, line: &str) -> Answer {
+pub async fn handle(gear: &Gear, line: &str) -> AdminAnswer {
     let words: Vec<&str> = line.split_whitespace().collect();
     let Some((&verb, args)) = words.split_first() else {
-        return Answer::err(2, "empty request");
+        return AdminAnswer::err(2, "empty request");
     };
     let rules = gear.rules();
     match verb {
-        "ping" => Answer::ok(Vec::new()),
+        "ping" => AdminAnswer::ok(Vec::new()),
         "add" => {
             if args.is_empty() || args.len() % 2 != 0 {
-                return Answer::err(2, "usage: add PORT IP:PORT [PORT IP:PORT…]");
+                return AdminAnswer::err(2, "usage: add PORT IP:PORT [PORT IP:PORT…]");
             }
             let mut pairs = Vec::with_capacity(args.len() / 2);
             for pair in args.chunks(2) {
                 let port = match rules.port(pair[0]) {
                     Ok(p) => p,
-                    Err(e) => return Answer::err(1, e.to_string()),
+                    Err(e) => return AdminAnswer::err(1, e.to_string()),
                 };
                 let target = match rules.target(pair[1]) {
                     Ok(t) => t,
-                    Err(e) => return Answer::err(1, e.to_string()),
+                    Err(e) => return AdminAnswer::err(1, e.to_string()),
                 };
                 pairs.push((port, target));
             }
             match gear.add(&pairs).await {
-                Ok(_) => Answer::ok(Vec::new()),
-                Err(e) => Answer::err(1, e.to_string()),
+                Ok(_) => AdminAnswer::ok(Vec::new()),
+                Err(e) => AdminAnswer::err(1, e.to_string()),
             }
         }
         "remove" => {
             if args.is_empty() {
-                return Answer::err(2, "usage: remove PORT…");
+                return AdminAnswer::err(2, "usage: remove PORT…");
             }
             let mut ports = Vec::with_capacity(args.len());
             for a in args {
                 match rules.port(a) {
                     Ok(p) => ports.push(p),
-                    Err(e) => return Answer::err(1, e.to_string()),
+                    Err(e) => return AdminAnswer::err(1, e.to_string()),
                 }
             }
             match gear.remove(&ports).await {
-                Ok(_) => Answer::ok(Vec::new()),
-                Err(e) => Answer::err(1, e.to_string()),
+                Ok(_) => AdminAnswer::ok(Vec::new()),
+                Err(e) => AdminAnswer::err(1, e.to_string()),
             }
         }
         "remove-uid" => {
             let [uid] = args else {
-                return Answer::err(2, "usage: remove-uid UID");
+                return AdminAnswer::err(2, "usage: remove-uid UID");
             };
             let uid = match strict_u32(uid) {
                 Ok(u) => u,
-                Err(e) => return Answer::err(1, format!("uid: {e}")),
+                Err(e) => return AdminAnswer::err(1, format!("uid: {e}")),
             };
             let block = match gear
                 .config()
@@ -171,14 +171,14 @@ pub async fn handle(gear: &Gear, line: &str) -> Answer {
                 .port_block(uid, &gear.config().ports.0)
             {
                 Ok(b) => b,
-                Err(e) => return Answer::err(1, e.to_string()),
+                Err(e) => return AdminAnswer::err(1, e.to_string()),
             };
             let ports: Vec<u16> = block.collect();
             match gear.remove(&ports).await {
                 Ok(removed) => {
-                    Answer::ok(removed.iter().map(|(p, t)| format!("{p} {t}")).collect())
+                    AdminAnswer::ok(removed.iter().map(|(p, t)| format!("{p} {t}")).collect())
                 }
-                Err(e) => Answer::err(1, e.to_string()),
+                Err(e) => AdminAnswer::err(1, e.to_string()),
             }
         }
         "show" => {
@@ -186,7 +186,7 @@ pub async fn handle(gear: &Gear, line: &str) -> Answer {
             for a in args {
                 match crate::numbers::strict_port(a) {
                     Ok(p) => ports.push(p),
-                    Err(e) => return Answer::err(1, e),
+                    Err(e) => return AdminAnswer::err(1, e),
                 }
             }
             let lines = gear
@@ -195,8 +195,8 @@ pub async fn handle(gear: &Gear, line: &str) -> Answer {
                 .iter()
                 .map(|(p, t)| format!("{p} {t}"))
                 .collect();
-            Answer::ok(lines)
+            AdminAnswer::ok(lines)
         }
-        other => Answer::err(2, format!("unknown verb `{other}`")),
+        other => AdminAnswer::err(2, format!("unknown verb `{other}`")),
     }
 }

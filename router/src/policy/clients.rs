@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use per_source::ClientKey;
+
+use crate::token_bucket::{Rate, TokenBucket};
 use spi_consumer::AppKey;
 
 use super::Refused;
@@ -26,19 +28,6 @@ use super::Refused;
 /// Buckets kept at most (16 shards): about 64 bytes each, 6 MiB in all.
 pub const MAX_TRACKED: usize = 100_000;
 const SHARDS: usize = 16;
-
-/// A `rate_limit` in tokens.
-#[derive(Debug, Clone, Copy)]
-pub struct Rate {
-    pub per_second: f64,
-    pub burst: f64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
 
 type Key = (u64, ClientKey);
 
@@ -67,7 +56,7 @@ type Map<V> = HashMap<Key, V, std::hash::BuildHasherDefault<KeyHash>>;
 /// The state of every app's limits.
 #[derive(Debug)]
 pub struct Clients {
-    buckets: [Mutex<Map<Bucket>>; SHARDS],
+    buckets: [Mutex<Map<TokenBucket>>; SHARDS],
     in_flight: Arc<[Mutex<Map<u32>>; SHARDS]>,
     hasher: std::hash::RandomState,
     /// Clients let through untracked because their shard was full
@@ -121,24 +110,16 @@ impl Clients {
         let (key, shard) = self.key(app, client);
         let mut buckets = lock(&self.buckets[shard]);
         if !buckets.contains_key(&key) && buckets.len() >= MAX_TRACKED / SHARDS {
-            buckets.retain(|_, b| refill(b, rate, now) < rate.burst);
+            buckets.retain(|_, b| b.level(rate, now) < rate.burst);
             if buckets.len() >= MAX_TRACKED / SHARDS {
                 self.untracked.inc();
                 return Ok(());
             }
         }
-        let bucket = buckets.entry(key).or_insert(Bucket {
-            tokens: rate.burst,
-            at: now,
-        });
-        bucket.tokens = refill(bucket, rate, now);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            return Ok(());
-        }
-        let wait = (1.0 - bucket.tokens) / rate.per_second;
-        Err(Refused::Rate {
+        let bucket = buckets
+            .entry(key)
+            .or_insert_with(|| TokenBucket::full(rate, now));
+        bucket.take(rate, now).map_err(|wait| Refused::Rate {
             retry_after: wait.ceil().max(1.0) as u64,
         })
     }
@@ -169,11 +150,6 @@ impl Clients {
     pub fn tracked(&self) -> usize {
         self.buckets.iter().map(|b| lock(b).len()).sum()
     }
-}
-
-fn refill(b: &Bucket, rate: &Rate, now: Instant) -> f64 {
-    let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-    (b.tokens + elapsed * rate.per_second).min(rate.burst)
 }
 
 /// One request counted in flight; uncounted when dropped.

@@ -31,6 +31,7 @@ use self::affinity::{Affinity, AffinityKey};
 use self::clients::{Clients, Hold};
 use self::settings::{AppSettings, MembersProtocol};
 use self::store::SettingsStore;
+use crate::token_bucket::Rate;
 
 /// Every app's compiled policy: those with settings of their own, and the one of
 /// the others (none when `app_defaults:` is empty).
@@ -47,7 +48,7 @@ pub struct Policy {
     pub effective: AppSettings,
     allow: Vec<ipnet::IpNet>,
     deny: Vec<ipnet::IpNet>,
-    rate: Option<clients::Rate>,
+    rate: Option<Rate>,
     max_in_flight: u32,
     pub affinity: Option<Affinity>,
     maintenance: Option<MaintenanceAnswer>,
@@ -105,7 +106,7 @@ impl Policy {
             rate: effective
                 .rate_limit
                 .filter(|r| r.requests_per_second > 0)
-                .map(|r| clients::Rate {
+                .map(|r| Rate {
                     per_second: f64::from(r.requests_per_second),
                     burst: f64::from(r.burst.unwrap_or(r.requests_per_second)),
                 }),

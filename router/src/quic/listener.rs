@@ -95,7 +95,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
         accepted.inc();
         let place = Place::new(slot, source, open.clone());
         let handshaking = super::serve::Handshaking::begin(&handshakes);
-        let connection = super::serve::Connection {
+        let connection = super::serve::QuicConnection {
             serving: gate.current.clone(),
             place,
             local_port,

@@ -45,7 +45,7 @@ impl Drop for Handshaking {
 }
 
 /// What a connection's task needs, made by the listener.
-pub(super) struct Connection {
+pub(super) struct QuicConnection {
     pub(super) serving: Arc<Serving>,
     pub(super) place: Place,
     pub(super) local_port: u16,
@@ -56,7 +56,7 @@ pub(super) struct Connection {
     pub(super) ok: IntCounter,
 }
 
-impl Connection {
+impl QuicConnection {
     /// `connecting`: the handshake quinn began for the client at `peer` (accepted
     /// by the listener, so that this task never holds the larger `Incoming`);
     /// `local`: the address it came to.

@@ -13,7 +13,6 @@
 //! ignores every other field. Bodies are capped at [`MAX_BODY`].
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -274,9 +273,6 @@ fn valid_address(a: &str) -> bool {
             && a.bytes()
                 .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.'))
 }
-
-/// The shared client, built once from the settings.
-pub type Shared = Arc<Client>;
 
 #[cfg(test)]
 mod tests {

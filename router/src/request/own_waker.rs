@@ -74,13 +74,13 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     /// Counts its polls; ready once `open` is set (and its waker called).
-    struct Gate {
+    struct Door {
         polls: Arc<AtomicUsize>,
         open: Arc<AtomicBool>,
         waker: Arc<std::sync::Mutex<Option<Waker>>>,
     }
 
-    impl Future for Gate {
+    impl Future for Door {
         type Output = ();
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
             self.polls.fetch_add(1, Ordering::Relaxed);
@@ -99,7 +99,7 @@ mod tests {
         let polls = Arc::new(AtomicUsize::new(0));
         let open = Arc::new(AtomicBool::new(false));
         let inner_waker = Arc::new(std::sync::Mutex::new(None::<Waker>));
-        let mut gate = Gate {
+        let mut gate = Door {
             polls: polls.clone(),
             open: open.clone(),
             waker: inner_waker.clone(),

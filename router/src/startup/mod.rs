@@ -28,7 +28,7 @@ pub use reload::Reloader;
 use events::{Events, Source, Sourcing, reconcile_once};
 use files::{fit_file_descriptors, load_default_cert};
 use listeners::Listeners;
-use reload::{Shared, with_settings};
+use reload::{Kept, with_settings};
 
 use crate::admin::Admin;
 use crate::config::{Config, SourceKind};
@@ -229,7 +229,7 @@ impl Router {
         };
 
         let proxy = with_settings(
-            Shared {
+            Kept {
                 table: table.clone(),
                 member_tls: Some(member_tls),
                 redirect,

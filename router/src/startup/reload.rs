@@ -18,8 +18,9 @@ use crate::table::RouteTable;
 use crate::tls::store::CertIndex;
 use crate::upstream;
 
-/// What every generation of the [`Proxy`] shares: a reload changes only settings.
-pub(super) struct Shared {
+/// What a reload keeps: the parts every generation of the [`Proxy`] shares (a
+/// reload changes only settings).
+pub(super) struct Kept {
     pub(super) table: Arc<ArcSwap<RouteTable>>,
     pub(super) member_tls: Option<tokio_rustls::TlsConnector>,
     pub(super) redirect: Option<crate::request::route::Redirect>,
@@ -29,9 +30,9 @@ pub(super) struct Shared {
     pub(super) alt_svc: Option<http::HeaderValue>,
 }
 
-impl Shared {
-    pub(super) fn of(p: &Proxy) -> Shared {
-        Shared {
+impl Kept {
+    pub(super) fn of(p: &Proxy) -> Kept {
+        Kept {
             table: p.table.clone(),
             member_tls: p.member_tls.clone(),
             redirect: p.redirect.clone(),
@@ -44,7 +45,7 @@ impl Shared {
 }
 
 /// The proxy with the settings of `config` (what a reload may change).
-pub(super) fn with_settings(base: Shared, config: &Config) -> Proxy {
+pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
     Proxy {
         table: base.table,
         member_tls: base.member_tls,
@@ -110,7 +111,7 @@ impl Reloader {
             .names
             .store(Arc::new(crate::admin::Names::new(&config.admin.hosts)));
         let current = self.live.load_full();
-        let proxy = with_settings(Shared::of(&current.proxy), &config);
+        let proxy = with_settings(Kept::of(&current.proxy), &config);
         self.registry.set_health(config.health.settings());
         self.admin
             .policies

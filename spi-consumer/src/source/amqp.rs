@@ -78,14 +78,14 @@ pub enum AmqpError {
 }
 
 impl broker::Broker for Amqp {
-    type Session = Subscribed;
+    type Session = AmqpSubscription;
 
-    async fn connect(&mut self, turn: usize) -> Result<Subscribed, AmqpError> {
+    async fn connect(&mut self, turn: usize) -> Result<AmqpSubscription, AmqpError> {
         let uris = &self.0.uris;
         let uri = uris.get(turn % uris.len().max(1)).ok_or(AmqpError::NoUri)?;
         let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
         let deliveries = subscribe(&conn, &self.0).await?;
-        Ok(Subscribed {
+        Ok(AmqpSubscription {
             conn,
             deliveries,
             queue: self.0.queue.clone(),
@@ -97,13 +97,13 @@ impl broker::Broker for Amqp {
     }
 }
 
-struct Subscribed {
+struct AmqpSubscription {
     conn: Connection,
     deliveries: lapin::Consumer,
     queue: String,
 }
 
-impl broker::Session for Subscribed {
+impl broker::Session for AmqpSubscription {
     type Message = Delivery;
     type Error = AmqpError;
 

@@ -23,7 +23,7 @@ use router::table::{Builder, Naming, RouteTable};
 use router::upstream::PoolSettings;
 use spi_consumer::apply::{Applied, RoutingState};
 use spi_consumer::decode::{Decoded, RoutingEvent, decode};
-use spi_consumer::source::stomp::Session;
+use spi_consumer::source::stomp::StompSession;
 use spi_consumer::{AppKey, Store};
 
 const QUEUE: &str = "/queue/routinginfo.bench";
@@ -159,7 +159,7 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
     );
     let ready = started.elapsed();
 
-    let mut publisher = Session::connect(&amq.session_config("/queue/bench.publisher"), 0)
+    let mut publisher = StompSession::connect(&amq.session_config("/queue/bench.publisher"), 0)
         .await
         .expect("publisher");
     let total = (rate * seconds) as usize;

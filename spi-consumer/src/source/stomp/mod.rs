@@ -15,4 +15,4 @@ pub mod source;
 pub mod tls;
 
 pub use frame::{Codec, Command, Frame, FrameError, Item, Limits};
-pub use session::{Message, Session, SessionConfig, StompError};
+pub use session::{Message, SessionConfig, StompError, StompSession};

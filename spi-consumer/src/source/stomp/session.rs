@@ -3,7 +3,7 @@
 //! Stages, in order: TCP connect (next host of the failover list) → CONNECT /
 //! CONNECTED (heart-beats negotiated) → SUBSCRIBE with a receipt → MESSAGE … ACK/NACK
 //! → DISCONNECT with a receipt. Any failure ends the session with a [`StompError`];
-//! the caller reconnects (see [`Session::connect`] for the host order and backoff).
+//! the caller reconnects (see [`StompSession::connect`] for the host order and backoff).
 //!
 //! Heart-beats: while waiting for a message the session sends a bare EOL whenever it
 //! sent nothing for the negotiated interval, and gives up on the broker when nothing
@@ -102,7 +102,7 @@ pub struct Message {
 }
 
 /// A connected, subscribed session.
-pub struct Session {
+pub struct StompSession {
     framed: Transport,
     /// The broker's address we are connected to.
     pub host: String,
@@ -115,17 +115,17 @@ pub struct Session {
     next_receipt: u64,
 }
 
-impl Session {
+impl StompSession {
     /// Connects to the first host of the list that answers, starting at `start`
     /// (so a caller can rotate through the list), and subscribes.
-    pub async fn connect(config: &SessionConfig, start: usize) -> Result<Session, StompError> {
+    pub async fn connect(config: &SessionConfig, start: usize) -> Result<StompSession, StompError> {
         if config.hosts.is_empty() {
             return Err(StompError::NoHosts);
         }
         let mut last = None;
         for i in 0..config.hosts.len() {
             let host = &config.hosts[(start + i) % config.hosts.len()];
-            match Session::connect_one(config, host).await {
+            match StompSession::connect_one(config, host).await {
                 Ok(s) => return Ok(s),
                 Err(e) => {
                     tracing::warn!(%host, error = %e, "broker connection failed");
@@ -136,7 +136,7 @@ impl Session {
         Err(last.unwrap_or(StompError::NoHosts))
     }
 
-    async fn connect_one(config: &SessionConfig, host: &str) -> Result<Session, StompError> {
+    async fn connect_one(config: &SessionConfig, host: &str) -> Result<StompSession, StompError> {
         let stream = tokio::time::timeout(config.timeout, TcpStream::connect(host))
             .await
             .map_err(|_| StompError::Timeout("TCP connect"))?
@@ -186,7 +186,7 @@ impl Session {
         let send_every = (ours > 0 && sy > 0).then(|| Duration::from_millis(ours.max(sy)));
         let recv_within = (ours > 0 && sx > 0).then(|| Duration::from_millis(2 * ours.max(sx)));
 
-        let mut session = Session {
+        let mut session = StompSession {
             framed,
             host: host.to_string(),
             send_every,

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use super::session::{Message, Session, SessionConfig, StompError};
+use super::session::{Message, SessionConfig, StompError, StompSession};
 use crate::consumer::Consumer;
 use crate::deadletter::DeadLetters;
 use crate::ingest::Received;
@@ -28,11 +28,11 @@ pub async fn run<P: Publish + 'static>(
 struct Stomp(SessionConfig);
 
 impl broker::Broker for Stomp {
-    type Session = Subscribed;
+    type Session = StompSubscription;
 
-    async fn connect(&mut self, turn: usize) -> Result<Subscribed, StompError> {
-        let session = Session::connect(&self.0, turn).await?;
-        Ok(Subscribed {
+    async fn connect(&mut self, turn: usize) -> Result<StompSubscription, StompError> {
+        let session = StompSession::connect(&self.0, turn).await?;
+        Ok(StompSubscription {
             session,
             timeout: self.0.timeout,
         })
@@ -43,13 +43,13 @@ impl broker::Broker for Stomp {
     }
 }
 
-struct Subscribed {
-    session: Session,
+struct StompSubscription {
+    session: StompSession,
     /// How long a DISCONNECT may wait for its receipt.
     timeout: std::time::Duration,
 }
 
-impl broker::Session for Subscribed {
+impl broker::Session for StompSubscription {
     type Message = Message;
     type Error = StompError;
 
