@@ -82,11 +82,18 @@ impl Proxy {
         // 6-7 over h2 for apps whose members speak it (no upgrade there: h2
         // members take WebSocket over h2 streams, not HTTP/1.1 upgrades).
         if h2 && !upgrade {
-            // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
-            // part of every request's future, copied on every HTTP/1.1 request.
-            let (response, slot) = Box::pin(self.exchange_h2(
+            // A slot and a connection on another member if nothing was sent to
+            // this one, as for HTTP/1.
+            let method = parts.method.clone();
+            let how = Checkout::H2 { sni, source };
+            let (target, checked) = self.checkout_or_other(&route, target, &method, how).await?;
+            // (Never the other kind: a checkout is of the kind asked for.)
+            let CheckedOut::H2(slot, send) = checked else {
+                return Err(ProxyError::NoMember);
+            };
+            let response = Box::pin(self.exchange_h2(
                 &target,
-                (sni, source),
+                send,
                 (parts, body),
                 (trailers, timeouts.response),
             ))
@@ -106,9 +113,14 @@ impl Proxy {
         // 6. slot and connection (an upgrade takes a fresh connection of its own),
         // on another member if nothing was sent to this one.
         let fresh = client_upgrade.is_some();
-        let (mut target, mut slot, mut up) = self
-            .checkout_or_other(&route, target, sni, source, &parts.method, fresh)
+        let how = Checkout::H1 { sni, source, fresh };
+        let (mut target, checked) = self
+            .checkout_or_other(&route, target, &parts.method, how)
             .await?;
+        // (Never the other kind: a checkout is of the kind asked for.)
+        let CheckedOut::H1(mut slot, mut up) = checked else {
+            return Err(ProxyError::NoMember);
+        };
         let request = Request::from_parts(parts, body);
         if let Some(client_upgrade) = client_upgrade {
             return self
@@ -340,19 +352,20 @@ impl Proxy {
         ))
     }
 
-    /// A slot and a connection on `target`; if that fails and the retry decision
-    /// allows, once more on another member of the route.
+    /// A slot and a connection on `target` (HTTP/1.1 or h2, as `how` says); if
+    /// that fails before anything was sent and the retry decision allows, once
+    /// more on another member of the route (counted in
+    /// `router_upstream_retries_total`). The one place both member protocols
+    /// move to another member.
     async fn checkout_or_other(
         &self,
         route: &Route,
         target: Target,
-        sni: &str,
-        source: (ClientKey, usize),
         method: &Method,
-        fresh: bool,
-    ) -> Result<(Target, InFlight, Upstream), ProxyError> {
-        match self.checkout(&target, sni, source, fresh).await {
-            Ok((slot, up)) => Ok((target, slot, up)),
+        how: Checkout<'_>,
+    ) -> Result<(Target, CheckedOut), ProxyError> {
+        match self.checkout_as(&target, &how).await {
+            Ok(done) => Ok((target, done)),
             Err(e)
                 if decide(
                     e.reached(),
@@ -364,10 +377,29 @@ impl Proxy {
             {
                 let other = route.pick_other(&target.member).ok_or(e)?.clone();
                 self.metrics.retries.inc();
-                let (slot, up) = self.checkout(&other, sni, source, fresh).await?;
-                Ok((other, slot, up))
+                let done = self.checkout_as(&other, &how).await?;
+                Ok((other, done))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    async fn checkout_as(
+        &self,
+        target: &Target,
+        how: &Checkout<'_>,
+    ) -> Result<CheckedOut, ProxyError> {
+        match *how {
+            Checkout::H1 { sni, source, fresh } => {
+                let (slot, up) = self.checkout(target, sni, source, fresh).await?;
+                Ok(CheckedOut::H1(slot, up))
+            }
+            // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
+            // part of every request's future, copied on every HTTP/1.1 request.
+            Checkout::H2 { sni, source } => {
+                let (slot, send) = Box::pin(self.h2_checkout(target, (sni, source))).await?;
+                Ok(CheckedOut::H2(slot, send))
+            }
         }
     }
 
@@ -551,6 +583,28 @@ enum Sticky {
     Kept(Target),
     /// Not eligible (down, rotated out, gone): the balancer picks, a new cookie.
     Moved,
+}
+
+/// How a request checks out a member: a slot and a connection over HTTP/1.1
+/// (`fresh`: a new one, for an upgrade), or a slot and the member's h2
+/// connection.
+#[derive(Clone, Copy)]
+enum Checkout<'a> {
+    H1 {
+        sni: &'a str,
+        source: (ClientKey, usize),
+        fresh: bool,
+    },
+    H2 {
+        sni: &'a str,
+        source: (ClientKey, usize),
+    },
+}
+
+/// What [`Checkout`] got: the slot, and the connection of its kind.
+enum CheckedOut {
+    H1(InFlight, Upstream),
+    H2(InFlight, super::h2_member::H2Sender),
 }
 
 /// The deadlines of one request: the app's own, else the configuration's.

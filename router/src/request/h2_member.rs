@@ -31,24 +31,39 @@ pub fn wants_trailers(headers: &HeaderMap) -> bool {
         })
 }
 
+/// A member's shared h2 connection, to send one request on.
+pub(super) type H2Sender = hyper::client::conn::http2::SendRequest<RequestBody>;
+
 impl Proxy {
-    /// Sends `parts` (already as a member gets them over HTTP/1.1) and `body` to
-    /// `target` over h2; the member's answer and the request's slot.
-    pub(super) async fn exchange_h2(
+    /// A slot on `target` and its member's shared h2 connection (made if there is
+    /// none yet): the h2 path's checkout, retried on another member by the one
+    /// decision like HTTP/1's (see [`Proxy::with_other_member`]).
+    pub(super) async fn h2_checkout(
         &self,
         target: &Target,
         (sni, source): (&str, (ClientKey, usize)),
-        (mut parts, body): (http::request::Parts, RequestBody),
-        (trailers, timeout): (bool, std::time::Duration),
-    ) -> Result<(Response<Incoming>, InFlight), ProxyError> {
+    ) -> Result<(InFlight, H2Sender), ProxyError> {
         let member = &target.member;
         let slot = self.slot(target, source).await?;
         let tls = self.member_tls(target, sni)?;
-        let mut send = member
+        let send = member
             .pool
             .h2(self.upstream, tls)
             .await
             .map_err(|e| self.failed(member, e.kind()))?;
+        Ok((slot, send))
+    }
+
+    /// Sends `parts` (already as a member gets them over HTTP/1.1) and `body` to
+    /// `target` over `send`, its member's h2 connection; the member's answer.
+    pub(super) async fn exchange_h2(
+        &self,
+        target: &Target,
+        mut send: H2Sender,
+        (mut parts, body): (http::request::Parts, RequestBody),
+        (trailers, timeout): (bool, std::time::Duration),
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let member = &target.member;
         // h2 names the host in :authority, from an absolute URI.
         let authority = parts
             .headers
@@ -82,7 +97,7 @@ impl Proxy {
             Err(_) => return Err(self.failed(member, UpstreamError::ResponseTimeout)),
         };
         member.health.record_success();
-        Ok((response, slot))
+        Ok(response)
     }
 }
 
