@@ -33,6 +33,8 @@ pkg() {
   strip --strip-unneeded "$root/usr/bin/$name"
   install -m 0644 "deploy/systemd/$name.service" "$root/lib/systemd/system/$name.service"
   install -m 0644 README.md "$root/usr/share/doc/$name/README.md"
+  install -d "$root/usr/share/doc/$name/docs"
+  install -m 0644 docs/*.md "$root/usr/share/doc/$name/docs/"
   case $name in
     router)
       install -m 0640 deploy/examples/router.yaml "$root/etc/router/router.yaml"

@@ -136,8 +136,8 @@ impl Inherited {
     }
 
     /// The HTTP/3 listener's UDP socket the old process had under `name`. Both
-    /// processes read it until the old one has drained (see the README's
-    /// "HTTP/3"): a packet of an old connection that reaches the new process is
+    /// processes read it until the old one has drained (see "HTTP/3" in
+    /// `docs/routing.md`): a packet of an old connection that reaches the new process is
     /// answered with a stateless reset (the keys are the same), and the client
     /// reconnects to the new process.
     pub fn udp_socket(&mut self, name: &str) -> Option<std::net::UdpSocket> {

@@ -4,7 +4,7 @@
 //! The wire format is Ruby's `Hash#to_yaml` (Psych) with Symbol keys (`:action:`) and
 //! Symbol values (`:add_public_endpoint`), in two dialects (Ruby 1.9.3's `! '...'`
 //! strings and Ruby 2's `|` blocks); `fixtures/spi-events/` holds one message of
-//! each kind in each dialect, and README's "Event flow" lists the actions.
+//! each kind in each dialect, and "Event flow" in `docs/architecture.md` lists the actions.
 //! This module turns bytes into values and nothing else: it never touches state, and a
 //! bad message is a [`DecodeError`] value, never a panic.
 //!

@@ -12,7 +12,7 @@
 //!   namespace must match one (an empty list matches every namespace);
 //! - `hash: {count: N, index: i}`: FNV-1a (64-bit) of `name-namespace` in lower case,
 //!   modulo N, must be i. Stable across versions and machines, so an operator can
-//!   compute where any app lives (README shows how).
+//!   compute where any app lives (`docs/routing.md`, "Sharding", shows how).
 //!
 //! Both given: both must hold. Neither: every app is owned (no sharding).
 

@@ -1,4 +1,4 @@
-//! Request smuggling: every shape in the README's table gets 400 from the router, and
+//! Request smuggling: every shape in the table of `docs/routing.md` gets 400 from the router, and
 //! the member never sees a request hidden in the body (so a proxy in front of the
 //! router and the member behind it cannot disagree on where a request ends).
 
@@ -20,7 +20,7 @@ fn shape(headers: &str, body: &str) -> String {
 
 const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\n\r\n";
 
-/// (name, request) for every shape of the README's table.
+/// (name, request) for every shape of that table.
 fn shapes() -> Vec<(&'static str, String)> {
     let chunked_then = |size_line: &str| format!("{size_line}\r\nhello\r\n0\r\n\r\n{SMUGGLED}");
     vec![

@@ -1,5 +1,6 @@
 //! `limits:` in the configuration: what protects the listeners against clients.
-//! Every bound is on by default, with the reason beside it (README, "Limits").
+//! Every bound is on by default, with the reason beside it (`docs/security.md`,
+//! `docs/configuration.md`).
 
 use std::time::Duration;
 

@@ -77,7 +77,7 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
 /// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
 /// certificate and the TLS handshake deadline, `access_log.enabled`, `forwarded` and
 /// the admin token, `app_defaults`.
-/// Everything else needs a restart (or an upgrade, see the README); a reload that
+/// Everything else needs a restart (or an upgrade, see `docs/operations.md`); a reload that
 /// changes it says so by name and keeps the running value.
 #[derive(Clone)]
 pub struct Reloader {
