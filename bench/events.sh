@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Event propagation benchmark (issue 3): apply cost at 1k/10k/100k apps, and
+# Event propagation benchmark: apply cost at 1k/10k/100k apps, and
 # publish-to-routed latency through a real ActiveMQ with 100k apps loaded.
 #   bash bench/events.sh            # full run (about a minute after the build)
 #   bash bench/events.sh --quick    # 10k apps, 200 events/s, 3 s
-#   bash bench/events.sh --only-propagation --rate 10000   # issue 29: 10k events/s
+#   bash bench/events.sh --only-propagation --rate 10000   # the 10k events/s target
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Health-check cost at 10k members (issue 5): router CPU with active checks on vs off.
+# Health-check cost at 10k members: router CPU with active checks on vs off.
 #   bash bench/health.sh [--members N] [--seconds S]
 set -euo pipefail
 cd "$(dirname "$0")/.."

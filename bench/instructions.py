@@ -12,18 +12,18 @@ usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
                              [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
                              [--h2] [--syscalls] [--keep DIR]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
-compares `upstream.source_reserve` 0 and 10 (issue 25's cost per request).
+compares `upstream.source_reserve` 0 and 10 (what the member reserve costs per request).
 --handoff: the connection's first request is in absolute form, which the router's
 own HTTP/1 path does not take, so hyper serves it and every request after it: the
-cost of serving every request with hyper (issue 26's choice of one owner).
+cost of serving every request with hyper rather than the own path.
 --cookies: the client keeps the cookies it is sent and sends them back, as a
-browser does (an affinity cookie then names its member: issue 28's sticky path).
+browser does (an affinity cookie then names its member: the sticky path).
 --peers: also haproxy 2.6 (one thread) and nginx 1.22 (no master, one worker) under
 callgrind, proxying the same client's requests to the same backend: the anchors on
-the same repeatable axis (issue 29). Kernel time is in none of the figures.
+the same repeatable axis. Kernel time is in none of the figures.
 --h2: the client is h2load over TLS (one connection, 10 streams at once, ALPN h2,
 TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the router
-and, with --peers, haproxy and nginx (issue 29's h2 axis).
+and, with --peers, haproxy and nginx (the h2 axis).
 --syscalls: count system calls per request (`strace -f -c`) instead, with the
 calls by name: the kernel's side of the same requests (Debian `strace`).
 --keep DIR: keep each run's callgrind output in DIR (named by variant, proxy and N)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""RSS of the router after connection storms (issue 15 item 9).
+"""RSS of the router after connection storms (freed heap must go back to the system).
 
 Starts target/release/router (spool off, 2 worker threads) on 127.0.0.1:18183, then
 ROUNDS times opens CONNS client connections that each send half a request head (held

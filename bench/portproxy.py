@@ -184,9 +184,9 @@ def main():
         print(f"  bulk above haproxy: {med['portproxy'] / med['haproxy']:.2f}x haproxy -> {ok(med['portproxy'] > med['haproxy'])}")
         print(f"  short-connection CPU below haproxy: {medc['portproxy'] / medc['haproxy']:.2f}x -> {ok(medc['portproxy'] < medc['haproxy'])}")
         print(f"  idle connection <= 8 KiB: {idle['portproxy']:.2f} KiB -> {ok(idle['portproxy'] <= 8)}")
-        print(f"  (issue 29) bulk >= 0.6x direct: {med['portproxy'] / med['direct']:.2f}x -> "
+        print(f"  bulk >= 0.6x direct: {med['portproxy'] / med['direct']:.2f}x -> "
               f"{ok(med['portproxy'] >= 0.6 * med['direct'])}")
-        print(f"  (issue 29) short-connection CPU <= 0.8x haproxy: {medc['portproxy'] / medc['haproxy']:.2f}x -> "
+        print(f"  short-connection CPU <= 0.8x haproxy: {medc['portproxy'] / medc['haproxy']:.2f}x -> "
               f"{ok(medc['portproxy'] <= 0.8 * medc['haproxy'])}")
     finally:
         for p in reversed(procs):

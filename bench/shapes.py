@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12's "also measure": h2 over TLS, open-loop latency, memory per idle connection,
+"""What HTTP/1.1 keep-alive does not show: h2 over TLS, open-loop latency, memory per idle connection,
 route changes under load, and scaling from 1 to 2 worker threads; router vs haproxy 2.6
 vs nginx 1.22 on the same backend in the same run. Ends with one line per target:
 met / not met, with the figure.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hostile clients from one address against the router, haproxy and nginx, one attack
 at a time, on the same backend, while a probe from another address keeps asking for
-a page (issues 15 and 25).
+a page (what other users of the same proxy still get).
 
 For each proxy and attack: the proxy starts fresh, the attack runs SECONDS from
 127.0.0.1, and a probe client on 127.0.0.2 (another address, as a real user would

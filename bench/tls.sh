@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS benchmark (issue 4): CPU per full and resumed TLS 1.3 handshake and per HTTPS
+# TLS benchmark: CPU per full and resumed TLS 1.3 handshake and per HTTPS
 # keep-alive request, router vs haproxy vs nginx with the same ECDSA P-256 certificate,
 # then the router's handshake rate with 1 vs 100k alias certificates loaded.
 # Not part of CI (minutes; wants a quiet box).

@@ -1,4 +1,4 @@
-//! Per-app settings through the admin API (issue 28): cookie affinity with curl's
+//! Per-app settings through the admin API: cookie affinity with curl's
 //! cookie jar, allow and deny lists by source address, maintenance, a per-app
 //! response timeout, a rate limit under load, a bound on requests at once per
 //! client, and the pair check. Real curl, real routers, real backends.

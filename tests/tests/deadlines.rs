@@ -1,4 +1,4 @@
-//! Every quiet state of a client connection has a deadline (issue 15 item 3):
+//! Every quiet state of a client connection has a deadline (a client must not hold a connection for free):
 //! silent sockets, a half-sent h2 preface, keep-alive between requests, and a
 //! client that floods PINGs without ever reading its answers.
 

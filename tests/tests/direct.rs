@@ -1,4 +1,4 @@
-//! Direct routing (`endpoint_types: [web_framework]`, issue 13 item 3): requests go
+//! Direct routing (`endpoint_types: [web_framework]`): requests go
 //! straight to the web_framework gears, and each endpoint's Mappings apply.
 
 use e2e::router::TestRouter;

@@ -1,4 +1,4 @@
-//! Fair by default (issue 25): one client address holding a member's slots does not
+//! Fair by default: one client address holding a member's slots does not
 //! take the app offline for the others. Each attack runs from 127.0.0.1 against the
 //! default configuration while a probe from 127.0.0.2 asks for a page every 100 ms
 //! on a new connection; at least 95 % of the probes must get 200 within 2 s.

@@ -1,4 +1,4 @@
-//! gRPC end to end (issue 28): a real gRPC server and client (Debian's
+//! gRPC end to end: a real gRPC server and client (Debian's
 //! `python3-grpcio`, `tests/grpc/echo.py`) through the router, to an app whose
 //! members speak h2 (`members_protocol: h2`): unary, server, client and
 //! bidirectional streaming, an error status with trailing metadata, and a deadline,

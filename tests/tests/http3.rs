@@ -1,4 +1,4 @@
-//! HTTP/3 end to end (issue 30): a real HTTP/3 client (aioquic, from PyPI, in the
+//! HTTP/3 end to end: a real HTTP/3 client (aioquic, from PyPI, in the
 //! virtualenv `tests/run.sh` makes: `target/h3-venv`) through the router's QUIC
 //! listener, against the same requests over h2 (curl, ALPN h2): routed apps, an
 //! alias with its own certificate (SNI), an unknown host (404), a name the

@@ -537,7 +537,7 @@ async fn check_config_names_file_line_and_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 25: the example's `max_connections: 30000` under a 4 096-descriptor limit
+/// The example's `max_connections: 30000` under a 4 096-descriptor limit
 /// is lowered to what fits (with a warning), and one address opening 3 000
 /// connections (6 000 descriptors' worth of relays: before, accept failed with
 /// EMFILE and the other address was not served) takes at most its half of that:

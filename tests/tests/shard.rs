@@ -1,4 +1,4 @@
-//! Sharding (`spi.shard`, issue 13 item 4): two routers with complementary rules fed
+//! Sharding (`spi.shard`): two routers with complementary rules fed
 //! the same event stream each serve exactly their apps; changing a rule
 //! re-evaluates the saved state.
 

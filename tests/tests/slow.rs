@@ -3,7 +3,7 @@
 //! each from 127.0.0.1, while a probe client on 127.0.0.2 asks for a page every
 //! 100 ms on a new connection, with the default configuration. At least 99 % of
 //! the probe's requests get 200 within 2 s
-//! (issue 15). Each attack is started again whenever the router has closed all its
+//! (what a user on the same router must still see). Each attack is started again whenever the router has closed all its
 //! connections, so the pressure lasts the whole minute; the test also checks, from
 //! slowhttptest's own statistics, that every attack did connect.
 

@@ -1,4 +1,4 @@
-//! TCP balancing on external ports (`tcp.listen`, issue 13 item 2): real sockets
+//! TCP balancing on external ports (`tcp.listen`): real sockets
 //! both sides, members that speak first (as MySQL does), byte-exact relays,
 //! half-close, a member killed mid-test, and the PROXY protocol towards members.
 

@@ -74,7 +74,7 @@ async fn router_with_alias(pki: &Pki, alias_leaf: &Leaf, extra: &str) -> (TestRo
 }
 
 /// The spool's processed copies (`done/`) keep the events, not the private key
-/// they carried (issue 25: keys at rest).
+/// they carried: a key rests only in the router's own 0600 state.
 fn assert_no_key_kept(done: &Path, key_pem: &str) {
     let secret: Vec<&str> = key_pem
         .lines()
@@ -941,7 +941,7 @@ async fn split_handshake(
         .unwrap_or_default()
 }
 
-/// SNI passthrough (issue 13 item 1): on the one HTTPS port, a name whose gear
+/// SNI passthrough: on the one HTTPS port, a name whose gear
 /// terminates TLS (protocol `tls`) is relayed untouched, so clients see the gear's
 /// own certificate (from another CA, with a key the router never had); a name the
 /// router terminates still gets the router's certificate; a ClientHello in two TCP

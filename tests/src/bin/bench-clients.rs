@@ -1,4 +1,5 @@
-//! `bench-clients`: the load tools of `bench/shapes.py` (issue 12's "also measure").
+//! `bench-clients`: the load tools of `bench/shapes.py` (h2, open-loop latency,
+//! idle connections, route changes under load).
 //!
 //! ```text
 //! bench-clients certs DIR HOST

@@ -1,5 +1,5 @@
 //! `bench-h1-floor LISTEN MEMBER`: the floor of a native HTTP/1.1 proxy path, for
-//! `bench/http.py --floor` (issue 12). Not a product: it measures what a request costs
+//! `bench/http.py --floor`. Not a product: it measures what a request costs
 //! when the proxy parses heads in place with `httparse` and copies bytes, with none of
 //! a general HTTP library's machinery, so that the router's figure can be read
 //! against what its design could reach on this machine.
