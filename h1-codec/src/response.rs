@@ -106,64 +106,15 @@ pub fn parse_response_head(
             return Err(ParseError::Head("bad header"));
         };
         buf.advance(len);
-        let mut keep_alive = if version == Version::HTTP_10 {
+        let keep_alive = if version == Version::HTTP_10 {
             has_token(&headers, &header::CONNECTION, "keep-alive")
         } else {
             !has_token(&headers, &header::CONNECTION, "close")
         };
-        let framing =
-            if head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-                BodyFraming::Empty
-            } else if headers.contains_key(header::TRANSFER_ENCODING) {
-                // RFC 9112 §6.1: an HTTP/1.0 message with a Transfer-Encoding has
-                // faulty framing (a coding forwarded by something that did not
-                // know it); hyper's client refuses it too (found by the
-                // `member_response` fuzz target).
-                if version == Version::HTTP_10 {
-                    return Err(ParseError::Head(
-                        "Transfer-Encoding in an HTTP/1.0 response",
-                    ));
-                }
-                // Codings are tokens: hyper's client reads a value with a byte
-                // outside ASCII as no coding at all (to the close) where this
-                // reader would find `chunked` at its end (found by the
-                // `member_response` fuzz target).
-                if headers
-                    .get_all(header::TRANSFER_ENCODING)
-                    .iter()
-                    .any(|v| v.to_str().is_err())
-                {
-                    return Err(ParseError::Head("Transfer-Encoding not ASCII"));
-                }
-                // With a Content-Length beside it, the message is suspect: read it
-                // by its Transfer-Encoding, never reuse the connection.
-                if headers.contains_key(header::CONTENT_LENGTH) {
-                    keep_alive = false;
-                }
-                let last_is_chunked = headers
-                    .get_all(header::TRANSFER_ENCODING)
-                    .iter()
-                    .next_back()
-                    .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
-                    .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-                if last_is_chunked && version == Version::HTTP_11 {
-                    BodyFraming::Chunked
-                } else {
-                    BodyFraming::Close
-                }
-            } else {
-                let lengths = headers.get_all(header::CONTENT_LENGTH);
-                match content_length(lengths.iter().map(HeaderValue::as_bytes))
-                    .map_err(|_| ParseError::Head("invalid content-length"))?
-                {
-                    Some(0) => BodyFraming::Empty,
-                    Some(n) => BodyFraming::Length(n),
-                    None => BodyFraming::Close,
-                }
-            };
-        if framing == BodyFraming::Close {
-            keep_alive = false;
-        }
+        let no_body =
+            head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let (framing, suspect) = body_framing(&headers, version, no_body)?;
+        let keep_alive = keep_alive && !suspect && framing != BodyFraming::Close;
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -173,6 +124,57 @@ pub fn parse_response_head(
             reason,
         }));
     }
+}
+
+/// How a response's body is framed by its fields (RFC 9112 §6.3), and whether
+/// the framing is suspect (a `Content-Length` beside a `Transfer-Encoding`: read
+/// by the coding, the connection never reused). `no_body`: a response to HEAD, a
+/// 204 or a 304.
+fn body_framing(
+    headers: &HeaderMap,
+    version: Version,
+    no_body: bool,
+) -> Result<(BodyFraming, bool), ParseError> {
+    if no_body {
+        return Ok((BodyFraming::Empty, false));
+    }
+    if !headers.contains_key(header::TRANSFER_ENCODING) {
+        let lengths = headers.get_all(header::CONTENT_LENGTH);
+        let framing = match content_length(lengths.iter().map(HeaderValue::as_bytes))
+            .map_err(|_| ParseError::Head("invalid content-length"))?
+        {
+            Some(0) => BodyFraming::Empty,
+            Some(n) => BodyFraming::Length(n),
+            None => BodyFraming::Close,
+        };
+        return Ok((framing, false));
+    }
+    // RFC 9112 §6.1: an HTTP/1.0 message with a Transfer-Encoding has faulty
+    // framing (a coding forwarded by something that did not know it); hyper's
+    // client refuses it too (found by the `member_response` fuzz target).
+    if version == Version::HTTP_10 {
+        return Err(ParseError::Head(
+            "Transfer-Encoding in an HTTP/1.0 response",
+        ));
+    }
+    let codings = headers.get_all(header::TRANSFER_ENCODING);
+    // Codings are tokens: hyper's client reads a value with a byte outside ASCII
+    // as no coding at all (to the close) where this reader would find `chunked`
+    // at its end (found by the `member_response` fuzz target).
+    if codings.iter().any(|v| v.to_str().is_err()) {
+        return Err(ParseError::Head("Transfer-Encoding not ASCII"));
+    }
+    let last_is_chunked = codings
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+    let framing = if last_is_chunked && version == Version::HTTP_11 {
+        BodyFraming::Chunked
+    } else {
+        BodyFraming::Close
+    };
+    Ok((framing, headers.contains_key(header::CONTENT_LENGTH)))
 }
 
 /// What [`Chunked::decode`] found next.

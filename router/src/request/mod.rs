@@ -32,6 +32,7 @@ pub mod accept;
 pub mod access_log;
 pub mod activity;
 pub mod body;
+pub mod checkout;
 pub mod client_io;
 pub mod error;
 pub mod forward;
@@ -42,6 +43,7 @@ pub mod limits;
 pub mod listener;
 pub mod own_waker;
 pub mod passthrough;
+pub mod respond;
 pub mod retry;
 pub mod route;
 pub mod tunnel;
@@ -102,6 +104,22 @@ struct Forwarded {
     member: Option<Arc<str>>,
     /// The request's count against its app's `max_connections_per_client`.
     hold: Option<crate::policy::clients::Hold>,
+}
+
+impl Forwarded {
+    /// A member's answer, with the slot that travels with it.
+    fn of(
+        response: Response<ProxyBody>,
+        in_flight: Option<InFlight>,
+        hold: Option<crate::policy::clients::Hold>,
+    ) -> Forwarded {
+        Forwarded {
+            response,
+            in_flight,
+            member: None,
+            hold,
+        }
+    }
 }
 
 impl Proxy {

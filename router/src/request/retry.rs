@@ -19,6 +19,8 @@
 //! `router_upstream_retries_total` for HTTP (a reconnect that finds nothing reachable may still
 //! move to another member).
 
+use http::Method;
+
 use super::error::ProxyError;
 use crate::metrics::UpstreamError;
 use crate::upstream::SendError;
@@ -103,6 +105,14 @@ impl From<&SendError> for Reached {
             Reached::Further
         }
     }
+}
+
+/// RFC 9110 §9.2.2.
+pub fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,12 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
 use super::body::ProxyBody;
-use crate::table::Route;
+use super::error::ProxyError;
+use super::headers::ClientConn;
+use super::upload::Received;
+use super::{Forwarded, Proxy};
+use crate::policy::Policy;
+use crate::table::{Route, Target};
 use crate::tls::store::Certs;
 
 /// The host the client addressed: `:authority` for h2 and absolute-form requests
@@ -136,6 +141,123 @@ impl Redirect {
         }
         resp
     }
+}
+
+impl Proxy {
+    /// The route for the request's host, after the checks that need no member: a
+    /// valid host, a certificate that serves it, no passthrough name on a
+    /// terminated connection; with it, from the same table, the app's policy and
+    /// the member its affinity cookie names. Plain HTTP for a host with a
+    /// certificate may be answered with a redirect to HTTPS.
+    pub(super) fn route_of<'h>(
+        &self,
+        conn: &ClientConn,
+        req: &Request<Received>,
+        host: &'h HeaderValue,
+    ) -> Result<Routed<'h>, ProxyError> {
+        let name = host
+            .to_str()
+            .ok()
+            .and_then(normalize_host)
+            .ok_or(ProxyError::BadHost)?;
+        // A connection coalesced across names (h2) or made for another name: only
+        // where this connection's certificate is the one the name would get.
+        if let (Some(served), Some(certs)) = (&conn.served, &self.certs)
+            && !certs.load().serves(served, &name)
+        {
+            return Err(ProxyError::Misdirected);
+        }
+        // One table load; the guard is dropped before any await.
+        let table = self.table.load();
+        let mut route = table.route_for(&name).ok_or(ProxyError::NoRoute)?;
+        let mut policy = table.policy_for(&route.app);
+        let mut sticky = Sticky::None;
+        if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref())
+            && let Some(id) = affinity.requested(req.headers())
+        {
+            // The cookie's member in this route, or in another app of a split.
+            let split = table.split_apps(&name);
+            let found = std::iter::once(route).chain(split).find_map(|r| {
+                r.members
+                    .iter()
+                    .find(|t| t.member.eligible() && t.member.affinity_id(affinity.key()) == id)
+                    .map(|t| (r, t))
+            });
+            sticky = match found {
+                Some((r, t)) => {
+                    if !Arc::ptr_eq(r, route) {
+                        (route, policy) = (r, table.policy_for(&r.app));
+                    }
+                    Sticky::Kept(t.clone())
+                }
+                None => Sticky::Moved,
+            };
+        }
+        let (route, policy) = (route.clone(), policy.cloned());
+        drop(table);
+        // Names whose TLS the gear terminates are relayed before any handshake: a
+        // request for one on a connection we terminated was coalesced here (h2).
+        if route.passthrough && conn.https {
+            return Err(ProxyError::Misdirected);
+        }
+        if !conn.https
+            && let Some(redirect) = &self.redirect
+            && redirect.covers(&route, &name)
+        {
+            return Ok(Routed::Redirect);
+        }
+        Ok(Routed::To(To {
+            route,
+            name,
+            policy,
+            sticky,
+        }))
+    }
+
+    /// The redirect to HTTPS [`Proxy::route_of`] decided on.
+    pub(super) fn redirect_of(&self, req: &Request<Received>, host: &HeaderValue) -> Forwarded {
+        let name = host
+            .to_str()
+            .ok()
+            .and_then(normalize_host)
+            .unwrap_or_default();
+        let response = match &self.redirect {
+            Some(r) => r.response(req, &name),
+            None => ProxyError::NoRoute.response(),
+        };
+        Forwarded {
+            response,
+            in_flight: None,
+            member: None,
+            hold: None,
+        }
+    }
+}
+
+/// Where [`Proxy::route_of`] sends a request.
+pub(super) enum Routed<'h> {
+    To(To<'h>),
+    /// Nowhere: the answer is a redirect to HTTPS.
+    Redirect,
+}
+
+/// A routed request: its route, the host name (normalised), the app's policy and
+/// what its affinity cookie said.
+pub(super) struct To<'h> {
+    pub(super) route: Arc<Route>,
+    pub(super) name: std::borrow::Cow<'h, str>,
+    pub(super) policy: Option<Arc<Policy>>,
+    pub(super) sticky: Sticky,
+}
+
+/// The member a request's affinity cookie names.
+pub(super) enum Sticky {
+    /// No affinity, or no valid cookie.
+    None,
+    /// Eligible: the request goes there.
+    Kept(Target),
+    /// Not eligible (down, rotated out, gone): the balancer picks, a new cookie.
+    Moved,
 }
 
 #[cfg(test)]

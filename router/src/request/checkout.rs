@@ -1,0 +1,226 @@
+//! A request's member, checked out: a slot on it (within its client key's share)
+//! and a connection to it (HTTP/1.1 from the pool, or the member's shared h2
+//! connection); on another member of the route when nothing was sent and the one
+//! retry decision allows ([`super::retry`]). The other member is chosen by the
+//! route's own balancer ([`Route::pick_other`]): the same health, rotate and
+//! `fail_open` rules as the first pick.
+
+use http::Method;
+use per_source::ClientKey;
+
+use super::Proxy;
+use super::error::ProxyError;
+use super::headers::ClientConn;
+use super::retry::{Replay, Retry, decide, idempotent};
+use super::route::Sticky;
+use crate::members::{Full, InFlight, Member};
+use crate::metrics::UpstreamError;
+use crate::policy::Policy;
+use crate::policy::clients::Hold;
+use crate::table::{Route, Target};
+use crate::upstream::{MemberTls, Upstream};
+
+/// Whose a request is, for its member: its client key (whose share of a
+/// member's slots it counts in) and the worker serving it (whose idle member
+/// connections it may reuse).
+pub(super) type Source = (ClientKey, usize);
+
+impl Proxy {
+    /// The app's policy admits the request's client (`None` without a policy:
+    /// nothing to hold), then a member is picked: the one the affinity cookie
+    /// names if it is eligible, else the route's balancer's. With them, whose
+    /// share of a member's slots the request counts in (its client key) and whose
+    /// idle member connections it may reuse (its worker).
+    pub(super) fn admit_and_pick(
+        &self,
+        conn: &ClientConn,
+        headers: &http::HeaderMap,
+        route: &Route,
+        (policy, sticky): (Option<&Policy>, &Sticky),
+    ) -> Result<(Option<Hold>, Target, Source), ProxyError> {
+        let client = conn.client(headers);
+        let hold = match policy {
+            Some(p) => p
+                .admit(&route.app, client, &self.clients)
+                .map_err(|r| self.refused(p, r))?,
+            None => None,
+        };
+        let target = match sticky {
+            Sticky::Kept(t) => t.clone(),
+            _ => route.pick().ok_or(ProxyError::NoMember)?.clone(),
+        };
+        Ok((hold, target, (client.key, conn.worker)))
+    }
+
+    /// A slot and a connection on `target` (HTTP/1.1 or h2, as `how` says); if
+    /// that fails before anything was sent and the retry decision allows, once
+    /// more on another member of the route (counted in
+    /// `router_upstream_retries_total`). The one place both member protocols
+    /// move to another member; generic, so each protocol's checkout is inline
+    /// (an enum of the two cost 300 instructions a request in moves).
+    pub(super) async fn checkout_or_other<K: Checkout>(
+        &self,
+        route: &Route,
+        target: Target,
+        method: &Method,
+        how: K,
+    ) -> Result<(Target, K::Out), ProxyError> {
+        match how.on(self, &target).await {
+            Ok(done) => Ok((target, done)),
+            Err(e)
+                if decide(
+                    e.reached(),
+                    Replay::Request {
+                        idempotent: idempotent(method),
+                        exact: false,
+                    },
+                ) == Retry::OtherMember =>
+            {
+                let other = route.pick_other(&target.member).ok_or(e)?.clone();
+                self.metrics.retries.inc();
+                let done = how.on(self, &other).await?;
+                Ok((other, done))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A slot and a connection on `target`: an idle one unless `fresh` is asked
+    /// for (a TLS member's idle connection only if made for the same name).
+    /// `source`: the client's key (its share of slots) and the worker serving
+    /// it (whose idle connections it may reuse).
+    pub(super) async fn checkout(
+        &self,
+        target: &Target,
+        sni: &str,
+        (source, worker): (ClientKey, usize),
+        fresh: bool,
+    ) -> Result<(InFlight, Upstream), ProxyError> {
+        let member = &target.member;
+        let slot = self.slot(target, (source, worker)).await?;
+        let idle = (!fresh)
+            .then(|| member.pool.take_idle(worker))
+            .flatten()
+            .filter(|up| !target.tls || up.sni() == Some(sni));
+        let up = match idle {
+            Some(idle) => idle,
+            // Boxed: a new connection is the rare case on kept-alive pools, and its
+            // future (TLS, handshake: 1.5 KB) would otherwise be part of every
+            // request's future, copied into each h2 stream's task.
+            None => Box::pin(self.connect(target, sni, worker)).await?,
+        };
+        Ok((slot, up))
+    }
+
+    /// How to reach `target`'s member: TLS (asking for `sni`) or plain.
+    pub(super) fn member_tls<'a>(
+        &'a self,
+        target: &Target,
+        sni: &'a str,
+    ) -> Result<Option<MemberTls<'a>>, ProxyError> {
+        match (&self.member_tls, target.tls) {
+            (Some(connector), true) => Ok(Some(MemberTls {
+                connector,
+                host: sni,
+            })),
+            // ssl_to_gear members expect TLS; plain HTTP would be garbage to them.
+            (None, true) => Err(self.fail(UpstreamError::Tls)),
+            (_, false) => Ok(None),
+        }
+    }
+
+    /// One of `target`'s in-flight slots, waiting up to `upstream.queue_timeout`
+    /// (and within the client's share of them).
+    pub(super) async fn slot(
+        &self,
+        target: &Target,
+        (source, _worker): (ClientKey, usize),
+    ) -> Result<InFlight, ProxyError> {
+        let member = &target.member;
+        if member.full() {
+            self.metrics.queue_waits.inc();
+        }
+        member
+            .acquire(self.queue_timeout, Some(source))
+            .await
+            .map_err(|full| {
+                self.fail(match full {
+                    Full::Member => UpstreamError::Busy,
+                    Full::Source => UpstreamError::SourceShare,
+                })
+            })
+    }
+
+    /// A new connection to `target`'s member, opened on worker `worker`.
+    pub(super) async fn connect(
+        &self,
+        target: &Target,
+        sni: &str,
+        worker: usize,
+    ) -> Result<Upstream, ProxyError> {
+        let tls = self.member_tls(target, sni)?;
+        target
+            .member
+            .pool
+            .connect(self.upstream, tls, worker)
+            .await
+            .map_err(|e| {
+                tracing::debug!(error = %e, "upstream connect failed");
+                self.failed(&target.member, e.kind())
+            })
+    }
+
+    /// An error that says something about the member's health: connection
+    /// failures and resets count towards passive ejection (never the client's
+    /// faults: see [`UpstreamError::ClientBody`]). Counted in the member's stats.
+    pub(super) fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
+        member.stats.record_failure();
+        if kind.members_fault() {
+            member.health.record_failure();
+        }
+        self.fail(kind)
+    }
+
+    pub(super) fn fail(&self, kind: UpstreamError) -> ProxyError {
+        self.metrics.upstream_error(kind);
+        ProxyError::Upstream(kind)
+    }
+}
+
+/// How a request checks out a member (a slot and a connection), one kind per
+/// member protocol.
+pub(super) trait Checkout {
+    type Out;
+    async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError>;
+}
+
+/// A slot and an HTTP/1.1 connection (`fresh`: a new one, for an upgrade).
+pub(super) struct H1Checkout<'a> {
+    pub(super) sni: &'a str,
+    pub(super) source: (ClientKey, usize),
+    pub(super) fresh: bool,
+}
+
+impl Checkout for H1Checkout<'_> {
+    type Out = (InFlight, Upstream);
+    async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
+        proxy
+            .checkout(target, self.sni, self.source, self.fresh)
+            .await
+    }
+}
+
+/// A slot and the member's shared h2 connection.
+pub(super) struct H2Checkout<'a> {
+    pub(super) sni: &'a str,
+    pub(super) source: (ClientKey, usize),
+}
+
+impl Checkout for H2Checkout<'_> {
+    type Out = (InFlight, super::h2_member::H2Sender);
+    async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
+        // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
+        // part of every request's future, copied on every HTTP/1.1 request.
+        Box::pin(proxy.h2_checkout(target, (self.sni, self.source))).await
+    }
+}

@@ -1,0 +1,183 @@
+//! The member's answer on its way to the client: hop-by-hop fields removed, the
+//! affinity cookie set when the member that answered is not the one the
+//! request's cookie named, an app policy's refusal counted, and an upgrade's 101
+//! turned into a tunnel.
+
+use http::header::{self, HeaderMap};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::body::ProxyBody;
+use super::error::ProxyError;
+use super::headers::{ClientConn, remove_hop_by_hop};
+use super::route::Sticky;
+use super::tunnel::Tunnel;
+use super::{Forwarded, Proxy};
+use crate::members::InFlight;
+use crate::metrics::{AffinityResult, UpstreamError};
+use crate::policy::affinity::Affinity;
+use crate::policy::clients::Hold;
+use crate::policy::{Policy, Refused};
+use crate::table::Target;
+use crate::upstream::{Lease, RequestBody, SendError, Upstream};
+
+use super::forward::Timeouts;
+
+impl Proxy {
+    /// What the last attempt on `target` got: the member's response head (its
+    /// success recorded), or the failure counted against it.
+    pub(super) fn answered(
+        &self,
+        target: &Target,
+        result: Result<Response<()>, Option<SendError>>,
+    ) -> Result<Response<()>, ProxyError> {
+        match result {
+            Ok(r) => {
+                target.member.health.record_success();
+                Ok(r)
+            }
+            Err(None) => Err(self.failed(&target.member, UpstreamError::ResponseTimeout)),
+            Err(Some(e)) => {
+                tracing::debug!(error = %e, "upstream request failed");
+                Err(self.failed(&target.member, e.kind()))
+            }
+        }
+    }
+
+    /// An HTTP/1.1 member's answer as the client gets it: the head by
+    /// [`Proxy::respond_head`], the body read from `up` (back to its pool once
+    /// read), the slot travelling with it.
+    pub(super) fn respond_h1(
+        &self,
+        response: Response<()>,
+        (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
+        (target, slot, up): (Target, InFlight, Upstream),
+        hold: Option<Hold>,
+    ) -> Forwarded {
+        let (mut parts, ()) = response.into_parts();
+        self.respond_head(&mut parts.headers, (policy, sticky), &target, https);
+        let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
+        Forwarded::of(Response::from_parts(parts, body), Some(slot), hold)
+    }
+
+    /// The member's response head as the client gets it: hop-by-hop fields
+    /// removed, and the affinity cookie when `policy` has affinity.
+    pub(super) fn respond_head(
+        &self,
+        headers: &mut HeaderMap,
+        (policy, sticky): (Option<&Policy>, &Sticky),
+        target: &Target,
+        https: bool,
+    ) {
+        remove_hop_by_hop(headers, false);
+        if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref()) {
+            self.stick(affinity, sticky, target, headers, https);
+        }
+    }
+
+    /// Counts what affinity did and sets the cookie for the member that answered,
+    /// unless the request's cookie named it already.
+    pub(super) fn stick(
+        &self,
+        affinity: &Affinity,
+        sticky: &Sticky,
+        target: &Target,
+        headers: &mut HeaderMap,
+        https: bool,
+    ) {
+        let id = target.member.affinity_id(affinity.key());
+        let result = match sticky {
+            Sticky::Kept(t) if t.member.affinity_id(affinity.key()) == id => {
+                self.metrics.affinity(AffinityResult::Kept);
+                return;
+            }
+            Sticky::Kept(_) | Sticky::Moved => AffinityResult::Moved,
+            Sticky::None => AffinityResult::New,
+        };
+        self.metrics.affinity(result);
+        if let Some(cookie) = affinity.set_cookie(id, https) {
+            headers.append(header::SET_COOKIE, cookie);
+        }
+    }
+
+    /// Counts a policy's refusal, by app and reason.
+    pub(super) fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
+        self.metrics
+            .app_refused
+            .with_label_values(&[&*policy.label, r.reason()])
+            .inc();
+        ProxyError::Refused(r)
+    }
+
+    /// An upgrade request (WebSocket) sent on its fresh connection; the member's
+    /// answer, or on 101 the tunnel (see [`Proxy::upgraded`]).
+    pub(super) async fn send_upgrade(
+        &self,
+        req: Request<RequestBody>,
+        client_upgrade: hyper::upgrade::OnUpgrade,
+        (target, slot, up): (Target, InFlight, Upstream),
+        conn: &ClientConn,
+        (timeouts, hold): (Timeouts, Option<Hold>),
+    ) -> Result<Forwarded, ProxyError> {
+        let member = target.member;
+        let response = match tokio::time::timeout(
+            timeouts.response,
+            Box::pin(up.send_upgrade(&member.addr, req)),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
+            Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
+        };
+        member.health.record_success();
+        Ok(self.upgraded(
+            response,
+            client_upgrade,
+            slot,
+            conn,
+            (timeouts.tunnel_idle, hold),
+        ))
+    }
+
+    /// The answer to an upgrade request: on 101, a tunnel between the two upgraded
+    /// connections (its slot turned into a tunnel count while it lives); otherwise
+    /// the member's answer as it is.
+    pub(super) fn upgraded(
+        &self,
+        mut response: Response<Incoming>,
+        client_upgrade: hyper::upgrade::OnUpgrade,
+        slot: InFlight,
+        conn: &ClientConn,
+        (idle_timeout, hold): (std::time::Duration, Option<Hold>),
+    ) -> Forwarded {
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers, false);
+            return Forwarded {
+                response: Response::from_parts(parts, ProxyBody::detached(body)),
+                in_flight: Some(slot),
+                member: None,
+                hold,
+            };
+        }
+        let tunnel = Tunnel {
+            member: slot.member().addr.clone(),
+            slot: slot.into_tunnel(),
+            connection: conn.activity.clone(),
+            idle_timeout,
+            hold,
+        };
+        let member_upgrade = hyper::upgrade::on(&mut response);
+        let member = tunnel.member.clone();
+        tokio::spawn(tunnel.run(client_upgrade, member_upgrade));
+        let (mut parts, _) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers, true);
+        Forwarded {
+            response: Response::from_parts(parts, ProxyBody::empty()),
+            in_flight: None,
+            member: Some(member),
+            hold: None,
+        }
+    }
+}
