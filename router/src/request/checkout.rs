@@ -31,6 +31,7 @@ impl Proxy {
     /// names if it is eligible, else the route's balancer's. With them, whose
     /// share of a member's slots the request counts in (its client key) and whose
     /// idle member connections it may reuse (its worker).
+    #[inline]
     pub(super) fn admit_and_pick(
         &self,
         conn: &ClientConn,

@@ -159,7 +159,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // `Transfer-Encoding`), and only those are removed.
     let mut present = [false; 6];
     for k in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == k) {
+        if let Some(i) = hop_by_hop_index(k) {
             present[i] = true;
         }
     }
@@ -191,6 +191,20 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// `name`'s place in [`HOP_BY_HOP`], by its text (names are lower case): no
+/// array of names made, compared and dropped per field.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    match name.as_str() {
+        "connection" => Some(0),
+        "proxy-connection" => Some(1),
+        "keep-alive" => Some(2),
+        "te" => Some(3),
+        "transfer-encoding" => Some(4),
+        "upgrade" => Some(5),
+        _ => None,
     }
 }
 
@@ -381,6 +395,14 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hop_by_hop_names_are_found_by_text_in_their_order() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop_index(&header::HOST), None);
+    }
 
     #[test]
     fn framing_is_clear_only_for_one_chunked_or_none() {

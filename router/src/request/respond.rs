@@ -26,6 +26,7 @@ use super::forward::Timeouts;
 impl Proxy {
     /// What the last attempt on `target` got: the member's response head (its
     /// success recorded), or the failure counted against it.
+    #[inline]
     pub(super) fn answered(
         &self,
         target: &Target,
@@ -47,6 +48,7 @@ impl Proxy {
     /// An HTTP/1.1 member's answer as the client gets it: the head by
     /// [`Proxy::respond_head`], the body read from `up` (back to its pool once
     /// read), the slot travelling with it.
+    #[inline]
     pub(super) fn respond_h1(
         &self,
         response: Response<()>,
@@ -62,6 +64,7 @@ impl Proxy {
 
     /// The member's response head as the client gets it: hop-by-hop fields
     /// removed, and the affinity cookie when `policy` has affinity.
+    #[inline]
     pub(super) fn respond_head(
         &self,
         headers: &mut HeaderMap,
