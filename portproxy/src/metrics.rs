@@ -72,6 +72,55 @@ struct ModeFamilies {
 }
 
 impl ModeFamilies {
+    /// The families whose series are per mode (gear, cluster, peer).
+    fn new(r: &Registry) -> Result<ModeFamilies, prometheus::Error> {
+        Ok(ModeFamilies {
+            open: gauges!(
+                "portproxy_connections_open",
+                "Relayed connections open now",
+                &["mode"],
+                r
+            )?,
+            total: counters!(
+                "portproxy_connections_total",
+                "Connections accepted and admitted",
+                &["mode"],
+                r
+            )?,
+            bytes: counters!(
+                "portproxy_bytes_total",
+                "Bytes relayed; up = client to target",
+                &["mode", "direction"],
+                r
+            )?,
+            connect_failures: counters!(
+                "portproxy_connect_failures_total",
+                "Target connects that failed or timed out",
+                &["mode"],
+                r
+            )?,
+            idle: counters!(
+                "portproxy_idle_timeouts_total",
+                "Relays closed by the idle timeout",
+                &["mode"],
+                r
+            )?,
+            relay_errors: counters!(
+                "portproxy_relay_errors_total",
+                "Relays ended by an error; side = whose socket failed",
+                &["mode", "side"],
+                r
+            )?,
+            listeners: gauges!("portproxy_listeners", "Listening sockets", &["mode"], r)?,
+            bind_failures: counters!(
+                "portproxy_listener_bind_failures_total",
+                "Ports that could not be bound",
+                &["mode"],
+                r
+            )?,
+        })
+    }
+
     fn resolve(&self, mode: Mode) -> ModeMetrics {
         let l = mode.as_str();
         ModeMetrics {
@@ -125,51 +174,7 @@ fn zeroed(family: &IntCounterVec, values: &[&str]) {
 impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let r = Registry::new();
-        let modes = ModeFamilies {
-            open: gauges!(
-                "portproxy_connections_open",
-                "Relayed connections open now",
-                &["mode"],
-                r
-            )?,
-            total: counters!(
-                "portproxy_connections_total",
-                "Connections accepted and admitted",
-                &["mode"],
-                r
-            )?,
-            bytes: counters!(
-                "portproxy_bytes_total",
-                "Bytes relayed; up = client to target",
-                &["mode", "direction"],
-                r
-            )?,
-            connect_failures: counters!(
-                "portproxy_connect_failures_total",
-                "Target connects that failed or timed out",
-                &["mode"],
-                r
-            )?,
-            idle: counters!(
-                "portproxy_idle_timeouts_total",
-                "Relays closed by the idle timeout",
-                &["mode"],
-                r
-            )?,
-            relay_errors: counters!(
-                "portproxy_relay_errors_total",
-                "Relays ended by an error; side = whose socket failed",
-                &["mode", "side"],
-                r
-            )?,
-            listeners: gauges!("portproxy_listeners", "Listening sockets", &["mode"], r)?,
-            bind_failures: counters!(
-                "portproxy_listener_bind_failures_total",
-                "Ports that could not be bound",
-                &["mode"],
-                r
-            )?,
-        };
+        let modes = ModeFamilies::new(&r)?;
         let m = Metrics {
             modes: Mode::ALL.map(|mode| modes.resolve(mode)),
             rejected: counters!(

@@ -177,6 +177,136 @@ fn zeroed(family: &IntCounterVec, values: &[&str]) {
     }
 }
 
+/// The operations' counters, each series at zero from the start: reloads,
+/// reconcile runs and differences, passthrough results, refused admin calls.
+fn operations(r: &Registry) -> prometheus::Result<[IntCounterVec; 5]> {
+    let reloads = counters!(
+        "router_config_reloads_total",
+        "Configuration reloads (SIGHUP), by result (ok, error: the old configuration stays)",
+        &["result"],
+        r
+    )?;
+    let reconcile_runs = counters!(
+        "router_reconcile_runs_total",
+        "Comparisons of the saved state with the broker's REST API, by result (ok, error)",
+        &["result"],
+        r
+    )?;
+    let reconcile_differences = counters!(
+        "router_reconcile_differences_total",
+        "Differences reconcile found between the saved state and the broker, by kind",
+        &["kind"],
+        r
+    )?;
+    let passthrough = counters!(
+        "router_tls_passthrough_total",
+        "TLS connections for passthrough apps, by result (relayed, no_member, member_failed)",
+        &["result"],
+        r
+    )?;
+    let admin_refused = counters!(
+        "router_admin_refused_total",
+        "Admin calls refused, by reason (host: not a name of the listener, origin: a cross-site call, token: no valid token)",
+        &["reason"],
+        r
+    )?;
+    zeroed(&reloads, &["ok", "error"]);
+    zeroed(&reconcile_runs, &["ok", "error"]);
+    zeroed(
+        &reconcile_differences,
+        &[
+            "missing_member",
+            "stale_member",
+            "changed_member",
+            "missing_alias",
+            "stale_alias",
+            "stale_app",
+        ],
+    );
+    zeroed(&passthrough, &["relayed", "no_member", "member_failed"]);
+    zeroed(&admin_refused, &["host", "origin", "token"]);
+    Ok([
+        reloads,
+        reconcile_runs,
+        reconcile_differences,
+        passthrough,
+        admin_refused,
+    ])
+}
+
+/// The listeners' counters, by listener: connections accepted, evicted,
+/// accept errors, refused at accept, and `tcp.listen` results.
+fn listener_counters(r: &Registry) -> prometheus::Result<[IntCounterVec; 5]> {
+    let connections = counters!(
+        "router_connections_total",
+        "Client connections accepted, by listener",
+        &["listener"],
+        r
+    )?;
+    let evicted = counters!(
+        "router_connections_evicted_total",
+        "Quiet client connections closed to make room at limits.max_connections",
+        &["listener"],
+        r
+    )?;
+    let accept_errors = counters!(
+        "router_accept_errors_total",
+        "accept(2) failures by listener (out of descriptors pauses the listener 100 ms)",
+        &["listener"],
+        r
+    )?;
+    let refused = counters!(
+        "router_connections_refused_total",
+        "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source)",
+        &["listener", "reason"],
+        r
+    )?;
+    let tcp = counters!(
+        "router_tcp_connections_total",
+        "Connections on tcp.listen ports, by listener and result (relayed, no_member, member_failed)",
+        &["listener", "result"],
+        r
+    )?;
+    Ok([connections, evicted, accept_errors, refused, tcp])
+}
+
+/// The member side's counters: retries, connections opened, waits for a slot.
+fn upstream_counters(r: &Registry) -> prometheus::Result<[IntCounter; 3]> {
+    let retries = counter!(
+        "router_upstream_retries_total",
+        "Idempotent requests sent again: on another member when nothing reached the first, or on a new connection when a reused one closed before a response",
+        r
+    )?;
+    let upstream_connections = counter!(
+        "router_upstream_connections_opened_total",
+        "Connections opened to members (compare with requests for the reuse ratio)",
+        r
+    )?;
+    let queue_waits = counter!(
+        "router_upstream_queue_waits_total",
+        "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
+        r
+    )?;
+    Ok([retries, upstream_connections, queue_waits])
+}
+
+/// The app policies' series: refusals by app and reason, and clients let
+/// through a rate limit untracked.
+fn policy_metrics(r: &Registry) -> prometheus::Result<(IntCounterVec, IntCounter)> {
+    let app_refused = counters!(
+        "router_app_requests_refused_total",
+        "Requests an app's policy refused, by app (_default: apps without settings of their own) and reason (address, maintenance, rate_limit, max_connections_per_client)",
+        &["app", "reason"],
+        r
+    )?;
+    let app_untracked = counter!(
+        "router_app_limit_untracked_total",
+        "Clients let through a rate limit untracked because the table of per-client buckets was full",
+        r
+    )?;
+    Ok((app_refused, app_untracked))
+}
+
 /// Latency buckets from 0.5 ms to `up_to` seconds.
 fn buckets(up_to: f64) -> Vec<f64> {
     [
@@ -203,51 +333,16 @@ impl Metrics {
             &["kind"],
             r
         )?;
-        let reloads = counters!(
-            "router_config_reloads_total",
-            "Configuration reloads (SIGHUP), by result (ok, error: the old configuration stays)",
-            &["result"],
-            r
-        )?;
-        let reconcile_runs = counters!(
-            "router_reconcile_runs_total",
-            "Comparisons of the saved state with the broker's REST API, by result (ok, error)",
-            &["result"],
-            r
-        )?;
-        let reconcile_differences = counters!(
-            "router_reconcile_differences_total",
-            "Differences reconcile found between the saved state and the broker, by kind",
-            &["kind"],
-            r
-        )?;
-        let passthrough = counters!(
-            "router_tls_passthrough_total",
-            "TLS connections for passthrough apps, by result (relayed, no_member, member_failed)",
-            &["result"],
-            r
-        )?;
-        let admin_refused = counters!(
-            "router_admin_refused_total",
-            "Admin calls refused, by reason (host: not a name of the listener, origin: a cross-site call, token: no valid token)",
-            &["reason"],
-            r
-        )?;
-        zeroed(&reloads, &["ok", "error"]);
-        zeroed(&reconcile_runs, &["ok", "error"]);
-        zeroed(
-            &reconcile_differences,
-            &[
-                "missing_member",
-                "stale_member",
-                "changed_member",
-                "missing_alias",
-                "stale_alias",
-                "stale_app",
-            ],
-        );
-        zeroed(&passthrough, &["relayed", "no_member", "member_failed"]);
-        zeroed(&admin_refused, &["host", "origin", "token"]);
+        let [
+            reloads,
+            reconcile_runs,
+            reconcile_differences,
+            passthrough,
+            admin_refused,
+        ] = operations(&r)?;
+        let [connections, evicted, accept_errors, refused, tcp] = listener_counters(&r)?;
+        let [retries, upstream_connections, queue_waits] = upstream_counters(&r)?;
+        let (app_refused, app_untracked) = policy_metrics(&r)?;
         let affinity = counters!(
             "router_affinity_total",
             "Requests of apps with cookie affinity, by result (kept: on the cookie's member; moved: that member was not eligible; new: no valid cookie)",
@@ -281,21 +376,9 @@ impl Metrics {
                 .iter()
                 .map(|k| errors.with_label_values(&[k.as_str()]))
                 .collect(),
-            retries: counter!(
-                "router_upstream_retries_total",
-                "Idempotent requests sent again: on another member when nothing reached the first, or on a new connection when a reused one closed before a response",
-                r
-            )?,
-            upstream_connections: counter!(
-                "router_upstream_connections_opened_total",
-                "Connections opened to members (compare with requests for the reuse ratio)",
-                r
-            )?,
-            queue_waits: counter!(
-                "router_upstream_queue_waits_total",
-                "Requests that waited for a free slot on a full member (the ones that waited in vain are router_upstream_errors_total{kind=\"busy\"})",
-                r
-            )?,
+            retries,
+            upstream_connections,
+            queue_waits,
             open_connections: gauges!(
                 "router_open_connections",
                 "Client connections open, by listener",
@@ -308,54 +391,20 @@ impl Metrics {
                 &["worker"],
                 r
             )?,
-            connections: counters!(
-                "router_connections_total",
-                "Client connections accepted, by listener",
-                &["listener"],
-                r
-            )?,
-            evicted: counters!(
-                "router_connections_evicted_total",
-                "Quiet client connections closed to make room at limits.max_connections",
-                &["listener"],
-                r
-            )?,
-            accept_errors: counters!(
-                "router_accept_errors_total",
-                "accept(2) failures by listener (out of descriptors pauses the listener 100 ms)",
-                &["listener"],
-                r
-            )?,
-            refused: counters!(
-                "router_connections_refused_total",
-                "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source)",
-                &["listener", "reason"],
-                r
-            )?,
-            tcp: counters!(
-                "router_tcp_connections_total",
-                "Connections on tcp.listen ports, by listener and result (relayed, no_member, member_failed)",
-                &["listener", "result"],
-                r
-            )?,
+            connections,
+            evicted,
+            accept_errors,
+            refused,
+            tcp,
             routes: gauge!("router_routes", "Host names in the live route table", r)?,
             apps: gauge!("router_apps", "Applications in the live route table", r)?,
             table_updates: counter!("router_table_updates_total", "Route tables published", r)?,
             health: HealthMetrics::new(&r)?,
             tls: TlsMetrics::new(&r)?,
             spi: spi_consumer::metrics::Metrics::new(&r)?,
-            app_refused: counters!(
-                "router_app_requests_refused_total",
-                "Requests an app's policy refused, by app (_default: apps without settings of their own) and reason (address, maintenance, rate_limit, max_connections_per_client)",
-                &["app", "reason"],
-                r
-            )?,
+            app_refused,
             affinity: ["kept", "moved", "new"].map(|v| affinity.with_label_values(&[v])),
-            app_untracked: counter!(
-                "router_app_limit_untracked_total",
-                "Clients let through a rate limit untracked because the table of per-client buckets was full",
-                r
-            )?,
+            app_untracked,
             passthrough,
             reloads,
             reconcile_runs,
