@@ -247,16 +247,39 @@ impl Admin {
     ) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_string();
         let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
-        if let Err(refusal) = self.names.load().check(&req, local, mutating) {
+        if let Some(refused) = self.refuse(&req, (client, local), &path, mutating) {
+            return refused;
+        }
+        let req = match self.change(req, client, &path, mutating).await {
+            Ok(answer) => return answer,
+            Err(req) => req,
+        };
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
+        }
+        self.read(&path)
+    }
+
+    /// The refusal of a call from a browser's foreign page (a name not the
+    /// listener's, a cross-site origin) or of a change without the token,
+    /// counted and kept in the audit.
+    fn refuse(
+        &self,
+        req: &Request<Incoming>,
+        (client, local): (SocketAddr, SocketAddr),
+        path: &str,
+        mutating: bool,
+    ) -> Option<Response<Full<Bytes>>> {
+        if let Err(refusal) = self.names.load().check(req, local, mutating) {
             self.metrics.admin_refused(refusal.reason());
             self.audit
-                .refuse(&client.ip().to_string(), &path, refusal.reason());
-            return text(refusal.status(), refusal.message());
+                .refuse(&client.ip().to_string(), path, refusal.reason());
+            return Some(text(refusal.status(), refusal.message()));
         }
-        if mutating && !self.authorized(&req) {
+        if mutating && !self.authorized(req) {
             self.metrics.admin_refused("token");
             self.audit
-                .refuse(&client.ip().to_string(), &path, "401 no valid token");
+                .refuse(&client.ip().to_string(), path, "401 no valid token");
             let mut r = text(
                 StatusCode::UNAUTHORIZED,
                 "this call needs Authorization: Bearer <admin.token_file's token>\n",
@@ -265,11 +288,23 @@ impl Admin {
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
             );
-            return r;
+            return Some(r);
         }
+        None
+    }
+
+    /// The calls that change something (each kept in the audit), or the request
+    /// back when `path` is none of them.
+    async fn change(
+        &self,
+        req: Request<Incoming>,
+        client: SocketAddr,
+        path: &str,
+        mutating: bool,
+    ) -> Result<Response<Full<Bytes>>, Request<Incoming>> {
         if let Some(rest) = path.strip_prefix("/backends/") {
             if req.method() != Method::POST {
-                return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+                return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"));
             }
             let r = self.rotate(rest, req.uri().query()).await;
             self.audit.record(
@@ -278,11 +313,11 @@ impl Admin {
                 rest.rsplit_once('/').map_or(rest, |(a, _)| a),
                 r.status().as_str(),
             );
-            return r;
+            return Ok(r);
         }
         if path == "/reconcile" {
             if req.method() != Method::POST {
-                return text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n");
+                return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"));
             }
             let r = self.reconcile(req.uri().query()).await;
             self.audit.record(
@@ -291,7 +326,7 @@ impl Admin {
                 req.uri().query().unwrap_or(""),
                 r.status().as_str(),
             );
-            return r;
+            return Ok(r);
         }
         if let Some(name) = path
             .strip_prefix("/aliases/")
@@ -301,7 +336,7 @@ impl Admin {
             let r = match method {
                 Method::POST => self.split(name, Some(req)).await,
                 Method::DELETE => self.split(name, None).await,
-                _ => return text(StatusCode::METHOD_NOT_ALLOWED, "use POST or DELETE\n"),
+                _ => return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST or DELETE\n")),
             };
             let action = if method == Method::POST {
                 "split"
@@ -310,7 +345,7 @@ impl Admin {
             };
             self.audit
                 .record(&client.ip().to_string(), action, name, r.status().as_str());
-            return r;
+            return Ok(r);
         }
         if let Some(app) = path
             .strip_prefix("/apps/")
@@ -327,12 +362,14 @@ impl Admin {
                 self.audit
                     .record(&client.ip().to_string(), action, app, r.status().as_str());
             }
-            return r;
+            return Ok(r);
         }
-        if req.method() != Method::GET && req.method() != Method::HEAD {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
-        }
-        match path.as_str() {
+        Err(req)
+    }
+
+    /// The read-only paths.
+    fn read(&self, path: &str) -> Response<Full<Bytes>> {
+        match path {
             "/" => asset(status::PAGE, "text/html; charset=utf-8"),
             "/status.js" => asset(status::SCRIPT, "text/javascript; charset=utf-8"),
             "/status.css" => asset(status::STYLE, "text/css; charset=utf-8"),
