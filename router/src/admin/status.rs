@@ -89,20 +89,11 @@ fn dead_letters(dir: &Path) -> Vec<DeadLetter> {
         .collect()
 }
 
-/// The status document.
-pub fn document(admin: &Admin) -> Value {
-    let now = crate::ring::unix_now();
-    let text = admin.metrics.render();
-    let m = samples(&text);
-    let get = |k: &str| m.get(k).copied().unwrap_or(0.0);
-    let sum_of = |prefix: &str| -> f64 {
-        m.iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v)
-            .sum()
-    };
-    let table = admin.table.load_full();
-    let apps: Vec<Value> = table
+/// Each app of the live table: its names, members (health, slots, tunnels,
+/// history), settings and requests refused (`sum_of`: the sum of the samples
+/// under a prefix).
+fn app_documents(table: &crate::table::RouteTable, sum_of: &impl Fn(&str) -> f64) -> Vec<Value> {
+    table
         .routes()
         .map(|r| {
             let members: Vec<Value> = r
@@ -142,9 +133,12 @@ pub fn document(admin: &Admin) -> Value {
                 "endpoints": r.endpoints.len(),
             })
         })
-        .collect();
-    let certificates: Vec<Value> = m
-        .iter()
+        .collect()
+}
+
+/// Each alias certificate's expiry, from the metrics' samples, at `now`.
+fn certificate_documents(m: &BTreeMap<&str, f64>, now: u64) -> Vec<Value> {
+    m.iter()
         .filter(|(k, _)| k.starts_with("router_tls_certificate_expiry_timestamp_seconds{"))
         .filter_map(|(k, v)| {
             let not_after = *v as i64;
@@ -154,7 +148,24 @@ pub fn document(admin: &Admin) -> Value {
                 "days": (not_after - now as i64).div_euclid(86_400),
             }))
         })
-        .collect();
+        .collect()
+}
+
+/// The status document.
+pub fn document(admin: &Admin) -> Value {
+    let now = crate::ring::unix_now();
+    let text = admin.metrics.render();
+    let m = samples(&text);
+    let get = |k: &str| m.get(k).copied().unwrap_or(0.0);
+    let sum_of = |prefix: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let table = admin.table.load_full();
+    let apps = app_documents(&table, &sum_of);
+    let certificates = certificate_documents(&m, now);
     let outcomes: BTreeMap<&str, f64> = m
         .iter()
         .filter(|(k, _)| k.starts_with("spi_events_total{"))
