@@ -94,35 +94,15 @@ impl Listeners {
             }
             None => None,
         };
-        // HTTP/3 (UDP): the old process's socket on an upgrade (see
-        // `Inherited::udp_socket`).
         let http3 = match config.listen.http3 {
-            Some(addr) => {
-                let tls =
-                    crate::tls::server::quic_config(live_certs, provider.clone(), resumption)?;
-                let keys = crate::quic::PairKeys::derive(
-                    ticketer.map(|t| t.secret()).as_deref().map(Vec::as_slice),
-                );
-                let (endpoint, server) =
-                    crate::quic::server_config(tls, keys, &config.http3, &config.limits)
-                        .map_err(StartError::Http3)?;
-                let socket = match inherited.as_mut().and_then(|i| i.udp_socket("http3")) {
-                    Some(s) => s,
-                    None => {
-                        crate::quic::listener::bind(addr).map_err(|source| StartError::Bind {
-                            what: "listen.http3",
-                            addr,
-                            source,
-                        })?
-                    }
-                };
-                Some(crate::quic::listener::Bound {
-                    socket,
-                    endpoint,
-                    server,
-                    retry_above: config.http3.retry_above_handshakes,
-                })
-            }
+            Some(addr) => Some(bind_http3(
+                config,
+                addr,
+                inherited,
+                ticketer,
+                (live_certs, provider),
+                resumption,
+            )?),
             None => None,
         };
         if let Some(i) = &inherited {
@@ -141,4 +121,38 @@ impl Listeners {
             http3,
         })
     }
+}
+
+/// The HTTP/3 listener (UDP) on `addr`: the old process's socket on an upgrade
+/// (see `Inherited::udp_socket`), its QUIC and TLS settings, the pair's keys.
+fn bind_http3(
+    config: &Config,
+    addr: SocketAddr,
+    inherited: &mut Option<Inherited>,
+    ticketer: Option<&Arc<SharedTicketer>>,
+    (live_certs, provider): (
+        &Arc<ArcSwap<crate::tls::store::Certs>>,
+        &Arc<rustls::crypto::CryptoProvider>,
+    ),
+    resumption: crate::tls::server::Resumption,
+) -> Result<crate::quic::listener::Bound, StartError> {
+    let tls = crate::tls::server::quic_config(live_certs, provider.clone(), resumption)?;
+    let keys =
+        crate::quic::PairKeys::derive(ticketer.map(|t| t.secret()).as_deref().map(Vec::as_slice));
+    let (endpoint, server) = crate::quic::server_config(tls, keys, &config.http3, &config.limits)
+        .map_err(StartError::Http3)?;
+    let socket = match inherited.as_mut().and_then(|i| i.udp_socket("http3")) {
+        Some(s) => s,
+        None => crate::quic::listener::bind(addr).map_err(|source| StartError::Bind {
+            what: "listen.http3",
+            addr,
+            source,
+        })?,
+    };
+    Ok(crate::quic::listener::Bound {
+        socket,
+        endpoint,
+        server,
+        retry_above: config.http3.retry_above_handshakes,
+    })
 }

@@ -174,11 +174,7 @@ impl Router {
         let policies = Arc::new(app_policies(&config, &metrics)?);
         crate::table::publish_policies(&table, &policies);
         let token = admin_token(&config)?;
-        let workers = crate::workers::count(config.worker_threads, config.work_stealing)
-            .map(|n| Workers::start(n, &metrics.worker_connections))
-            .transpose()
-            .map_err(StartError::Workers)?
-            .map(Arc::new);
+        let workers = start_workers(&config, &metrics)?;
         let registry = member_registry(&config, &metrics, workers.as_deref())?;
         let naming = naming(&config);
         // TLS: the default certificate must load, or the router does not start.
@@ -197,10 +193,8 @@ impl Router {
         };
         // The saved state is served before any source answers.
         let (consumer, source) = events.open()?;
-        // Reading a large saved state leaves much freed heap behind (the file, the
-        // parse): give it back before serving.
+        // Give back the heap reading a large saved state left (the file, the parse).
         tokio::task::spawn_blocking(crate::memory::trim);
-
         let Listeners {
             http,
             tcp,
@@ -215,24 +209,12 @@ impl Router {
             &provider,
         )?;
         let handover = handover(&config, inherited.is_some()).await?;
-        let member_tls = crate::tls::client::connector(
-            config.upstream.tls.ca_file.as_deref(),
-            config.upstream.tls.verify,
-            provider.clone(),
-        )?;
-        let redirect = match (&https, config.tls.redirect_http) {
-            (Some((l, _)), true) => Some(crate::request::route::Redirect {
-                https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
-                certs: live_certs.clone(),
-            }),
-            _ => None,
-        };
-
-        let proxy = with_settings(
+        let live = serving(
+            &config,
             Kept {
                 table: table.clone(),
-                member_tls: Some(member_tls),
-                redirect,
+                member_tls: None,
+                redirect: None,
                 metrics: metrics.clone(),
                 certs: https.is_some().then(|| live_certs.clone()),
                 clients: policies.clients.clone(),
@@ -241,13 +223,9 @@ impl Router {
                     .and_then(|b| b.socket.local_addr().ok())
                     .and_then(|a| config.http3.alt_svc_value(a.port())),
             },
-            &config,
-        );
-        let live: Live = Arc::new(ArcSwap::from_pointee(Serving {
-            proxy: Arc::new(proxy),
-            limits: config.limits.clone(),
-            handshake_timeout: config.tls.handshake_timeout,
-        }));
+            (&live_certs, &provider),
+            https.as_ref().map(|(l, _)| l),
+        )?;
         let reconcile = config
             .reconcile
             .as_ref()
@@ -372,10 +350,6 @@ impl Router {
             &self.config,
             &self.admin_api.metrics,
         );
-        let open_gauges = (
-            self.admin_api.metrics.open_connections.clone(),
-            self.admin_api.metrics.connections.clone(),
-        );
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let admin_task = self.admin.map(|l| {
@@ -390,21 +364,17 @@ impl Router {
             &stop_rx,
         );
         let http3_task = self.http3.map(|bound| {
-            let on = self
-                .workers
-                .as_ref()
-                .map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
-            on.spawn(crate::quic::listener::serve(
+            spawn_http3(
                 bound,
-                self.live.clone(),
-                stop_rx.clone(),
-                self.config.shutdown_grace,
-            ))
+                self.workers.as_ref(),
+                &self.live,
+                (&stop_rx, self.config.shutdown_grace),
+            )
         });
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
-        let trimmer = tasks::spawn_trimmer(open_gauges);
+        let trimmer = tasks::spawn_trimmer(&self.admin_api.metrics);
         let sweeper = tasks::spawn_sweeper(
             self.registry.clone(),
             self.certs.clone(),
@@ -453,11 +423,10 @@ impl Router {
         // The source stops with the listeners; its task is awaited below.
         sourcing.signal_stop();
         let _ = stop_tx.send(true);
-        let _ = http_task.await;
-        if let Some(t) = https_task {
-            let _ = t.await;
-        }
-        if let Some(t) = http3_task {
+        for t in [Some(http_task), https_task, http3_task]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.await;
         }
         sourcing.stop().await;
@@ -726,3 +695,64 @@ async fn serve_until(
 
 /// How long an old router waits for its successor to load the state and serve.
 const UPGRADE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The first serving generation: the proxy (its member TLS connector, the
+/// HTTPS redirect when `https` listens and `tls.redirect_http` asks for it) and
+/// the limits, with `kept` (what every later generation shares).
+fn serving(
+    config: &Config,
+    mut kept: Kept,
+    (live_certs, provider): (
+        &Arc<ArcSwap<crate::tls::store::Certs>>,
+        &Arc<rustls::crypto::CryptoProvider>,
+    ),
+    https: Option<&tokio::net::TcpListener>,
+) -> Result<Live, StartError> {
+    kept.member_tls = Some(crate::tls::client::connector(
+        config.upstream.tls.ca_file.as_deref(),
+        config.upstream.tls.verify,
+        provider.clone(),
+    )?);
+    kept.redirect = match (https, config.tls.redirect_http) {
+        (Some(l), true) => Some(crate::request::route::Redirect {
+            https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
+            certs: live_certs.clone(),
+        }),
+        _ => None,
+    };
+    let proxy = with_settings(kept, config);
+    Ok(Arc::new(ArcSwap::from_pointee(Serving {
+        proxy: Arc::new(proxy),
+        limits: config.limits.clone(),
+        handshake_timeout: config.tls.handshake_timeout,
+    })))
+}
+
+/// The per-core workers (`worker_threads`), unless the work-stealing runtime
+/// serves every connection.
+fn start_workers(config: &Config, metrics: &Metrics) -> Result<Option<Arc<Workers>>, StartError> {
+    Ok(
+        crate::workers::count(config.worker_threads, config.work_stealing)
+            .map(|n| Workers::start(n, &metrics.worker_connections))
+            .transpose()
+            .map_err(StartError::Workers)?
+            .map(Arc::new),
+    )
+}
+
+/// The HTTP/3 listener's task: on the workers' acceptor runtime when there are
+/// workers, else here; it stops on `stop` and drains for `grace`.
+fn spawn_http3(
+    bound: crate::quic::listener::Bound,
+    workers: Option<&Arc<Workers>>,
+    live: &Live,
+    (stop, grace): (&watch::Receiver<bool>, std::time::Duration),
+) -> tokio::task::JoinHandle<()> {
+    let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
+    on.spawn(crate::quic::listener::serve(
+        bound,
+        live.clone(),
+        stop.clone(),
+        grace,
+    ))
+}

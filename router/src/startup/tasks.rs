@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus::{IntCounterVec, IntGaugeVec};
 use tokio::task::JoinHandle;
 
 use crate::members::MemberRegistry;
@@ -13,7 +12,11 @@ use crate::tls::tickets::SharedTicketer;
 /// Gives freed heap back to the system after a storm of client connections closed
 /// (see [`crate::memory`]); looks every 5 s at the connections the client
 /// listeners accepted and still hold.
-pub(super) fn spawn_trimmer((open, accepted): (IntGaugeVec, IntCounterVec)) -> JoinHandle<()> {
+pub(super) fn spawn_trimmer(metrics: &crate::metrics::Metrics) -> JoinHandle<()> {
+    let (open, accepted) = (
+        metrics.open_connections.clone(),
+        metrics.connections.clone(),
+    );
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         let mut trimmer = crate::memory::Trimmer::default();
