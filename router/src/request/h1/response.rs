@@ -9,7 +9,7 @@
 //! Pure: bytes out only, no I/O (the connection loop is the parent module).
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
 use h1_codec::encode::{encode_chunk, encode_field};
@@ -112,43 +112,14 @@ pub fn encode_head(
         match *name {
             header::CONTENT_LENGTH => {
                 let Some(first) = values.next() else { continue };
-                match body {
-                    BodyLength::Known(n) => encoder = Encoder::Length(n),
-                    BodyLength::Unknown => match content_length([first.as_bytes()]) {
-                        Ok(Some(n)) => encoder = Encoder::Length(n),
-                        // hyper refuses to send such a response; close instead
-                        // of guessing.
-                        _ => {
-                            encoder = Encoder::CloseDelimited;
-                            last = true;
-                        }
-                    },
-                    // No body: only a HEAD response keeps its length.
-                    BodyLength::None if *method != Method::HEAD => continue,
-                    BodyLength::None => {}
+                if let Some((e, closes)) = length_field(first, body, method, out) {
+                    (encoder, wrote_len) = (e, true);
+                    last |= closes;
                 }
-                out.extend_from_slice(b"content-length: ");
-                out.extend_from_slice(first.as_bytes());
-                out.extend_from_slice(b"\r\n");
-                wrote_len = true;
             }
-            header::TRANSFER_ENCODING => {
-                if !chunkable {
-                    continue;
-                }
-                wrote_len = true;
-                let mut chunked_last = false;
-                list_field(b"transfer-encoding: ", values, out, |v| {
-                    chunked_last = v
-                        .rsplit(|b| *b == b',')
-                        .next()
-                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-                });
-                if !chunked_last {
-                    out.extend_from_slice(b", chunked");
-                }
-                out.extend_from_slice(b"\r\n");
-                encoder = Encoder::Chunked(None);
+            header::TRANSFER_ENCODING if chunkable => {
+                transfer_encoding_field(values, out);
+                (encoder, wrote_len) = (Encoder::Chunked(None), true);
             }
             header::CONNECTION => {
                 list_field(b"connection: ", values, out, |v| {
@@ -160,22 +131,10 @@ pub fn encode_head(
                 });
                 out.extend_from_slice(b"\r\n");
             }
-            header::TRAILER => {
-                if !chunkable {
-                    continue;
-                }
-                let names = trailers.get_or_insert_with(Vec::new);
-                list_field(b"trailer: ", values, out, |v| {
-                    // Names only from a value of visible ASCII (what `to_str` takes).
-                    if v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
-                        names.extend(
-                            v.split(|b| *b == b',')
-                                .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok()),
-                        );
-                    }
-                });
-                out.extend_from_slice(b"\r\n");
+            header::TRAILER if chunkable => {
+                trailer_field(values, trailers.get_or_insert_with(Vec::new), out);
             }
+            header::TRANSFER_ENCODING | header::TRAILER => {}
             _ => {
                 if *name == header::DATE {
                     wrote_date = true;
@@ -203,6 +162,68 @@ pub fn encode_head(
         out.extend_from_slice(b"\r\n");
     }
     Head { encoder, last }
+}
+
+/// A member's `Content-Length` as the client gets it (the framing and whether
+/// the connection then closes), or `None` when it is left out (no body, and not
+/// a HEAD response). The one rule reads it; hyper refuses to send a response
+/// whose length it cannot read, so that closes instead of guessing.
+#[inline]
+fn length_field(
+    first: &HeaderValue,
+    body: BodyLength,
+    method: &Method,
+    out: &mut Vec<u8>,
+) -> Option<(Encoder, bool)> {
+    let framing = match body {
+        BodyLength::Known(n) => (Encoder::Length(n), false),
+        BodyLength::Unknown => match content_length([first.as_bytes()]) {
+            Ok(Some(n)) => (Encoder::Length(n), false),
+            _ => (Encoder::CloseDelimited, true),
+        },
+        // No body: only a HEAD response keeps its length.
+        BodyLength::None if *method != Method::HEAD => return None,
+        BodyLength::None => (Encoder::Length(0), false),
+    };
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(first.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    Some(framing)
+}
+
+/// `transfer-encoding` joined on one line, ending in `chunked`.
+#[inline]
+fn transfer_encoding_field<'a>(values: impl Iterator<Item = &'a HeaderValue>, out: &mut Vec<u8>) {
+    let mut chunked_last = false;
+    list_field(b"transfer-encoding: ", values, out, |v| {
+        chunked_last = v
+            .rsplit(|b| *b == b',')
+            .next()
+            .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+    });
+    if !chunked_last {
+        out.extend_from_slice(b", chunked");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `trailer` joined on one line; the names it announces kept in `names`.
+#[inline]
+fn trailer_field<'a>(
+    values: impl Iterator<Item = &'a HeaderValue>,
+    names: &mut Vec<HeaderName>,
+    out: &mut Vec<u8>,
+) {
+    list_field(b"trailer: ", values, out, |v| {
+        // Names only from a value of visible ASCII (what `to_str` takes).
+        if v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+            names.extend(
+                v.split(|b| *b == b',')
+                    .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok()),
+            );
+        }
+    });
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The status line, with the member's reason phrase if it had its own.
