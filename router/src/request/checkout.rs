@@ -66,19 +66,31 @@ impl Proxy {
         method: &Method,
         how: K,
     ) -> Result<(Target, K::Out), ProxyError> {
+        let replay = Replay::Request {
+            idempotent: idempotent(method),
+            exact: false,
+        };
+        let other = |not: &Member| route.pick_other(not).cloned();
+        self.checkout_or(target, (replay, other), how).await
+    }
+
+    /// [`Proxy::checkout_or_other`] for anything: `replay` says what the client's
+    /// side allows (an HTTP request, or raw bytes nobody has sent yet), `other`
+    /// picks the member to try instead of the one that failed. HTTP requests
+    /// sent again are counted in `router_upstream_retries_total`.
+    pub(crate) async fn checkout_or<K: Checkout>(
+        &self,
+        target: Target,
+        (replay, other): (Replay, impl FnOnce(&Member) -> Option<Target>),
+        how: K,
+    ) -> Result<(Target, K::Out), ProxyError> {
         match how.on(self, &target).await {
             Ok(done) => Ok((target, done)),
-            Err(e)
-                if decide(
-                    e.reached(),
-                    Replay::Request {
-                        idempotent: idempotent(method),
-                        exact: false,
-                    },
-                ) == Retry::OtherMember =>
-            {
-                let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                self.metrics.retries.inc();
+            Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
+                let other = other(&target.member).ok_or(e)?;
+                if matches!(replay, Replay::Request { .. }) {
+                    self.metrics.retries.inc();
+                }
                 let done = how.on(self, &other).await?;
                 Ok((other, done))
             }
@@ -190,7 +202,7 @@ impl Proxy {
 
 /// How a request checks out a member (a slot and a connection), one kind per
 /// member protocol.
-pub(super) trait Checkout {
+pub(crate) trait Checkout {
     type Out;
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError>;
 }
@@ -223,5 +235,21 @@ impl Checkout for H2Checkout<'_> {
         // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
         // part of every request's future, copied on every HTTP/1.1 request.
         Box::pin(proxy.h2_checkout(target, (self.sni, self.source))).await
+    }
+}
+
+/// A slot and a raw TCP connection (TLS passthrough, `tcp.listen` ports).
+pub(crate) struct TcpCheckout {
+    pub(crate) source: ClientKey,
+}
+
+impl Checkout for TcpCheckout {
+    type Out = (InFlight, tokio::net::TcpStream);
+    async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
+        let slot = proxy.slot(target, (self.source, 0)).await?;
+        match target.member.pool.dial(proxy.upstream).await {
+            Ok(stream) => Ok((slot, stream)),
+            Err(e) => Err(proxy.failed(&target.member, e.kind())),
+        }
     }
 }

@@ -20,8 +20,9 @@ use tokio::net::TcpStream;
 
 use super::Proxy;
 use super::activity::Activity;
-use super::retry::{Reached, Replay, Retry, decide};
-use crate::members::{Full, InFlight, Member};
+use super::checkout::TcpCheckout;
+use super::retry::Replay;
+use crate::members::{InFlight, Member};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
 
@@ -79,61 +80,24 @@ impl Proxy {
     }
 
     /// A member chosen by `pick` (given the member to avoid, if any), a slot on it
-    /// and a raw TCP connection to it, for passthrough and TCP ports. If the first
-    /// cannot be reached, the retry decision ([`super::retry`]) says whether another
-    /// is tried (it is: nothing was sent). Every failure is
-    /// counted in `router_upstream_errors_total`, and against the member when it is
-    /// the member's fault.
+    /// and a raw TCP connection to it, for passthrough and TCP ports: the HTTP
+    /// path's checkout ([`super::checkout`]), so another member is tried when the
+    /// first cannot be reached (nothing was sent) by the same retry decision.
+    /// Every failure is counted in `router_upstream_errors_total`, and against
+    /// the member when it is the member's fault.
     pub(crate) async fn dial_picked(
         &self,
         pick: impl Fn(Option<&Member>) -> Option<Target>,
         peer: ClientKey,
     ) -> Result<(Target, InFlight, TcpStream), Dial> {
         let first = pick(None).ok_or(Dial::NoMember)?;
-        let target = match self.dial_member(&first, peer).await {
-            Ok((slot, stream)) => return Ok((first, slot, stream)),
-            Err(e) => {
-                self.metrics.upstream_error(e);
-                if decide(Reached::Nothing, Replay::Connection) != Retry::OtherMember {
-                    return Err(Dial::Failed);
-                }
-                pick(Some(&first.member)).ok_or(Dial::Failed)?
-            }
-        };
-        match self.dial_member(&target, peer).await {
-            Ok((slot, stream)) => Ok((target, slot, stream)),
-            Err(e) => {
-                self.metrics.upstream_error(e);
-                Err(Dial::Failed)
-            }
-        }
-    }
-
-    /// A slot on `target` and a raw TCP connection to it; a member's fault is
-    /// recorded against it.
-    async fn dial_member(
-        &self,
-        target: &Target,
-        peer: ClientKey,
-    ) -> Result<(InFlight, TcpStream), UpstreamError> {
-        let member = &target.member;
-        let slot = member
-            .acquire(self.queue_timeout, Some(peer))
+        let other = |not: &Member| pick(Some(not));
+        let how = TcpCheckout { source: peer };
+        let (target, (slot, stream)) = self
+            .checkout_or(first, (Replay::Connection, other), how)
             .await
-            .map_err(|full| match full {
-                Full::Member => UpstreamError::Busy,
-                Full::Source => UpstreamError::SourceShare,
-            })?;
-        match member.pool.dial(self.upstream).await {
-            Ok(stream) => Ok((slot, stream)),
-            Err(e) => {
-                let kind = e.kind();
-                if kind.members_fault() {
-                    member.health.record_failure();
-                }
-                Err(kind)
-            }
-        }
+            .map_err(|_| Dial::Failed)?;
+        Ok((target, slot, stream))
     }
 }
 
