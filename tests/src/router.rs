@@ -279,6 +279,16 @@ impl TestRouter {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
+    /// Sets `{"members_protocol": "h2"}` for `app` (`name-namespace`) through the
+    /// admin API (no token configured), asserting it was taken.
+    pub async fn set_members_h2(&self, app: &str) {
+        let path = format!("/apps/{app}/settings");
+        let (s, text) = self
+            .admin_call("PUT", &path, r#"{"members_protocol": "h2"}"#, None)
+            .await;
+        assert_eq!(s, 200, "{text}");
+    }
+
     /// `n` GETs for `host` over one keep-alive client; the statuses.
     pub async fn get_n(&self, host: &str, n: usize) -> Vec<u16> {
         let client: Client<HttpConnector, Empty<Bytes>> =

@@ -104,15 +104,7 @@ fn assert_all_passed(v: &serde_json::Value) {
 }
 
 async fn set_h2(r: &TestRouter) {
-    let (s, text) = r
-        .admin_call(
-            "PUT",
-            "/apps/grpc-demo/settings",
-            r#"{"members_protocol": "h2"}"#,
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{text}");
+    r.set_members_h2("grpc-demo").await;
 }
 
 #[tokio::test]

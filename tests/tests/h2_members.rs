@@ -56,15 +56,7 @@ async fn an_unreachable_h2_member_gives_way_to_another() {
     r.drop_event("02.yaml", &events::add_lb("hh", "demo", dead));
     r.wait_member(live).await;
     r.wait_member(dead).await;
-    let (s, text) = r
-        .admin_call(
-            "PUT",
-            "/apps/hh-demo/settings",
-            r#"{"members_protocol": "h2"}"#,
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{text}");
+    r.set_members_h2("hh-demo").await;
     let before = r
         .metric("router_upstream_retries_total")
         .await
