@@ -81,17 +81,33 @@ fn split(data: &[u8]) -> Option<(usize, &[u8])> {
 }
 
 /// The framing reader's verdict on `pieces` fed in order: the absolute offset of
-/// the cut and why, if any.
-fn framing_cut(pieces: &[&[u8]]) -> Option<(usize, &'static str)> {
+/// the cut and why, if any, and the heads it reported (each start it could be asked
+/// about: every offset of the stream).
+fn framing_cut(pieces: &[&[u8]]) -> (Option<(usize, &'static str)>, Vec<h1_codec::framing::Head>) {
     let mut f = h1_codec::framing::Framing::new();
     let mut offset = 0;
+    let mut heads = Vec::new();
+    let mut cut = None;
     for piece in pieces {
-        if let Some((i, why)) = f.feed(piece) {
-            return Some((offset + i, why.as_str()));
+        let got = f.feed(piece);
+        // Every head finished in this piece is still remembered (a piece holds
+        // fewer than the reader keeps, or the report is lost for all splits alike).
+        let upto = offset + got.map_or(piece.len(), |(i, _)| i);
+        for start in 0..=upto as u64 {
+            if let Some(h) = f.head_at(start)
+                && !heads.contains(&h)
+            {
+                heads.push(h);
+            }
+        }
+        if let Some((i, why)) = got {
+            cut = Some((offset + i, why.as_str()));
+            break;
         }
         offset += piece.len();
     }
-    None
+    heads.sort_by_key(|h| h.start);
+    (cut, heads)
 }
 
 pub fn client_framing(data: &[u8]) {
@@ -100,15 +116,24 @@ pub fn client_framing(data: &[u8]) {
     };
     let whole = framing_cut(&[stream]);
     let (a, b) = stream.split_at(at);
-    assert_eq!(framing_cut(&[a, b]), whole, "split at {at}");
+    let two = framing_cut(&[a, b]);
+    assert_eq!(two.0, whole.0, "split at {at}");
+    // A split loses no head (the whole may have forgotten the oldest ones).
+    for h in &whole.1 {
+        assert!(two.1.contains(h), "split at {at}: {h:?} not reported");
+    }
     if stream.len() <= 64 {
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
-        assert_eq!(framing_cut(&bytes), whole, "byte by byte");
+        let each = framing_cut(&bytes);
+        assert_eq!(each.0, whole.0, "byte by byte");
+        for h in &whole.1 {
+            assert!(each.1.contains(h), "byte by byte: {h:?} not reported");
+        }
     }
 }
 
 pub fn client_head(data: &[u8]) {
-    use h1_codec::framing::POISON;
+    use h1_codec::framing::{Framing, POISON};
     use router::request::h1::head::{HeadLimits, Parsed, parse};
     let limits = HeadLimits {
         max_bytes: 64 * 1024,
@@ -116,19 +141,28 @@ pub fn client_head(data: &[u8]) {
         max_body: 16 * 1024,
     };
     // What the own path reads: the client's bytes as the framing reader passes
-    // them (cut, with the poison in place of the rest).
-    let cut = framing_cut(&[data]);
+    // them (cut, with the poison in place of the rest), and its report.
+    let mut framing = Framing::new();
+    let cut = framing.feed(data);
     let seen = match cut {
         Some((at, _)) => [&data[..at], POISON].concat(),
         None => data.to_vec(),
     };
-    let Parsed::Request { head, body, parts } = parse(&seen, &limits) else {
+    let framed = framing.head_at(0);
+    let Parsed::Request { head, body, parts } = parse(&seen, &limits, framed) else {
         return;
     };
+    let Some(framed) = framed else {
+        panic!("the own path took a request the framing reader did not report");
+    };
+    assert_eq!(
+        framed.end, head as u64,
+        "the head ends where the reader said"
+    );
     if let Some((at, why)) = cut {
         assert!(
             head + body <= at,
-            "the own path took a request past the framing reader's cut at {at} ({why})"
+            "the own path took a request past the framing reader's cut at {at} ({why:?})"
         );
     }
     let mut fields = [httparse::EMPTY_HEADER; 100];
@@ -140,6 +174,16 @@ pub fn client_head(data: &[u8]) {
     assert_eq!(req.method, Some(parts.method.as_str()));
     assert_eq!(req.path, Some(parts.uri.to_string().as_str()));
     assert_eq!(req.headers.len(), parts.headers.len(), "field count");
+    // Its body's length is the one Content-Length rule's, over every field.
+    let lengths = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value);
+    match h1_codec::length::content_length(lengths) {
+        Ok(n) => assert_eq!(n.unwrap_or(0), body as u64, "body length"),
+        Err(e) => panic!("the own path took a request with a bad length: {e:?}"),
+    }
 }
 
 pub fn proxy_header(data: &[u8]) {

@@ -5,20 +5,8 @@ use bytes::Bytes;
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+use crate::BodyFraming;
 use crate::length::content_length;
-
-/// How a message's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
-    /// No body at all.
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Until the member closes the connection (responses only).
-    Close,
-}
 
 /// Writes a request head into `out` and says how its body is framed.
 ///

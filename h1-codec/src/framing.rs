@@ -11,7 +11,7 @@
 //! [`Framing`] finds where each request's head and body end, the way hyper will
 //! (a head up to its empty line; then `Transfer-Encoding` means chunked, else
 //! `Content-Length`, else no body), and says at which byte the stream must be cut.
-//! The reader ([`super::client_io`]) then hands hyper, instead of that byte and the
+//! The router's connection reader (`router::request::client_io`) then hands hyper, instead of that byte and the
 //! rest, [`POISON`]: bytes that are invalid wherever hyper is in its parse, so hyper
 //! answers 400 (or the body fails with 400) after the responses already due, and
 //! closes. Everything hyper refuses anyway (bad chunk sizes, obsolete line folding,
@@ -25,16 +25,36 @@
 //! property-tested over arbitrary read splits (`framing::tests`). A connection whose
 //! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
 //! past that head (what follows is not HTTP/1); the answer to an upgrade that did
-//! not happen closes the connection ([`super::Proxy::serve`]), so no request
+//! not happen closes the connection (`router::request::Proxy::serve`), so no request
 //! follows one unchecked.
 //!
-//! This reader is the one owner of where a client's HTTP/1 request ends: the own
-//! path ([`super::h1`]) and hyper only parse what it lets through. The fuzz targets
+//! This reader is the one owner of where a client's HTTP/1 request ends: it reports
+//! each head it saw complete ([`Head`]: where it starts and ends, how its body is
+//! framed), the router's own path (`router::request::h1`) takes a request only where
+//! its parse ends at that byte, and hyper only parses what it lets through. The fuzz targets
 //! `client_framing`, `client_head` and `client_stream` (`fuzz/`, the last one
 //! through the whole router against a strict reader of its own) hold the seam.
 
+use crate::BodyFraming;
 use crate::chunk::{ChunkLine, ChunkLineError};
 use crate::length::content_length;
+
+/// A request head the reader saw complete: where it starts and ends in the
+/// connection's stream (offsets from the first byte fed) and how its body is framed
+/// ([`BodyFraming::Close`]: it asks for an upgrade, and what follows is not
+/// followed). The own path asks for it ([`Framing::head_at`]) instead of deciding
+/// again where the request ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub start: u64,
+    pub end: u64,
+    pub body: BodyFraming,
+}
+
+/// How many finished heads are remembered: pipelined requests read in one go. An
+/// older one is forgotten, and whoever asks for it is told nothing (the own path
+/// then hands the connection to hyper, which reads the heads itself).
+const HEADS: usize = 4;
 
 /// What the reader hands hyper in place of the cut bytes: a control byte is invalid
 /// in a request line, a header name or value, a chunk size and a chunk's line end;
@@ -133,6 +153,17 @@ pub struct Framing {
     upgrade: bool,
     /// No head finished yet: an h2 preface is recognised only here.
     first: bool,
+    /// Bytes fed so far: the stream offset of the next byte.
+    pos: u64,
+    /// Where the head being read (or the next one) starts.
+    head_start: u64,
+    /// A line end just moved past a message boundary ([`Framing::boundary`]).
+    crossed: bool,
+    /// The head that just finished, until its end offset is known.
+    finished: Option<BodyFraming>,
+    /// The last [`HEADS`] finished heads, the newest at `heads_seen % HEADS`.
+    heads: [Option<Head>; HEADS],
+    heads_seen: usize,
 }
 
 impl Default for Framing {
@@ -156,12 +187,53 @@ impl Framing {
             chunked: false,
             upgrade: false,
             first: true,
+            pos: 0,
+            head_start: 0,
+            crossed: false,
+            finished: None,
+            heads: [None; HEADS],
+            heads_seen: 0,
+        }
+    }
+
+    /// Bytes followed so far: the stream offset of the next byte (after a cut, of
+    /// the cut byte).
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The finished head that starts at stream offset `start`, if it is one of the
+    /// last few (see [`Head`]).
+    pub fn head_at(&self, start: u64) -> Option<Head> {
+        self.heads
+            .iter()
+            .flatten()
+            .find(|h| h.start == start)
+            .copied()
+    }
+
+    /// After a line end that crossed a message boundary, at stream offset `at`:
+    /// the finished head is remembered, and the next head starts here.
+    fn boundary(&mut self, at: u64) {
+        self.crossed = false;
+        if let Some(body) = self.finished.take() {
+            self.heads_seen = self.heads_seen.wrapping_add(1);
+            self.heads[self.heads_seen % HEADS] = Some(Head {
+                start: self.head_start,
+                end: at,
+                body,
+            });
+        }
+        if self.state == State::Head {
+            self.head_start = at;
         }
     }
 
     /// Follows the next `bytes` from the client. `Some((i, why))`: `bytes[i]` and
     /// everything after must not reach hyper (and nothing more is followed).
     pub fn feed(&mut self, bytes: &[u8]) -> Option<(usize, Violation)> {
+        let base = self.pos;
+        self.pos += bytes.len() as u64;
         let mut i = 0;
         while i < bytes.len() {
             let step = match self.state {
@@ -169,7 +241,10 @@ impl Framing {
                 State::Body(left) => {
                     let take = left.min((bytes.len() - i) as u64);
                     self.state = match left - take {
-                        0 => State::Head,
+                        0 => {
+                            self.head_start = base + i as u64 + take;
+                            State::Head
+                        }
                         rest => State::Body(rest),
                     };
                     Ok(take as usize)
@@ -194,18 +269,22 @@ impl Framing {
                     _ => Err(Violation::BadChunk),
                 },
                 State::ChunkSize(line) => self.chunk_size(line, bytes[i]).map(|()| 1),
-                State::Head | State::Trailers => match self.line_run(&bytes[i..]) {
-                    Ok(n) => Ok(n),
-                    Err((at, why)) => {
-                        self.state = State::Off;
-                        return Some((i + at, why));
+                State::Head | State::Trailers => {
+                    match self.line_run(&bytes[i..], base + i as u64) {
+                        Ok(n) => Ok(n),
+                        Err((at, why)) => {
+                            self.state = State::Off;
+                            self.pos = base + (i + at) as u64;
+                            return Some((i + at, why));
+                        }
                     }
-                },
+                }
             };
             match step {
                 Ok(n) => i += n,
                 Err(why) => {
                     self.state = State::Off;
+                    self.pos = base + i as u64;
                     return Some((i, why));
                 }
             }
@@ -230,14 +309,19 @@ impl Framing {
 
     /// The next bytes of a head or of the trailers, up to and including the next CR
     /// or LF (a run at a time: most of a head is skipped, not looked at byte by
-    /// byte). How many were taken, or where (in `rest`) and why to cut.
-    fn line_run(&mut self, rest: &[u8]) -> Result<usize, (usize, Violation)> {
+    /// byte; `rest` starts at stream offset `at`). How many were taken, or where (in
+    /// `rest`) and why to cut.
+    fn line_run(&mut self, rest: &[u8], at: u64) -> Result<usize, (usize, Violation)> {
         if self.cr {
             self.cr = false;
             if rest[0] != b'\n' {
                 return Err((0, Violation::BareLineEnd));
             }
-            return self.line_end().map(|()| 1).map_err(|why| (0, why));
+            self.line_end().map_err(|why| (0, why))?;
+            if self.crossed {
+                self.boundary(at + 1);
+            }
+            return Ok(1);
         }
         let end = memchr::memchr2(b'\r', b'\n', rest);
         let content = &rest[..end.unwrap_or(rest.len())];
@@ -322,6 +406,7 @@ impl Framing {
             if empty {
                 self.state = State::Head;
                 self.first = false;
+                self.crossed = true;
             }
             return Ok(());
         }
@@ -357,16 +442,20 @@ impl Framing {
         if self.chunked && self.length.is_some() {
             return Err(Violation::LengthAndChunked);
         }
-        self.state = if self.upgrade {
-            State::Off
+        let (state, body) = if self.upgrade {
+            (State::Off, BodyFraming::Close)
         } else if self.chunked {
-            State::ChunkSize(ChunkLine::default())
+            (State::ChunkSize(ChunkLine::default()), BodyFraming::Chunked)
         } else {
             match self.length {
-                Some(n) if n > 0 => State::Body(n),
-                _ => State::Head,
+                Some(0) => (State::Head, BodyFraming::Length(0)),
+                Some(n) => (State::Body(n), BodyFraming::Length(n)),
+                None => (State::Head, BodyFraming::Empty),
             }
         };
+        self.state = state;
+        self.finished = Some(body);
+        self.crossed = true;
         self.saw_request_line = false;
         self.length = None;
         self.chunked = false;

@@ -28,3 +28,17 @@ pub const MAX_HEADERS: usize = 100;
 
 /// A response head (or a trailer section) larger than this is refused.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// How a message's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body at all.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the connection closes: a response read to its end, or what follows a
+    /// request head that asks for an upgrade (no longer HTTP/1).
+    Close,
+}

@@ -14,8 +14,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
+pub use crate::BodyFraming;
 use crate::chunk::{ChunkLine, ChunkLineError};
-pub use crate::encode::BodyFraming;
 use crate::encode::header_map;
 use crate::length::content_length;
 use crate::{MAX_HEAD, MAX_HEADERS};

@@ -141,6 +141,18 @@ fn an_upgrade_or_an_h2_preface_ends_the_following() {
     assert_eq!(whole(&format!("{ws}\n\n\x00binary\n")), None);
     let h2 = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\n\n";
     assert_eq!(whole(h2), None);
+    // The upgrade's head is reported, its body framed as what follows until the end.
+    let mut f = Framing::new();
+    assert_eq!(f.feed(ws.as_bytes()), None);
+    let end = ws.len() as u64;
+    assert_eq!(
+        f.head_at(0),
+        Some(Head {
+            start: 0,
+            end,
+            body: BodyFraming::Close
+        })
+    );
     // Only as the connection's first request.
     assert!(whole(&format!("{GET}PRI * HTTP/2.0\r\n\r\nSM\n")).is_some());
 }
@@ -148,18 +160,30 @@ fn an_upgrade_or_an_h2_preface_ends_the_following() {
 /// A valid request, as a client may send it: a head with or without a body, the
 /// body's bytes anything at all.
 fn request() -> impl Strategy<Value = Vec<u8>> {
+    framed_request().prop_map(|(bytes, _, _)| bytes)
+}
+
+/// A [`request`], with its head's length and its body's framing.
+fn framed_request() -> impl Strategy<Value = (Vec<u8>, usize, BodyFraming)> {
     let body = proptest::collection::vec(any::<u8>(), 0..40);
     let chunks = proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..20), 0..4);
     (0..3u8, body, chunks, any::<bool>()).prop_map(|(kind, body, chunks, trailer)| {
         let mut out = b"POST /p HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n".to_vec();
+        let head;
+        let framing;
         match kind {
-            0 => out.extend_from_slice(b"\r\n"),
+            0 => {
+                out.extend_from_slice(b"\r\n");
+                (head, framing) = (out.len(), BodyFraming::Empty);
+            }
             1 => {
                 out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                (head, framing) = (out.len(), BodyFraming::Length(body.len() as u64));
                 out.extend_from_slice(&body);
             }
             _ => {
                 out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+                (head, framing) = (out.len(), BodyFraming::Chunked);
                 for c in &chunks {
                     out.extend_from_slice(format!("{:x};e=1\r\n", c.len()).as_bytes());
                     out.extend_from_slice(c);
@@ -172,7 +196,7 @@ fn request() -> impl Strategy<Value = Vec<u8>> {
                 out.extend_from_slice(b"\r\n");
             }
         }
-        out
+        (out, head, framing)
     })
 }
 
@@ -185,6 +209,31 @@ proptest! {
     ) {
         let bytes: Vec<u8> = reqs.concat();
         prop_assert_eq!(follow(&bytes, &cuts), None);
+    }
+
+    /// Each head of a pipeline is reported once it is complete, with where it starts
+    /// and ends and how its body is framed, however the bytes were split.
+    #[test]
+    fn heads_are_reported_in_any_split(
+        reqs in proptest::collection::vec(framed_request(), 1..=HEADS),
+        cuts in proptest::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let bytes: Vec<u8> = reqs.iter().flat_map(|r| r.0.clone()).collect();
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.extend([0, bytes.len()]);
+        points.sort_unstable();
+        points.dedup();
+        let mut f = Framing::new();
+        for w in points.windows(2) {
+            prop_assert_eq!(f.feed(&bytes[w[0]..w[1]]), None);
+        }
+        prop_assert_eq!(f.position(), bytes.len() as u64);
+        let mut start = 0u64;
+        for (req, head, body) in &reqs {
+            let end = start + *head as u64;
+            prop_assert_eq!(f.head_at(start), Some(Head { start, end, body: *body }));
+            start += req.len() as u64;
+        }
     }
 
     /// Whatever the bytes, where (and why) they are cut does not depend on how they
@@ -224,4 +273,24 @@ proptest! {
             prop_assert!(at >= valid, "cut inside the valid requests");
         }
     }
+}
+
+#[test]
+fn only_the_last_few_heads_are_remembered() {
+    let mut f = Framing::new();
+    let n = GET.len() as u64;
+    for _ in 0..=HEADS {
+        assert_eq!(f.feed(GET.as_bytes()), None);
+    }
+    assert_eq!(f.head_at(0), None, "the oldest is forgotten");
+    let last = n * HEADS as u64;
+    assert_eq!(
+        f.head_at(last),
+        Some(Head {
+            start: last,
+            end: last + n,
+            body: BodyFraming::Empty
+        })
+    );
+    assert_eq!(f.head_at(last + 1), None, "only where a head starts");
 }

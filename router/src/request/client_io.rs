@@ -10,7 +10,7 @@
 //!
 //! HTTP/1 reads are followed by [`Framing`]: a request-smuggling shape hyper would
 //! accept is cut where it shows and replaced by [`POISON`], so hyper answers 400
-//! and closes (see [`super::framing`]).
+//! and closes (see [`h1_codec::framing`]).
 
 use std::io;
 use std::pin::Pin;
@@ -54,10 +54,21 @@ impl ClientIo {
 
     /// Whether TLS negotiated h2 (ALPN): no HTTP/1 on this connection.
     pub fn is_h2(&self) -> bool {
-        self.framing.is_none() && self.cut.is_none()
+        self.framing.is_none()
     }
 
-    /// The framing reader cut the stream (see [`super::framing`]): its end is not
+    /// What the framing reader said of the request head that starts `buffered`
+    /// bytes before the end of what was read: the own path reads every byte into
+    /// one buffer, so its buffer's start is there. What was handed is what the
+    /// reader followed (up to a cut), then the poison.
+    pub fn framed_head(&self, buffered: usize) -> Option<h1_codec::framing::Head> {
+        let framing = self.framing.as_ref()?;
+        let poison = self.cut.map_or(0, |rest| POISON.len() - rest.len());
+        let handed = framing.position() + poison as u64;
+        framing.head_at(handed.checked_sub(buffered as u64)?)
+    }
+
+    /// The framing reader cut the stream (see [`h1_codec::framing`]): its end is not
     /// the client's.
     pub fn was_cut(&self) -> bool {
         self.cut.is_some()
@@ -112,7 +123,6 @@ impl AsyncRead for ClientIo {
             let n = POISON.len().min(buf.remaining());
             buf.put_slice(&POISON[..n]);
             this.cut = Some(&POISON[n..]);
-            this.framing = None;
         }
         r
     }

@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 
 use super::request_body::{RequestBody, RequestBodyError};
 use crate::metrics::UpstreamError;
-use h1_codec::encode::{self, BodyFraming};
+use h1_codec::BodyFraming;
+use h1_codec::encode;
 use h1_codec::response::{self as h1, Chunked, Decoded, ParseError};
 
 /// The byte stream to a member: plain TCP or TLS over it.

@@ -6,11 +6,17 @@
 //! connection from here (see the parent module for what that covers). It never
 //! answers an error itself: every request it does not take reaches hyper byte for
 //! byte, so errors (400, 431, 414) stay hyper's.
+//!
+//! Where the request ends is not decided here: the framing reader
+//! ([`h1_codec::framing`], on every read of the connection) reports each head it saw
+//! complete with its end and its body's framing, and this path takes a request only
+//! when httparse ends the head at the same byte. So one reader owns the answer to
+//! where a message ends, and a disagreement hands the connection to hyper.
 
 use bytes::{Bytes, BytesMut};
-use h1_codec::MAX_HEADERS;
 use h1_codec::encode::header_map;
-use h1_codec::length::content_length;
+use h1_codec::framing::Head;
+use h1_codec::{BodyFraming, MAX_HEADERS};
 use http::{Method, Request, Uri, Version};
 
 /// hyper answers 414 to a longer request target.
@@ -43,8 +49,9 @@ pub enum Parsed {
     Other,
 }
 
-/// Reads the request head at the start of `buf` (see the module doc).
-pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
+/// Reads the request head at the start of `buf` (see the module doc); `framed` is
+/// what the framing reader said of the head starting there, if it saw one complete.
+pub fn parse(buf: &[u8], limits: &HeadLimits, framed: Option<Head>) -> Parsed {
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     // More fields than this (or than a lower `limits.max_headers`): hyper takes
@@ -67,35 +74,31 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Parsed {
     let Ok(method) = Method::from_bytes(method.as_bytes()) else {
         return Parsed::Other;
     };
-    // The body's length by the one Content-Length rule. This path takes one
-    // plain value only: a repeated field or a list (equal values, valid) is
-    // hyper's, which sends it on as it came; a body past `max_body` is
-    // streamed, which hyper does.
-    let mut body: Option<u64> = None;
+    // The framing reader's head: the same end, and a body this path reads
+    // whole (chunked, an upgrade, or a body past `max_body` is hyper's).
+    let body = match framed {
+        Some(h) if h.end - h.start == len as u64 => match h.body {
+            BodyFraming::Empty => 0,
+            BodyFraming::Length(n) => match usize::try_from(n) {
+                Ok(n) if n <= limits.max_body => n,
+                _ => return Parsed::Other,
+            },
+            BodyFraming::Chunked | BodyFraming::Close => return Parsed::Other,
+        },
+        _ => return Parsed::Other,
+    };
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            match content_length([h.value]) {
-                Ok(Some(n)) if body.is_none() && !h.value.contains(&b',') => body = Some(n),
-                _ => return Parsed::Other,
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        if name.eq_ignore_ascii_case(b"connection") {
             // Keep-alive is the default; a close, an upgrade or another token is
             // hyper's to handle.
             if !h.value.eq_ignore_ascii_case(b"keep-alive") {
                 return Parsed::Other;
             }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"upgrade")
-            || name.eq_ignore_ascii_case(b"expect")
-        {
+        } else if name.eq_ignore_ascii_case(b"expect") {
             return Parsed::Other;
         }
     }
-    let body = match usize::try_from(body.unwrap_or(0)) {
-        Ok(n) if n <= limits.max_body => n,
-        _ => return Parsed::Other,
-    };
     // Room for the forwarding headers the request gains on its way (growing the
     // map would move it whole).
     let Some((head, headers)) = header_map(buf, len, req.headers, 6) else {

@@ -11,7 +11,7 @@
 //! every h2 connection: its error answers (400, 431, 414), `100-continue`, chunked
 //! and slow request bodies, upgrades, h2 with prior knowledge, HTTP/1.0. So every
 //! shape the tests pin down reaches the same code as before, and the request
-//! framing checks ([`super::framing`], on every read of the connection) still
+//! framing checks ([`h1_codec::framing`], on every read of the connection) still
 //! cut smuggling shapes before either parser sees them.
 //!
 //! Why: on the keep-alive path hyper's server costs about 1.6 µs per request
@@ -95,7 +95,7 @@ pub async fn serve(
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
         let (head, body, parts) = loop {
             if !buf.is_empty() {
-                match head::parse(&buf, &settings.head) {
+                match head::parse(&buf, &settings.head, io.framed_head(buf.len())) {
                     Parsed::Request { head, body, parts } if buf.len() >= head + body => {
                         break (head, body, parts);
                     }

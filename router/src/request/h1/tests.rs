@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::head::{self, HeadLimits, Parsed};
 use super::response::{BodyLength, DateCache, Encoder, encode_head};
+use h1_codec::framing::{Framing, POISON};
 
 const LIMITS: HeadLimits = HeadLimits {
     max_bytes: 8192,
@@ -20,7 +21,18 @@ const LIMITS: HeadLimits = HeadLimits {
 };
 
 fn parse(bytes: &[u8]) -> Parsed {
-    head::parse(bytes, &LIMITS)
+    parse_with(bytes, &LIMITS)
+}
+
+/// What the own path sees of `bytes`: the framing reader's report and, after a cut,
+/// the poison in place of the rest.
+fn parse_with(bytes: &[u8], limits: &HeadLimits) -> Parsed {
+    let mut framing = Framing::new();
+    let seen = match framing.feed(bytes) {
+        Some((at, _)) => [&bytes[..at], POISON].concat(),
+        None => bytes.to_vec(),
+    };
+    head::parse(&seen, limits, framing.head_at(0))
 }
 
 fn is_other(bytes: &[u8]) -> bool {
@@ -92,8 +104,6 @@ fn every_other_shape_is_left_to_hyper() {
         b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
-        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc",
         b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc",
         b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999\r\n\r\n",
         b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -113,7 +123,7 @@ fn every_other_shape_is_left_to_hyper() {
         max_headers: 5,
         ..LIMITS
     };
-    assert!(matches!(head::parse(req.as_bytes(), &few), Parsed::Other));
+    assert!(matches!(parse_with(req.as_bytes(), &few), Parsed::Other));
     let big = format!(
         "GET / HTTP/1.1\r\nHost: a\r\nx-big: {}\r\n\r\n",
         "v".repeat(9000)
@@ -121,6 +131,31 @@ fn every_other_shape_is_left_to_hyper() {
     assert!(is_other(big.as_bytes()));
     // Still partial but already too large.
     assert!(is_other(&big.as_bytes()[..8500]));
+}
+
+#[test]
+fn a_repeated_or_listed_length_of_equal_values_is_taken_as_framed() {
+    // The framing reader's one rule: equal values are one length (RFC 9110 §8.6).
+    for req in [
+        &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"[..],
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc",
+    ] {
+        assert!(matches!(parse(req), Parsed::Request { body: 3, .. }));
+    }
+}
+
+#[test]
+fn a_head_the_framing_reader_did_not_report_is_left_to_hyper() {
+    let req = b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert!(matches!(parse(req), Parsed::Request { .. }));
+    assert!(matches!(head::parse(req, &LIMITS, None), Parsed::Other));
+    // A report of another head (a shorter one) is a disagreement too.
+    let mut framing = Framing::new();
+    assert_eq!(framing.feed(b"GET / HTTP/1.1\r\n\r\n"), None);
+    assert!(matches!(
+        head::parse(req, &LIMITS, framing.head_at(0)),
+        Parsed::Other
+    ));
 }
 
 #[test]
