@@ -283,7 +283,10 @@ pub fn stomp_frames(data: &[u8]) {
 }
 
 pub fn routing_event(data: &[u8]) {
-    use spi_consumer::decode::{Decoded, decode};
+    use spi_consumer::decode::{Decoded, decode, flat_differs};
+    if let Some(diff) = flat_differs(data) {
+        panic!("the flat reader and serde-saphyr disagree:\n{diff}");
+    }
     let Ok(Decoded::Event(event)) = decode(data) else {
         return;
     };

@@ -65,8 +65,8 @@ impl TcpPort {
     pub fn matcher(&self) -> TcpMatch {
         TcpMatch {
             app: spi_consumer::AppKey {
-                name: self.app.to_ascii_lowercase(),
-                namespace: self.namespace.to_ascii_lowercase(),
+                name: self.app.to_ascii_lowercase().into(),
+                namespace: self.namespace.to_ascii_lowercase().into(),
             },
             cartridge: self.cartridge.clone(),
             endpoint: self.endpoint.clone(),

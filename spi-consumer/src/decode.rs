@@ -254,17 +254,37 @@ pub fn decode(body: &[u8]) -> Result<Decoded, DecodeError> {
         .map_err(|e| DecodeError::Syntax(format!("body is not UTF-8: {e}")))?;
     // The parser's message ends with an excerpt of the input; the input may hold a
     // private key, and this message reaches logs and .reason files: keep line one.
-    let raw: RawEvent = serde_saphyr::from_str(text).map_err(|e| {
+    let raw = match flat::read(text) {
+        Some(raw) => raw,
+        None => general(text)?,
+    };
+    raw.into_decoded()
+}
+
+/// Reads any message with the general YAML parser.
+fn general(text: &str) -> Result<RawEvent, DecodeError> {
+    serde_saphyr::from_str(text).map_err(|e| {
         let full = e.to_string();
         let first = full.lines().next().unwrap_or("").trim();
         DecodeError::Syntax(first.strip_prefix("error: ").unwrap_or(first).to_string())
-    })?;
-    raw.into_decoded()
+    })
+}
+
+/// For the `routing_event` fuzz target: where the flat reader reads `body`, what
+/// it read and what the general parser read, if they differ.
+#[doc(hidden)]
+pub fn flat_differs(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let flat = flat::read(text)?;
+    match general(text) {
+        Ok(general) if general == flat => None,
+        other => Some(format!("flat: {flat:?}\ngeneral: {other:?}")),
+    }
 }
 
 /// Every field any action may carry; each action then takes what it needs.
 /// Unknown keys are allowed: foreign plugins' messages carry other fields.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug, PartialEq)]
 struct RawEvent {
     #[serde(rename = ":action")]
     action: Option<Scalar>,
@@ -302,7 +322,7 @@ struct RawEvent {
     deprecated: Option<Scalar>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct RawMapping {
     #[serde(default)]
     frontend: Option<Scalar>,
@@ -312,7 +332,7 @@ struct RawMapping {
 
 /// A YAML scalar read as text whatever its implicit type: Psych quotes `'2048'` but
 /// emits `5465012345e7890123456789` plain, and both are strings to Ruby.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Scalar(String);
 
 impl<'de> Deserialize<'de> for Scalar {
@@ -567,3 +587,5 @@ impl RawEvent {
 
 #[cfg(test)]
 mod tests;
+
+mod flat;

@@ -206,7 +206,7 @@ mod tests {
     fn absent_apps_take_nothing() {
         let s = Split::new(weights(&[("a-ns", 50), ("b-ns", 50)])).expect("split");
         for _ in 0..10 {
-            assert_eq!(s.pick(|k| k.name == "b").map(|k| &*k.name), Some("b"));
+            assert_eq!(s.pick(|k| &*k.name == "b").map(|k| &*k.name), Some("b"));
         }
         assert_eq!(s.pick(|_| false), None);
     }

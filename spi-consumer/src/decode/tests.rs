@@ -369,3 +369,59 @@ fn a_member_named_by_host_name_is_refused_but_can_still_be_removed() {
     assert!(decode(ev("add_public_endpoint", "fd00::11").as_bytes()).is_ok());
     assert!(decode(ev("remove_public_endpoint", "node1.example.com").as_bytes()).is_ok());
 }
+
+/// The flat reader reads the common messages (else it would never be used), and
+/// wherever it reads one, the general parser reads the same.
+#[test]
+fn the_flat_reader_reads_what_serde_saphyr_reads() {
+    let mut read = Vec::new();
+    for name in crate::fixtures::all() {
+        let body = fixture(&name);
+        assert_eq!(flat_differs(&body), None, "{name}");
+        if super::flat::read(std::str::from_utf8(&body).unwrap()).is_some() {
+            read.push(name);
+        }
+    }
+    for common in [
+        "01-create_application.yaml",
+        "03-add_public_endpoint-load_balancer.yaml",
+        "07-add_alias.yaml",
+        "30-ruby2x-add_public_endpoint-load_balancer.yaml",
+    ] {
+        assert!(read.iter().any(|n| n == common), "{common} not read flat: {read:?}");
+    }
+    // Values whose implicit YAML type is not a string, and shapes near the edge.
+    let base = ":action: :add_alias\n:app_name: myapp\n:namespace: demo\n";
+    for value in [
+        "true", "false", "TRUE", "0x1F", "0o17", "017", "1e5", "1_000", ".inf", "-1", "null",
+        "Null", "NULL", "nUll", "~", "''", "\"\"", "'x'", "\"x\"", "a:b", "a:", ":a", "::1",
+        "fe80::1", "-", "--", "- a", "a b", "'a b'", "\"a\\nb\"", "'it''s'", "a#b", "a #b",
+        "!tag", "&a", "*a", "|", ">", "[a]", "{a: 1}", "%a", "@a", "`a", "?a", "? a", "a\t",
+        "a ", "\"x", "x\"", "'x",
+    ] {
+        for text in [
+            format!("{base}:alias: {value}\n"),
+            format!("---\n{base}:gear_id: {value}\n"),
+            format!("{base}:scalable: {value}\n"),
+            format!("{base}:protocols:\n- {value}\n"),
+            format!("{base}:mappings:\n- frontend: {value}\n  backend: {value}\n"),
+        ] {
+            assert_eq!(flat_differs(text.as_bytes()), None, "{text:?}");
+        }
+    }
+    for text in [
+        format!("{base}:alias: a\n:alias: b\n"),
+        format!("{base}:protocols:\n:types:\n- x\n"),
+        format!("{base}:protocols:\n  - x\n"),
+        format!("{base}:mappings:\n- frontend: a\n  frontend: b\n"),
+        format!("{base}:mappings:\n- frontend: a\n    backend: b\n"),
+        format!("{base}:other: x\n"),
+        format!("{base}:alias: x\r\n"),
+        format!("{base}\n"),
+        format!("{base}:alias: x"),
+        format!("--- \n{base}"),
+        format!("{base}---\n"),
+    ] {
+        assert_eq!(flat_differs(text.as_bytes()), None, "{text:?}");
+    }
+}

@@ -205,7 +205,7 @@ fn a_large_snapshot_decodes_in_two_halves() {
         // The snapshot lists apps in key order.
         let index = state
             .apps()
-            .position(|(k, _)| k.name == format!("app{bad}"))
+            .position(|(k, _)| *k.name == *format!("app{bad}"))
             .expect("in the state");
         assert!(
             err.to_string().contains(&format!(

@@ -262,6 +262,74 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
 }
 
 /// The value after `flag` on the command line, if given and a number.
+/// CPU time of this process so far (every thread: the publish may use more than one).
+fn cpu_now() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// The router's CPU per applied event with no broker: message bodies through the
+/// real `Consumer` (decode, apply, the fsynced journal, the table publish) in
+/// batches of `batch`, as a source's group commit hands them over, at each size.
+fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
+    let addr: std::net::SocketAddr = "10.0.0.1:38032".parse().expect("addr");
+    println!("## CPU per applied event, no broker (batches of {batch})\n");
+    println!(
+        "| apps loaded | events | CPU µs/event | of which decode + apply | of which journal + publish | wall µs/event |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for &n in sizes {
+        let dir = e2e::tempdir("bench-consume");
+        let mut state = RoutingState::new();
+        for i in 0..n {
+            state.apply(&event(i, addr));
+        }
+        Store::open(&dir)
+            .expect("store")
+            .compact(&state)
+            .expect("snapshot");
+        drop(state);
+        let (b, live) = builder();
+        let registry = prometheus::Registry::new();
+        let metrics = spi_consumer::metrics::Metrics::new(&registry).expect("metrics");
+        let mut consumer =
+            spi_consumer::Consumer::start(Store::open(&dir).expect("store"), b, metrics)
+                .expect("consumer");
+        let bodies: Vec<Vec<u8>> = (0..batch * batches)
+            .map(|k| events::add_lb(&format!("app{}", n + k), "bench", addr).into_bytes())
+            .collect();
+        let (cpu, wall) = (cpu_now(), Instant::now());
+        let mut applying = Duration::ZERO;
+        for chunk in bodies.chunks(batch) {
+            let start = cpu_now();
+            for body in chunk {
+                let d = consumer.handle(body);
+                assert_eq!(d, spi_consumer::Disposition::Applied);
+            }
+            applying += cpu_now() - start;
+            consumer.commit().expect("commit");
+        }
+        let (cpu, wall) = (cpu_now() - cpu, wall.elapsed());
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / bodies.len() as f64;
+        println!(
+            "| {n} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            bodies.len(),
+            per(cpu),
+            per(applying),
+            per(cpu - applying),
+            per(wall)
+        );
+        assert_eq!(live.load().app_count(), n + bodies.len());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    println!();
+}
+
 fn arg(flag: &str) -> Option<u32> {
     let args: Vec<String> = std::env::args().collect();
     let at = args.iter().position(|a| a == flag)?;
@@ -276,6 +344,18 @@ async fn main() {
     let rate = arg("--rate");
     let seconds = arg("--seconds").unwrap_or(10);
     let only = std::env::args().any(|a| a == "--only-propagation");
+    // `--consume`: only the broker-free CPU per applied event (`--batch N`,
+    // `--events N`, `--apps N` for one size: for a profile of the applying part).
+    if std::env::args().any(|a| a == "--consume") {
+        let batch = (arg("--batch").unwrap_or(256) as usize).max(1);
+        let events = arg("--events").unwrap_or(5_120) as usize;
+        let sizes = match arg("--apps") {
+            Some(n) => vec![n as usize],
+            None => vec![1_000, 10_000, 100_000],
+        };
+        consume_cost(&sizes, batch, events.div_ceil(batch));
+        return;
+    }
     if quick {
         apply_cost(&[1_000, 10_000]);
         propagation(10_000, rate.unwrap_or(200), 3, 10).await;
