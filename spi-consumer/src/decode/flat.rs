@@ -98,7 +98,9 @@ fn scalar(v: &str) -> Option<String> {
 }
 
 /// The `- value` lines of a block sequence (at least one).
-fn items<'a>(lines: &mut std::iter::Peekable<impl Iterator<Item = &'a str>>) -> Option<Vec<Scalar>> {
+fn items<'a>(
+    lines: &mut std::iter::Peekable<impl Iterator<Item = &'a str>>,
+) -> Option<Vec<Scalar>> {
     let mut out = Vec::new();
     while let Some(item) = lines.next_if(|l| l.starts_with("- ")) {
         out.push(Scalar(scalar(&item[2..])?));

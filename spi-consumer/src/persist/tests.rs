@@ -89,6 +89,47 @@ fn compaction_writes_a_snapshot_and_empties_the_journal() {
 }
 
 #[test]
+fn a_larger_state_waits_for_as_many_journal_lines_as_it_has_apps() {
+    let dir = tempdir("compact-scaled");
+    let mut store = Store::open(&dir).expect("open").with_compaction(5);
+    let mut state = RoutingState::new();
+    let mut save = |state: &mut RoutingState, yaml: String| {
+        let Ok(Decoded::Event(e)) = decode(yaml.as_bytes()) else {
+            panic!("bad event {yaml}");
+        };
+        let Applied::Changed(key) = state.apply(&e) else {
+            panic!("unchanged: {yaml}");
+        };
+        store.save(state, &BTreeSet::from([key])).expect("save");
+    };
+    let create =
+        |i: usize| format!(":action: :create_application\n:app_name: app{i}\n:namespace: demo\n");
+    for i in 0..20 {
+        save(&mut state, create(i));
+    }
+    let lines = |dir: &Path| {
+        fs::read_to_string(dir.join(JOURNAL))
+            .expect("journal")
+            .lines()
+            .count()
+    };
+    // 20 apps: no snapshot yet after 20 lines (5 is only the least).
+    assert!(!dir.join(SNAPSHOT).exists());
+    assert_eq!(lines(&dir), 20);
+    save(
+        &mut state,
+        ":action: :add_alias\n:app_name: app0\n:namespace: demo\n:alias: a.example.com\n".into(),
+    );
+    assert!(dir.join(SNAPSHOT).exists(), "the 21st line compacts");
+    assert_eq!(lines(&dir), 0);
+    assert_eq!(
+        Store::open(&dir).expect("open").load().expect("load"),
+        state
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_torn_last_line_is_ignored_but_a_corrupt_middle_is_an_error() {
     let dir = tempdir("torn");
     let mut store = Store::open(&dir).expect("open");

@@ -27,6 +27,10 @@ use spi_consumer::decode::{Decoded, RoutingEvent, decode};
 use spi_consumer::source::stomp::StompSession;
 use spi_consumer::{AppKey, Store};
 
+/// The router's allocator, so that the apply cost is the router's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const QUEUE: &str = "/queue/routinginfo.bench";
 
 fn event(i: usize, addr: std::net::SocketAddr) -> RoutingEvent {
