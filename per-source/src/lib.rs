@@ -26,19 +26,19 @@ pub struct PerSource {
 
 /// One connection counted for its source; dropping it gives the place back.
 #[derive(Debug)]
-pub struct Held {
+pub struct SourceSlot {
     source: ClientKey,
     of: Arc<PerSource>,
 }
 
-impl Held {
+impl SourceSlot {
     /// The source it is counted for.
     pub fn source(&self) -> ClientKey {
         self.source
     }
 }
 
-impl Drop for Held {
+impl Drop for SourceSlot {
     fn drop(&mut self) {
         let mut held = self.of.held();
         if let Some(n) = held.get_mut(&self.source) {
@@ -73,7 +73,7 @@ impl PerSource {
     }
 
     /// Counts a connection from `source`, or `None` if it holds the cap.
-    pub fn admit(self: &Arc<Self>, source: ClientKey) -> Option<Held> {
+    pub fn admit(self: &Arc<Self>, source: ClientKey) -> Option<SourceSlot> {
         let cap = self.cap();
         let mut held = self.held();
         let n = held.entry(source).or_insert(0);
@@ -84,7 +84,7 @@ impl PerSource {
             return None;
         }
         *n += 1;
-        Some(Held {
+        Some(SourceSlot {
             source,
             of: self.clone(),
         })

@@ -129,7 +129,7 @@ where
         let kill = shared.kill.clone();
         let open = m.open.clone();
         shared.tracker.spawn(async move {
-            let _slot = Slot::new(permit, open);
+            let _slot = ConnectionSlot::new(permit, open);
             let _source = source;
             tokio::select! {
                 () = fut => {}
@@ -140,14 +140,14 @@ where
 }
 
 /// Holds a connection's permit and its `open` gauge for the task's life.
-struct Slot {
+struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
     _open: Gauged,
 }
 
-impl Slot {
-    fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> Slot {
-        Slot {
+impl ConnectionSlot {
+    fn new(permit: OwnedSemaphorePermit, open: prometheus::IntGauge) -> ConnectionSlot {
+        ConnectionSlot {
             _permit: permit,
             _open: Gauged::new(open),
         }

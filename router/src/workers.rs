@@ -41,19 +41,19 @@ pub struct Workers {
 
 struct Worker {
     handle: Handle,
-    /// Client connections open on this worker (see [`Placed`]):
+    /// Client connections open on this worker (see [`WorkerSlot`]):
     /// `router_worker_connections{worker}`.
     open: IntGauge,
 }
 
 /// A connection's place on a worker: its index (for the member pools) and its
 /// count in the worker's open connections, given back when dropped.
-pub struct Placed {
+pub struct WorkerSlot {
     pub index: usize,
     open: IntGauge,
 }
 
-impl Drop for Placed {
+impl Drop for WorkerSlot {
     fn drop(&mut self) {
         self.open.dec();
     }
@@ -112,8 +112,8 @@ impl Workers {
     }
 
     /// The worker with the fewest open connections (the first of equals), counted
-    /// from now until the returned [`Placed`] is dropped; and its runtime.
-    pub fn pick(&self) -> (Placed, &Handle) {
+    /// from now until the returned [`WorkerSlot`] is dropped; and its runtime.
+    pub fn pick(&self) -> (WorkerSlot, &Handle) {
         let index = self
             .workers
             .iter()
@@ -124,7 +124,7 @@ impl Workers {
         let worker = &self.workers[index];
         worker.open.inc();
         (
-            Placed {
+            WorkerSlot {
                 index,
                 open: worker.open.clone(),
             },

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::Live;
-use super::table::ActiveSlot;
+use super::table::TargetSlot;
 use super::wire::{self, Answer, AnswerRead};
 use crate::metrics::Metrics;
 use crate::proxy_protocol::Version;
@@ -28,7 +28,7 @@ pub struct Picked {
     pub stream: TcpStream,
     pub send_proxy: Option<Version>,
     /// Held while the connection lives: counts against `maxConn`.
-    pub slot: ActiveSlot,
+    pub slot: TargetSlot,
 }
 
 /// What this host can do for a cluster port.
@@ -87,7 +87,7 @@ pub struct Routed {
     /// they go to the client before anything else.
     pub early: Vec<u8>,
     /// `Some` when the target is on this host.
-    pub slot: Option<ActiveSlot>,
+    pub slot: Option<TargetSlot>,
 }
 
 /// Tries every host in order; `None` when none took the connection.

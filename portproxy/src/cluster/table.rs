@@ -24,9 +24,9 @@ pub struct Target {
 
 /// A connection slot on a target; frees itself on drop (every close path).
 #[derive(Debug)]
-pub struct ActiveSlot(Arc<AtomicU32>);
+pub struct TargetSlot(Arc<AtomicU32>);
 
-impl Drop for ActiveSlot {
+impl Drop for TargetSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -35,13 +35,13 @@ impl Drop for ActiveSlot {
 impl Target {
     /// Takes a slot unless `max_conn` are taken (checked and taken in one step, so
     /// two connections racing for the last slot cannot both win).
-    pub fn try_take(&self) -> Option<ActiveSlot> {
+    pub fn try_take(&self) -> Option<TargetSlot> {
         self.active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max_conn).then_some(n + 1)
             })
             .ok()
-            .map(|_| ActiveSlot(self.active.clone()))
+            .map(|_| TargetSlot(self.active.clone()))
     }
 }
 

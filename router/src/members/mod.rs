@@ -35,7 +35,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use self::health::{Health, Tracker};
 use self::probe::Probe;
-use self::reserve::{Claim, Reserve};
+use self::reserve::{Reserve, ReserveSlot};
 use self::rotate::{RotateError, RotateStore};
 use crate::metrics::HealthMetrics;
 use crate::upstream::{Pool, PoolSettings};
@@ -287,7 +287,7 @@ impl Member {
         self: &Arc<Self>,
         queue: Duration,
         source: Option<ClientKey>,
-    ) -> Result<InFlight, Full> {
+    ) -> Result<MemberSlot, Full> {
         let deadline = tokio::time::Instant::now() + queue;
         let ip = source;
         let source = match (&self.sources, ip) {
@@ -299,7 +299,7 @@ impl Member {
         };
         // From here the slot for `source` is counted: the guard gives it back on
         // every path, the permits with it.
-        let mut slot = InFlight {
+        let mut slot = MemberSlot {
             member: self.clone(),
             permit: None,
             source,
@@ -326,17 +326,17 @@ impl Member {
 /// A request in flight to a member; dropping it (when the response body ends or the
 /// client goes away) frees the slot.
 #[derive(Debug)]
-pub struct InFlight {
+pub struct MemberSlot {
     member: Arc<Member>,
     /// `None` only while [`Member::acquire`] waits for it.
     permit: Option<OwnedSemaphorePermit>,
     /// The client key and the slot it holds in the member's [`Sources`].
     source: Option<(ClientKey, OwnedSemaphorePermit)>,
     /// Its place in the member's [`Reserve`] accounting.
-    claim: Option<Claim>,
+    claim: Option<ReserveSlot>,
 }
 
-impl InFlight {
+impl MemberSlot {
     pub fn member(&self) -> &Arc<Member> {
         &self.member
     }
@@ -358,7 +358,7 @@ impl InFlight {
     }
 }
 
-/// A tunnel open to a member (see [`InFlight::into_tunnel`]).
+/// A tunnel open to a member (see [`MemberSlot::into_tunnel`]).
 #[derive(Debug)]
 pub struct TunnelSlot {
     member: Arc<Member>,
@@ -370,7 +370,7 @@ impl Drop for TunnelSlot {
     }
 }
 
-impl Drop for InFlight {
+impl Drop for MemberSlot {
     fn drop(&mut self) {
         if let (Some(reserve), Some(claim)) = (&self.member.reserve, self.claim.take()) {
             reserve.release(claim);

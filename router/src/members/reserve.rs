@@ -59,7 +59,7 @@ pub struct Reserve {
 
 /// An address's claim on a member; give it back with [`Reserve::release`].
 #[derive(Debug)]
-pub struct Claim {
+pub struct ReserveSlot {
     ip: ClientKey,
     /// It holds an open permit (else a reserved slot).
     open: bool,
@@ -130,7 +130,11 @@ impl Reserve {
     /// Takes an open permit if one is free, or a reserved place if `ip` holds few
     /// slots; else waits for an open permit until `deadline` (`None`: it did not
     /// come). Counting happens here: the claim is `ip`'s until released.
-    pub async fn claim(&self, ip: ClientKey, deadline: tokio::time::Instant) -> Option<Claim> {
+    pub async fn claim(
+        &self,
+        ip: ClientKey,
+        deadline: tokio::time::Instant,
+    ) -> Option<ReserveSlot> {
         let open = if self.try_open() {
             true
         } else if self.holds(ip) < self.light {
@@ -141,7 +145,7 @@ impl Reserve {
             return None;
         };
         *self.held().entry(ip).or_insert(0) += 1;
-        Some(Claim { ip, open })
+        Some(ReserveSlot { ip, open })
     }
 
     fn try_open(&self) -> bool {
@@ -175,7 +179,7 @@ impl Reserve {
     }
 
     /// Gives `claim` back, its open permit with it.
-    pub fn release(&self, claim: Claim) {
+    pub fn release(&self, claim: ReserveSlot) {
         {
             let mut held = self.held();
             if let Some(n) = held.get_mut(&claim.ip) {

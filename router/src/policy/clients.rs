@@ -125,15 +125,15 @@ impl Clients {
     }
 
     /// Counts one request of `client` to `app` in flight, unless `max` are.
-    pub fn hold(&self, app: &AppKey, client: ClientKey, max: u32) -> Result<Hold, Refused> {
+    pub fn hold(&self, app: &AppKey, client: ClientKey, max: u32) -> Result<ClientSlot, Refused> {
         let (key, shard) = self.key(app, client);
         let mut counts = lock(&self.in_flight[shard]);
         let n = counts.entry(key).or_insert(0);
         if *n >= max {
-            return Err(Refused::InFlight);
+            return Err(Refused::MemberSlot);
         }
         *n += 1;
-        Ok(Hold {
+        Ok(ClientSlot {
             key,
             shard,
             counts: self.in_flight.clone(),
@@ -154,13 +154,13 @@ impl Clients {
 
 /// One request counted in flight; uncounted when dropped.
 #[derive(Debug)]
-pub struct Hold {
+pub struct ClientSlot {
     key: Key,
     shard: usize,
     counts: Arc<[Mutex<Map<u32>>; SHARDS]>,
 }
 
-impl Drop for Hold {
+impl Drop for ClientSlot {
     fn drop(&mut self) {
         let mut counts = lock(&self.counts[self.shard]);
         if let Some(n) = counts.get_mut(&self.key) {
@@ -221,7 +221,7 @@ mod tests {
         let ip = key("192.0.2.1");
         let a = c.hold(&app("a"), ip, 2).expect("first");
         let b = c.hold(&app("a"), ip, 2).expect("second");
-        assert!(matches!(c.hold(&app("a"), ip, 2), Err(Refused::InFlight)));
+        assert!(matches!(c.hold(&app("a"), ip, 2), Err(Refused::MemberSlot)));
         drop(a);
         let again = c.hold(&app("a"), ip, 2).expect("room again");
         drop((b, again));

@@ -28,7 +28,7 @@ use per_source::Client;
 use spi_consumer::AppKey;
 
 use self::affinity::{Affinity, AffinityKey};
-use self::clients::{Clients, Hold};
+use self::clients::{ClientSlot, Clients};
 use self::settings::{AppSettings, MembersProtocol};
 use self::store::SettingsStore;
 use crate::token_bucket::Rate;
@@ -75,7 +75,7 @@ pub enum Refused {
     /// Over `rate_limit` (429, `Retry-After` in whole seconds).
     Rate { retry_after: u64 },
     /// Over `max_connections_per_client` (429).
-    InFlight,
+    MemberSlot,
 }
 
 impl Refused {
@@ -85,7 +85,7 @@ impl Refused {
             Refused::Address => "address",
             Refused::Maintenance(_) => "maintenance",
             Refused::Rate { .. } => "rate_limit",
-            Refused::InFlight => "max_connections_per_client",
+            Refused::MemberSlot => "max_connections_per_client",
         }
     }
 }
@@ -139,7 +139,7 @@ impl Policy {
         app: &AppKey,
         client: Client,
         clients: &Clients,
-    ) -> Result<Option<Hold>, Refused> {
+    ) -> Result<Option<ClientSlot>, Refused> {
         let (ip, client) = (client.ip, client.key);
         if (!self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&ip)))
             || self.deny.iter().any(|n| n.contains(&ip))

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::request::activity::Place;
+use crate::request::activity::ConnectionSlot;
 use crate::request::listener::{Gate, Live, Slots, stopped};
 
 /// The bound UDP socket and what the endpoint is made of; served by [`serve`].
@@ -93,7 +93,7 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
             }
         };
         accepted.inc();
-        let place = Place::new(slot, source, open.clone());
+        let place = ConnectionSlot::new(slot, source, open.clone());
         let handshaking = super::serve::Handshaking::begin(&handshakes);
         let connection = super::serve::QuicConnection {
             serving: gate.current.clone(),

@@ -14,7 +14,7 @@ use prometheus::IntCounter;
 use tokio::sync::watch;
 
 use super::body::H3Body;
-use crate::request::activity::{Activity, Place};
+use crate::request::activity::{Activity, ConnectionSlot};
 use crate::request::body::ProxyBody;
 use crate::request::headers::ClientConn;
 use crate::request::listener::{Serving, stopped};
@@ -47,7 +47,7 @@ impl Drop for Handshaking {
 /// What a connection's task needs, made by the listener.
 pub(super) struct QuicConnection {
     pub(super) serving: Arc<Serving>,
-    pub(super) place: Place,
+    pub(super) place: ConnectionSlot,
     pub(super) local_port: u16,
     pub(super) stop: watch::Receiver<bool>,
     /// Set when the drain's grace period is over: close now.

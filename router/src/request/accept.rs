@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use super::Proxy;
-use super::activity::{Activity, Place, Quiet};
+use super::activity::{Activity, ConnectionSlot, Quiet};
 use super::client_io::{ClientIo, Stream};
 use super::h1;
 use super::headers::ClientConn;
@@ -255,7 +255,7 @@ pub async fn serve(
         // The slot and the gauge live in the connection's activity: past the end of
         // this task when the connection became a tunnel.
         let from = source.source();
-        let activity = Activity::new(Some(Place::new(slot, source, open.clone())));
+        let activity = Activity::new(Some(ConnectionSlot::new(slot, source, open.clone())));
         let member_of = Registered::new(&quiet, activity.clone(), from);
         // getsockname only when `Forwarded` names the address (`by: ip`).
         let forwarded = &current.proxy.forwarded;

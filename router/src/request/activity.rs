@@ -35,17 +35,21 @@ use tokio::time::Instant;
 /// connection or a tunnel the connection became (a WebSocket holds its place: a
 /// thousand tunnels are a thousand open connections and file descriptors).
 #[derive(Debug)]
-pub struct Place {
+pub struct ConnectionSlot {
     _slot: OwnedSemaphorePermit,
     /// Its count among its client source's (`limits.max_connections_per_source`).
-    _source: per_source::Held,
+    _source: per_source::SourceSlot,
     open: IntGauge,
 }
 
-impl Place {
-    pub fn new(slot: OwnedSemaphorePermit, source: per_source::Held, open: IntGauge) -> Place {
+impl ConnectionSlot {
+    pub fn new(
+        slot: OwnedSemaphorePermit,
+        source: per_source::SourceSlot,
+        open: IntGauge,
+    ) -> ConnectionSlot {
         open.inc();
-        Place {
+        ConnectionSlot {
             _slot: slot,
             _source: source,
             open,
@@ -53,7 +57,7 @@ impl Place {
     }
 }
 
-impl Drop for Place {
+impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         self.open.dec();
     }
@@ -75,12 +79,12 @@ pub struct Activity {
     h2: AtomicBool,
     /// The router is draining: HTTP/1 responses say `Connection: close`.
     closing: AtomicBool,
-    _place: Option<Place>,
+    _place: Option<ConnectionSlot>,
 }
 
 impl Activity {
     /// `place`: the connection's place on its listener (`None` in unit tests).
-    pub fn new(place: Option<Place>) -> Arc<Activity> {
+    pub fn new(place: Option<ConnectionSlot>) -> Arc<Activity> {
         Arc::new(Activity {
             _place: place,
             in_flight: AtomicUsize::new(0),

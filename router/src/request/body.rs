@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::metrics::Metrics;
 use crate::request::access_log::AccessRecord;
 use crate::request::activity::ActiveRequest;
@@ -138,11 +138,11 @@ pub struct Completion {
     pub bytes: u64,
     /// The body ended with an error (member reset mid-body) or the client left early.
     pub aborted: bool,
-    pub in_flight: Option<InFlight>,
+    pub in_flight: Option<MemberSlot>,
     /// Keeps the client connection from counting as idle until the body is done.
     pub active: Option<ActiveRequest>,
     /// The request's count against its app's `max_connections_per_client`.
-    pub hold: Option<crate::policy::clients::Hold>,
+    pub hold: Option<crate::policy::clients::ClientSlot>,
 }
 
 impl Drop for Completion {

@@ -13,10 +13,10 @@ use super::error::ProxyError;
 use super::headers::ClientConn;
 use super::retry::{Replay, Retry, decide, idempotent};
 use super::route::Sticky;
-use crate::members::{Full, InFlight, Member};
+use crate::members::{Full, Member, MemberSlot};
 use crate::metrics::UpstreamError;
 use crate::policy::Policy;
-use crate::policy::clients::Hold;
+use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
 use crate::upstream::{MemberTls, Upstream};
 
@@ -38,7 +38,7 @@ impl Proxy {
         headers: &http::HeaderMap,
         route: &Route,
         (policy, sticky): (Option<&Policy>, &Sticky),
-    ) -> Result<(Option<Hold>, Target, Source), ProxyError> {
+    ) -> Result<(Option<ClientSlot>, Target, Source), ProxyError> {
         let client = conn.client(headers);
         let hold = match policy {
             Some(p) => p
@@ -108,7 +108,7 @@ impl Proxy {
         sni: &str,
         (source, worker): (ClientKey, usize),
         fresh: bool,
-    ) -> Result<(InFlight, Upstream), ProxyError> {
+    ) -> Result<(MemberSlot, Upstream), ProxyError> {
         let member = &target.member;
         let slot = self.slot(target, (source, worker)).await?;
         let idle = (!fresh)
@@ -148,7 +148,7 @@ impl Proxy {
         &self,
         target: &Target,
         (source, _worker): (ClientKey, usize),
-    ) -> Result<InFlight, ProxyError> {
+    ) -> Result<MemberSlot, ProxyError> {
         let member = &target.member;
         if member.full() {
             self.metrics.queue_waits.inc();
@@ -215,7 +215,7 @@ pub(super) struct H1Checkout<'a> {
 }
 
 impl Checkout for H1Checkout<'_> {
-    type Out = (InFlight, Upstream);
+    type Out = (MemberSlot, Upstream);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
         proxy
             .checkout(target, self.sni, self.source, self.fresh)
@@ -230,7 +230,7 @@ pub(super) struct H2Checkout<'a> {
 }
 
 impl Checkout for H2Checkout<'_> {
-    type Out = (InFlight, super::h2_member::H2Sender);
+    type Out = (MemberSlot, super::h2_member::H2Sender);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
         // Boxed: its future (connect, TLS, h2 handshake) would otherwise be
         // part of every request's future, copied on every HTTP/1.1 request.
@@ -244,7 +244,7 @@ pub(crate) struct TcpCheckout {
 }
 
 impl Checkout for TcpCheckout {
-    type Out = (InFlight, tokio::net::TcpStream);
+    type Out = (MemberSlot, tokio::net::TcpStream);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
         let slot = proxy.slot(target, (self.source, 0)).await?;
         match target.member.pool.dial(proxy.upstream).await {

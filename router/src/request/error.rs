@@ -143,7 +143,7 @@ fn refused(r: &Refused) -> Response<ProxyBody> {
             ProxyBody::full("too many requests from your address, slow down\n"),
             Some(*retry_after),
         ),
-        Refused::InFlight => (
+        Refused::MemberSlot => (
             StatusCode::TOO_MANY_REQUESTS,
             ProxyBody::full("too many requests at once from your address\n"),
             Some(1),

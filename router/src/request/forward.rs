@@ -23,10 +23,10 @@ use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use super::route::{Routed, Sticky, To};
 use super::upload::{Received, read_ahead};
 use super::{Forwarded, Proxy};
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
 use crate::policy::Policy;
-use crate::policy::clients::Hold;
+use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
 
@@ -140,7 +140,7 @@ impl Proxy {
         &self,
         (retry, replay): (Retry, Replay),
         (route, sni, source): (&Route, &str, (ClientKey, usize)),
-        (target, slot, up): (&mut Target, &mut InFlight, &mut Upstream),
+        (target, slot, up): (&mut Target, &mut MemberSlot, &mut Upstream),
         (request, timeout): (&mut Encoded, std::time::Duration),
     ) -> Result<Result<Response<()>, Option<SendError>>, ProxyError> {
         self.metrics.retries.inc();
@@ -170,7 +170,7 @@ impl Proxy {
         (route, target, sni, source): (&Route, Target, &str, (ClientKey, usize)),
         (parts, body): (http::request::Parts, RequestBody),
         (trailers, timeout): (bool, std::time::Duration),
-        ((policy, sticky, https), hold): ((Option<&Policy>, &Sticky, bool), Option<Hold>),
+        ((policy, sticky, https), hold): ((Option<&Policy>, &Sticky, bool), Option<ClientSlot>),
     ) -> Result<Forwarded, ProxyError> {
         let how = H2Checkout { sni, source };
         let method = parts.method.clone();

@@ -11,7 +11,7 @@ use per_source::ClientKey;
 
 use super::Proxy;
 use super::error::ProxyError;
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
 use crate::table::Target;
 use crate::upstream::RequestBody;
@@ -42,7 +42,7 @@ impl Proxy {
         &self,
         target: &Target,
         (sni, source): (&str, (ClientKey, usize)),
-    ) -> Result<(InFlight, H2Sender), ProxyError> {
+    ) -> Result<(MemberSlot, H2Sender), ProxyError> {
         let member = &target.member;
         let slot = self.slot(target, source).await?;
         let tls = self.member_tls(target, sni)?;

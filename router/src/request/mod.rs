@@ -61,7 +61,7 @@ use self::body::{Completion, ProxyBody};
 use self::headers::ClientConn;
 use self::route::{Redirect, host_of};
 use self::upload::{Received, UploadSettings};
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
@@ -98,20 +98,20 @@ pub struct Proxy {
 /// What forwarding produced besides the response.
 struct Forwarded {
     response: Response<ProxyBody>,
-    in_flight: Option<InFlight>,
+    in_flight: Option<MemberSlot>,
     /// The member that answered when no slot travels with the response (an upgraded
     /// tunnel holds its slot itself), for the access log.
     member: Option<Arc<str>>,
     /// The request's count against its app's `max_connections_per_client`.
-    hold: Option<crate::policy::clients::Hold>,
+    hold: Option<crate::policy::clients::ClientSlot>,
 }
 
 impl Forwarded {
     /// A member's answer, with the slot that travels with it.
     fn of(
         response: Response<ProxyBody>,
-        in_flight: Option<InFlight>,
-        hold: Option<crate::policy::clients::Hold>,
+        in_flight: Option<MemberSlot>,
+        hold: Option<crate::policy::clients::ClientSlot>,
     ) -> Forwarded {
         Forwarded {
             response,

@@ -22,7 +22,7 @@ use super::Proxy;
 use super::activity::Activity;
 use super::checkout::TcpCheckout;
 use super::retry::Replay;
-use crate::members::{InFlight, Member};
+use crate::members::{Member, MemberSlot};
 use crate::metrics::UpstreamError;
 use crate::table::{Route, Target};
 
@@ -89,7 +89,7 @@ impl Proxy {
         &self,
         pick: impl Fn(Option<&Member>) -> Option<Target>,
         peer: ClientKey,
-    ) -> Result<(Target, InFlight, TcpStream), Dial> {
+    ) -> Result<(Target, MemberSlot, TcpStream), Dial> {
         let first = pick(None).ok_or(Dial::NoMember)?;
         let other = |not: &Member| pick(Some(not));
         let how = TcpCheckout { source: peer };

@@ -13,10 +13,10 @@ use super::headers::{ClientConn, remove_hop_by_hop};
 use super::route::Sticky;
 use super::tunnel::Tunnel;
 use super::{Forwarded, Proxy};
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::metrics::{AffinityResult, UpstreamError};
 use crate::policy::affinity::Affinity;
-use crate::policy::clients::Hold;
+use crate::policy::clients::ClientSlot;
 use crate::policy::{Policy, Refused};
 use crate::table::Target;
 use crate::upstream::{Lease, RequestBody, SendError, Upstream};
@@ -53,8 +53,8 @@ impl Proxy {
         &self,
         response: Response<()>,
         (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
-        (target, slot, up): (Target, InFlight, Upstream),
-        hold: Option<Hold>,
+        (target, slot, up): (Target, MemberSlot, Upstream),
+        hold: Option<ClientSlot>,
     ) -> Forwarded {
         let (mut parts, ()) = response.into_parts();
         self.respond_head(&mut parts.headers, (policy, sticky), &target, https);
@@ -118,9 +118,9 @@ impl Proxy {
         &self,
         req: Request<RequestBody>,
         client_upgrade: hyper::upgrade::OnUpgrade,
-        (target, slot, up): (Target, InFlight, Upstream),
+        (target, slot, up): (Target, MemberSlot, Upstream),
         conn: &ClientConn,
-        (timeouts, hold): (Timeouts, Option<Hold>),
+        (timeouts, hold): (Timeouts, Option<ClientSlot>),
     ) -> Result<Forwarded, ProxyError> {
         let member = target.member;
         let response = match tokio::time::timeout(
@@ -150,9 +150,9 @@ impl Proxy {
         &self,
         mut response: Response<Incoming>,
         client_upgrade: hyper::upgrade::OnUpgrade,
-        slot: InFlight,
+        slot: MemberSlot,
         conn: &ClientConn,
-        (idle_timeout, hold): (std::time::Duration, Option<Hold>),
+        (idle_timeout, hold): (std::time::Duration, Option<ClientSlot>),
     ) -> Forwarded {
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let (mut parts, body) = response.into_parts();

@@ -5,7 +5,7 @@
 //! and its client connection's place for ever.
 //!
 //! While it lives the tunnel is counted on its member (`tunnels`, apart from the
-//! request slots: see [`InFlight::into_tunnel`]) and holds the client connection's
+//! request slots: see [`MemberSlot::into_tunnel`]) and holds the client connection's
 //! [`Activity`] (which holds its place among `limits.max_connections`).
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 
 use super::activity::Activity;
 #[cfg(doc)]
-use crate::members::InFlight;
+use crate::members::MemberSlot;
 use crate::members::TunnelSlot;
 
 /// What an upgraded connection holds while its tunnel lives.
@@ -28,7 +28,7 @@ pub struct Tunnel {
     pub connection: Arc<Activity>,
     pub idle_timeout: Duration,
     /// Its count against the app's `max_connections_per_client`, if limited.
-    pub hold: Option<crate::policy::clients::Hold>,
+    pub hold: Option<crate::policy::clients::ClientSlot>,
 }
 
 impl Tunnel {
