@@ -101,6 +101,11 @@ impl Admission {
         }
     }
 
+    /// The slots themselves, for the accept loop.
+    pub fn slots(&self) -> Arc<Semaphore> {
+        self.permits.clone()
+    }
+
     /// A slot, or `None` when `max` connections are open.
     pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
         self.permits.clone().try_acquire_owned().ok()

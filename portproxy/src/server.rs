@@ -66,7 +66,8 @@ impl Shared {
 }
 
 /// Accepts on `listener` forever, admitting each connection and running `handle` on
-/// it in its own task. Drop (abort) the task to stop listening; the connections it
+/// it in its own task, through the one accept loop of both binaries
+/// (`accept::run`). Drop (abort) the task to stop listening; the connections it
 /// started are not affected.
 pub async fn accept_loop<F, Fut>(listener: TcpListener, shared: Arc<Shared>, mode: Mode, handle: F)
 where
@@ -76,59 +77,97 @@ where
     let m = shared.metrics.mode(mode).clone();
     // The gauge follows the task: down however the listener ends (aborted, dropped).
     let _listening = Gauged::new(m.listeners.clone());
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Counted; a client's own error (reset before it was accepted) is
-                // passed over, anything else (out of descriptors) pauses, by the
-                // router's rule too (`nofile::accept_pause`).
-                shared.metrics.accept_errors.inc();
-                nofile::after_accept_error(mode.as_str(), &e).await;
-                continue;
-            }
-        };
-        let Some(permit) = shared.admission.try_admit() else {
-            shared
-                .metrics
-                .rejected
-                .with_label_values(&["max_connections"])
-                .inc();
-            drop(stream);
-            continue;
-        };
+    let errors = shared.metrics.accept_errors.clone();
+    let mut port = Port {
+        listener,
+        shared,
+        mode,
+        handle,
+    };
+    accept::run(&mut port, mode.as_str(), &errors, std::future::pending()).await;
+}
+
+/// One port's steps of the one accept loop: a source at its cap is closed at once
+/// (except peers and `unlimited_sources`), and so is a client at
+/// `limits.max_connections` (the node's relays are not waited for).
+struct Port<F> {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mode: Mode,
+    handle: F,
+}
+
+impl<F, Fut> accept::Listener for Port<F>
+where
+    F: Fn(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    type Client = TcpStream;
+    type Admitted = Option<per_source::SourceSlot>;
+
+    async fn accept(&mut self) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+        self.listener.accept().await.map(Some)
+    }
+
+    fn admit(
+        &mut self,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Self::Admitted)> {
+        let shared = &self.shared;
         // One source (not a router in front, not a peer proxy) at its cap:
         // closed at once, so it cannot take the node's every relay.
-        let source = match mode {
-            Mode::Peer => None,
-            _ if shared
+        let unlimited = matches!(self.mode, Mode::Peer)
+            || shared
                 .unlimited
                 .iter()
-                .any(|n| n.contains(&peer.ip().to_canonical())) =>
-            {
+                .any(|n| n.contains(&peer.ip().to_canonical()));
+        if unlimited {
+            return Some((client, None));
+        }
+        match shared
+            .per_source
+            .admit(shared.limits.client_keys().key(peer.ip()))
+        {
+            Some(source) => Some((client, Some(source))),
+            None => {
+                shared
+                    .metrics
+                    .rejected
+                    .with_label_values(&["source_limit"])
+                    .inc();
                 None
             }
-            _ => match shared
-                .per_source
-                .admit(shared.limits.client_keys().key(peer.ip()))
-            {
-                Some(held) => Some(held),
-                None => {
-                    shared
-                        .metrics
-                        .rejected
-                        .with_label_values(&["source_limit"])
-                        .inc();
-                    continue;
-                }
-            },
-        };
+        }
+    }
+
+    fn slots(&self) -> Arc<tokio::sync::Semaphore> {
+        self.shared.admission.slots()
+    }
+
+    fn full(&mut self, _: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
+        self.shared
+            .metrics
+            .rejected
+            .with_label_values(&["max_connections"])
+            .inc();
+        None
+    }
+
+    fn serve(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        source: Self::Admitted,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let m = self.shared.metrics.mode(self.mode);
         let _ = stream.set_nodelay(true);
         m.total.inc();
-        let fut = handle(stream, peer);
-        let kill = shared.kill.clone();
+        let fut = (self.handle)(stream, peer);
+        let kill = self.shared.kill.clone();
         let open = m.open.clone();
-        shared.tracker.spawn(async move {
+        self.shared.tracker.spawn(async move {
             let _slot = ConnectionSlot::new(permit, open);
             let _source = source;
             tokio::select! {

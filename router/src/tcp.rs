@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
-use crate::request::listener::{Gate, Live, accept_failed, stopped};
+use crate::request::listener::{Gate, Live, stopped};
 use crate::request::passthrough::Dial;
 use crate::table::TcpMatch;
 use proxy_protocol::Version;
@@ -84,45 +84,88 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let name: Arc<str> = Arc::from(listener.local_addr().unwrap_or(port.address).to_string());
-    let mut gate = Gate::new(&live);
+    let gate = Gate::new(&live);
     let errors = gate
         .current
         .proxy
         .metrics
         .accept_errors
         .with_label_values(&[&name]);
-    let port = Arc::new(port);
-    loop {
-        let permit = tokio::select! {
-            p = gate.slots.sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = stopped(&mut stop) => return,
-        };
-        let (client, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    accept_failed(&name, &e, &errors).await;
-                    continue;
-                }
-            },
-            _ = stopped(&mut stop) => return,
-        };
+    let mut tcp = PortListener {
+        listener,
+        gate,
+        live,
+        rule,
+        port: Arc::new(port),
+        name: name.clone(),
+    };
+    accept::run(&mut tcp, &name, &errors, stopped(&mut stop)).await;
+}
+
+/// A `tcp.listen` port's steps of the one accept loop (`accept::run`): at the cap
+/// a client waits for a slot (no connection is evicted for it: a relay is not
+/// idle the way a keep-alive connection is).
+struct PortListener {
+    listener: TcpListener,
+    gate: Gate,
+    live: Live,
+    rule: usize,
+    port: Arc<TcpPort>,
+    name: Arc<str>,
+}
+
+impl accept::Listener for PortListener {
+    type Client = TcpStream;
+    type Admitted = per_source::SourceSlot;
+
+    async fn accept(&mut self) -> std::io::Result<Option<(TcpStream, SocketAddr)>> {
+        self.listener.accept().await.map(Some)
+    }
+
+    fn admit(
+        &mut self,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Self::Admitted)> {
         // A reload: its limit and proxy settings from this connection on.
-        gate.refresh(&live);
-        let (proxy, port, name) = (gate.current.proxy.clone(), port.clone(), name.clone());
+        self.gate.refresh(&self.live);
         // Its source holds its share of the port: closed at once.
-        let Some(held) = gate.admit_source(peer.ip()) else {
-            proxy
-                .metrics
+        let Some(source) = self.gate.admit_source(peer.ip()) else {
+            let metrics = &self.gate.current.proxy.metrics;
+            metrics
                 .tcp
-                .with_label_values(&[&name, "source_limit"])
+                .with_label_values(&[&self.name, "source_limit"])
                 .inc();
-            continue;
+            return None;
         };
+        Some((client, source))
+    }
+
+    fn slots(&self) -> Arc<tokio::sync::Semaphore> {
+        self.gate.slots.sem.clone()
+    }
+
+    fn full(&mut self, client: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
+        Some(client)
+    }
+
+    fn serve(
+        &mut self,
+        client: TcpStream,
+        peer: SocketAddr,
+        source: Self::Admitted,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let (proxy, port, name) = (
+            self.gate.current.proxy.clone(),
+            self.port.clone(),
+            self.name.clone(),
+        );
+        let rule = self.rule;
         tokio::spawn(async move {
-            let result = relay(&proxy, rule, &port, client, (peer, held.source())).await;
+            let result = relay(&proxy, rule, &port, client, (peer, source.source())).await;
             proxy.metrics.tcp.with_label_values(&[&name, result]).inc();
-            drop((permit, held));
+            drop((slot, source));
         });
     }
 }

@@ -346,7 +346,9 @@ async fn half_close_both_ways_and_server_speaks_first() {
 #[tokio::test]
 async fn limits_connect_failures_idle_and_proxy_header_to_gears() {
     let (pp, dir) =
-        start("limits:\n  max_connections: 2\n  max_connections_per_source: 2\n  idle_timeout: 1s\n  connect_timeout: 2s\n").await;
+        // The source's own cap above the node's: the third client meets the node's
+        // (the source cap is checked first, and would count it as `source_limit`).
+        start("limits:\n  max_connections: 2\n  max_connections_per_source: 3\n  idle_timeout: 1s\n  connect_timeout: 2s\n").await;
     let backend = tcp_server(LO, echo).await;
     let port = map(&pp, backend).await;
     let mut a = TcpStream::connect((LO, port)).await.expect("a");

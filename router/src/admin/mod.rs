@@ -66,7 +66,7 @@ mod status;
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::request::limits::Limits;
-use crate::request::listener::{accept_failed, stopped};
+use crate::request::listener::stopped;
 use crate::ring::{Ring, unix_now};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};
@@ -672,53 +672,83 @@ impl Admin {
     }
 
     /// Serves until `stop`, with the client listeners' head timeout and size limits
-    /// and at most `limits.max_admin_connections` connections (beyond, the kernel
-    /// backlog waits): idle or slow clients cannot hold it, nor take fds from the
-    /// client listeners.
+    /// and at most `limits.max_admin_connections` connections (beyond, a client
+    /// waits for one to end): idle or slow clients cannot hold it, nor take fds
+    /// from the client listeners.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
         limits: Limits,
         mut stop: watch::Receiver<bool>,
     ) {
-        let slots = Arc::new(Semaphore::new(limits.max_admin_connections));
         let mut builder = http1::Builder::new();
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_buf_size(limits.max_header_bytes.max(8192));
         let errors = self.metrics.accept_errors.with_label_values(&["admin"]);
-        loop {
-            let slot = tokio::select! {
-                s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => return },
-                _ = stopped(&mut stop) => return,
-            };
-            let (stream, client) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        accept_failed("admin", &e, &errors).await;
-                        continue;
-                    }
-                },
-                _ = stopped(&mut stop) => return,
-            };
-            let admin = self.clone();
-            let builder = builder.clone();
-            let Ok(local) = stream.local_addr() else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(admin.handle(req, client, local).await) }
-                });
-                let _ = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-                drop(slot);
+        let mut admin = AdminListener {
+            listener,
+            slots: Arc::new(Semaphore::new(limits.max_admin_connections)),
+            builder,
+            admin: self,
+        };
+        accept::run(&mut admin, "admin", &errors, stopped(&mut stop)).await;
+    }
+}
+
+/// The admin listener's steps of the one accept loop (`accept::run`): no
+/// per-source cap (it is on loopback by default, behind the token), and at the cap
+/// a client waits for a slot.
+struct AdminListener {
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    builder: http1::Builder,
+    admin: Arc<Admin>,
+}
+
+impl accept::Listener for AdminListener {
+    type Client = tokio::net::TcpStream;
+    type Admitted = ();
+
+    async fn accept(&mut self) -> std::io::Result<Option<(Self::Client, SocketAddr)>> {
+        self.listener.accept().await.map(Some)
+    }
+
+    fn admit(&mut self, client: Self::Client, _: SocketAddr) -> Option<(Self::Client, ())> {
+        Some((client, ()))
+    }
+
+    fn slots(&self) -> Arc<Semaphore> {
+        self.slots.clone()
+    }
+
+    fn full(&mut self, client: Self::Client, (): &()) -> Option<Self::Client> {
+        Some(client)
+    }
+
+    fn serve(
+        &mut self,
+        stream: Self::Client,
+        client: SocketAddr,
+        (): (),
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let admin = self.admin.clone();
+        let builder = self.builder.clone();
+        let Ok(local) = stream.local_addr() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(admin.handle(req, client, local).await) }
             });
-        }
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(slot);
+        });
     }
 }
 

@@ -1,7 +1,7 @@
 //! The HTTP/3 listener's accepting side: what a QUIC connection must pass before
 //! it is served (see the bounds in [`super`]).
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -42,69 +42,31 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
                 return;
             }
         };
-    let mut gate = Gate::new(&live);
-    let handshakes = Arc::new(AtomicUsize::new(0));
+    let gate = Gate::new(&live);
     let metrics = gate.current.proxy.metrics.clone();
     let result = |r: &str| metrics.http3.with_label_values(&[r]);
-    let (ok, refused, retried) = (result("ok"), result("refused"), result("retry"));
-    let failed = result("failed");
-    let open = metrics.open_connections.with_label_values(&["h3"]);
-    let accepted = metrics.connections.with_label_values(&["h3"]);
-    let source_refused = metrics.refused.with_label_values(&["h3", "source_limit"]);
     let (kill_tx, kill) = watch::channel(false);
-    loop {
-        let incoming = tokio::select! {
-            i = endpoint.accept() => match i { Some(i) => i, None => break },
-            _ = stopped(&mut stop) => break,
-        };
-        gate.refresh(&live);
-        // Under load, an address not validated yet proves it first (Retry).
-        if !incoming.remote_address_validated()
-            && handshakes.load(Ordering::Relaxed) >= bound.retry_above
-            && incoming.may_retry()
-        {
-            retried.inc();
-            let _ = incoming.retry();
-            continue;
-        }
-        let Some(source) = gate.admit_source(incoming.remote_address().ip()) else {
-            source_refused.inc();
-            refused.inc();
-            incoming.refuse();
-            continue;
-        };
-        // No backlog to wait in: a full listener refuses (the client falls back
-        // to TCP, which has one).
-        let Ok(slot) = gate.slots.sem.clone().try_acquire_owned() else {
-            refused.inc();
-            incoming.refuse();
-            continue;
-        };
-        let peer = incoming.remote_address();
-        let local = incoming
-            .local_ip()
-            .map(|ip| std::net::SocketAddr::new(ip, local_port));
-        let connecting = match incoming.accept() {
-            Ok(c) => c,
-            Err(e) => {
-                failed.inc();
-                tracing::debug!(client = %peer, error = %e, "QUIC handshake refused");
-                continue;
-            }
-        };
-        accepted.inc();
-        let place = ConnectionSlot::new(slot, source, open.clone());
-        let handshaking = super::serve::Handshaking::begin(&handshakes);
-        let connection = super::serve::QuicConnection {
-            serving: gate.current.clone(),
-            place,
-            local_port,
-            stop: stop.clone(),
-            kill: kill.clone(),
-            ok: ok.clone(),
-        };
-        tokio::spawn(connection.serve(connecting, peer, local, handshaking));
-    }
+    let mut quic = QuicListener {
+        endpoint: endpoint.clone(),
+        gate,
+        live,
+        handshakes: Arc::new(AtomicUsize::new(0)),
+        retry_above: bound.retry_above,
+        local_port,
+        ok: result("ok"),
+        refused: result("refused"),
+        retried: result("retry"),
+        failed: result("failed"),
+        open: metrics.open_connections.with_label_values(&["h3"]),
+        accepted: metrics.connections.with_label_values(&["h3"]),
+        source_refused: metrics.refused.with_label_values(&["h3", "source_limit"]),
+        stop: stop.clone(),
+        kill,
+    };
+    // quinn reports no accept errors (a bad packet is its own business).
+    let errors = metrics.accept_errors.with_label_values(&["h3"]);
+    accept::run(&mut quic, "h3", &errors, stopped(&mut stop)).await;
+    let (gate, refused) = (quic.gate, quic.refused);
     // Draining. After an upgrade the successor reads the same socket: a new
     // connection's first packet that this process reads is refused at once
     // (CONNECTION_REFUSED), so that the client tries again (and reaches the
@@ -119,6 +81,107 @@ pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, gr
     tokio::select! {
         () = drain(&endpoint, &gate.slots, grace, kill_tx) => {}
         () = refusing => {}
+    }
+}
+
+/// The HTTP/3 listener's steps of the one accept loop (`accept::run`): an address
+/// not validated yet proves it first under load (Retry), and a full listener
+/// refuses at once: there is no backlog to wait in, and the client falls back to
+/// TCP, which has one.
+struct QuicListener {
+    endpoint: quinn::Endpoint,
+    gate: Gate,
+    live: Live,
+    /// QUIC handshakes under way.
+    handshakes: Arc<AtomicUsize>,
+    retry_above: usize,
+    local_port: u16,
+    ok: prometheus::IntCounter,
+    refused: prometheus::IntCounter,
+    retried: prometheus::IntCounter,
+    failed: prometheus::IntCounter,
+    open: prometheus::IntGauge,
+    accepted: prometheus::IntCounter,
+    source_refused: prometheus::IntCounter,
+    stop: watch::Receiver<bool>,
+    kill: watch::Receiver<bool>,
+}
+
+impl accept::Listener for QuicListener {
+    type Client = quinn::Incoming;
+    type Admitted = per_source::SourceSlot;
+
+    async fn accept(&mut self) -> std::io::Result<Option<(quinn::Incoming, SocketAddr)>> {
+        Ok(self.endpoint.accept().await.map(|i| {
+            let peer = i.remote_address();
+            (i, peer)
+        }))
+    }
+
+    fn admit(
+        &mut self,
+        incoming: quinn::Incoming,
+        peer: SocketAddr,
+    ) -> Option<(quinn::Incoming, Self::Admitted)> {
+        self.gate.refresh(&self.live);
+        // Under load, an address not validated yet proves it first (Retry).
+        if !incoming.remote_address_validated()
+            && self.handshakes.load(Ordering::Relaxed) >= self.retry_above
+            && incoming.may_retry()
+        {
+            self.retried.inc();
+            let _ = incoming.retry();
+            return None;
+        }
+        let Some(source) = self.gate.admit_source(peer.ip()) else {
+            self.source_refused.inc();
+            self.refused.inc();
+            incoming.refuse();
+            return None;
+        };
+        Some((incoming, source))
+    }
+
+    fn slots(&self) -> Arc<tokio::sync::Semaphore> {
+        self.gate.slots.sem.clone()
+    }
+
+    fn full(&mut self, incoming: quinn::Incoming, _: &Self::Admitted) -> Option<quinn::Incoming> {
+        self.refused.inc();
+        incoming.refuse();
+        None
+    }
+
+    fn serve(
+        &mut self,
+        incoming: quinn::Incoming,
+        peer: SocketAddr,
+        source: Self::Admitted,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let local = incoming
+            .local_ip()
+            .map(|ip| SocketAddr::new(ip, self.local_port));
+        let connecting = match incoming.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed.inc();
+                tracing::debug!(client = %peer, error = %e, "QUIC handshake refused");
+                return;
+            }
+        };
+        self.accepted.inc();
+        let place = ConnectionSlot::new(slot, source, self.open.clone());
+        let handshaking = super::serve::Handshaking::begin(&self.handshakes);
+        let connection = super::serve::QuicConnection {
+            serving: self.gate.current.clone(),
+            place,
+            local_port: self.local_port,
+            stop: self.stop.clone(),
+            kill: self.kill.clone(),
+            ok: self.ok.clone(),
+        };
+        tokio::spawn(connection.serve(connecting, peer, local, handshaking));
     }
 }
 

@@ -52,7 +52,7 @@ use super::client_io::{ClientIo, Stream};
 use super::h1;
 use super::headers::ClientConn;
 use super::limits::Limits;
-use super::listener::{Gate, Live, Slots, accept_failed, stopped};
+use super::listener::{Gate, Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
 use crate::tls::rewind::Rewind;
@@ -193,94 +193,138 @@ pub async fn serve(
     grace: Duration,
     workers: Option<Arc<crate::workers::Workers>>,
 ) {
-    let mut gate = Gate::new(&live);
-    let mut builder = Arc::new(builder_for(&gate.current.limits));
-    let quiet = Arc::new(Mutex::new(Connections::default()));
+    let gate = Gate::new(&live);
+    let builder = Arc::new(builder_for(&gate.current.limits));
     let metrics = gate.current.proxy.metrics.clone();
-    let evicted = metrics.evicted.with_label_values(&[name]);
-    let refused = metrics.refused.with_label_values(&[name, "source_limit"]);
     let errors = metrics.accept_errors.with_label_values(&[name]);
-    let open = metrics.open_connections.with_label_values(&[name]);
-    let accepted = metrics.connections.with_label_values(&[name]);
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     // Connections still open when the grace period is over are closed through this.
     let (kill_tx, kill) = watch::channel(false);
-    let listener = match Listening::new(listener, workers) {
+    let listening = match Listening::new(listener, workers) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(listener = name, error = %e, "cannot watch the listener; not accepting");
             return;
         }
     };
+    let mut http = HttpListener {
+        listening,
+        gate,
+        builder,
+        quiet: Arc::new(Mutex::new(Connections::default())),
+        evicted: metrics.evicted.with_label_values(&[name]),
+        refused: metrics.refused.with_label_values(&[name, "source_limit"]),
+        open: metrics.open_connections.with_label_values(&[name]),
+        accepted: metrics.connections.with_label_values(&[name]),
+        local_port,
+        tls,
+        live,
+        stop: stop.clone(),
+        kill,
+    };
+    accept::run(&mut http, name, &errors, stopped(&mut stop)).await;
+    drop(http.listening);
+    drain(name, &http.gate.slots, grace, kill_tx).await;
+}
 
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    accept_failed(name, &e, &errors).await;
-                    continue;
-                }
-            },
-            _ = stopped(&mut stop) => break,
-        };
+/// The HTTP and HTTPS listeners' steps of the one accept loop (`accept::run`).
+struct HttpListener {
+    listening: Listening,
+    gate: Gate,
+    /// hyper's settings by the live limits, renewed after a reload.
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    /// The open connections, for making room at the cap.
+    quiet: Arc<Mutex<Connections>>,
+    evicted: prometheus::IntCounter,
+    refused: prometheus::IntCounter,
+    open: prometheus::IntGauge,
+    accepted: prometheus::IntCounter,
+    local_port: u16,
+    tls: Option<crate::tls::server::Acceptor>,
+    live: Live,
+    stop: watch::Receiver<bool>,
+    kill: watch::Receiver<bool>,
+}
+
+impl accept::Listener for HttpListener {
+    type Client = Accepted;
+    type Admitted = per_source::SourceSlot;
+
+    async fn accept(&mut self) -> std::io::Result<Option<(Accepted, SocketAddr)>> {
+        self.listening.accept().await.map(Some)
+    }
+
+    fn admit(&mut self, client: Accepted, peer: SocketAddr) -> Option<(Accepted, Self::Admitted)> {
         // A reload: new limits for the connections from here on.
-        if gate.refresh(&live) {
-            builder = Arc::new(builder_for(&gate.current.limits));
+        if self.gate.refresh(&self.live) {
+            self.builder = Arc::new(builder_for(&self.gate.current.limits));
         }
-        let current = &gate.current;
         // Its source holds its share of the listener: closed at once.
-        let Some(source) = gate.admit_source(peer.ip()) else {
-            refused.inc();
+        let Some(source) = self.gate.admit_source(peer.ip()) else {
+            self.refused.inc();
             tracing::debug!(client = %peer, "client source at limits.max_connections_per_source; closed");
-            continue;
+            return None;
         };
+        Some((client, source))
+    }
+
+    fn slots(&self) -> Arc<tokio::sync::Semaphore> {
+        self.gate.slots.sem.clone()
+    }
+
+    /// Full, and a client is here: make room (see `make_room`). If nothing can
+    /// go, this client waits for a slot.
+    fn full(&mut self, client: Accepted, source: &Self::Admitted) -> Option<Accepted> {
+        if lock(&self.quiet).make_room(source.source(), &self.gate.sources) {
+            self.evicted.inc();
+        }
+        Some(client)
+    }
+
+    fn serve(
+        &mut self,
+        stream: Accepted,
+        peer: SocketAddr,
+        source: Self::Admitted,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let current = &self.gate.current;
         let keys = current.limits.client_keys();
-        let slot = match gate.slots.sem.clone().try_acquire_owned() {
-            Ok(s) => s,
-            Err(_) => {
-                // Full, and a client is here: make room (see `make_room`). If
-                // nothing can go, this client waits for a slot.
-                if lock(&quiet).make_room(source.source(), &gate.sources) {
-                    evicted.inc();
-                }
-                tokio::select! {
-                    s = gate.slots.sem.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
-                    _ = stopped(&mut stop) => break,
-                }
-            }
-        };
         let _ = stream.set_nodelay(true);
-        accepted.inc();
+        self.accepted.inc();
         // The slot and the gauge live in the connection's activity: past the end of
         // this task when the connection became a tunnel.
         let from = source.source();
-        let activity = Activity::new(Some(ConnectionSlot::new(slot, source, open.clone())));
-        let member_of = Registered::new(&quiet, activity.clone(), from);
+        let activity = Activity::new(Some(ConnectionSlot::new(slot, source, self.open.clone())));
+        let member_of = Registered::new(&self.quiet, activity.clone(), from);
         // getsockname only when `Forwarded` names the address (`by: ip`).
         let forwarded = &current.proxy.forwarded;
         let local = (forwarded.header && forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
-        let conn = ClientConn::new(peer.ip(), keys, local_port, tls.is_some(), activity.clone())
-            .with_forwarded(forwarded, local);
+        let conn = ClientConn::new(
+            peer.ip(),
+            keys,
+            self.local_port,
+            self.tls.is_some(),
+            activity.clone(),
+        )
+        .with_forwarded(forwarded, local);
         let connection = Connection {
             peer,
             conn,
-            tls: tls.clone(),
+            tls: self.tls.clone(),
             serving: current.clone(),
             activity,
             evict: member_of.evict.clone(),
             member_of,
-            builder: builder.clone(),
-            live: live.clone(),
-            stop: stop.clone(),
-            kill: kill.clone(),
+            builder: self.builder.clone(),
+            live: self.live.clone(),
+            stop: self.stop.clone(),
+            kill: self.kill.clone(),
         };
         stream.spawn(connection);
     }
-    drop(listener);
-    drain(name, &gate.slots, grace, kill_tx).await;
 }
 
 /// Waits up to `grace` for the listener's connections to end (every connection

@@ -1,8 +1,9 @@
 //! What every listener shares (the HTTP and HTTPS listeners of [`super::accept`],
 //! the `tcp.listen` ports, the HTTP/3 listener, the admin listener): binding, the
 //! live settings a reload swaps, the gate a new client passes (resizable
-//! connection slots and the per-source cap, kept to the live limits), what a
-//! failed accept does, and the stop signal.
+//! connection slots and the per-source cap, kept to the live limits), and the stop
+//! signal. The accept loop itself is the `accept` crate's, shared with the
+//! portproxy.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -115,13 +116,6 @@ impl Gate {
         self.sources
             .admit(self.current.limits.client_keys().key(ip))
     }
-}
-
-/// After a failed `accept(2)` on listener `name`: counted, then the one rule of
-/// both binaries (`nofile::after_accept_error`).
-pub(crate) async fn accept_failed(name: &str, e: &std::io::Error, errors: &prometheus::IntCounter) {
-    errors.inc();
-    nofile::after_accept_error(name, e).await;
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

@@ -1,0 +1,114 @@
+//! The one accept loop of both binaries: every listener (the router's HTTP, HTTPS,
+//! `tcp.listen`, HTTP/3 and admin listeners, the portproxy's gear, cluster and
+//! peer ports) runs [`run`], and says through [`Listener`] only what differs.
+//!
+//! Each client goes through the same steps, in this order:
+//!
+//! 1. **accept**: a failed `accept(2)` is counted in the listener's one error
+//!    metric and followed by the rule of both binaries
+//!    (`nofile::after_accept_error`: a client's own error is passed over, running
+//!    out of descriptors or memory pauses the listener 100 ms);
+//! 2. **admit**: the listener's gate (a reload's settings taken, the client key's
+//!    per-source cap); a client turned away there is counted and closed by it;
+//! 3. **slot**: one of the listener's connection slots. At the cap the listener
+//!    says what happens ([`Listener::full`]): it may make room (evict the quietest
+//!    connection) and let the client wait for a slot, or turn it away at once;
+//! 4. **serve**: the client, its admission and its slot are handed over (spawned);
+//!    the slot goes back when the connection's guard is dropped.
+//!
+//! Stopping ([`run`]'s `stop`) ends the loop at any step; connections already
+//! served are not touched (their listener drains them).
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+/// What one kind of listener does at each step of [`run`].
+pub trait Listener {
+    /// An accepted client, not yet admitted (a TCP stream, a QUIC handshake).
+    type Client;
+    /// What admission gave the client (its source slot, the settings live then).
+    type Admitted;
+
+    /// The next client; `Ok(None)`: the listener is closed for good.
+    fn accept(&mut self) -> impl Future<Output = io::Result<Option<(Self::Client, SocketAddr)>>>;
+
+    /// The gate: the client with what admits it, or `None` when it was turned away
+    /// (the listener counted and closed it).
+    fn admit(
+        &mut self,
+        client: Self::Client,
+        peer: SocketAddr,
+    ) -> Option<(Self::Client, Self::Admitted)>;
+
+    /// The listener's connection slots (the same set each time; a reload may
+    /// resize it).
+    fn slots(&self) -> Arc<Semaphore>;
+
+    /// Every slot is taken and `client` is admitted: make room if the listener
+    /// does, then `Some(client)` to wait for a slot, or `None` when it turned the
+    /// client away (counted and closed).
+    fn full(&mut self, client: Self::Client, admitted: &Self::Admitted) -> Option<Self::Client>;
+
+    /// Serves an admitted client holding `slot` (in a task of its own).
+    fn serve(
+        &mut self,
+        client: Self::Client,
+        peer: SocketAddr,
+        admitted: Self::Admitted,
+        slot: OwnedSemaphorePermit,
+    );
+}
+
+/// Accepts on `listener` until `stop` resolves or the listener closes (see the
+/// module doc); `errors` counts failed accepts, `name` is the listener's in logs.
+pub async fn run<L: Listener>(
+    listener: &mut L,
+    name: &str,
+    errors: &prometheus::IntCounter,
+    stop: impl Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            () = &mut stop => return,
+        };
+        let (client, peer) = match accepted {
+            Ok(Some(c)) => c,
+            Ok(None) => return,
+            Err(e) => {
+                errors.inc();
+                nofile::after_accept_error(name, &e).await;
+                continue;
+            }
+        };
+        let Some((client, admitted)) = listener.admit(client, peer) else {
+            continue;
+        };
+        let slots = listener.slots();
+        let (client, slot) = match slots.clone().try_acquire_owned() {
+            Ok(slot) => (client, slot),
+            Err(TryAcquireError::Closed) => return,
+            Err(TryAcquireError::NoPermits) => {
+                let Some(client) = listener.full(client, &admitted) else {
+                    continue;
+                };
+                tokio::select! {
+                    s = slots.acquire_owned() => match s {
+                        Ok(slot) => (client, slot),
+                        Err(_) => return,
+                    },
+                    () = &mut stop => return,
+                }
+            }
+        };
+        listener.serve(client, peer, admitted, slot);
+    }
+}
+
+#[cfg(test)]
+mod tests;
