@@ -9,17 +9,21 @@ returns freed heap to the system at most every 30 s after a storm, see
 router/src/memory.rs). Usage: python3 bench/memory.py [--rounds 7] [--conns 5000]
 [--wait 35] [ENV=VALUE ...] (e.g. MALLOC_ARENA_MAX=1 to compare allocator settings).
 """
-import argparse, os, resource, shutil, socket, subprocess, sys, tempfile, time, urllib.request
+import os, sys
+# bench/http.py would shadow the standard library's `http` (urllib needs it).
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import argparse, resource, shutil, socket, subprocess, tempfile, time, urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--conns", type=int, default=5000)
 ap.add_argument("--wait", type=int, default=35)
+ap.add_argument("--router", help="the router binary (default: target/release/router)")
 ap.add_argument("env", nargs="*")
 args = ap.parse_args()
 resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-binary = os.path.join(ROOT, "target/release/router")
+binary = args.router or os.path.join(ROOT, "target/release/router")
 if not os.path.exists(binary):
     sys.exit("build first: cargo build --release -p router")
 env = dict(os.environ)

@@ -106,6 +106,13 @@ impl Workers {
         &self.workers[0].handle
     }
 
+    /// Runs `f` once on every worker thread (between its tasks).
+    pub fn on_each(&self, f: fn()) {
+        for w in &self.workers {
+            w.handle.spawn(async move { f() });
+        }
+    }
+
     /// How many worker threads there are.
     pub fn threads(&self) -> usize {
         self.workers.len()

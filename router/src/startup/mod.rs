@@ -374,7 +374,7 @@ impl Router {
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
-        let trimmer = tasks::spawn_trimmer(&self.admin_api.metrics);
+        let trimmer = tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone());
         let sweeper = tasks::spawn_sweeper(
             self.registry.clone(),
             self.certs.clone(),

@@ -12,7 +12,10 @@ use crate::tls::tickets::SharedTicketer;
 /// Gives freed heap back to the system after a storm of client connections closed
 /// (see [`crate::memory`]); looks every 5 s at the connections the client
 /// listeners accepted and still hold.
-pub(super) fn spawn_trimmer(metrics: &crate::metrics::Metrics) -> JoinHandle<()> {
+pub(super) fn spawn_trimmer(
+    metrics: &crate::metrics::Metrics,
+    workers: Option<Arc<crate::workers::Workers>>,
+) -> JoinHandle<()> {
     let (open, accepted) = (
         metrics.open_connections.clone(),
         metrics.connections.clone(),
@@ -32,7 +35,12 @@ pub(super) fn spawn_trimmer(metrics: &crate::metrics::Metrics) -> JoinHandle<()>
                 })
                 .sum();
             if trimmer.observe(closed, Instant::now()) {
+                // Each thread gives back its own heap's pages (see `memory`).
                 tokio::task::spawn_blocking(crate::memory::trim);
+                crate::memory::trim();
+                if let Some(workers) = &workers {
+                    workers.on_each(crate::memory::trim);
+                }
             }
         }
     })
