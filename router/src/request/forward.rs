@@ -20,7 +20,7 @@ use super::headers::{
     ClientConn, framing_is_clear, remove_hop_by_hop, set_forwarded, wants_upgrade,
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
-use super::route::{Routed, Sticky, To};
+use super::route::{Destination, Routed, Sticky};
 use super::upload::{Received, read_ahead};
 use super::{Forwarded, Proxy};
 use crate::members::MemberSlot;
@@ -40,7 +40,7 @@ impl Proxy {
         // 0. method and framing; 1-2. host and route (or a redirect to HTTPS).
         refuse_early(&req)?;
         let host = host.ok_or(ProxyError::BadHost)?;
-        let Routed::To(To {
+        let Routed::To(Destination {
             route,
             name,
             policy,

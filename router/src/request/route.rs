@@ -206,7 +206,7 @@ impl Proxy {
         {
             return Ok(Routed::Redirect);
         }
-        Ok(Routed::To(To {
+        Ok(Routed::To(Destination {
             route,
             name,
             policy,
@@ -236,14 +236,14 @@ impl Proxy {
 
 /// Where [`Proxy::route_of`] sends a request.
 pub(super) enum Routed<'h> {
-    To(To<'h>),
+    To(Destination<'h>),
     /// Nowhere: the answer is a redirect to HTTPS.
     Redirect,
 }
 
 /// A routed request: its route, the host name (normalised), the app's policy and
 /// what its affinity cookie said.
-pub(super) struct To<'h> {
+pub(super) struct Destination<'h> {
     pub(super) route: Arc<Route>,
     pub(super) name: std::borrow::Cow<'h, str>,
     pub(super) policy: Option<Arc<Policy>>,
