@@ -287,6 +287,7 @@ fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
         "| apps loaded | events | CPU µs/event | of which decode + apply | of which journal + publish | wall µs/event |"
     );
     println!("|---|---|---|---|---|---|");
+    let mut loads = Vec::new();
     for &n in sizes {
         let dir = e2e::tempdir("bench-consume");
         let mut state = RoutingState::new();
@@ -329,9 +330,24 @@ fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
             per(wall)
         );
         assert_eq!(live.load().app_count(), n + bodies.len());
+        drop(consumer);
+        // What a restart reads: the snapshot and the journal since (compaction
+        // waits for as many journal lines as the state has apps).
+        let journal = std::fs::read(dir.join("journal.jsonl"))
+            .map_or(0, |j| j.iter().filter(|&&b| b == b'\n').count());
+        let t = Instant::now();
+        let state = Store::open(&dir).expect("store").load().expect("load");
+        loads.push(format!(
+            "{} apps with {journal} journal lines: {:.2} s",
+            state.len(),
+            t.elapsed().as_secs_f64()
+        ));
         let _ = std::fs::remove_dir_all(dir);
     }
-    println!();
+    println!(
+        "\nThe state loaded again at the end (a restart): {}.\n",
+        loads.join("; ")
+    );
 }
 
 fn arg(flag: &str) -> Option<u32> {
