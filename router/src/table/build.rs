@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 use spi_consumer::{App, AppKey, Publish, RoutingState};
 
 use super::balance::Balance;
-use super::{EndpointInfo, Route, RouteTable, Target};
+use super::{EndpointInfo, HostRoute, Route, RouteTable, Target};
 use crate::members::MemberRegistry;
 use crate::members::probe::Probe;
 use crate::metrics::Metrics;
@@ -110,16 +110,21 @@ impl Builder {
                 next.passthrough -= usize::from(old.passthrough);
                 for host in &old.hosts {
                     // Only if the name still points at this app (an alias may have moved).
-                    if next.hosts.get(host).is_some_and(|r| r.app == *key) {
-                        next.hosts.remove(host);
+                    if next.lookup(host).is_some_and(|r| r.app == *key) {
+                        next.hosts.remove(&**host);
                     }
                 }
             }
             if let Some(app) = state.app(key).filter(|a| a.is_announced()) {
                 let route = Arc::new(self.route(key, app));
                 next.passthrough += usize::from(route.passthrough);
-                for host in &route.hosts {
-                    next.hosts.insert(host.clone(), route.clone());
+                for at in 0..route.hosts.len() {
+                    if let Some(host) = HostRoute::new(route.clone(), at) {
+                        // The key is the entry: a name another app had is replaced
+                        // whole.
+                        next.hosts.remove(host.name());
+                        next.hosts.insert(host, ());
+                    }
                 }
                 next.apps.insert(key.clone(), route);
             }

@@ -124,10 +124,57 @@ impl Route {
     }
 }
 
+/// A host name and its route in one reference count: the host map's key, which
+/// holds its value. An event copies the map's nodes that the published table
+/// still shares, and every entry of a copied node is cloned then (and dropped
+/// again with the old table): one count an entry instead of a name's and a
+/// route's.
+#[derive(Clone, Debug)]
+pub(crate) struct HostRoute {
+    pub(crate) route: Arc<Route>,
+    /// Which of `route.hosts`.
+    at: u32,
+}
+
+impl HostRoute {
+    /// The route's `at`-th name; `None` past its names.
+    pub(crate) fn new(route: Arc<Route>, at: usize) -> Option<HostRoute> {
+        let at = u32::try_from(at)
+            .ok()
+            .filter(|&i| (i as usize) < route.hosts.len())?;
+        Some(HostRoute { route, at })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.route.hosts[self.at as usize]
+    }
+}
+
+impl std::hash::Hash for HostRoute {
+    /// As the name's own hash: looked up by `&str`.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl PartialEq for HostRoute {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for HostRoute {}
+
+impl std::borrow::Borrow<str> for HostRoute {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
 /// Host → route, plus app → route to find an app's names again when it changes.
 #[derive(Clone, Debug, Default)]
 pub struct RouteTable {
-    pub(crate) hosts: imbl::HashMap<Arc<str>, Arc<Route>>,
+    pub(crate) hosts: imbl::HashMap<HostRoute, ()>,
     pub(crate) apps: imbl::OrdMap<AppKey, Arc<Route>>,
     /// How many routes are passthrough: with none, TLS connections are terminated
     /// without reading their ClientHello first.
@@ -143,7 +190,7 @@ pub struct RouteTable {
 impl RouteTable {
     /// The route for a normalised host name (see `request::route::normalize_host`).
     pub fn lookup(&self, host: &str) -> Option<&Arc<Route>> {
-        self.hosts.get(host)
+        self.hosts.get_key_value(host).map(|(k, ())| &k.route)
     }
 
     /// The route a request for `host` goes to: [`lookup`](Self::lookup), unless the
@@ -156,7 +203,7 @@ impl RouteTable {
         {
             return self.apps.get(app);
         }
-        self.hosts.get(host)
+        self.lookup(host)
     }
 
     /// The policy of an app: its own, else the defaults', else none.
