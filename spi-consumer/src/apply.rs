@@ -57,6 +57,65 @@ impl AppKey {
     }
 }
 
+/// An app key as two borrowed strings, to look an app up without building an
+/// [`AppKey`] (the request path resolves an app from the name a client sent: see
+/// the router's `table::generated`). Ordered and compared as `AppKey` is, so
+/// `AppKey` borrows as it in ordered maps; a hashed map must be keyed by a type
+/// that hashes through this trait too.
+pub trait AppKeyRef {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl AppKeyRef for AppKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.name, &self.namespace)
+    }
+}
+
+impl AppKeyRef for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn AppKeyRef + 'a> for AppKey {
+    fn borrow(&self) -> &(dyn AppKeyRef + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn AppKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn AppKeyRef + '_ {}
+
+impl PartialOrd for dyn AppKeyRef + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn AppKeyRef + '_ {
+    /// As `AppKey`'s derived order: name, then namespace.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl std::hash::Hash for dyn AppKeyRef + '_ {
+    /// The name's bytes, then the namespace's (two writes, not `str`'s four: the
+    /// request path hashes a key on every generated name it resolves). Not
+    /// `AppKey`'s own hash: a map keyed by `AppKey` is looked up by it, not by this.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (name, namespace) = self.parts();
+        state.write(name.as_bytes());
+        state.write(namespace.as_bytes());
+    }
+}
+
 impl std::fmt::Display for AppKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.name, self.namespace)

@@ -31,7 +31,7 @@ pub mod source;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fixtures;
 
-pub use apply::{App, AppKey, RoutingState};
+pub use apply::{App, AppKey, AppKeyRef, RoutingState};
 pub use consumer::{Consumer, Disposition};
 pub use decode::{AppId, CertBundle, Endpoint, RoutingEvent};
 pub use persist::Store;

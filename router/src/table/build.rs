@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use arc_swap::ArcSwap;
-use spi_consumer::{App, AppKey, Publish, RoutingState};
+use spi_consumer::{App, AppKey, AppKeyRef, Publish, RoutingState};
 
 use super::balance::Balance;
-use super::{EndpointInfo, HostRoute, Route, RouteTable, Target};
+use super::{AppRoute, EndpointInfo, Generated, HostRoute, Route, RouteTable, Target};
 use crate::members::MemberRegistry;
 use crate::members::probe::Probe;
 use crate::metrics::Metrics;
@@ -59,6 +59,8 @@ impl Naming {
 /// Builds route tables from the routing state and publishes them.
 pub struct Builder {
     naming: Naming,
+    /// The same naming, to take generated names apart (shared with every table).
+    generated: Arc<Generated>,
     registry: Arc<MemberRegistry>,
     live: Arc<ArcSwap<RouteTable>>,
     metrics: Metrics,
@@ -76,6 +78,7 @@ impl Builder {
         metrics: Metrics,
     ) -> Builder {
         Builder {
+            generated: Arc::new(Generated::new(&naming)),
             naming,
             registry,
             live,
@@ -105,12 +108,20 @@ impl Builder {
         changed: &BTreeSet<AppKey>,
     ) -> RouteTable {
         let mut next = table.clone();
+        if !next
+            .generated
+            .as_ref()
+            .is_some_and(|g| Arc::ptr_eq(g, &self.generated))
+        {
+            next.generated = Some(self.generated.clone());
+        }
         for key in changed {
-            if let Some(old) = next.apps.remove(key) {
+            if let Some((AppRoute(old), ())) = next.apps.remove_with_key(key as &dyn AppKeyRef) {
                 next.passthrough -= usize::from(old.passthrough);
-                for host in &old.hosts {
+                next.generated_names -= usize::from(old.generated);
+                for host in &old.hosts[usize::from(old.generated)..] {
                     // Only if the name still points at this app (an alias may have moved).
-                    if next.lookup(host).is_some_and(|r| r.app == *key) {
+                    if next.listed(host).is_some_and(|r| r.app == *key) {
                         next.hosts.remove(&**host);
                     }
                 }
@@ -118,7 +129,8 @@ impl Builder {
             if let Some(app) = state.app(key).filter(|a| a.is_announced()) {
                 let route = Arc::new(self.route(key, app));
                 next.passthrough += usize::from(route.passthrough);
-                for at in 0..route.hosts.len() {
+                next.generated_names += usize::from(route.generated);
+                for at in usize::from(route.generated)..route.hosts.len() {
                     if let Some(host) = HostRoute::new(route.clone(), at) {
                         // The key is the entry: a name another app had is replaced
                         // whole.
@@ -126,7 +138,7 @@ impl Builder {
                         next.hosts.insert(host, ());
                     }
                 }
-                next.apps.insert(key.clone(), route);
+                next.apps.insert(AppRoute(route), ());
             }
         }
         next
@@ -137,6 +149,13 @@ impl Builder {
         if self.naming.app_dns {
             hosts.push(Arc::from(self.naming.app_name(key)));
         }
+        hosts.dedup();
+        // Resolved from the key, not stored, where the key resolves back.
+        let generated = if self.generated.resolves(key) {
+            hosts.len() as u8
+        } else {
+            0
+        };
         hosts.extend(app.aliases.iter().map(|a| Arc::from(a.as_str())));
         hosts.dedup();
 
@@ -195,6 +214,7 @@ impl Builder {
             name: app.name.clone(),
             namespace: app.namespace.clone(),
             hosts,
+            generated,
             members,
             endpoints,
             aliases: app.aliases.iter().cloned().collect(),

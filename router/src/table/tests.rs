@@ -34,12 +34,11 @@ fn builder(app_dns: bool) -> Builder {
 
 /// The table as `host -> [members]`, to compare with the fixtures' README.
 fn view(t: &RouteTable) -> BTreeMap<String, Vec<String>> {
-    t.hosts
-        .keys()
-        .map(|h| {
+    t.names()
+        .map(|(name, route)| {
             (
-                h.name().to_string(),
-                h.route
+                name.to_string(),
+                route
                     .members
                     .iter()
                     .map(|m| m.member.addr.to_string())
@@ -353,4 +352,104 @@ fn a_large_batch_publishes_what_one_by_one_does() {
         let alias = format!("www{i}.example.net");
         assert!(listed.has_own(&alias), "{alias}");
     }
+}
+
+/// One app with these aliases, served by one load balancer.
+fn app_with(name: &str, namespace: &str, aliases: &[&str]) -> spi_consumer::App {
+    let endpoint = spi_consumer::decode::Endpoint {
+        gear_id: Some(format!("gear-{name}")),
+        port_name: Some("haproxy-1.4".into()),
+        address: "10.1.0.1".into(),
+        port: 30_000,
+        protocols: vec!["http".into()],
+        types: vec!["load_balancer".into()],
+        mappings: Vec::new(),
+    };
+    spi_consumer::App {
+        name: name.into(),
+        namespace: namespace.into(),
+        scalable: None,
+        ha: None,
+        endpoints: [(endpoint.key(), Box::new(endpoint))].into_iter().collect(),
+        aliases: aliases.iter().map(|a| a.to_string()).collect(),
+        certificates: Default::default(),
+    }
+}
+
+fn keys(state: &RoutingState) -> BTreeSet<AppKey> {
+    state.apps().map(|(k, _)| k.clone()).collect()
+}
+
+#[test]
+fn generated_names_resolve_from_the_key_and_only_aliases_are_stored() {
+    let state = many_apps(50);
+    let t = builder(true).update(&RouteTable::default(), &state, &keys(&state));
+    assert_eq!(t.hosts.len(), 50, "the aliases only");
+    assert_eq!(t.host_count(), 150, "HA name, app name and alias");
+    assert_eq!(t.names().count(), 150);
+    for i in [0, 7, 49] {
+        for host in [
+            format!("ha-app{i}-demo.example.com"),
+            format!("app{i}-demo.example.com"),
+            format!("www{i}.example.net"),
+        ] {
+            let r = t.lookup(&host).unwrap_or_else(|| panic!("{host}"));
+            assert_eq!(&*r.app.name, format!("app{i}"), "{host}");
+        }
+    }
+    for host in [
+        "ha-app50-demo.example.com",
+        "ha-app1-other.example.com",
+        "ha-app1-demo.example.org",
+        "ha-app1-demo",
+        "ha-ha-app1-demo.example.com",
+        "app1-demo-.example.com",
+    ] {
+        assert!(t.lookup(host).is_none(), "{host}");
+    }
+    // Without app_dns the app name is no name.
+    let t = builder(false).update(&RouteTable::default(), &state, &keys(&state));
+    assert!(t.lookup("app1-demo.example.com").is_none());
+    assert!(t.lookup("ha-app1-demo.example.com").is_some());
+    assert_eq!(t.host_count(), 100);
+}
+
+#[test]
+fn an_alias_wins_over_another_apps_generated_name_until_it_goes() {
+    let b = builder(false);
+    let taken = "ha-shop-acme.example.com";
+    let state = RoutingState::from_apps([
+        app_with("shop", "acme", &[]),
+        app_with("squatter", "acme", &[taken]),
+    ]);
+    let t = b.update(&RouteTable::default(), &state, &keys(&state));
+    assert_eq!(&*t.lookup(taken).expect("route").app.name, "squatter");
+
+    let state = RoutingState::from_apps([
+        app_with("shop", "acme", &[]),
+        app_with("squatter", "acme", &[]),
+    ]);
+    let t = b.update(&t, &state, &keys(&state));
+    assert_eq!(&*t.lookup(taken).expect("route").app.name, "shop");
+    assert!(t.hosts.is_empty());
+}
+
+#[test]
+fn a_key_that_does_not_resolve_back_keeps_its_names_in_the_host_map() {
+    let b = builder(true);
+    let state = RoutingState::from_apps([app_with("a-b", "c", &[]), app_with("a", "bc", &[])]);
+    let t = b.update(&RouteTable::default(), &state, &keys(&state));
+    assert_eq!(t.hosts.len(), 2, "a-b's two names");
+    assert_eq!(&*t.lookup("ha-a-b-c.example.com").expect("a-b").app.name, "a-b");
+    assert_eq!(&*t.lookup("a-bc.example.com").expect("a").app.name, "a");
+    assert_eq!(t.host_count(), 4);
+
+    let state = RoutingState::from_apps([app_with("a", "bc", &[])]);
+    let t = b.update(&t, &state, &keys(&state).into_iter().chain([AppKey {
+        name: "a-b".into(),
+        namespace: "c".into(),
+    }]).collect());
+    assert!(t.hosts.is_empty());
+    assert!(t.lookup("ha-a-b-c.example.com").is_none());
+    assert_eq!(t.host_count(), 2);
 }

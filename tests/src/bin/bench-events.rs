@@ -288,6 +288,7 @@ fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
     );
     println!("|---|---|---|---|---|---|");
     let mut loads = Vec::new();
+    let mut lookups = Vec::new();
     for &n in sizes {
         let dir = e2e::tempdir("bench-consume");
         let mut state = RoutingState::new();
@@ -330,6 +331,7 @@ fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
             per(wall)
         );
         assert_eq!(live.load().app_count(), n + bodies.len());
+        lookups.push(lookup_cost(&live.load(), n + bodies.len()));
         drop(consumer);
         // What a restart reads: the snapshot and the journal since (compaction
         // waits for as many journal lines as the state has apps).
@@ -348,6 +350,26 @@ fn consume_cost(sizes: &[usize], batch: usize, batches: usize) {
         "\nThe state loaded again at the end (a restart): {}.\n",
         loads.join("; ")
     );
+    println!(
+        "The request path's lookup of an app's HA name (CPU per lookup, names spread over the table): {}.\n",
+        lookups.join("; ")
+    );
+}
+
+/// CPU per `RouteTable::lookup` of HA names spread over a table of `apps` apps.
+fn lookup_cost(table: &RouteTable, apps: usize) -> String {
+    let hosts: Vec<String> = (0..4096)
+        .map(|k| format!("ha-app{}-bench.example.com", (k * 7919) % apps))
+        .collect();
+    let rounds = 50;
+    let cpu = cpu_now();
+    for _ in 0..rounds {
+        for host in &hosts {
+            assert!(std::hint::black_box(table.lookup(host)).is_some(), "{host}");
+        }
+    }
+    let per = (cpu_now() - cpu).as_secs_f64() * 1e9 / (rounds * hosts.len()) as f64;
+    format!("{apps} apps: {per:.0} ns")
 }
 
 fn arg(flag: &str) -> Option<u32> {
