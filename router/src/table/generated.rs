@@ -114,9 +114,15 @@ mod tests {
             candidates(&g, "ha-shop-acme.example.com"),
             [pair("shop", "acme"), pair("ha", "shop-acme")]
         );
-        assert_eq!(candidates(&g, "shop-acme.example.com"), [pair("shop", "acme")]);
+        assert_eq!(
+            candidates(&g, "shop-acme.example.com"),
+            [pair("shop", "acme")]
+        );
         let g = generated("", "-ha", false);
-        assert_eq!(candidates(&g, "shop-acme-ha.example.com"), [pair("shop", "acme")]);
+        assert_eq!(
+            candidates(&g, "shop-acme-ha.example.com"),
+            [pair("shop", "acme")]
+        );
     }
 
     #[test]

@@ -440,15 +440,25 @@ fn a_key_that_does_not_resolve_back_keeps_its_names_in_the_host_map() {
     let state = RoutingState::from_apps([app_with("a-b", "c", &[]), app_with("a", "bc", &[])]);
     let t = b.update(&RouteTable::default(), &state, &keys(&state));
     assert_eq!(t.hosts.len(), 2, "a-b's two names");
-    assert_eq!(&*t.lookup("ha-a-b-c.example.com").expect("a-b").app.name, "a-b");
+    assert_eq!(
+        &*t.lookup("ha-a-b-c.example.com").expect("a-b").app.name,
+        "a-b"
+    );
     assert_eq!(&*t.lookup("a-bc.example.com").expect("a").app.name, "a");
     assert_eq!(t.host_count(), 4);
 
     let state = RoutingState::from_apps([app_with("a", "bc", &[])]);
-    let t = b.update(&t, &state, &keys(&state).into_iter().chain([AppKey {
-        name: "a-b".into(),
-        namespace: "c".into(),
-    }]).collect());
+    let t = b.update(
+        &t,
+        &state,
+        &keys(&state)
+            .into_iter()
+            .chain([AppKey {
+                name: "a-b".into(),
+                namespace: "c".into(),
+            }])
+            .collect(),
+    );
     assert!(t.hosts.is_empty());
     assert!(t.lookup("ha-a-b-c.example.com").is_none());
     assert_eq!(t.host_count(), 2);
