@@ -26,23 +26,45 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
-/// What one kind of listener does at each step of [`run`].
-pub trait Listener {
+/// Where a listener's clients come from: a TCP socket (the one implementation
+/// below serves every TCP listener of both binaries), the router's per-worker
+/// listeners, a QUIC endpoint.
+pub trait Source {
     /// An accepted client, not yet admitted (a TCP stream, a QUIC handshake).
     type Client;
+
+    /// The next client; `Ok(None)`: the source is closed for good.
+    fn next(&mut self) -> impl Future<Output = io::Result<Option<(Self::Client, SocketAddr)>>>;
+}
+
+impl Source for tokio::net::TcpListener {
+    type Client = tokio::net::TcpStream;
+
+    async fn next(&mut self) -> io::Result<Option<(Self::Client, SocketAddr)>> {
+        self.accept().await.map(Some)
+    }
+}
+
+/// A listener's client: what its [`Source`] accepts.
+pub type Client<L> = <<L as Listener>::Source as Source>::Client;
+
+/// What one kind of listener does at each step of [`run`].
+pub trait Listener {
+    /// Where its clients come from.
+    type Source: Source;
     /// What admission gave the client (its source slot, the settings live then).
     type Admitted;
 
-    /// The next client; `Ok(None)`: the listener is closed for good.
-    fn accept(&mut self) -> impl Future<Output = io::Result<Option<(Self::Client, SocketAddr)>>>;
+    /// Its source, for the next client.
+    fn source(&mut self) -> &mut Self::Source;
 
     /// The gate: the client with what admits it, or `None` when it was turned away
     /// (the listener counted and closed it).
     fn admit(
         &mut self,
-        client: Self::Client,
+        client: Client<Self>,
         peer: SocketAddr,
-    ) -> Option<(Self::Client, Self::Admitted)>;
+    ) -> Option<(Client<Self>, Self::Admitted)>;
 
     /// The listener's connection slots (the same set each time; a reload may
     /// resize it).
@@ -51,12 +73,12 @@ pub trait Listener {
     /// Every slot is taken and `client` is admitted: make room if the listener
     /// does, then `Some(client)` to wait for a slot, or `None` when it turned the
     /// client away (counted and closed).
-    fn full(&mut self, client: Self::Client, admitted: &Self::Admitted) -> Option<Self::Client>;
+    fn full(&mut self, client: Client<Self>, admitted: &Self::Admitted) -> Option<Client<Self>>;
 
     /// Serves an admitted client holding `slot` (in a task of its own).
     fn serve(
         &mut self,
-        client: Self::Client,
+        client: Client<Self>,
         peer: SocketAddr,
         admitted: Self::Admitted,
         slot: OwnedSemaphorePermit,
@@ -74,7 +96,7 @@ pub async fn run<L: Listener>(
     let mut stop = std::pin::pin!(stop);
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            r = listener.source().next() => r,
             () = &mut stop => return,
         };
         let (client, peer) = match accepted {

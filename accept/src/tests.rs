@@ -16,16 +16,24 @@ struct Script {
     full: Vec<u32>,
 }
 
-impl Listener for Script {
+impl Source for Script {
     type Client = u32;
-    type Admitted = ();
 
-    async fn accept(&mut self) -> io::Result<Option<(u32, SocketAddr)>> {
+    async fn next(&mut self) -> io::Result<Option<(u32, SocketAddr)>> {
         let peer: SocketAddr = ([127, 0, 0, 1], 1).into();
         match self.next.pop_front() {
             Some(r) => r.map(|c| c.map(|c| (c, peer))),
             None => std::future::pending().await,
         }
+    }
+}
+
+impl Listener for Script {
+    type Source = Self;
+    type Admitted = ();
+
+    fn source(&mut self) -> &mut Self {
+        self
     }
 
     fn admit(&mut self, client: u32, _: SocketAddr) -> Option<(u32, ())> {

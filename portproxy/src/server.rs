@@ -102,11 +102,11 @@ where
     F: Fn(TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    type Client = TcpStream;
+    type Source = TcpListener;
     type Admitted = Option<per_source::SourceSlot>;
 
-    async fn accept(&mut self) -> io::Result<Option<(TcpStream, SocketAddr)>> {
-        self.listener.accept().await.map(Some)
+    fn source(&mut self) -> &mut TcpListener {
+        &mut self.listener
     }
 
     fn admit(

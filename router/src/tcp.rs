@@ -17,7 +17,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use per_source::ClientKey;
+use per_source::{ClientKey, SourceSlot};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -115,18 +115,14 @@ struct PortListener {
 }
 
 impl accept::Listener for PortListener {
-    type Client = TcpStream;
-    type Admitted = per_source::SourceSlot;
+    type Source = TcpListener;
+    type Admitted = SourceSlot;
 
-    async fn accept(&mut self) -> std::io::Result<Option<(TcpStream, SocketAddr)>> {
-        self.listener.accept().await.map(Some)
+    fn source(&mut self) -> &mut TcpListener {
+        &mut self.listener
     }
 
-    fn admit(
-        &mut self,
-        client: TcpStream,
-        peer: SocketAddr,
-    ) -> Option<(TcpStream, Self::Admitted)> {
+    fn admit(&mut self, client: TcpStream, peer: SocketAddr) -> Option<(TcpStream, SourceSlot)> {
         // A reload: its limit and proxy settings from this connection on.
         self.gate.refresh(&self.live);
         // Its source holds its share of the port: closed at once.

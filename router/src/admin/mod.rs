@@ -54,7 +54,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
 mod origin;
@@ -708,14 +708,14 @@ struct AdminListener {
 }
 
 impl accept::Listener for AdminListener {
-    type Client = tokio::net::TcpStream;
+    type Source = TcpListener;
     type Admitted = ();
 
-    async fn accept(&mut self) -> std::io::Result<Option<(Self::Client, SocketAddr)>> {
-        self.listener.accept().await.map(Some)
+    fn source(&mut self) -> &mut TcpListener {
+        &mut self.listener
     }
 
-    fn admit(&mut self, client: Self::Client, _: SocketAddr) -> Option<(Self::Client, ())> {
+    fn admit(&mut self, client: TcpStream, _: SocketAddr) -> Option<(TcpStream, ())> {
         Some((client, ()))
     }
 
@@ -723,13 +723,13 @@ impl accept::Listener for AdminListener {
         self.slots.clone()
     }
 
-    fn full(&mut self, client: Self::Client, (): &()) -> Option<Self::Client> {
+    fn full(&mut self, client: TcpStream, (): &()) -> Option<TcpStream> {
         Some(client)
     }
 
     fn serve(
         &mut self,
-        stream: Self::Client,
+        stream: TcpStream,
         client: SocketAddr,
         (): (),
         slot: tokio::sync::OwnedSemaphorePermit,

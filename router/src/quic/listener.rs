@@ -107,15 +107,23 @@ struct QuicListener {
     kill: watch::Receiver<bool>,
 }
 
-impl accept::Listener for QuicListener {
+impl accept::Source for QuicListener {
     type Client = quinn::Incoming;
-    type Admitted = per_source::SourceSlot;
 
-    async fn accept(&mut self) -> std::io::Result<Option<(quinn::Incoming, SocketAddr)>> {
+    async fn next(&mut self) -> std::io::Result<Option<(quinn::Incoming, SocketAddr)>> {
         Ok(self.endpoint.accept().await.map(|i| {
             let peer = i.remote_address();
             (i, peer)
         }))
+    }
+}
+
+impl accept::Listener for QuicListener {
+    type Source = Self;
+    type Admitted = per_source::SourceSlot;
+
+    fn source(&mut self) -> &mut Self {
+        self
     }
 
     fn admit(

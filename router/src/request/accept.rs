@@ -246,12 +246,20 @@ struct HttpListener {
     kill: watch::Receiver<bool>,
 }
 
-impl accept::Listener for HttpListener {
+impl accept::Source for Listening {
     type Client = Accepted;
+
+    async fn next(&mut self) -> std::io::Result<Option<(Accepted, SocketAddr)>> {
+        self.accept().await.map(Some)
+    }
+}
+
+impl accept::Listener for HttpListener {
+    type Source = Listening;
     type Admitted = per_source::SourceSlot;
 
-    async fn accept(&mut self) -> std::io::Result<Option<(Accepted, SocketAddr)>> {
-        self.listening.accept().await.map(Some)
+    fn source(&mut self) -> &mut Listening {
+        &mut self.listening
     }
 
     fn admit(&mut self, client: Accepted, peer: SocketAddr) -> Option<(Accepted, Self::Admitted)> {
