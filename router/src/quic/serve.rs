@@ -11,12 +11,13 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, header};
 use http_body_util::BodyExt as _;
 use prometheus::IntCounter;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::body::H3Body;
 use crate::request::activity::{Activity, ConnectionSlot};
 use crate::request::body::ProxyBody;
 use crate::request::headers::ClientConn;
+use crate::request::lifecycle::{Event, Watch, next_event};
 use crate::request::listener::{Serving, stopped};
 use crate::request::upload::Received;
 
@@ -113,13 +114,22 @@ impl QuicConnection {
             let certs = self.serving.proxy.certs.as_ref()?;
             Some(certs.load().served_for(&sni))
         });
+        let watch = Watch {
+            stop: self.stop,
+            kill: self.kill,
+            // Not evicted: a listener at its cap refuses new QUIC clients instead.
+            evict: Arc::new(Notify::new()),
+            activity: activity.clone(),
+            first: limits.header_read_timeout,
+            idle: limits.idle_timeout,
+            send_timeout: limits.send_timeout,
+        };
         let ended = Requests {
             h3,
             serving: self.serving.clone(),
             conn: Arc::new(conn),
-            activity,
         }
-        .run(self.stop, self.kill)
+        .run(watch)
         .await;
         quic.close(quinn::VarInt::from_u32(NO_ERROR), ended.as_bytes());
     }
@@ -138,42 +148,43 @@ struct Requests {
     h3: Box<H3Conn>,
     serving: Arc<Serving>,
     conn: Arc<ClientConn>,
-    activity: Arc<Activity>,
 }
 
 impl Requests {
     /// Serves requests until one of the connection's ends; returns why it ended.
-    async fn run(
-        mut self,
-        mut stop: watch::Receiver<bool>,
-        mut kill: watch::Receiver<bool>,
-    ) -> &'static str {
-        let limits = self.serving.limits.clone();
-        let activity = self.activity.clone();
-        let idle = activity.idle(limits.header_read_timeout, limits.idle_timeout);
-        let stalled = activity.stalled(limits.send_timeout);
-        tokio::pin!(idle, stalled);
-        loop {
-            tokio::select! {
-                r = self.h3.accept() => match r {
-                    Ok(Some(resolver)) => self.spawn(resolver),
-                    Ok(None) => return "closed",
-                    Err(e) => {
-                        tracing::debug!(error = %e, "HTTP/3 connection ended");
-                        return "error";
-                    }
-                },
-                _ = &mut idle => return "idle",
-                _ = &mut stalled => return "stalled",
-                _ = stopped(&mut stop) => break,
+    /// Its deadlines and signals are every client connection's
+    /// ([`crate::request::lifecycle`]): draining sends GOAWAY, then the requests in
+    /// flight finish (or the grace period ends).
+    async fn run(mut self, mut watch: Watch) -> &'static str {
+        {
+            // Made once: every event but the drain ends the connection.
+            let mut next = std::pin::pin!(next_event(&mut watch, false, false));
+            loop {
+                tokio::select! {
+                    r = self.h3.accept() => match r {
+                        Ok(Some(resolver)) => self.spawn(resolver),
+                        Ok(None) => return "closed",
+                        Err(e) => {
+                            tracing::debug!(error = %e, "HTTP/3 connection ended");
+                            return "error";
+                        }
+                    },
+                    event = &mut next => match event {
+                        Event::Drain => break,
+                        Event::Quiet | Event::Idle => return "idle",
+                        Event::Stalled => return "stalled",
+                        Event::End => return "grace period over",
+                    },
+                }
             }
         }
         // Draining: GOAWAY, then the requests in flight finish (or the grace
         // period ends).
         let _ = self.h3.shutdown(0).await;
+        let activity = watch.activity.clone();
         tokio::select! {
             _ = activity.idle(std::time::Duration::ZERO, std::time::Duration::ZERO) => "drained",
-            _ = stopped(&mut kill) => "grace period over",
+            _ = stopped(&mut watch.kill) => "grace period over",
         }
     }
 

@@ -47,10 +47,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use super::Proxy;
-use super::activity::{Activity, ConnectionSlot, Quiet};
+use super::activity::{Activity, ConnectionSlot};
 use super::client_io::{ClientIo, Stream};
 use super::h1;
 use super::headers::ClientConn;
+use super::lifecycle::{Event, Watch, next_event};
 use super::limits::Limits;
 use super::listener::{Gate, Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
@@ -110,9 +111,6 @@ pub struct TlsListener {
     pub handshake_timeout: Duration,
 }
 
-/// While draining, an HTTP/1 connection with no request for this long is closed.
-const DRAIN_QUIET: Duration = Duration::from_secs(1);
-
 /// Hyper's server settings from the limits.
 fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -130,57 +128,6 @@ fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder
-}
-
-/// What ends or changes a client connection besides its own progress.
-enum Event {
-    /// The listener drains.
-    Drain,
-    /// Quiet for `DRAIN_QUIET` while draining.
-    Quiet,
-    /// Quiet past its deadline (see `Activity::idle`).
-    Idle,
-    /// An h2 client took nothing for `limits.send_timeout`.
-    Stalled,
-    /// The grace period ended, or the connection was evicted.
-    End,
-}
-
-/// What a connection's events are waited on with (lent to each wait).
-struct Watch {
-    stop: watch::Receiver<bool>,
-    kill: watch::Receiver<bool>,
-    evict: Arc<Notify>,
-    activity: Arc<Activity>,
-    /// `limits.header_read_timeout`, `limits.idle_timeout`, `limits.send_timeout`.
-    first: Duration,
-    idle: Duration,
-    send_timeout: Duration,
-}
-
-/// The next [`Event`] of a connection that is `closing` (draining) and, if so,
-/// already `shut` (told to close).
-///
-/// Its future is kept by every idle connection: one quiet wait (idle, or quiet
-/// while draining) rather than one of each, and the watch lent, not moved in and
-/// out (which kept it twice), and one timer for the idle and the stall deadlines
-/// ([`Activity::quiet`]) make it 1 216 → about 700 bytes.
-async fn next_event(w: &mut Watch, closing: bool, shut: bool) -> Event {
-    let (first, idle, quiet) = if closing {
-        (DRAIN_QUIET, DRAIN_QUIET, Event::Quiet)
-    } else {
-        (w.first, w.idle, Event::Idle)
-    };
-    let idle = (!(closing && shut)).then_some((first, idle));
-    tokio::select! {
-        _ = stopped(&mut w.stop), if !closing => Event::Drain,
-        q = w.activity.quiet(idle, Some(w.send_timeout)) => match q {
-            Quiet::Idle => quiet,
-            Quiet::Stalled => Event::Stalled,
-        },
-        _ = stopped(&mut w.kill) => Event::End,
-        _ = w.evict.notified() => Event::End,
-    }
 }
 
 /// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.

@@ -39,6 +39,7 @@ pub mod forward;
 pub mod h1;
 pub mod h2_member;
 pub mod headers;
+pub mod lifecycle;
 pub mod limits;
 pub mod listener;
 pub mod own_waker;

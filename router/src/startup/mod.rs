@@ -195,13 +195,7 @@ impl Router {
         let (consumer, source) = events.open()?;
         // Give back the heap reading a large saved state left (the file, the parse).
         tokio::task::spawn_blocking(crate::memory::trim);
-        let Listeners {
-            http,
-            tcp,
-            admin,
-            https,
-            http3,
-        } = Listeners::bind(
+        let listeners = Listeners::bind(
             &config,
             &mut inherited,
             ticketer.as_ref(),
@@ -216,15 +210,16 @@ impl Router {
                 member_tls: None,
                 redirect: None,
                 metrics: metrics.clone(),
-                certs: https.is_some().then(|| live_certs.clone()),
+                certs: listeners.https.is_some().then(|| live_certs.clone()),
                 clients: policies.clients.clone(),
-                alt_svc: http3
+                alt_svc: listeners
+                    .http3
                     .as_ref()
                     .and_then(|b| b.socket.local_addr().ok())
                     .and_then(|a| config.http3.alt_svc_value(a.port())),
             },
             (&live_certs, &provider),
-            https.as_ref().map(|(l, _)| l),
+            listeners.https.as_ref().map(|(l, _)| l),
         )?;
         let reconcile = config
             .reconcile
@@ -242,11 +237,11 @@ impl Router {
         ));
         Ok(Router {
             config,
-            http,
-            tcp,
-            https,
-            http3,
-            admin,
+            http: listeners.http,
+            tcp: listeners.tcp,
+            https: listeners.https,
+            http3: listeners.http3,
+            admin: listeners.admin,
             certs,
             ticketer,
             live,
