@@ -140,6 +140,32 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any name a client sends (outside bytes): taken apart without a panic,
+        /// and each form put together again gives that name back.
+        #[test]
+        fn any_name_is_taken_apart_into_what_makes_it(
+            front in "(ha-)?[-a-z0-9.\\x{80}-\\x{10ffff}]{0,24}(-x)?",
+            tail in proptest::sample::select(vec![".example.com", "example.com", ".example.org", ""]),
+        ) {
+            let g = generated("ha-", "-x", true);
+            let host = format!("{front}{tail}");
+            let Some(label) = g.label(&host) else {
+                proptest::prop_assert_ne!(tail, ".example.com");
+                return Ok(());
+            };
+            proptest::prop_assert_eq!(format!("{label}.example.com"), host.clone());
+            if let Some((n, ns)) = g.ha_key(label) {
+                proptest::prop_assert!(!n.contains('-'));
+                proptest::prop_assert_eq!(format!("ha-{n}-{ns}-x"), label);
+            }
+            if let Some((n, ns)) = g.app_key(label) {
+                proptest::prop_assert!(!n.contains('-'));
+                proptest::prop_assert_eq!(format!("{n}-{ns}"), label);
+            }
+        }
+    }
+
     #[test]
     fn only_plain_keys_resolve() {
         let g = generated("ha-", "", true);
