@@ -287,3 +287,57 @@ async fn an_apps_own_tunnel_idle_timeout_applies_to_its_tunnels() {
         "no message on an idle tunnel: {end:?}"
     );
 }
+
+/// A member that takes the upgrade request and closes without answering (a gear
+/// going away) gives way to another member, on a fresh connection, as any
+/// request that was sent but never answered: every handshake gets its 101.
+#[tokio::test]
+async fn an_upgrade_a_member_closed_unanswered_goes_to_another_member() {
+    use tokio::io::AsyncReadExt;
+    let b = Backend::start().await;
+    // Reads the request head, then closes.
+    let closer = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let closer_addr = closer.local_addr().expect("addr");
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = closed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = closer.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    // Round robin, no checks, no passive ejection: the closer stays in turn.
+    let r = TestRouter::start(
+        "upstream:\n  balance: round_robin\nhealth:\n  checks: false\n  passive_failures: 0\n",
+    )
+    .await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", closer_addr));
+    r.wait_member(b.addr).await;
+    r.wait_member(closer_addr).await;
+    let before = r
+        .metric("router_upstream_retries_total")
+        .await
+        .unwrap_or(0.0);
+    for i in 0..6 {
+        let mut ws = open_ws(&r).await;
+        let text = format!("message {i}");
+        ws.send(Message::text(text.clone())).await.expect("send");
+        let got = ws.next().await.expect("open").expect("frame");
+        assert_eq!(got, Message::text(text), "handshake {i}");
+    }
+    let closed = closed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(closed >= 3, "the closer took its turns: {closed}");
+    let retries = r
+        .metric("router_upstream_retries_total")
+        .await
+        .unwrap_or(0.0)
+        - before;
+    assert!(
+        retries >= closed as f64,
+        "each closed handshake was sent again: {retries} retries, {closed} closed"
+    );
+}

@@ -85,18 +85,21 @@ impl Proxy {
         let (mut target, (mut slot, mut up)) = self
             .checkout_or_other(&route, target, &parts.method, how)
             .await?;
-        let request = Request::from_parts(parts, body);
         if let Some(client_upgrade) = client_upgrade {
-            return self
-                .send_upgrade(
-                    request,
-                    client_upgrade,
-                    (target, slot, up),
-                    conn,
-                    (timeouts, hold),
-                )
-                .await;
+            // Sent again as it was (another member, or a new connection) only
+            // without a body, as any request.
+            let again = matches!(body, RequestBody::Empty).then(|| parts.clone());
+            let request = Request::from_parts(parts, body);
+            return Box::pin(self.send_upgrade(
+                (request, again, client_upgrade),
+                (&route, sni, source),
+                (target, slot, up),
+                conn,
+                (timeouts, hold),
+            ))
+            .await;
         }
+        let request = Request::from_parts(parts, body);
         // 7. send; on a failure the retry decision allows, once more (on a new
         // connection to the same member, or on another member). Only a request
         // that can be sent again exactly may be replayed: its head is encoded
@@ -143,23 +146,39 @@ impl Proxy {
         (target, slot, up): (&mut Target, &mut MemberSlot, &mut Upstream),
         (request, timeout): (&mut Encoded, std::time::Duration),
     ) -> Result<Result<Response<()>, Option<SendError>>, ProxyError> {
+        *up = self
+            .connect_again((retry, replay), (route, sni, source), (target, slot), false)
+            .await?;
+        request.rewind();
+        Ok(up.send(&target.member.addr, request, timeout).await)
+    }
+
+    /// The connection a second attempt goes on, as `retry` says: a new one to
+    /// the same member, or (if that fails too, or the decision says so) one to
+    /// another member of the route, `target` and `slot` moved to it. `fresh`: a
+    /// connection of its own, never one from the idle pool (an upgrade's).
+    pub(super) async fn connect_again(
+        &self,
+        (retry, replay): (Retry, Replay),
+        (route, sni, source): (&Route, &str, (ClientKey, usize)),
+        (target, slot): (&mut Target, &mut MemberSlot),
+        fresh: bool,
+    ) -> Result<Upstream, ProxyError> {
         self.metrics.retries.inc();
         let again = match retry {
             Retry::SameMember => Box::pin(self.connect(target, sni, source.1)).await,
             _ => Err(self.failed(&target.member, UpstreamError::Reset)),
         };
-        *up = match again {
-            Ok(up) => up,
+        match again {
+            Ok(up) => Ok(up),
             Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
                 let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                let (s, u) = self.checkout(&other, sni, source, false).await?;
+                let (s, u) = self.checkout(&other, sni, source, fresh).await?;
                 (*target, *slot) = (other, s);
-                u
+                Ok(u)
             }
-            Err(e) => return Err(e),
-        };
-        request.rewind();
-        Ok(up.send(&target.member.addr, request, timeout).await)
+            Err(e) => Err(e),
+        }
     }
 
     /// A request to an app whose members speak h2: checked out on `target` (or

@@ -22,6 +22,17 @@ use crate::table::Target;
 use crate::upstream::{Lease, RequestBody, SendError, Upstream};
 
 use super::forward::Timeouts;
+use super::retry::{Reached, Replay, Retry, decide, idempotent};
+use crate::table::Route;
+use per_source::ClientKey;
+
+/// An upgrade request, its head again when it can be sent again (no body), and
+/// the client's side of the upgrade.
+pub(super) type UpgradeRequest = (
+    Request<RequestBody>,
+    Option<http::request::Parts>,
+    hyper::upgrade::OnUpgrade,
+);
 
 impl Proxy {
     /// What the last attempt on `target` got: the member's response head (its
@@ -113,27 +124,46 @@ impl Proxy {
     }
 
     /// An upgrade request (WebSocket) sent on its fresh connection; the member's
-    /// answer, or on 101 the tunnel (see [`Proxy::upgraded`]).
+    /// answer, or on 101 the tunnel (see [`Proxy::upgraded`]). A member that
+    /// closed before answering gets the one retry decision's second attempt, on a
+    /// fresh connection, when the request can be sent again as it was (`again`:
+    /// its head, when it has no body).
     pub(super) async fn send_upgrade(
         &self,
-        req: Request<RequestBody>,
-        client_upgrade: hyper::upgrade::OnUpgrade,
-        (target, slot, up): (Target, MemberSlot, Upstream),
+        (req, again, client_upgrade): UpgradeRequest,
+        (route, sni, source): (&Route, &str, (ClientKey, usize)),
+        (mut target, mut slot, up): (Target, MemberSlot, Upstream),
         conn: &ClientConn,
         (timeouts, hold): (Timeouts, Option<ClientSlot>),
     ) -> Result<Forwarded, ProxyError> {
-        let member = target.member;
-        let response = match tokio::time::timeout(
-            timeouts.response,
-            Box::pin(up.send_upgrade(&member.addr, req)),
-        )
-        .await
-        {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(self.failed(&member, e.kind())),
-            Err(_) => return Err(self.failed(&member, UpstreamError::ResponseTimeout)),
+        let replay = Replay::Request {
+            idempotent: idempotent(req.method()),
+            exact: again.is_some(),
         };
-        member.health.record_success();
+        let mut sent = self.upgrade_on(&target, up, req, timeouts.response).await;
+        if let (Err(Some(e)), Some(parts)) = (&sent, again) {
+            let retry = decide(Reached::from(e), replay);
+            if retry != Retry::No {
+                let up = self
+                    .connect_again(
+                        (retry, replay),
+                        (route, sni, source),
+                        (&mut target, &mut slot),
+                        true,
+                    )
+                    .await?;
+                let req = Request::from_parts(parts, RequestBody::Empty);
+                sent = self.upgrade_on(&target, up, req, timeouts.response).await;
+            }
+        }
+        let response = match sent {
+            Ok(r) => r,
+            Err(Some(e)) => return Err(self.failed(&target.member, e.kind())),
+            Err(None) => {
+                return Err(self.failed(&target.member, UpstreamError::ResponseTimeout));
+            }
+        };
+        target.member.health.record_success();
         Ok(self.upgraded(
             response,
             client_upgrade,
@@ -141,6 +171,21 @@ impl Proxy {
             conn,
             (timeouts.tunnel_idle, hold),
         ))
+    }
+
+    /// One upgrade request on `up`: the member's answer, its failure, or `None`
+    /// when no answer came within `timeout`.
+    async fn upgrade_on(
+        &self,
+        target: &Target,
+        up: Upstream,
+        req: Request<RequestBody>,
+        timeout: std::time::Duration,
+    ) -> Result<Response<Incoming>, Option<SendError>> {
+        match tokio::time::timeout(timeout, up.send_upgrade(&target.member.addr, req)).await {
+            Ok(r) => r.map_err(Some),
+            Err(_) => Err(None),
+        }
     }
 
     /// The answer to an upgrade request: on 101, a tunnel between the two upgraded

@@ -1,5 +1,5 @@
 //! The one retry decision of the router, for HTTP requests (to HTTP/1.1 and h2
-//! members alike), TLS passthrough and TCP ports.
+//! members alike, WebSocket upgrades included), TLS passthrough and TCP ports.
 //!
 //! A failed attempt says how far it got ([`Reached`], read off the error as Pingora
 //! reads it off its own); what the client sent says what may be sent again
