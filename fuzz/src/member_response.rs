@@ -55,7 +55,10 @@ fn member_reading(pieces: &[&[u8]]) -> String {
     match head {
         Some(h) => format!(
             "{} {:?} {:?} keep-alive {} {out} body {body:?}",
-            h.status, h.framing, h.headers, h.keep_alive
+            h.status,
+            h.framing,
+            h.fields.to_map(0),
+            h.keep_alive
         ),
         None => "incomplete".into(),
     }

@@ -9,6 +9,8 @@
 //!   role's decoder, the one owner of that answer);
 //! - [`response`]: a member's response head and body (the client role's decoder),
 //!   also what the health probe and the CLI's admin calls read;
+//! - [`fields`]: a parsed head's fields as they came, with an index (what a
+//!   proxy passes on without a map);
 //! - [`encode`]: the heads, chunks and trailers written towards members.
 //!
 //! Hand-written on `httparse` rather than hyper's client and server because
@@ -18,6 +20,7 @@
 
 pub mod chunk;
 pub mod encode;
+pub mod fields;
 pub mod framing;
 pub mod length;
 pub mod response;

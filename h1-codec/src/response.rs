@@ -11,12 +11,12 @@
 //! skipped; HEAD, 204 and 304 responses have no body.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
 pub use crate::BodyFraming;
 use crate::chunk::{ChunkLine, ChunkLineError};
-use crate::encode::header_map;
+pub use crate::fields::{Fields, Name};
 use crate::length::content_length;
 use crate::{MAX_HEAD, MAX_HEADERS};
 
@@ -39,7 +39,8 @@ pub enum ParseError {
 pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
-    pub headers: HeaderMap,
+    /// The fields as they came (a proxy passes them on without a map).
+    pub fields: Fields,
     pub framing: BodyFraming,
     /// The connection may carry another request once this response has ended.
     pub keep_alive: bool,
@@ -49,10 +50,9 @@ pub struct ResponseHead {
 }
 
 /// Whether a comma-separated header says `token` (ASCII case-insensitive).
-fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
+fn has_token(fields: &Fields, name: Name, token: &str) -> bool {
+    fields.get_all(name).any(|v| {
+        v.split(|b| *b == b',')
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
     })
 }
@@ -102,23 +102,23 @@ pub fn parse_response_head(
             .reason
             .filter(|r| status.canonical_reason() != Some(*r))
             .map(|r| Bytes::copy_from_slice(r.as_bytes()));
-        let Some((_, headers)) = header_map(buf, len, res.headers, 0) else {
+        let Some(fields) = Fields::new(buf, len, res.headers) else {
             return Err(ParseError::Head("bad header"));
         };
         buf.advance(len);
         let keep_alive = if version == Version::HTTP_10 {
-            has_token(&headers, &header::CONNECTION, "keep-alive")
+            has_token(&fields, Name::Connection, "keep-alive")
         } else {
-            !has_token(&headers, &header::CONNECTION, "close")
+            !has_token(&fields, Name::Connection, "close")
         };
         let no_body =
             head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let (framing, suspect) = body_framing(&headers, version, no_body)?;
+        let (framing, suspect) = body_framing(&fields, version, no_body)?;
         let keep_alive = keep_alive && !suspect && framing != BodyFraming::Close;
         return Ok(Some(ResponseHead {
             status,
             version,
-            headers,
+            fields,
             framing,
             keep_alive,
             reason,
@@ -131,16 +131,15 @@ pub fn parse_response_head(
 /// by the coding, the connection never reused). `no_body`: a response to HEAD, a
 /// 204 or a 304.
 fn body_framing(
-    headers: &HeaderMap,
+    fields: &Fields,
     version: Version,
     no_body: bool,
 ) -> Result<(BodyFraming, bool), ParseError> {
     if no_body {
         return Ok((BodyFraming::Empty, false));
     }
-    if !headers.contains_key(header::TRANSFER_ENCODING) {
-        let lengths = headers.get_all(header::CONTENT_LENGTH);
-        let framing = match content_length(lengths.iter().map(HeaderValue::as_bytes))
+    if !fields.contains(Name::TransferEncoding) {
+        let framing = match content_length(fields.get_all(Name::ContentLength))
             .map_err(|_| ParseError::Head("invalid content-length"))?
         {
             Some(0) => BodyFraming::Empty,
@@ -157,24 +156,26 @@ fn body_framing(
             "Transfer-Encoding in an HTTP/1.0 response",
         ));
     }
-    let codings = headers.get_all(header::TRANSFER_ENCODING);
     // Codings are tokens: hyper's client reads a value with a byte outside ASCII
     // as no coding at all (to the close) where this reader would find `chunked`
     // at its end (found by the `member_response` fuzz target).
-    if codings.iter().any(|v| v.to_str().is_err()) {
+    if fields
+        .get_all(Name::TransferEncoding)
+        .any(|v| !v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+    {
         return Err(ParseError::Head("Transfer-Encoding not ASCII"));
     }
-    let last_is_chunked = codings
-        .iter()
-        .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+    let last_is_chunked = fields
+        .get_all(Name::TransferEncoding)
+        .last()
+        .and_then(|v| v.rsplit(|b| *b == b',').next())
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
     let framing = if last_is_chunked && version == Version::HTTP_11 {
         BodyFraming::Chunked
     } else {
         BodyFraming::Close
     };
-    Ok((framing, headers.contains_key(header::CONTENT_LENGTH)))
+    Ok((framing, fields.contains(Name::ContentLength)))
 }
 
 /// What [`Chunked::decode`] found next.

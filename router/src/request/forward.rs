@@ -28,7 +28,7 @@ use crate::metrics::UpstreamError;
 use crate::policy::Policy;
 use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
-use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
+use crate::upstream::{Encoded, MemberHead, RequestBody, SendError, Upstream};
 
 impl Proxy {
     pub(super) async fn forward(
@@ -145,7 +145,7 @@ impl Proxy {
         (route, sni, source): (&Route, &str, (ClientKey, usize)),
         (target, slot, up): (&mut Target, &mut MemberSlot, &mut Upstream),
         (request, timeout): (&mut Encoded, std::time::Duration),
-    ) -> Result<Result<Response<()>, Option<SendError>>, ProxyError> {
+    ) -> Result<Result<MemberHead, Option<SendError>>, ProxyError> {
         *up = self
             .connect_again((retry, replay), (route, sni, source), (target, slot), false)
             .await?;

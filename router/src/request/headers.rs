@@ -14,6 +14,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use h1_codec::fields::{Fields, Name};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use per_source::{Client, ClientKey, KeyRule};
 
@@ -192,6 +193,74 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
+}
+
+/// A member's fields as they came, the way the client gets them: in order,
+/// without the hop-by-hop ones and those a `Connection` field names (except
+/// [`protected`] ones), as [`remove_hop_by_hop`] leaves them out of a map, and
+/// without those the router puts in place of the member's (`added`: any name
+/// there but `Set-Cookie`, which is added to the member's). Each with its
+/// name's kind.
+pub fn end_to_end<'a>(
+    fields: &'a Fields,
+    added: &'a HeaderMap,
+) -> impl Iterator<Item = (Name, &'a [u8], &'a [u8])> + 'a {
+    // Most responses have no `Connection` field, or name nothing in it.
+    let named: Vec<&[u8]> = fields
+        .get_all(Name::Connection)
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty() && !protected_bytes(t))
+        .collect();
+    fields.iter_named().filter(move |(kind, name, _)| {
+        if kind.is_hop_by_hop() {
+            return false;
+        }
+        if !named.is_empty() && named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+            return false;
+        }
+        added.is_empty()
+            || *kind == Name::SetCookie
+            || !added
+                .keys()
+                .any(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name))
+    })
+}
+
+/// A member's fields and the router's additions as one map, for a server that
+/// takes one (hyper's, h3's): the member's without the hop-by-hop ones, then
+/// `added` (`Set-Cookie` added to the member's, any other name in place of it).
+/// What [`end_to_end`] writes, as a map.
+pub fn member_map(fields: &Fields, added: &mut HeaderMap) {
+    let mut map = fields.to_map(added.len());
+    remove_hop_by_hop(&mut map, false);
+    let mut current: Option<HeaderName> = None;
+    for (name, value) in std::mem::take(added).into_iter() {
+        match name {
+            Some(name) => {
+                if name == header::SET_COOKIE {
+                    map.append(name.clone(), value);
+                } else {
+                    map.insert(name.clone(), value);
+                }
+                current = Some(name);
+            }
+            None => {
+                if let Some(name) = &current {
+                    map.append(name.clone(), value);
+                }
+            }
+        }
+    }
+    *added = map;
+}
+
+/// [`protected`] for a name as bytes (any case).
+fn protected_bytes(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"host")
+        || name
+            .get(..12)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"x-forwarded-"))
 }
 
 /// `name`'s place in [`HOP_BY_HOP`], by its text (names are lower case): no

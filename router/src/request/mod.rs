@@ -51,6 +51,8 @@ pub mod tunnel;
 pub mod upload;
 
 use std::convert::Infallible;
+
+use h1_codec::fields::Fields;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,6 +107,18 @@ struct Forwarded {
     member: Option<Arc<str>>,
     /// The request's count against its app's `max_connections_per_client`.
     hold: Option<crate::policy::clients::ClientSlot>,
+    /// An HTTP/1.1 member's fields as they came (see [`Answer`]).
+    fields: Option<Fields>,
+}
+
+/// A request's answer: the response and, when an HTTP/1.1 member gave it, the
+/// member's fields as they came. The response's own map then holds only what
+/// the router adds (the affinity cookie, `Connection: close`, `Alt-Svc`): the
+/// own HTTP/1.1 path writes both without building a map of the member's
+/// ([`h1`]); every other server gets one map ([`Proxy::serve`]).
+pub struct Answer {
+    pub response: Response<ProxyBody>,
+    pub fields: Option<Fields>,
 }
 
 impl Forwarded {
@@ -119,17 +133,33 @@ impl Forwarded {
             in_flight,
             member: None,
             hold,
+            fields: None,
         }
     }
 }
 
 impl Proxy {
-    /// Serves one request; never fails (errors are responses).
+    /// Serves one request for a server that takes a response with one map of
+    /// its fields (hyper's h2 and HTTP/1, h3's); never fails (errors are
+    /// responses).
     pub async fn serve(
         self: Arc<Self>,
         conn: Arc<ClientConn>,
         req: Request<Received>,
     ) -> Result<Response<ProxyBody>, Infallible> {
+        let Answer {
+            mut response,
+            fields,
+        } = self.answer(conn, req).await;
+        if let Some(fields) = fields {
+            headers::member_map(&fields, response.headers_mut());
+        }
+        Ok(response)
+    }
+
+    /// Serves one request: the response, and an HTTP/1.1 member's fields as
+    /// they came (see [`Answer`]).
+    pub async fn answer(self: Arc<Self>, conn: Arc<ClientConn>, req: Request<Received>) -> Answer {
         let start = Instant::now();
         // Streams of one connection (h2, h3): no `Connection` header, waits on the
         // client's flow control tracked.
@@ -167,6 +197,7 @@ impl Proxy {
             in_flight,
             member,
             hold,
+            fields,
         } = match self.forward(&conn, req, host).await {
             Ok(f) => f,
             Err(e) => Forwarded {
@@ -174,6 +205,7 @@ impl Proxy {
                 in_flight: None,
                 member: None,
                 hold: None,
+                fields: None,
             },
         };
         // A request the router itself found malformed (400) ends its HTTP/1
@@ -221,6 +253,6 @@ impl Proxy {
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);
-        Ok(response)
+        Answer { response, fields }
     }
 }

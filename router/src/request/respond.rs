@@ -19,7 +19,7 @@ use crate::policy::affinity::Affinity;
 use crate::policy::clients::ClientSlot;
 use crate::policy::{Policy, Refused};
 use crate::table::Target;
-use crate::upstream::{Lease, RequestBody, SendError, Upstream};
+use crate::upstream::{Lease, MemberHead, RequestBody, SendError, Upstream};
 
 use super::forward::Timeouts;
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
@@ -41,8 +41,8 @@ impl Proxy {
     pub(super) fn answered(
         &self,
         target: &Target,
-        result: Result<Response<()>, Option<SendError>>,
-    ) -> Result<Response<()>, ProxyError> {
+        result: Result<MemberHead, Option<SendError>>,
+    ) -> Result<MemberHead, ProxyError> {
         match result {
             Ok(r) => {
                 target.member.health.record_success();
@@ -56,21 +56,27 @@ impl Proxy {
         }
     }
 
-    /// An HTTP/1.1 member's answer as the client gets it: the head by
-    /// [`Proxy::respond_head`], the body read from `up` (back to its pool once
-    /// read), the slot travelling with it.
+    /// An HTTP/1.1 member's answer as the client gets it: its fields as they
+    /// came (hop-by-hop ones are left out where they are written or put in a
+    /// map: [`super::headers::end_to_end`], [`super::headers::member_map`]), the
+    /// affinity cookie in the response's own map, the body read from `up` (back
+    /// to its pool once read), the slot travelling with it.
     #[inline]
     pub(super) fn respond_h1(
         &self,
-        response: Response<()>,
+        response: MemberHead,
         (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
         (target, slot, up): (Target, MemberSlot, Upstream),
         hold: Option<ClientSlot>,
     ) -> Forwarded {
-        let (mut parts, ()) = response.into_parts();
-        self.respond_head(&mut parts.headers, (policy, sticky), &target, https);
+        let (mut parts, fields) = response.into_parts();
+        if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref()) {
+            self.stick(affinity, sticky, &target, &mut parts.headers, https);
+        }
         let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
-        Forwarded::of(Response::from_parts(parts, body), Some(slot), hold)
+        let mut forwarded = Forwarded::of(Response::from_parts(parts, body), Some(slot), hold);
+        forwarded.fields = Some(fields);
+        forwarded
     }
 
     /// The member's response head as the client gets it: hop-by-hop fields
@@ -207,6 +213,7 @@ impl Proxy {
                 in_flight: Some(slot),
                 member: None,
                 hold,
+                fields: None,
             };
         }
         let tunnel = Tunnel {
@@ -226,6 +233,7 @@ impl Proxy {
             in_flight: None,
             member: Some(member),
             hold: None,
+            fields: None,
         }
     }
 }

@@ -230,6 +230,7 @@ impl Proxy {
             in_flight: None,
             member: None,
             hold: None,
+            fields: None,
         }
     }
 }

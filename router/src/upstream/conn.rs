@@ -22,6 +22,11 @@ use h1_codec::BodyFraming;
 use h1_codec::encode;
 use h1_codec::response::{self as h1, Chunked, Decoded, ParseError};
 
+/// A member's response head: status, version and reason phrase in a response
+/// whose map is empty, its fields as they came in the body's place (the client's
+/// own HTTP/1.1 path writes them on without a map; see [`h1_codec::fields`]).
+pub type MemberHead = Response<h1_codec::fields::Fields>;
+
 /// The byte stream to a member: plain TCP or TLS over it.
 pub enum MemberIo {
     Plain(TcpStream),
@@ -398,7 +403,7 @@ impl Upstream {
         addr: &Arc<str>,
         req: &mut Encoded,
         within: Duration,
-    ) -> Result<Response<()>, Option<SendError>> {
+    ) -> Result<MemberHead, Option<SendError>> {
         let deadline = tokio::time::Instant::now() + within;
         let reused = self.reused();
         let Encoded {
@@ -429,10 +434,9 @@ impl Upstream {
                     BodyFraming::Chunked => BodyState::Chunked(Chunked::default()),
                     BodyFraming::Close => BodyState::Close,
                 };
-                let mut response = Response::new(());
+                let mut response = Response::new(head.fields);
                 *response.status_mut() = head.status;
                 *response.version_mut() = head.version;
-                *response.headers_mut() = head.headers;
                 if let Some(reason) = head
                     .reason
                     .and_then(|r| hyper::ext::ReasonPhrase::try_from(r).ok())

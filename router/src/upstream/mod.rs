@@ -43,8 +43,8 @@ mod pool;
 mod request_body;
 
 pub use conn::{
-    ConnectSettings, Encoded, ExchangeError, MemberIo, MemberTls, ResponseBodyError, SendError,
-    Upstream, local_shortage,
+    ConnectSettings, Encoded, ExchangeError, MemberHead, MemberIo, MemberTls, ResponseBodyError,
+    SendError, Upstream, local_shortage,
 };
 pub use pool::{Lease, Pool, PoolSettings};
 pub use request_body::{ClientBody, RequestBody, RequestBodyError, Rest, StreamBody};

@@ -41,7 +41,7 @@ use std::task::Poll;
 
 use bytes::BytesMut;
 use futures_util::FutureExt as _;
-use http::{Method, Request, Response};
+use http::{Method, Request};
 use http_body_util::BodyExt as _;
 use hyper::body::Body as _;
 use tokio::io::{AsyncRead as _, AsyncWriteExt as _, ReadBuf};
@@ -49,12 +49,12 @@ use tokio::time::Sleep;
 
 use self::head::Parsed;
 use self::response::{BodyLength, DateCache, Encoder};
-use super::Proxy;
 use super::body::ProxyBody;
 use super::client_io::ClientIo;
 use super::headers::ClientConn;
 use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
+use super::{Answer, Proxy};
 
 /// How the router's own path left a connection.
 pub enum End {
@@ -117,7 +117,7 @@ pub async fn serve(
         let body = head::take(&mut buf, head, body);
         let req = Request::from_parts(*parts, Received::Read(body));
         // Boxed: a waiting connection keeps only this loop's few words.
-        let mut served = Box::pin(proxy().serve(conn.clone(), req));
+        let mut served = Box::pin(proxy().answer(conn.clone(), req));
         // Meanwhile the client's side is read: pipelined requests are buffered (up
         // to a head's size), and an end of stream cancels the request, as hyper
         // cancels it (no half-close), so a client that left holds no member slot.
@@ -143,8 +143,8 @@ pub async fn serve(
         let client = std::pin::pin!(client);
         let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
         let response = std::future::poll_fn(|cx| {
-            if let Poll::Ready(Ok(r)) = served.as_mut().poll(cx) {
-                return Poll::Ready(Some(r));
+            if let Poll::Ready(answer) = served.as_mut().poll(cx) {
+                return Poll::Ready(Some(answer));
             }
             match client.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(None),
@@ -153,12 +153,12 @@ pub async fn serve(
         })
         .await;
         drop(served);
-        let Some(response) = response else {
+        let Some(answer) = response else {
             tracing::debug!("client closed its connection mid-request; request cancelled");
             return End::Closed;
         };
         // 2. The response.
-        match write(io, response, &method, &mut date).await {
+        match write(io, answer, &method, &mut date).await {
             Ok(true) if !shut.load(Ordering::Acquire) => {}
             Ok(_) => {
                 let _ = io.shutdown().await;
@@ -230,17 +230,18 @@ fn poll_fill(
     }
 }
 
-/// Writes `response` (to a `method` request); `Ok(false)`: the connection closes
+/// Writes `answer` (to a `method` request); `Ok(false)`: the connection closes
 /// after it.
 fn write<'a>(
     io: &'a mut ClientIo,
-    response: Response<ProxyBody>,
+    answer: Answer,
     method: &Method,
     date: &mut DateCache,
 ) -> impl Future<Output = std::io::Result<bool>> + 'a {
     // The head is encoded before the future is made: the future keeps only the
     // body, the encoder and the bytes to write (not the response beside them),
     // which keeps the connection's task small between requests.
+    let Answer { response, fields } = answer;
     let (parts, body) = response.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::None
@@ -250,8 +251,8 @@ fn write<'a>(
             .map_or(BodyLength::Unknown, BodyLength::Known)
     };
     let mut out = Vec::with_capacity(512);
-    let head = response::encode_head(&parts, method, length, date, &mut out);
-    drop(parts);
+    let head = response::encode_head(&parts, fields.as_ref(), method, length, date, &mut out);
+    drop((parts, fields));
     let last = head.last;
     let encoder = head.encoder;
     // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
+use super::super::headers::end_to_end;
 use h1_codec::encode::{encode_chunk, encode_field};
+use h1_codec::fields::{Fields, Name};
 use h1_codec::length::content_length;
 
 /// What the body's framing will be, from the body itself (hyper's `BodyLength`).
@@ -80,9 +82,12 @@ fn can_have_content_length(status: StatusCode) -> bool {
         || status == StatusCode::NOT_MODIFIED)
 }
 
-/// Appends the head of `parts` (a response to a `method` request) to `out`.
+/// Appends the head of `parts` (a response to a `method` request) to `out`:
+/// first `member`'s fields, when a member's fields came as they were sent
+/// (see [`super::super::Answer`]), then the fields of `parts`.
 pub fn encode_head(
     parts: &http::response::Parts,
+    member: Option<&Fields>,
     method: &Method,
     body: BodyLength,
     date: &mut DateCache,
@@ -96,6 +101,44 @@ pub fn encode_head(
     let mut wrote_date = false;
     let mut encoder = Encoder::Length(0);
     let mut trailers: Option<Vec<HeaderName>> = None;
+    // The member's fields, line by line in the order they came (no hop-by-hop
+    // one among them, so no `connection` or `transfer-encoding`).
+    let mut member_len = false;
+    for (kind, name, value) in member
+        .map(|f| end_to_end(f, &parts.headers))
+        .into_iter()
+        .flatten()
+    {
+        match kind {
+            // The first one, as from a map (a member's lengths agree).
+            Name::ContentLength if member_len => {}
+            Name::ContentLength => {
+                member_len = true;
+                if let Some((e, closes)) = length_field(value, body, method, out) {
+                    (encoder, wrote_len) = (e, true);
+                    last |= closes;
+                }
+            }
+            Name::Trailer if chunkable => {
+                trailer_field(
+                    std::iter::once(value),
+                    trailers.get_or_insert_with(Vec::new),
+                    out,
+                );
+            }
+            Name::Trailer => {}
+            _ => {
+                wrote_date |= kind == Name::Date;
+                // Lower case, as from a map (and as h2 and haproxy write names).
+                let at = out.len();
+                out.extend_from_slice(name);
+                out[at..].make_ascii_lowercase();
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
     // One pass over the fields (a map yields a name's values one after another):
     // no lookup per name, which would hash each name again.
     let mut fields = parts.headers.iter().peekable();
@@ -112,27 +155,36 @@ pub fn encode_head(
         match *name {
             header::CONTENT_LENGTH => {
                 let Some(first) = values.next() else { continue };
-                if let Some((e, closes)) = length_field(first, body, method, out) {
+                if let Some((e, closes)) = length_field(first.as_bytes(), body, method, out) {
                     (encoder, wrote_len) = (e, true);
                     last |= closes;
                 }
             }
             header::TRANSFER_ENCODING if chunkable => {
-                transfer_encoding_field(values, out);
+                transfer_encoding_field(values.map(HeaderValue::as_bytes), out);
                 (encoder, wrote_len) = (Encoder::Chunked(None), true);
             }
             header::CONNECTION => {
-                list_field(b"connection: ", values, out, |v| {
-                    if v.split(|b| *b == b',')
-                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-                    {
-                        last = true;
-                    }
-                });
+                list_field(
+                    b"connection: ",
+                    values.map(HeaderValue::as_bytes),
+                    out,
+                    |v| {
+                        if v.split(|b| *b == b',')
+                            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                        {
+                            last = true;
+                        }
+                    },
+                );
                 out.extend_from_slice(b"\r\n");
             }
             header::TRAILER if chunkable => {
-                trailer_field(values, trailers.get_or_insert_with(Vec::new), out);
+                trailer_field(
+                    values.map(HeaderValue::as_bytes),
+                    trailers.get_or_insert_with(Vec::new),
+                    out,
+                );
             }
             header::TRANSFER_ENCODING | header::TRAILER => {}
             _ => {
@@ -170,14 +222,14 @@ pub fn encode_head(
 /// whose length it cannot read, so that closes instead of guessing.
 #[inline]
 fn length_field(
-    first: &HeaderValue,
+    first: &[u8],
     body: BodyLength,
     method: &Method,
     out: &mut Vec<u8>,
 ) -> Option<(Encoder, bool)> {
     let framing = match body {
         BodyLength::Known(n) => (Encoder::Length(n), false),
-        BodyLength::Unknown => match content_length([first.as_bytes()]) {
+        BodyLength::Unknown => match content_length([first]) {
             Ok(Some(n)) => (Encoder::Length(n), false),
             _ => (Encoder::CloseDelimited, true),
         },
@@ -186,14 +238,14 @@ fn length_field(
         BodyLength::None => (Encoder::Length(0), false),
     };
     out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(first.as_bytes());
+    out.extend_from_slice(first);
     out.extend_from_slice(b"\r\n");
     Some(framing)
 }
 
 /// `transfer-encoding` joined on one line, ending in `chunked`.
 #[inline]
-fn transfer_encoding_field<'a>(values: impl Iterator<Item = &'a HeaderValue>, out: &mut Vec<u8>) {
+fn transfer_encoding_field<'a>(values: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
     let mut chunked_last = false;
     list_field(b"transfer-encoding: ", values, out, |v| {
         chunked_last = v
@@ -210,7 +262,7 @@ fn transfer_encoding_field<'a>(values: impl Iterator<Item = &'a HeaderValue>, ou
 /// `trailer` joined on one line; the names it announces kept in `names`.
 #[inline]
 fn trailer_field<'a>(
-    values: impl Iterator<Item = &'a HeaderValue>,
+    values: impl Iterator<Item = &'a [u8]>,
     names: &mut Vec<HeaderName>,
     out: &mut Vec<u8>,
 ) {
@@ -248,7 +300,7 @@ fn status_line(parts: &http::response::Parts, out: &mut Vec<u8>) {
 /// them), each value shown to `seen`; the caller ends the line.
 fn list_field<'a>(
     prefix: &[u8],
-    values: impl Iterator<Item = &'a http::HeaderValue>,
+    values: impl Iterator<Item = &'a [u8]>,
     out: &mut Vec<u8>,
     mut seen: impl FnMut(&[u8]),
 ) {
@@ -257,8 +309,8 @@ fn list_field<'a>(
         if i > 0 {
             out.extend_from_slice(b", ");
         }
-        out.extend_from_slice(v.as_bytes());
-        seen(v.as_bytes());
+        out.extend_from_slice(v);
+        seen(v);
     }
 }
 

@@ -276,8 +276,14 @@ async fn response_heads_are_what_hyper_writes() {
                         }
                         let (parts, ()) = r.into_parts();
                         let mut ours = Vec::new();
-                        let _ =
-                            encode_head(&parts, method, kind, &mut DateCache::default(), &mut ours);
+                        let _ = encode_head(
+                            &parts,
+                            None,
+                            method,
+                            kind,
+                            &mut DateCache::default(),
+                            &mut ours,
+                        );
                         let theirs =
                             hyper_head(method, Response::from_parts(parts, body(kind))).await;
                         assert_eq!(
@@ -330,4 +336,117 @@ fn bodies_are_framed_by_their_encoder() {
     let mut unannounced = Encoder::Chunked(None);
     assert!(unannounced.end(Some(&trailers), &mut out));
     assert_eq!(out, b"0\r\n\r\n");
+}
+
+/// A head as written, for comparing two that may order differently named fields
+/// differently: the status line, and each name's values in order (a list field's
+/// lines joined as one).
+fn by_name(head: &[u8]) -> (String, std::collections::BTreeMap<String, Vec<String>>) {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+    let status = lines.next().unwrap_or_default().to_owned();
+    let mut fields = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for line in lines {
+        let (name, value) = line.split_once(": ").unwrap_or((line, ""));
+        let values = fields.entry(name.to_owned()).or_default();
+        match values.last_mut() {
+            Some(v) if name == "trailer" => *v = format!("{v}, {value}"),
+            _ => values.push(value.to_owned()),
+        }
+    }
+    (status, fields)
+}
+
+/// One field of a member's response: a name (in any case) from those the writer
+/// treats apart, and a value.
+fn member_field() -> impl Strategy<Value = (String, String)> {
+    let names = prop::sample::select(vec![
+        "Content-Type",
+        "x-a",
+        "X-B",
+        "Set-Cookie",
+        "set-cookie",
+        "Connection",
+        "Keep-Alive",
+        "Transfer-Encoding",
+        "Trailer",
+        "Date",
+        "Alt-Svc",
+        "Upgrade",
+        "TE",
+        "Proxy-Connection",
+        "Host",
+        "X-Forwarded-For",
+    ]);
+    let values = prop::sample::select(vec![
+        "1",
+        "v w",
+        "x-a",
+        "X-B, close",
+        "keep-alive",
+        "x-a, host",
+        "chunked",
+        "gzip",
+        "x-b",
+    ]);
+    (names, values).prop_map(|(n, v)| (n.to_owned(), v.to_owned()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// A member's fields written as they came (the own path) say what the map
+    /// of them hyper gets says (`member_map`), written by the same encoder:
+    /// the same status line, framing, connection end, and each name's values,
+    /// with the router's additions in place.
+    #[test]
+    fn a_members_fields_written_as_they_came_say_what_their_map_says(
+        fields in prop::collection::vec(member_field(), 0..10),
+        length in prop::option::of(0u64..20),
+        cookie in any::<bool>(),
+        close in any::<bool>(),
+        alt_svc in any::<bool>(),
+        method in prop::sample::select(vec![Method::GET, Method::HEAD]),
+        status in prop::sample::select(vec![200u16, 204, 304, 404]),
+        kind in prop::sample::select(vec![BodyLength::None, BodyLength::Known(5), BodyLength::Unknown]),
+    ) {
+        let mut head = format!("HTTP/1.1 {status} X\r\n");
+        for (n, v) in &fields {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        if let Some(n) = length {
+            head.push_str(&format!("Content-Length: {n}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut res = httparse::Response::new(&mut slots);
+        let Ok(httparse::Status::Complete(len)) = res.parse(head.as_bytes()) else {
+            panic!("not a head: {head:?}");
+        };
+        let member = h1_codec::fields::Fields::new(head.as_bytes(), len, res.headers)
+            .expect("fields");
+        let mut added = http::HeaderMap::new();
+        if cookie {
+            added.append(http::header::SET_COOKIE, HeaderValue::from_static("route=1"));
+        }
+        if close {
+            added.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if alt_svc {
+            added.insert(http::header::ALT_SVC, HeaderValue::from_static("h3=\":443\""));
+        }
+        let mut response = Response::new(());
+        *response.status_mut() = StatusCode::from_u16(status).expect("status");
+        let (mut parts, ()) = response.into_parts();
+        parts.headers = added.clone();
+        let mut raw = Vec::new();
+        let raw_head = encode_head(&parts, Some(&member), &method, kind, &mut DateCache::default(), &mut raw);
+        let mut map = added;
+        super::super::headers::member_map(&member, &mut map);
+        parts.headers = map;
+        let mut mapped = Vec::new();
+        let map_head = encode_head(&parts, None, &method, kind, &mut DateCache::default(), &mut mapped);
+        prop_assert_eq!(by_name(&without_date(&raw)), by_name(&without_date(&mapped)));
+        prop_assert_eq!(raw_head.encoder, map_head.encoder);
+        prop_assert_eq!(raw_head.last, map_head.last);
+    }
 }

@@ -1,0 +1,364 @@
+//! A parsed head's fields as the bytes they arrived in, with an index of where
+//! each name and value lies: what a proxy passes on from one HTTP/1 connection to
+//! another without building a map of them and encoding that map again (haproxy's
+//! HTX and nginx's buffers keep a head the same way).
+//!
+//! Why: building a `HeaderMap` from a member's response head (each name parsed
+//! and hashed, each value wrapped) and encoding it again for the client cost
+//! about 4 500 of the 29 300 user-space instructions of a proxied HTTP/1.1 GET
+//! (`bench/instructions.py`, `bench/RESULTS.md`). [`Fields::to_map`] builds the
+//! map only where one is needed (h2 and HTTP/3 clients, whose server is hyper's
+//! or h3's).
+//!
+//! Names and values are what `httparse` accepted: names are tokens and values
+//! hold no control byte but tab, the rules `http`'s `HeaderName` and
+//! `HeaderValue` apply too, so [`Fields::to_map`] drops nothing a map would
+//! have taken.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// The names an HTTP/1 hop reads or treats apart, found once per field when the
+/// head is read (by length, then without case): what framing, keep-alive and
+/// hop-by-hop decisions ask for is then a byte compare, not a name compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Name {
+    Connection,
+    ContentLength,
+    TransferEncoding,
+    KeepAlive,
+    ProxyConnection,
+    Te,
+    Upgrade,
+    Trailer,
+    Date,
+    SetCookie,
+    Other,
+}
+
+/// `name` is `known` (lower case letters and `-`, as long as `name`) in any
+/// case, for a token `name` (what httparse accepts as a name): with the case bit
+/// set, a letter is its lower case and `-` itself (the one other byte it then
+/// equals, CR, is no token byte). Eight bytes a compare: a name is read this way
+/// once per field of every head, and a byte-by-byte compare cost about 150
+/// instructions a field.
+fn folded_eq(name: &[u8], known: &[u8]) -> bool {
+    const FOLD: u64 = 0x2020_2020_2020_2020;
+    let n = name.len();
+    if n != known.len() {
+        return false;
+    }
+    if n < 8 {
+        return name.iter().zip(known).all(|(a, k)| a | 0x20 == *k);
+    }
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    // Whole words from the start, then the last eight bytes (overlapping).
+    let mut at = 0;
+    while at + 8 < n {
+        if word(name, at) | FOLD != word(known, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(name, n - 8) | FOLD == word(known, n - 8)
+}
+
+impl Name {
+    /// Which of the names `name` (a token) is, in any case.
+    pub fn of(name: &[u8]) -> Name {
+        let (known, kind): (&[u8], Name) = match name.len() {
+            2 => (b"te", Name::Te),
+            4 => (b"date", Name::Date),
+            7 if name[0] | 0x20 == b'u' => (b"upgrade", Name::Upgrade),
+            7 => (b"trailer", Name::Trailer),
+            10 if name[0] | 0x20 == b'c' => (b"connection", Name::Connection),
+            10 if name[0] | 0x20 == b'k' => (b"keep-alive", Name::KeepAlive),
+            10 => (b"set-cookie", Name::SetCookie),
+            14 => (b"content-length", Name::ContentLength),
+            16 => (b"proxy-connection", Name::ProxyConnection),
+            17 => (b"transfer-encoding", Name::TransferEncoding),
+            _ => return Name::Other,
+        };
+        if folded_eq(name, known) {
+            kind
+        } else {
+            Name::Other
+        }
+    }
+
+    /// Describes one connection, not the message (RFC 9110 §7.6.1, with the
+    /// non-standard `Proxy-Connection` and `Keep-Alive` old peers still send):
+    /// a proxy does not pass it on.
+    pub fn is_hop_by_hop(self) -> bool {
+        matches!(
+            self,
+            Name::Connection
+                | Name::ProxyConnection
+                | Name::KeepAlive
+                | Name::Te
+                | Name::TransferEncoding
+                | Name::Upgrade
+        )
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u8
+    }
+}
+
+/// One field's place in the head: offsets and lengths in bytes, and its name's
+/// kind.
+#[derive(Clone, Copy, Debug)]
+struct Field {
+    name: u32,
+    name_len: u32,
+    value: u32,
+    value_len: u32,
+    kind: Name,
+}
+
+/// The fields of one head: a copy of the head's bytes and where each field lies.
+#[derive(Clone, Debug, Default)]
+pub struct Fields {
+    head: Bytes,
+    index: Vec<Field>,
+    /// Which [`Name`]s are present, a bit each.
+    present: u16,
+}
+
+impl Fields {
+    /// The fields httparse found in `buf`'s first `len` bytes (the head). The
+    /// head is copied (a few hundred bytes): `buf` stays unshared, so its next
+    /// reserve does not allocate. `None`: a field lies outside the head (not
+    /// what httparse returns) or the head is over 4 GiB.
+    pub fn new(buf: &[u8], len: usize, fields: &[httparse::Header<'_>]) -> Option<Fields> {
+        let head = Bytes::copy_from_slice(buf.get(..len)?);
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| -> Option<(u32, u32)> {
+            let start = (s.as_ptr() as usize).checked_sub(base)?;
+            if start + s.len() > len {
+                return None;
+            }
+            Some((u32::try_from(start).ok()?, u32::try_from(s.len()).ok()?))
+        };
+        let mut index = Vec::with_capacity(fields.len());
+        let mut present = 0;
+        for h in fields {
+            let (name, name_len) = at(h.name.as_bytes())?;
+            let (value, value_len) = at(h.value)?;
+            let kind = Name::of(h.name.as_bytes());
+            present |= kind.bit();
+            index.push(Field {
+                name,
+                name_len,
+                value,
+                value_len,
+                kind,
+            });
+        }
+        Some(Fields {
+            head,
+            index,
+            present,
+        })
+    }
+
+    /// How many fields.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Every field as `(name, value)`, in the order they arrived; names as sent
+    /// (any case).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.index.iter().map(|f| self.field(f))
+    }
+
+    /// Every field as its name's kind, name and value, in the order they arrived.
+    pub fn iter_named(&self) -> impl Iterator<Item = (Name, &[u8], &[u8])> + '_ {
+        self.index.iter().map(|f| {
+            let (name, value) = self.field(f);
+            (f.kind, name, value)
+        })
+    }
+
+    /// The values of every field of the kind `name` (not [`Name::Other`]).
+    pub fn get_all(&self, name: Name) -> impl Iterator<Item = &[u8]> + '_ {
+        let here = self.contains(name);
+        self.index
+            .iter()
+            .take(if here { usize::MAX } else { 0 })
+            .filter(move |f| f.kind == name)
+            .map(|f| self.field(f).1)
+    }
+
+    /// Whether a field of the kind `name` (not [`Name::Other`]) is present.
+    pub fn contains(&self, name: Name) -> bool {
+        self.present & name.bit() != 0
+    }
+
+    /// Whether any hop-by-hop field is present.
+    pub fn has_hop_by_hop(&self) -> bool {
+        [
+            Name::Connection,
+            Name::ProxyConnection,
+            Name::KeepAlive,
+            Name::Te,
+            Name::TransferEncoding,
+            Name::Upgrade,
+        ]
+        .iter()
+        .any(|n| self.contains(*n))
+    }
+
+    /// The fields as a map (with room for `room` more), values sharing the head's
+    /// bytes.
+    pub fn to_map(&self, room: usize) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(self.index.len() + room);
+        for f in &self.index {
+            let (name, _) = self.field(f);
+            let start = f.value as usize;
+            let value = self.head.slice(start..start + f.value_len as usize);
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name),
+                HeaderValue::from_maybe_shared(value),
+            ) {
+                map.append(name, value);
+            }
+        }
+        map
+    }
+
+    fn field(&self, f: &Field) -> (&[u8], &[u8]) {
+        let name = f.name as usize;
+        let value = f.value as usize;
+        (
+            &self.head[name..name + f.name_len as usize],
+            &self.head[value..value + f.value_len as usize],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &[u8]) -> Fields {
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut res = httparse::Response::new(&mut slots);
+        let Ok(httparse::Status::Complete(len)) = res.parse(head) else {
+            panic!("not a whole head");
+        };
+        Fields::new(head, len, res.headers).expect("fields")
+    }
+
+    #[test]
+    fn fields_are_kept_in_order_as_sent_and_found_without_case() {
+        let f = parse(
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\nset-cookie: a\r\nX-B:  2 \r\nSet-Cookie: b\r\n\r\n",
+        );
+        let all: Vec<_> = f.iter().collect();
+        assert_eq!(
+            all,
+            [
+                (&b"X-A"[..], &b"1"[..]),
+                (b"set-cookie", b"a"),
+                (b"X-B", b"2"),
+                (b"Set-Cookie", b"b")
+            ]
+        );
+        assert_eq!(f.get_all(Name::SetCookie).collect::<Vec<_>>(), [b"a", b"b"]);
+        assert!(f.contains(Name::SetCookie) && !f.contains(Name::Date));
+        assert!(f.get_all(Name::Date).next().is_none());
+        let map = f.to_map(0);
+        assert_eq!(map.len(), 4);
+        assert_eq!(map.get_all("set-cookie").iter().count(), 2);
+        assert_eq!(map.get("x-a").map(HeaderValue::as_bytes), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn every_name_read_apart_is_known_in_any_case_and_no_other_is() {
+        let known = [
+            ("connection", Name::Connection),
+            ("content-length", Name::ContentLength),
+            ("transfer-encoding", Name::TransferEncoding),
+            ("keep-alive", Name::KeepAlive),
+            ("proxy-connection", Name::ProxyConnection),
+            ("te", Name::Te),
+            ("upgrade", Name::Upgrade),
+            ("trailer", Name::Trailer),
+            ("date", Name::Date),
+            ("set-cookie", Name::SetCookie),
+        ];
+        for (name, kind) in known {
+            assert_eq!(Name::of(name.as_bytes()), kind, "{name}");
+            assert_eq!(Name::of(name.to_uppercase().as_bytes()), kind, "{name}");
+            let mut near = name.as_bytes().to_vec();
+            near[1] ^= 1;
+            assert_eq!(Name::of(&near), Name::Other, "{name}");
+        }
+        for other in [
+            "",
+            "x",
+            "tf",
+            "dat",
+            "content-type",
+            "keep-alivf",
+            "connectioN2",
+        ] {
+            assert_eq!(Name::of(other.as_bytes()), Name::Other, "{other}");
+        }
+    }
+
+    proptest::proptest! {
+        /// For any token, the kind is the one whose name it equals without case.
+        #[test]
+        fn any_token_is_named_as_a_compare_without_case_says(
+            name in "[a-zA-Z0-9!#$%&'*+.^_`|~-]{0,20}",
+            known in proptest::sample::select(vec![
+                "connection", "content-length", "transfer-encoding", "keep-alive",
+                "proxy-connection", "te", "upgrade", "trailer", "date", "set-cookie",
+            ]),
+            flip in proptest::prelude::any::<proptest::sample::Index>(),
+            upper in proptest::prelude::any::<bool>(),
+        ) {
+            let mut near = known.as_bytes().to_vec();
+            if upper { near.make_ascii_uppercase(); }
+            let i = flip.index(near.len());
+            near[i] ^= 0x01;
+            for candidate in [name.as_bytes(), known.as_bytes(), &near[..]] {
+                let expected = [
+                    ("connection", Name::Connection), ("content-length", Name::ContentLength),
+                    ("transfer-encoding", Name::TransferEncoding), ("keep-alive", Name::KeepAlive),
+                    ("proxy-connection", Name::ProxyConnection), ("te", Name::Te),
+                    ("upgrade", Name::Upgrade), ("trailer", Name::Trailer), ("date", Name::Date),
+                    ("set-cookie", Name::SetCookie),
+                ]
+                .iter()
+                .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(candidate))
+                .map_or(Name::Other, |(_, k)| *k);
+                proptest::prop_assert_eq!(Name::of(candidate), expected, "{:?}", String::from_utf8_lossy(candidate));
+            }
+        }
+    }
+
+    #[test]
+    fn a_field_outside_the_head_is_refused() {
+        let head = b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\r\n";
+        let other = b"X-B";
+        let fields = [httparse::Header {
+            name: std::str::from_utf8(other).expect("ascii"),
+            value: b"2",
+        }];
+        assert!(Fields::new(head, head.len(), &fields).is_none());
+    }
+}
