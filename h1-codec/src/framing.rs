@@ -25,7 +25,7 @@
 //! property-tested over arbitrary read splits (`framing::tests`). A connection whose
 //! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
 //! past that head (what follows is not HTTP/1); the answer to an upgrade that did
-//! not happen closes the connection (`router::request::Proxy::serve`), so no request
+//! not happen closes the connection (`router::request::Proxy::answer`), so no request
 //! follows one unchecked.
 //!
 //! This reader is the one owner of where a client's HTTP/1 request ends: it reports

@@ -254,7 +254,7 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
         tracing::info!(addr = %l.local_addr()?, "metrics listening");
-        tokio::spawn(portproxy::metrics::serve(l, metrics.clone()));
+        tokio::spawn(portproxy::metrics::listen(l, metrics.clone()));
     }
     let gear = match config.gear.clone() {
         Some(g) => {
@@ -267,7 +267,7 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
     let admin = gear::admin::bind(&config.admin_socket)
         .await
         .with_context(|| format!("admin socket {}", config.admin_socket.display()))?;
-    tokio::spawn(gear::admin::serve(admin, gear.clone()));
+    tokio::spawn(gear::admin::listen(admin, gear.clone()));
     let cluster = match config.cluster.clone() {
         Some(c) => Some(portproxy::cluster::Cluster::start(shared.clone(), c).await?),
         None => None,

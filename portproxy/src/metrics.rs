@@ -264,7 +264,7 @@ impl Metrics {
 }
 
 /// Serves `GET /metrics` (anything else: 404) on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Metrics) {
+pub async fn listen(listener: TcpListener, metrics: Metrics) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -76,7 +76,7 @@ impl TcpPort {
 
 /// Serves `port` (rule number `rule` in `tcp.listen`) until `stop` turns true;
 /// relays already running go on to their end.
-pub async fn serve(
+pub async fn listen(
     listener: TcpListener,
     rule: usize,
     port: TcpPort,

@@ -341,6 +341,12 @@ impl TestRouter {
         })
     }
 
+    /// How much a counter sample grew since it read `before` (a sample not yet
+    /// exported reads 0).
+    pub async fn grown_since(&self, sample: &str, before: f64) -> f64 {
+        self.metric(sample).await.unwrap_or(0.0) - before
+    }
+
     /// Signals shutdown and waits for the router to stop.
     pub async fn stop(mut self) {
         self.shutdown().await;

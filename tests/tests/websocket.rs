@@ -331,11 +331,7 @@ async fn an_upgrade_a_member_closed_unanswered_goes_to_another_member() {
     }
     let closed = closed.load(std::sync::atomic::Ordering::SeqCst);
     assert!(closed >= 3, "the closer took its turns: {closed}");
-    let retries = r
-        .metric("router_upstream_retries_total")
-        .await
-        .unwrap_or(0.0)
-        - before;
+    let retries = r.grown_since("router_upstream_retries_total", before).await;
     assert!(
         retries >= closed as f64,
         "each closed handshake was sent again: {retries} retries, {closed} closed"

@@ -27,12 +27,12 @@ pub fn spawn(cluster: Arc<Cluster>, listener: TcpListener) -> JoinHandle<()> {
         Mode::Peer,
         move |s, peer| {
             let cluster = cluster.clone();
-            async move { serve(&cluster, s, peer).await }
+            async move { answer(&cluster, s, peer).await }
         },
     ))
 }
 
-async fn serve(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) {
+async fn answer(cluster: &Cluster, mut s: TcpStream, peer: std::net::SocketAddr) {
     let live = cluster.live.load_full();
     let metrics = &cluster.shared.metrics;
     if cluster.cfg.peers_from_hosts_only && !live.is_trusted(peer.ip()) {

@@ -66,7 +66,7 @@ impl Listeners {
                         Mode::Cluster,
                         move |s, peer| {
                             let c = c.clone();
-                            async move { serve(&c, s, peer, port).await }
+                            async move { relay(&c, s, peer, port).await }
                         },
                     ));
                     map.insert(port, task);
@@ -101,7 +101,7 @@ impl Listeners {
     }
 }
 
-async fn serve(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr, cluster_port: u16) {
+async fn relay(cluster: &Cluster, mut client: TcpStream, peer: SocketAddr, cluster_port: u16) {
     let live = cluster.live.load_full();
     let shared = &cluster.shared;
     let metrics = &shared.metrics;

@@ -70,7 +70,7 @@ pub async fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves requests until the task is dropped.
-pub async fn serve(listener: UnixListener, gear: Option<Arc<Gear>>) {
+pub async fn listen(listener: UnixListener, gear: Option<Arc<Gear>>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -675,7 +675,7 @@ impl Admin {
     /// and at most `limits.max_admin_connections` connections (beyond, a client
     /// waits for one to end): idle or slow clients cannot hold it, nor take fds
     /// from the client listeners.
-    pub async fn serve(
+    pub async fn listen(
         self: Arc<Self>,
         listener: TcpListener,
         limits: Limits,

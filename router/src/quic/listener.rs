@@ -31,7 +31,7 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// Accepts QUIC connections until `stop`, then lets them finish for `grace`.
-pub async fn serve(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, grace: Duration) {
+pub async fn listen(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, grace: Duration) {
     let local_port = bound.socket.local_addr().map(|a| a.port()).unwrap_or(0);
     let runtime = Arc::new(quinn::TokioRuntime);
     let endpoint =
@@ -180,8 +180,8 @@ impl accept::Listener for QuicListener {
         };
         self.accepted.inc();
         let place = ConnectionSlot::new(slot, source, self.open.clone());
-        let handshaking = super::serve::Handshaking::begin(&self.handshakes);
-        let connection = super::serve::QuicConnection {
+        let handshaking = super::connection::Handshaking::begin(&self.handshakes);
+        let connection = super::connection::QuicConnection {
             serving: self.gate.current.clone(),
             place,
             local_port: self.local_port,
@@ -189,7 +189,7 @@ impl accept::Listener for QuicListener {
             kill: self.kill.clone(),
             ok: self.ok.clone(),
         };
-        tokio::spawn(connection.serve(connecting, peer, local, handshaking));
+        tokio::spawn(connection.run(connecting, peer, local, handshaking));
     }
 }
 

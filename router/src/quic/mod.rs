@@ -1,7 +1,7 @@
 //! HTTP/3: the same routing over QUIC (RFC 9000, RFC 9114), beside the HTTPS listener.
 //!
 //! A request over HTTP/3 takes the path every other request takes: accepted here
-//! ([`listener`]), served per connection ([`serve`]), then [`Proxy::serve`] (routed,
+//! ([`listener`]), served per connection ([`connection`]), then [`Proxy::response`] (routed,
 //! balanced, forwarded over HTTP/1.1 or h2 to the member) with the same headers,
 //! retries, splits, limits, access log and metrics. QUIC itself is `quinn`, HTTP/3
 //! framing `h3` (hyperium); nothing of either protocol is ours.
@@ -32,11 +32,11 @@
 //! `IP_PKTINFO`), the virtual IP when the listener is bound to the wildcard.
 //! Without the file the keys are random per process.
 //!
-//! [`Proxy::serve`]: crate::request::Proxy::serve
+//! [`Proxy::response`]: crate::request::Proxy::response
 
 pub mod body;
+pub mod connection;
 pub mod listener;
-pub mod serve;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -131,7 +131,7 @@ fn builder_for(limits: &Limits) -> auto::Builder<TokioExecutor> {
 }
 
 /// Serves the proxy on `listener` until `stop` turns true, then drains for `grace`.
-pub async fn serve(
+pub async fn listen(
     listener: TcpListener,
     name: &'static str,
     tls: Option<crate::tls::server::Acceptor>,
@@ -389,7 +389,7 @@ impl Accepted {
     fn spawn(self, mut connection: Connection) {
         match self {
             Accepted::Here(stream) => {
-                tokio::spawn(connection.serve(stream));
+                tokio::spawn(connection.run(stream));
             }
             Accepted::ForWorker(stream, workers) => {
                 let (placed, worker) = workers.pick();
@@ -397,7 +397,7 @@ impl Accepted {
                 worker.spawn(async move {
                     let _placed = placed;
                     match tokio::net::TcpStream::from_std(stream) {
-                        Ok(stream) => connection.serve(stream).await,
+                        Ok(stream) => connection.run(stream).await,
                         Err(e) => {
                             let peer = connection.peer;
                             tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
@@ -432,7 +432,7 @@ impl Connection {
     /// Serves the connection until it closes, a deadline passes or the drain ends
     /// it. Not an `async fn`: the future captures the fields it needs, not the
     /// struct whole beside them.
-    fn serve(self, stream: tokio::net::TcpStream) -> impl Future<Output = ()> + Send {
+    fn run(self, stream: tokio::net::TcpStream) -> impl Future<Output = ()> + Send {
         let Connection {
             peer,
             conn,
@@ -545,7 +545,7 @@ fn serve_http(
             Vec::new()
         } else {
             let proxy = || live.load().proxy.clone();
-            match h1::serve(&mut io, proxy, &conn, &finish, own).await {
+            match h1::run(&mut io, proxy, &conn, &finish, own).await {
                 h1::End::Closed => return Ok(()),
                 h1::End::Handoff(read) => read,
             }
@@ -560,7 +560,7 @@ fn serve_http(
                 live.load()
                     .proxy
                     .clone()
-                    .serve(conn.clone(), req.map(Received::Hyper)),
+                    .response(conn.clone(), req.map(Received::Hyper)),
             )
         });
         let mut hyper = Box::pin(builder.serve_connection_with_upgrades(io, service));

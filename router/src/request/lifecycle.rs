@@ -1,5 +1,5 @@
 //! A client connection's lifecycle besides its own progress: the one watch every
-//! client connection (TCP and TLS in `accept`, QUIC in `quic::serve`) is driven
+//! client connection (TCP and TLS in `accept`, QUIC in `quic::connection`) is driven
 //! with. It says what happens next ([`Event`]): the listener drains, the
 //! connection went quiet past its deadline, a client stopped taking what it is
 //! sent, the grace period ended or the connection was evicted. Each kind of

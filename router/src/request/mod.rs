@@ -1,6 +1,6 @@
 //! The request path: route a client's request to a member and stream the answer back.
 //!
-//! In order ([`Proxy::serve`]):
+//! In order ([`Proxy::response`]):
 //! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
 //!    trailing dot stripped; none or malformed → 400; over TLS, a host whose
 //!    certificate is not the one the connection presented → 421;
@@ -115,7 +115,7 @@ struct Forwarded {
 /// member's fields as they came. The response's own map then holds only what
 /// the router adds (the affinity cookie, `Connection: close`, `Alt-Svc`): the
 /// own HTTP/1.1 path writes both without building a map of the member's
-/// ([`h1`]); every other server gets one map ([`Proxy::serve`]).
+/// ([`h1`]); every other server gets one map ([`Proxy::response`]).
 pub struct Answer {
     pub response: Response<ProxyBody>,
     pub fields: Option<Fields>,
@@ -142,7 +142,7 @@ impl Proxy {
     /// Serves one request for a server that takes a response with one map of
     /// its fields (hyper's h2 and HTTP/1, h3's); never fails (errors are
     /// responses).
-    pub async fn serve(
+    pub async fn response(
         self: Arc<Self>,
         conn: Arc<ClientConn>,
         req: Request<Received>,

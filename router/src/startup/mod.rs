@@ -349,7 +349,7 @@ impl Router {
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let admin_task = self.admin.map(|l| {
             let limits = self.config.limits.clone();
-            tokio::spawn(self.admin_api.clone().serve(l, limits, admin_stop_rx))
+            tokio::spawn(self.admin_api.clone().listen(l, limits, admin_stop_rx))
         });
         let (http_task, https_task) = serve_clients(
             (self.http, self.https, self.tcp),
@@ -597,8 +597,8 @@ fn serve_clients(
     stop: &watch::Receiver<bool>,
 ) -> (JoinHandle<()>, Option<JoinHandle<()>>) {
     let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
-    let serve = |l, name, tls| {
-        on.spawn(crate::request::accept::serve(
+    let listen = |l, name, tls| {
+        on.spawn(crate::request::accept::listen(
             l,
             name,
             tls,
@@ -608,9 +608,9 @@ fn serve_clients(
             workers.cloned(),
         ))
     };
-    let https_task = https.map(|(l, tls)| serve(l, "https", Some(tls)));
+    let https_task = https.map(|(l, tls)| listen(l, "https", Some(tls)));
     for (rule, (listener, port)) in tcp.into_iter().zip(config.tcp.listen.clone()).enumerate() {
-        tokio::spawn(crate::tcp::serve(
+        tokio::spawn(crate::tcp::listen(
             listener,
             rule,
             port,
@@ -618,7 +618,7 @@ fn serve_clients(
             stop.clone(),
         ));
     }
-    (serve(http, "http", None), https_task)
+    (listen(http, "http", None), https_task)
 }
 
 /// The plain, TLS and TCP-port listeners.
@@ -744,7 +744,7 @@ fn spawn_http3(
     (stop, grace): (&watch::Receiver<bool>, std::time::Duration),
 ) -> tokio::task::JoinHandle<()> {
     let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
-    on.spawn(crate::quic::listener::serve(
+    on.spawn(crate::quic::listener::listen(
         bound,
         live.clone(),
         stop.clone(),

@@ -4,7 +4,7 @@
 //! no body or a `Content-Length` one that has arrived with its head and fits
 //! `limits.body_buffer_bytes`, keep-alive, no upgrade, no `Expect`, no
 //! `Transfer-Encoding`) is parsed in place with `httparse` ([`head`]), served by
-//! [`Proxy::serve`](super::Proxy::serve) like any other, and its response written
+//! [`Proxy::answer`](super::Proxy::answer) like any other, and its response written
 //! here ([`response`], exactly as hyper writes it). At the first request that is
 //! anything else the connection is handed to hyper with every byte read so far put
 //! back in front ([`End::Handoff`]), and hyper serves it from there as it serves
@@ -80,7 +80,7 @@ pub struct Settings {
 /// Serves `io` until it closes or needs hyper (see the module doc); each request
 /// is served by the proxy `proxy()` returns at its start. `shut` set (drain, idle
 /// deadline): the connection closes once no request is in progress.
-pub async fn serve(
+pub async fn run(
     io: &mut ClientIo,
     proxy: impl Fn() -> std::sync::Arc<Proxy>,
     conn: &std::sync::Arc<ClientConn>,

@@ -1,8 +1,8 @@
 //! One HTTP/3 connection: its handshake within the deadline, then its requests,
-//! each on a task of its own through [`Proxy::serve`], until it is idle, stalled,
+//! each on a task of its own through [`Proxy::response`], until it is idle, stalled,
 //! the client closes it, or the router stops.
 //!
-//! [`Proxy::serve`]: crate::request::Proxy::serve
+//! [`Proxy::response`]: crate::request::Proxy::response
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,7 +61,7 @@ impl QuicConnection {
     /// `connecting`: the handshake quinn began for the client at `peer` (accepted
     /// by the listener, so that this task never holds the larger `Incoming`);
     /// `local`: the address it came to.
-    pub(super) async fn serve(
+    pub(super) async fn run(
         self,
         connecting: quinn::Connecting,
         peer: std::net::SocketAddr,
@@ -201,7 +201,7 @@ impl Requests {
             };
             let (send, recv) = stream.split();
             let req = req.map(|()| Received::Stream(Box::pin(H3Body::new(recv))));
-            let Ok(response) = proxy.serve(conn, req).await;
+            let Ok(response) = proxy.response(conn, req).await;
             respond(send, response).await;
         });
     }
