@@ -149,7 +149,13 @@ pub fn client_head(data: &[u8]) {
         None => data.to_vec(),
     };
     let framed = framing.head_at(0);
-    let Parsed::Request { head, body, parts } = parse(&seen, &limits, framed) else {
+    let Parsed::Request {
+        head,
+        body,
+        parts,
+        fields: taken,
+    } = parse(&seen, &limits, framed)
+    else {
         return;
     };
     let Some(framed) = framed else {
@@ -173,7 +179,14 @@ pub fn client_head(data: &[u8]) {
     }
     assert_eq!(req.method, Some(parts.method.as_str()));
     assert_eq!(req.path, Some(parts.uri.to_string().as_str()));
-    assert_eq!(req.headers.len(), parts.headers.len(), "field count");
+    assert_eq!(req.headers.len(), taken.len(), "field count");
+    for (h, (name, value)) in req.headers.iter().zip(taken.iter()) {
+        assert_eq!(
+            (h.name.as_bytes(), h.value),
+            (name, value),
+            "the fields as they came"
+        );
+    }
     // Its body's length is the one Content-Length rule's, over every field.
     let lengths = req
         .headers

@@ -34,6 +34,13 @@ pub enum Name {
     Trailer,
     Date,
     SetCookie,
+    Host,
+    Cookie,
+    Forwarded,
+    XForwardedFor,
+    XForwardedProto,
+    XForwardedHost,
+    XForwardedPort,
     Other,
 }
 
@@ -71,17 +78,26 @@ fn folded_eq(name: &[u8], known: &[u8]) -> bool {
 impl Name {
     /// Which of the names `name` (a token) is, in any case.
     pub fn of(name: &[u8]) -> Name {
+        // By length, then one byte where names of one length differ.
+        let first = name.first().map_or(0, |b| b | 0x20);
         let (known, kind): (&[u8], Name) = match name.len() {
             2 => (b"te", Name::Te),
+            4 if first == b'h' => (b"host", Name::Host),
             4 => (b"date", Name::Date),
-            7 if name[0] | 0x20 == b'u' => (b"upgrade", Name::Upgrade),
+            6 => (b"cookie", Name::Cookie),
+            7 if first == b'u' => (b"upgrade", Name::Upgrade),
             7 => (b"trailer", Name::Trailer),
-            10 if name[0] | 0x20 == b'c' => (b"connection", Name::Connection),
-            10 if name[0] | 0x20 == b'k' => (b"keep-alive", Name::KeepAlive),
+            9 => (b"forwarded", Name::Forwarded),
+            10 if first == b'c' => (b"connection", Name::Connection),
+            10 if first == b'k' => (b"keep-alive", Name::KeepAlive),
             10 => (b"set-cookie", Name::SetCookie),
             14 => (b"content-length", Name::ContentLength),
-            16 => (b"proxy-connection", Name::ProxyConnection),
-            17 => (b"transfer-encoding", Name::TransferEncoding),
+            15 => (b"x-forwarded-for", Name::XForwardedFor),
+            16 if first == b'p' => (b"proxy-connection", Name::ProxyConnection),
+            16 if name[12] | 0x20 == b'h' => (b"x-forwarded-host", Name::XForwardedHost),
+            16 => (b"x-forwarded-port", Name::XForwardedPort),
+            17 if first == b't' => (b"transfer-encoding", Name::TransferEncoding),
+            17 => (b"x-forwarded-proto", Name::XForwardedProto),
             _ => return Name::Other,
         };
         if folded_eq(name, known) {
@@ -106,7 +122,44 @@ impl Name {
         )
     }
 
-    fn bit(self) -> u16 {
+    /// One of the `X-Forwarded-*` family or `Forwarded`: what a proxy sets itself.
+    pub fn is_forwarding(self) -> bool {
+        matches!(
+            self,
+            Name::Forwarded
+                | Name::XForwardedFor
+                | Name::XForwardedProto
+                | Name::XForwardedHost
+                | Name::XForwardedPort
+        )
+    }
+
+    /// Its name in a map (`None` for [`Name::Other`]).
+    pub fn header_name(self) -> Option<HeaderName> {
+        use http::header;
+        Some(match self {
+            Name::Connection => header::CONNECTION,
+            Name::ContentLength => header::CONTENT_LENGTH,
+            Name::TransferEncoding => header::TRANSFER_ENCODING,
+            Name::KeepAlive => HeaderName::from_static("keep-alive"),
+            Name::ProxyConnection => HeaderName::from_static("proxy-connection"),
+            Name::Te => header::TE,
+            Name::Upgrade => header::UPGRADE,
+            Name::Trailer => header::TRAILER,
+            Name::Date => header::DATE,
+            Name::SetCookie => header::SET_COOKIE,
+            Name::Host => header::HOST,
+            Name::Cookie => header::COOKIE,
+            Name::Forwarded => header::FORWARDED,
+            Name::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            Name::XForwardedProto => HeaderName::from_static("x-forwarded-proto"),
+            Name::XForwardedHost => HeaderName::from_static("x-forwarded-host"),
+            Name::XForwardedPort => HeaderName::from_static("x-forwarded-port"),
+            Name::Other => return None,
+        })
+    }
+
+    fn bit(self) -> u32 {
         1 << self as u8
     }
 }
@@ -128,7 +181,7 @@ pub struct Fields {
     head: Bytes,
     index: Vec<Field>,
     /// Which [`Name`]s are present, a bit each.
-    present: u16,
+    present: u32,
 }
 
 impl Fields {
@@ -168,6 +221,27 @@ impl Fields {
         })
     }
 
+    /// The fields of the whole head at the start of `head` (a response's if it
+    /// begins `HTTP/`, else a request's): for tests and tools; the connections
+    /// parse their heads themselves, with their limits.
+    pub fn of_head(head: &[u8]) -> Option<Fields> {
+        let mut slots = [httparse::EMPTY_HEADER; crate::MAX_HEADERS];
+        let (len, fields) = if head.starts_with(b"HTTP/") {
+            let mut res = httparse::Response::new(&mut slots);
+            match res.parse(head) {
+                Ok(httparse::Status::Complete(len)) => (len, res.headers),
+                _ => return None,
+            }
+        } else {
+            let mut req = httparse::Request::new(&mut slots);
+            match req.parse(head) {
+                Ok(httparse::Status::Complete(len)) => (len, req.headers),
+                _ => return None,
+            }
+        };
+        Fields::new(head, len, fields)
+    }
+
     /// How many fields.
     pub fn len(&self) -> usize {
         self.index.len()
@@ -192,13 +266,34 @@ impl Fields {
     }
 
     /// The values of every field of the kind `name` (not [`Name::Other`]).
-    pub fn get_all(&self, name: Name) -> impl Iterator<Item = &[u8]> + '_ {
-        let here = self.contains(name);
-        self.index
-            .iter()
-            .take(if here { usize::MAX } else { 0 })
-            .filter(move |f| f.kind == name)
-            .map(|f| self.field(f).1)
+    pub fn get_all(&self, name: Name) -> FieldValues<'_> {
+        let index = if self.contains(name) {
+            &self.index[..]
+        } else {
+            &[]
+        };
+        FieldValues {
+            fields: self,
+            index: index.iter(),
+            name,
+        }
+    }
+
+    /// The head's bytes from `start`, `len` of them (shared, not a copy); `None`
+    /// past its end.
+    pub fn head_slice(&self, start: usize, len: usize) -> Option<Bytes> {
+        let end = start.checked_add(len)?;
+        (end <= self.head.len()).then(|| self.head.slice(start..end))
+    }
+
+    /// `part` (a name or value of these fields) as shared bytes of the head, not
+    /// a copy; a copy if it is not one of them.
+    pub fn share(&self, part: &[u8]) -> Bytes {
+        let start = (part.as_ptr() as usize).wrapping_sub(self.head.as_ptr() as usize);
+        match start.checked_add(part.len()) {
+            Some(end) if end <= self.head.len() => self.head.slice(start..end),
+            _ => Bytes::copy_from_slice(part),
+        }
     }
 
     /// Whether a field of the kind `name` (not [`Name::Other`]) is present.
@@ -248,17 +343,116 @@ impl Fields {
     }
 }
 
+/// The values of one kind of field, in order ([`Fields::get_all`]).
+pub struct FieldValues<'a> {
+    fields: &'a Fields,
+    index: std::slice::Iter<'a, Field>,
+    name: Name,
+}
+
+impl<'a> Iterator for FieldValues<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let name = self.name;
+        let f = self.index.find(|f| f.kind == name)?;
+        Some(self.fields.field(f).1)
+    }
+}
+
+impl DoubleEndedIterator for FieldValues<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let name = self.name;
+        let f = self.index.rfind(|f| f.kind == name)?;
+        Some(self.fields.field(f).1)
+    }
+}
+
+/// A message's fields as a reader takes them, whichever form they are in: a map
+/// (what hyper's and h3's servers give) or as they came ([`Fields`]: the own
+/// HTTP/1.1 path builds no map). Read by kind ([`Name`]).
+#[derive(Clone, Copy, Debug)]
+pub enum FieldsRef<'a> {
+    Map(&'a HeaderMap),
+    Raw(&'a Fields),
+}
+
+impl<'a> From<&'a HeaderMap> for FieldsRef<'a> {
+    fn from(map: &'a HeaderMap) -> Self {
+        FieldsRef::Map(map)
+    }
+}
+
+impl<'a> From<&'a Fields> for FieldsRef<'a> {
+    fn from(fields: &'a Fields) -> Self {
+        FieldsRef::Raw(fields)
+    }
+}
+
+impl<'a> FieldsRef<'a> {
+    /// The values of every field of the kind `name`, in order.
+    pub fn values(self, name: Name) -> Values<'a> {
+        match (self, name.header_name()) {
+            (FieldsRef::Raw(f), _) => Values::Raw(f.get_all(name)),
+            (FieldsRef::Map(m), Some(n)) => Values::Map(m.get_all(n).into_iter()),
+            (FieldsRef::Map(_), None) => Values::None,
+        }
+    }
+
+    /// Whether a field of the kind `name` is present.
+    pub fn contains(self, name: Name) -> bool {
+        match (self, name.header_name()) {
+            (FieldsRef::Raw(f), _) => f.contains(name),
+            (FieldsRef::Map(m), Some(n)) => m.contains_key(n),
+            (FieldsRef::Map(_), None) => false,
+        }
+    }
+
+    /// One of its values as a `HeaderValue` (shared bytes when the fields came
+    /// as they were sent, not a copy); `None` for bytes a `HeaderValue` refuses.
+    pub fn header_value(self, value: &[u8]) -> Option<HeaderValue> {
+        match self {
+            FieldsRef::Raw(f) => HeaderValue::from_maybe_shared(f.share(value)).ok(),
+            FieldsRef::Map(_) => HeaderValue::from_bytes(value).ok(),
+        }
+    }
+}
+
+/// The values [`FieldsRef::values`] yields.
+pub enum Values<'a> {
+    Map(http::header::ValueIter<'a, HeaderValue>),
+    Raw(FieldValues<'a>),
+    None,
+}
+
+impl<'a> Iterator for Values<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            Values::Map(i) => i.next().map(HeaderValue::as_bytes),
+            Values::Raw(i) => i.next(),
+            Values::None => None,
+        }
+    }
+}
+
+impl DoubleEndedIterator for Values<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        match self {
+            Values::Map(i) => i.next_back().map(HeaderValue::as_bytes),
+            Values::Raw(i) => i.next_back(),
+            Values::None => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(head: &[u8]) -> Fields {
-        let mut slots = [httparse::EMPTY_HEADER; 16];
-        let mut res = httparse::Response::new(&mut slots);
-        let Ok(httparse::Status::Complete(len)) = res.parse(head) else {
-            panic!("not a whole head");
-        };
-        Fields::new(head, len, res.headers).expect("fields")
+        Fields::of_head(head).expect("a whole head")
     }
 
     #[test]
@@ -298,8 +492,19 @@ mod tests {
             ("trailer", Name::Trailer),
             ("date", Name::Date),
             ("set-cookie", Name::SetCookie),
+            ("host", Name::Host),
+            ("cookie", Name::Cookie),
+            ("forwarded", Name::Forwarded),
+            ("x-forwarded-for", Name::XForwardedFor),
+            ("x-forwarded-proto", Name::XForwardedProto),
+            ("x-forwarded-host", Name::XForwardedHost),
+            ("x-forwarded-port", Name::XForwardedPort),
         ];
         for (name, kind) in known {
+            assert_eq!(
+                kind.header_name().map(|n| n.to_string()).as_deref(),
+                Some(name)
+            );
             assert_eq!(Name::of(name.as_bytes()), kind, "{name}");
             assert_eq!(Name::of(name.to_uppercase().as_bytes()), kind, "{name}");
             let mut near = name.as_bytes().to_vec();
@@ -327,6 +532,8 @@ mod tests {
             known in proptest::sample::select(vec![
                 "connection", "content-length", "transfer-encoding", "keep-alive",
                 "proxy-connection", "te", "upgrade", "trailer", "date", "set-cookie",
+                "host", "cookie", "forwarded", "x-forwarded-for", "x-forwarded-proto",
+                "x-forwarded-host", "x-forwarded-port",
             ]),
             flip in proptest::prelude::any::<proptest::sample::Index>(),
             upper in proptest::prelude::any::<bool>(),
@@ -341,7 +548,11 @@ mod tests {
                     ("transfer-encoding", Name::TransferEncoding), ("keep-alive", Name::KeepAlive),
                     ("proxy-connection", Name::ProxyConnection), ("te", Name::Te),
                     ("upgrade", Name::Upgrade), ("trailer", Name::Trailer), ("date", Name::Date),
-                    ("set-cookie", Name::SetCookie),
+                    ("set-cookie", Name::SetCookie), ("host", Name::Host), ("cookie", Name::Cookie),
+                    ("forwarded", Name::Forwarded), ("x-forwarded-for", Name::XForwardedFor),
+                    ("x-forwarded-proto", Name::XForwardedProto),
+                    ("x-forwarded-host", Name::XForwardedHost),
+                    ("x-forwarded-port", Name::XForwardedPort),
                 ]
                 .iter()
                 .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(candidate))

@@ -20,8 +20,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use aws_lc_rs::hmac;
-use http::HeaderMap;
-use http::header::{COOKIE, HeaderValue};
+use h1_codec::fields::{FieldsRef, Name};
+use http::header::HeaderValue;
 
 use super::settings::{AffinitySettings, SameSite};
 
@@ -153,12 +153,12 @@ impl Affinity {
     }
 
     /// The member id the request's cookie names, if it carries a well-formed one.
-    pub fn requested(&self, headers: &HeaderMap) -> Option<u64> {
+    pub fn requested<'a>(&self, fields: impl Into<FieldsRef<'a>>) -> Option<u64> {
         let name = self.name.as_bytes();
-        headers
-            .get_all(COOKIE)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
+        fields
+            .into()
+            .values(Name::Cookie)
+            .flat_map(|v| v.split(|b| *b == b';'))
             .find_map(|pair| {
                 let pair = pair.trim_ascii();
                 let value = pair.strip_prefix(name)?.strip_prefix(b"=")?;
@@ -184,6 +184,8 @@ fn parse_id(v: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
+    use http::header::COOKIE;
 
     fn affinity(s: AffinitySettings) -> Affinity {
         Affinity::new(s, AffinityKey::from_secret(b"0123456789abcdef-pair-secret"))

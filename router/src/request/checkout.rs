@@ -5,6 +5,7 @@
 //! route's own balancer ([`Route::pick_other`]): the same health, rotate and
 //! `fail_open` rules as the first pick.
 
+use h1_codec::fields::FieldsRef;
 use http::Method;
 use per_source::ClientKey;
 
@@ -35,11 +36,11 @@ impl Proxy {
     pub(super) fn admit_and_pick(
         &self,
         conn: &ClientConn,
-        headers: &http::HeaderMap,
+        fields: FieldsRef<'_>,
         route: &Route,
         (policy, sticky): (Option<&Policy>, &Sticky),
     ) -> Result<(Option<ClientSlot>, Target, Source), ProxyError> {
-        let client = conn.client(headers);
+        let client = conn.client(fields);
         let hold = match policy {
             Some(p) => p
                 .admit(&route.app, client, &self.clients)

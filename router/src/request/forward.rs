@@ -8,6 +8,7 @@
 //! [`super::retry`]) → answered ([`super::respond`]). h2 members and WebSocket
 //! upgrades take the same phases.
 
+use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
 use per_source::ClientKey;
@@ -17,7 +18,8 @@ use super::checkout::{H1Checkout, H2Checkout};
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
 use super::headers::{
-    ClientConn, framing_is_clear, remove_hop_by_hop, set_forwarded, wants_upgrade,
+    ClientConn, encode_for_member, framing_is_clear, remove_hop_by_hop, set_forwarded,
+    wants_upgrade,
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use super::route::{Destination, Routed, Sticky};
@@ -36,30 +38,43 @@ impl Proxy {
         conn: &ClientConn,
         mut req: Request<Received>,
         host: Option<HeaderValue>,
+        mut raw: Option<Fields>,
     ) -> Result<Forwarded, ProxyError> {
+        // The request's fields: in its map, or as they came (`raw`: the own
+        // HTTP/1.1 path, whose requests are origin-form and ask for no upgrade).
+        let fields = raw
+            .as_ref()
+            .map_or(FieldsRef::Map(req.headers()), FieldsRef::Raw);
         // 0. method and framing; 1-2. host and route (or a redirect to HTTPS).
-        refuse_early(&req)?;
+        refuse_early(&req, fields)?;
         let host = host.ok_or(ProxyError::BadHost)?;
         let Routed::To(Destination {
             route,
             name,
             policy,
             sticky,
-        }) = self.route_of(conn, &req, &host)?
+        }) = self.route_of(conn, fields, &host)?
         else {
             return Ok(self.redirect_of(&req, &host));
         };
         // 3. admit (the app's policy), then pick: the cookie's member if eligible.
         let (hold, target, source) =
-            self.admit_and_pick(conn, req.headers(), &route, (policy.as_deref(), &sticky))?;
+            self.admit_and_pick(conn, fields, &route, (policy.as_deref(), &sticky))?;
         let sni: &str = &name; // what TLS members are asked for (SNI) and verified against
         // 4. the request as the member gets it
-        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(req.headers());
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(fields);
         let h2 = policy.as_ref().is_some_and(|p| p.h2);
-        let trailers = h2 && wants_trailers(req.headers());
+        let trailers = h2 && wants_trailers(fields);
+        // Fields as they came go to an HTTP/1.1 member as they are; anything
+        // else gets them as a map.
+        if (h2 || upgrade || req.uri().authority().is_some())
+            && let Some(fields) = raw.take()
+        {
+            *req.headers_mut() = fields.to_map(6);
+        }
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        for_member(&mut parts, &host, &target, conn, upgrade)?;
+        for_member(&mut parts, &host, &target, conn, (upgrade, raw.is_some()))?;
         // 5. body: read ahead before a member is involved (slow clients get 408
         // without holding a member's slot).
         let body = read_ahead(body, &self.upload)
@@ -99,14 +114,21 @@ impl Proxy {
             ))
             .await;
         }
-        let request = Request::from_parts(parts, body);
         // 7. send; on a failure the retry decision allows, once more (on a new
         // connection to the same member, or on another member). Only a request
         // that can be sent again exactly may be replayed: its head is encoded
         // once and, without a body, is all of it. (Inline: as an async fn of its own,
         // moving its future and its results cost 1 000 instructions a request.)
-        let idempotent = idempotent(request.method());
-        let mut request = Encoded::new(request);
+        let idempotent = idempotent(&parts.method);
+        let mut request = match &raw {
+            Some(fields) => {
+                let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                let mut head = Vec::with_capacity(512);
+                encode_for_member((&parts.method, target), fields, conn, &host, &mut head);
+                Encoded::from_head(head, &parts.method, body)
+            }
+            None => Encoded::new(Request::from_parts(parts, body)),
+        };
         let replay = Replay::Request {
             idempotent,
             exact: request.has_no_body(),
@@ -207,11 +229,11 @@ impl Proxy {
 /// What is refused before the host is even read: `CONNECT` (405: a reverse proxy
 /// opens no tunnels to arbitrary places) and an ambiguous body length (a
 /// smuggling attempt; h2 has none).
-fn refuse_early(req: &Request<Received>) -> Result<(), ProxyError> {
+fn refuse_early(req: &Request<Received>, fields: FieldsRef<'_>) -> Result<(), ProxyError> {
     if req.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed);
     }
-    if req.version() < Version::HTTP_2 && !framing_is_clear(req.headers(), req.version()) {
+    if req.version() < Version::HTTP_2 && !framing_is_clear(fields, req.version()) {
         return Err(ProxyError::BadFraming);
     }
     Ok(())
@@ -240,13 +262,15 @@ impl Timeouts {
 /// The request as the member gets it: origin-form (HTTP/1.1 clients normally sent
 /// exactly that; the Host then is the client's, untouched; for h2 and absolute-form
 /// it is the authority, RFC 9112 §3.2.2), the endpoint's path mappings (direct
-/// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set.
+/// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set
+/// (`raw`: the fields are not in the map but go as they came, and both are
+/// done as they are written, see [`encode_for_member`]).
 fn for_member(
     parts: &mut http::request::Parts,
     host: &HeaderValue,
     target: &Target,
     conn: &ClientConn,
-    upgrade: bool,
+    (upgrade, raw): (bool, bool),
 ) -> Result<(), ProxyError> {
     if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -265,7 +289,9 @@ fn for_member(
         parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
     }
     parts.version = Version::HTTP_11;
-    remove_hop_by_hop(&mut parts.headers, upgrade);
-    set_forwarded(&mut parts.headers, conn, host);
+    if !raw {
+        remove_hop_by_hop(&mut parts.headers, upgrade);
+        set_forwarded(&mut parts.headers, conn, host);
+    }
     Ok(())
 }

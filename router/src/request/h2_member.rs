@@ -4,8 +4,9 @@
 //! streamed back with its trailers (gRPC's status travels in them). No retry: a
 //! stream may have reached the member before it failed.
 
+use h1_codec::fields::{FieldsRef, Name};
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Request, Response, Uri, Version};
+use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use per_source::ClientKey;
 
@@ -18,11 +19,11 @@ use crate::upstream::RequestBody;
 
 /// Whether the client asked for trailers (`TE: trailers`; gRPC clients do). The
 /// header is hop-by-hop and removed with the others; h2 members get it back.
-pub fn wants_trailers(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::TE)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+pub fn wants_trailers<'a>(fields: impl Into<FieldsRef<'a>>) -> bool {
+    fields
+        .into()
+        .values(Name::Te)
+        .flat_map(|v| v.split(|b| *b == b','))
         .any(|t| {
             t.trim_ascii()
                 .split(|b| *b == b';')
@@ -104,6 +105,7 @@ impl Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     #[test]
     fn trailers_are_asked_for_by_token() {

@@ -14,7 +14,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use h1_codec::fields::{Fields, Name};
+use h1_codec::fields::{Fields, FieldsRef, Name};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use per_source::{Client, ClientKey, KeyRule};
 
@@ -94,11 +94,11 @@ pub const FORWARDED: HeaderName = header::FORWARDED;
 
 /// Whether the request asks to switch protocols (WebSocket): `Connection: upgrade`
 /// plus an `Upgrade` header.
-pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
+pub fn wants_upgrade<'a>(fields: impl Into<FieldsRef<'a>>) -> bool {
+    let fields = fields.into();
+    fields.contains(Name::Upgrade)
+        && fields
+            .values(Name::Connection)
             .any(|v| has_token(v, "upgrade"))
 }
 
@@ -110,17 +110,22 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 /// the router would drop with the hop-by-hop header (`gzip, chunked`).
 /// (Malformed `Content-Length` values and codings not ending in `chunked` never
 /// get here: hyper answers 400 itself.)
-pub fn framing_is_clear(headers: &HeaderMap, version: http::Version) -> bool {
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter().peekable();
+pub fn framing_is_clear<'a>(fields: impl Into<FieldsRef<'a>>, version: http::Version) -> bool {
+    let fields = fields.into();
+    let mut codings = fields.values(Name::TransferEncoding).peekable();
     if codings.peek().is_none() {
         return true;
     }
-    if version != http::Version::HTTP_11 || headers.contains_key(header::CONTENT_LENGTH) {
+    if version != http::Version::HTTP_11 || fields.contains(Name::ContentLength) {
         return false;
     }
     let mut chunked = 0;
     for value in codings {
-        let Ok(text) = value.to_str() else {
+        // Visible ASCII only (what `HeaderValue::to_str` takes).
+        let Some(text) = std::str::from_utf8(value)
+            .ok()
+            .filter(|t| t.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)))
+        else {
             return false;
         };
         for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
@@ -133,11 +138,14 @@ pub fn framing_is_clear(headers: &HeaderMap, version: http::Version) -> bool {
     chunked == 1
 }
 
-fn has_token(value: &HeaderValue, token: &str) -> bool {
+fn has_token(value: &[u8], token: &str) -> bool {
+    // Visible ASCII only (what `HeaderValue::to_str` takes).
     value
-        .to_str()
-        .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        .unwrap_or(false)
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        && value
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// Never removed because a `Connection` header names them: the member needs Host,
@@ -376,13 +384,13 @@ impl ClientConn {
     /// `forwarded.trusted` names, the address that proxy put last in
     /// `X-Forwarded-For` (the client it saw). With the default trust of every
     /// address a client could name anyone, so its own address counts.
-    pub fn client(&self, headers: &HeaderMap) -> Client {
+    pub fn client<'a>(&self, fields: impl Into<FieldsRef<'a>>) -> Client {
         let ip = if self.behind_proxy {
-            headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
+            fields
+                .into()
+                .values(Name::XForwardedFor)
                 .next_back()
-                .and_then(|v| v.to_str().ok())
+                .and_then(|v| std::str::from_utf8(v).ok())
                 .and_then(|v| v.rsplit(',').next())
                 .and_then(|last| last.trim().parse::<IpAddr>().ok())
                 .unwrap_or(self.ip)
@@ -419,32 +427,47 @@ fn quoted(value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Appends the client to `X-Forwarded-For` (or, from an untrusted client, replaces
-/// it) and sets `X-Forwarded-Proto/Host/Port`; the same for `Forwarded` when asked
-/// for. `host` is the Host the client sent, verbatim.
-pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderValue) {
-    if let Some(element) = &conn.forwarded {
+/// What becomes of the client's `Forwarded` field.
+enum ForwardedField {
+    /// Replaced by this (`forwarded` is on: the trusted client's list and the
+    /// router's element).
+    Set(HeaderValue),
+    /// Removed (an untrusted client's).
+    Remove,
+    /// Passed on as it came (a trusted client's, `forwarded` off).
+    Keep,
+}
+
+/// The forwarding fields of one request: `Forwarded`, and `X-Forwarded-For`
+/// appended to (or, from an untrusted client, replaced). One rule for both
+/// ways a request's fields are held ([`set_forwarded`], [`encode_for_member`]).
+fn forwarding(
+    fields: FieldsRef<'_>,
+    conn: &ClientConn,
+    host: &HeaderValue,
+) -> (ForwardedField, HeaderValue) {
+    let forwarded = if let Some(element) = &conn.forwarded {
         let mut list: Vec<u8> = Vec::with_capacity(96);
         if conn.trusted {
-            for v in headers.get_all(&FORWARDED) {
-                list.extend_from_slice(v.as_bytes());
+            for v in fields.values(Name::Forwarded) {
+                list.extend_from_slice(v);
                 list.extend_from_slice(b", ");
             }
         }
         list.extend_from_slice(element.as_bytes());
         list.extend_from_slice(b";host=");
         list.extend_from_slice(&quoted(host.as_bytes()));
-        if let Ok(v) = HeaderValue::from_bytes(&list) {
-            headers.insert(FORWARDED, v);
-        }
+        HeaderValue::from_bytes(&list).map_or(ForwardedField::Keep, ForwardedField::Set)
     } else if !conn.trusted {
-        headers.remove(&FORWARDED);
-    }
+        ForwardedField::Remove
+    } else {
+        ForwardedField::Keep
+    };
     // Several X-Forwarded-For fields form one comma-separated list: join, then append.
-    let xff = if conn.trusted && headers.contains_key(&X_FORWARDED_FOR) {
+    let xff = if conn.trusted && fields.contains(Name::XForwardedFor) {
         let mut list: Vec<u8> = Vec::with_capacity(64);
-        for v in headers.get_all(&X_FORWARDED_FOR) {
-            list.extend_from_slice(v.as_bytes());
+        for v in fields.values(Name::XForwardedFor) {
+            list.extend_from_slice(v);
             list.extend_from_slice(b", ");
         }
         list.extend_from_slice(conn.ip_value.as_bytes());
@@ -452,13 +475,101 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
     } else {
         conn.ip_value.clone()
     };
+    (forwarded, xff)
+}
+
+/// `X-Forwarded-Proto`'s value for the client's connection.
+fn proto(conn: &ClientConn) -> HeaderValue {
+    HeaderValue::from_static(if conn.https { "https" } else { "http" })
+}
+
+/// Appends the client to `X-Forwarded-For` (or, from an untrusted client, replaces
+/// it) and sets `X-Forwarded-Proto/Host/Port`; the same for `Forwarded` when asked
+/// for. `host` is the Host the client sent, verbatim.
+pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderValue) {
+    let (forwarded, xff) = forwarding(FieldsRef::Map(headers), conn, host);
+    match forwarded {
+        ForwardedField::Set(v) => {
+            headers.insert(FORWARDED, v);
+        }
+        ForwardedField::Remove => {
+            headers.remove(&FORWARDED);
+        }
+        ForwardedField::Keep => {}
+    }
     headers.insert(X_FORWARDED_FOR, xff);
-    headers.insert(
-        X_FORWARDED_PROTO,
-        HeaderValue::from_static(if conn.https { "https" } else { "http" }),
-    );
+    headers.insert(X_FORWARDED_PROTO, proto(conn));
     headers.insert(X_FORWARDED_HOST, host.clone());
     headers.insert(X_FORWARDED_PORT, conn.port_value.clone());
+}
+
+/// The request head a member gets, written from the client's fields as they
+/// came (the own HTTP/1.1 path; no map built): the request line (`target`:
+/// origin form, after the path mappings), the client's fields in order without
+/// the hop-by-hop ones and those [`set_forwarded`] replaces, then the
+/// forwarding fields as [`set_forwarded`] sets them in a map. The body's
+/// framing is the client's `Content-Length`, passed on with its fields.
+pub fn encode_for_member(
+    (method, target): (&http::Method, &str),
+    fields: &Fields,
+    conn: &ClientConn,
+    host: &HeaderValue,
+    out: &mut Vec<u8>,
+) {
+    let (forwarded, xff) = forwarding(FieldsRef::Raw(fields), conn, host);
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let none = HeaderMap::new();
+    for (kind, name, value) in end_to_end(fields, &none) {
+        let replaced = match kind {
+            Name::Forwarded => !matches!(forwarded, ForwardedField::Keep),
+            k => k.is_forwarding(),
+        };
+        if !replaced {
+            line(name, value, out);
+        }
+    }
+    if let ForwardedField::Set(v) = &forwarded {
+        line(b"forwarded", v.as_bytes(), out);
+    }
+    line(b"x-forwarded-for", xff.as_bytes(), out);
+    line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
+    line(b"x-forwarded-host", host.as_bytes(), out);
+    line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One field line.
+fn line(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A head as written, for comparing two that may order fields of different
+/// names differently and write names in another case: its first line, and each
+/// name's values in order (lower-case names; a `trailer` list's lines joined).
+#[cfg(test)]
+pub(crate) fn head_by_name(
+    head: &[u8],
+) -> (String, std::collections::BTreeMap<String, Vec<String>>) {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default().to_owned();
+    let mut fields = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for line in lines {
+        let (name, value) = line.split_once(": ").unwrap_or((line, ""));
+        let name = name.to_ascii_lowercase();
+        let values = fields.entry(name.clone()).or_default();
+        match values.last_mut() {
+            Some(v) if name == "trailer" => *v = format!("{v}, {value}"),
+            _ => values.push(value.to_owned()),
+        }
+    }
+    (first, fields)
 }
 
 #[cfg(test)]
@@ -734,5 +845,54 @@ mod tests {
             }
             .by_is_valid()
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The head a member gets from the client's fields as they came (the own
+        /// path, no map) says what the map path's says: the same request line
+        /// and each name's values, hop-by-hop fields and the forwarding family
+        /// handled alike, for trusted and untrusted clients, with `Forwarded`
+        /// on and off.
+        #[test]
+        fn a_request_written_from_its_fields_says_what_its_map_says(
+            fields in proptest::collection::vec((
+                proptest::sample::select(vec![
+                    "Host", "Accept", "Cookie", "X-Forwarded-For", "x-forwarded-for",
+                    "X-Forwarded-Proto", "X-Forwarded-Host", "X-Forwarded-Port",
+                    "Forwarded", "Keep-Alive", "TE", "Connection", "Upgrade",
+                    "Proxy-Connection", "Content-Length", "X-A",
+                ]),
+                proptest::sample::select(vec![
+                    "1", "a.example", "keep-alive", "203.0.113.9, 198.51.100.7",
+                    "for=192.0.2.60", "x-a", "X-A, keep-alive", "https", "v w",
+                ]),
+            ), 0..10),
+            trusted in proptest::prelude::any::<bool>(),
+            header in proptest::prelude::any::<bool>(),
+            https in proptest::prelude::any::<bool>(),
+        ) {
+            let mut head = String::from("GET /p?q=1 HTTP/1.1\r\n");
+            for (n, v) in &fields {
+                head.push_str(&format!("{n}: {v}\r\n"));
+            }
+            head.push_str("\r\n");
+            let raw = Fields::of_head(head.as_bytes()).expect("a whole head");
+            let settings = ForwardedSettings {
+                header,
+                by: String::new(),
+                trusted: if trusted { everyone() } else { vec!["10.0.0.0/8".parse().expect("net")] },
+            };
+            let conn = conn("192.0.2.1", https, &settings);
+            let host = HeaderValue::from_static("a.example");
+            let mut written = Vec::new();
+            encode_for_member((&http::Method::GET, "/p?q=1"), &raw, &conn, &host, &mut written);
+            let mut map = raw.to_map(6);
+            remove_hop_by_hop(&mut map, false);
+            set_forwarded(&mut map, &conn, &host);
+            let mut mapped = Vec::new();
+            h1_codec::encode::encode_request_head(&http::Method::GET, "/p?q=1", &mut map, None, &mut mapped);
+            proptest::prop_assert_eq!(head_by_name(&written), head_by_name(&mapped));
+        }
     }
 }

@@ -52,7 +52,7 @@ pub mod upload;
 
 use std::convert::Infallible;
 
-use h1_codec::fields::Fields;
+use h1_codec::fields::{Fields, FieldsRef, Name};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,7 +150,7 @@ impl Proxy {
         let Answer {
             mut response,
             fields,
-        } = self.answer(conn, req).await;
+        } = self.answer(conn, req, None).await;
         if let Some(fields) = fields {
             headers::member_map(&fields, response.headers_mut());
         }
@@ -158,20 +158,30 @@ impl Proxy {
     }
 
     /// Serves one request: the response, and an HTTP/1.1 member's fields as
-    /// they came (see [`Answer`]).
-    pub async fn answer(self: Arc<Self>, conn: Arc<ClientConn>, req: Request<Received>) -> Answer {
+    /// they came (see [`Answer`]). `raw`: the request's fields as they came
+    /// (the own HTTP/1.1 path), its map then empty; they go to an HTTP/1.1
+    /// member without a map built.
+    pub async fn answer(
+        self: Arc<Self>,
+        conn: Arc<ClientConn>,
+        req: Request<Received>,
+        raw: Option<Fields>,
+    ) -> Answer {
         let start = Instant::now();
         // Streams of one connection (h2, h3): no `Connection` header, waits on the
         // client's flow control tracked.
         let h2 = matches!(req.version(), http::Version::HTTP_2 | http::Version::HTTP_3);
         self.metrics.protocol(req.version());
         let mut active = conn.activity.begin(h2);
-        let host = host_of(&req);
+        let fields = raw
+            .as_ref()
+            .map_or(FieldsRef::Map(req.headers()), FieldsRef::Raw);
+        let host = host_of(&req, fields);
         // The framing reader stops at a head naming an upgrade (what follows may
         // be a tunnel), so a connection whose upgrade did not happen must not
         // carry another request: it would reach hyper alone (found by the
         // `client_stream` fuzz target: a bare LF after a refused upgrade).
-        let upgrade_asked = !h2 && req.headers().contains_key(http::header::UPGRADE);
+        let upgrade_asked = !h2 && fields.contains(Name::Upgrade);
         // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`): decided
         // here, so that one flag, not the version and the connection kind, waits
         // across the forward.
@@ -198,7 +208,7 @@ impl Proxy {
             member,
             hold,
             fields,
-        } = match self.forward(&conn, req, host).await {
+        } = match self.forward(&conn, req, host, raw).await {
             Ok(f) => f,
             Err(e) => Forwarded {
                 response: e.response(),

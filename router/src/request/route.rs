@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use h1_codec::fields::{FieldsRef, Name};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
@@ -22,8 +23,8 @@ use crate::tls::store::Certs;
 /// is an HTTP/1.1 request without one, even in absolute form (RFC 9112 §3.2: a
 /// server MUST answer 400; found by the `client_stream` fuzz target, the router
 /// forwarded it with the authority as Host).
-pub fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
-    let mut all = req.headers().get_all(header::HOST).iter();
+pub fn host_of<B>(req: &Request<B>, fields: FieldsRef<'_>) -> Option<HeaderValue> {
+    let mut all = fields.values(Name::Host);
     let host = match (all.next(), all.next()) {
         (host, None) => host,
         _ => return None,
@@ -42,7 +43,7 @@ pub fn host_of<B>(req: &Request<B>) -> Option<HeaderValue> {
         }
         return HeaderValue::from_str(authority.as_str()).ok();
     }
-    host.cloned()
+    host.and_then(|h| fields.header_value(h))
 }
 
 /// Lower-cases a Host header value and strips its port and a trailing dot, for lookup.
@@ -152,7 +153,7 @@ impl Proxy {
     pub(super) fn route_of<'h>(
         &self,
         conn: &ClientConn,
-        req: &Request<Received>,
+        fields: FieldsRef<'_>,
         host: &'h HeaderValue,
     ) -> Result<Routed<'h>, ProxyError> {
         let name = host
@@ -173,7 +174,7 @@ impl Proxy {
         let mut policy = table.policy_for(&route.app);
         let mut sticky = Sticky::None;
         if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref())
-            && let Some(id) = affinity.requested(req.headers())
+            && let Some(id) = affinity.requested(fields)
         {
             // The cookie's member in this route, or in another app of a split.
             let split = table.split_apps(&name);
@@ -272,7 +273,9 @@ mod tests {
             for h in hosts {
                 b = b.header(header::HOST, *h);
             }
-            host_of(&b.body(()).expect("request")).map(|h| h.to_str().expect("ascii").to_owned())
+            let req = b.body(()).expect("request");
+            host_of(&req, FieldsRef::Map(req.headers()))
+                .map(|h| h.to_str().expect("ascii").to_owned())
         };
         use http::Version;
         let v11 = Version::HTTP_11;

@@ -670,6 +670,22 @@ impl Encoded {
             body_len,
             &mut out,
         );
+        Encoded::with(out, framing, &parts.method, body)
+    }
+
+    /// A request whose head is written already (`head`, by the caller: the
+    /// client's fields as they came, their `Content-Length` with them); its body,
+    /// if it has one, is sent as it comes, as long as that length says.
+    pub fn from_head(head: Vec<u8>, method: &Method, body: RequestBody) -> Encoded {
+        let framing = if body.is_end_stream() {
+            BodyFraming::Empty
+        } else {
+            BodyFraming::Length(body.size_hint().exact().unwrap_or(0))
+        };
+        Encoded::with(head, framing, method, body)
+    }
+
+    fn with(out: Vec<u8>, framing: BodyFraming, method: &Method, body: RequestBody) -> Encoded {
         Encoded {
             ex: Outgoing {
                 out,
@@ -680,7 +696,7 @@ impl Encoded {
                 flushed: false,
             },
             body,
-            head_request: parts.method == Method::HEAD,
+            head_request: method == Method::HEAD,
         }
     }
 

@@ -14,7 +14,7 @@
 //! where a message ends, and a disagreement hands the connection to hyper.
 
 use bytes::{Bytes, BytesMut};
-use h1_codec::encode::header_map;
+use h1_codec::fields::Fields;
 use h1_codec::framing::Head;
 use h1_codec::{BodyFraming, MAX_HEADERS};
 use http::{Method, Request, Uri, Version};
@@ -39,11 +39,13 @@ pub enum Parsed {
     /// No complete head yet (and not over the size limit).
     Partial,
     /// A request this path serves: its head is `head` bytes long and its
-    /// `Content-Length` body (`body` bytes) follows.
+    /// `Content-Length` body (`body` bytes) follows. Its fields are in
+    /// `fields` as they came, not in `parts` (whose map is empty).
     Request {
         head: usize,
         body: usize,
         parts: Box<http::request::Parts>,
+        fields: Fields,
     },
     /// Anything else: hyper takes the connection with these bytes.
     Other,
@@ -99,24 +101,27 @@ pub fn parse(buf: &[u8], limits: &HeadLimits, framed: Option<Head>) -> Parsed {
             return Parsed::Other;
         }
     }
-    // Room for the forwarding headers the request gains on its way (growing the
-    // map would move it whole).
-    let Some((head, headers)) = header_map(buf, len, req.headers, 6) else {
+    // The fields as they came (no map: the member gets them as they are, see
+    // `request::headers::encode_for_member`).
+    let Some(fields) = Fields::new(buf, len, req.headers) else {
         return Parsed::Other;
     };
     let at = path.as_ptr() as usize - buf.as_ptr() as usize;
-    let Ok(uri) = Uri::from_maybe_shared(head.slice(at..at + path.len())) else {
+    let Some(Ok(uri)) = fields
+        .head_slice(at, path.len())
+        .map(Uri::from_maybe_shared)
+    else {
         return Parsed::Other;
     };
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    parts.headers = headers;
     Parsed::Request {
         head: len,
         body,
         parts: Box::new(parts),
+        fields,
     }
 }
 

@@ -93,11 +93,16 @@ pub async fn run(
     loop {
         // 1. A head (and its body, if it came along).
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
-        let (head, body, parts) = loop {
+        let (head, body, parts, fields) = loop {
             if !buf.is_empty() {
                 match head::parse(&buf, &settings.head, io.framed_head(buf.len())) {
-                    Parsed::Request { head, body, parts } if buf.len() >= head + body => {
-                        break (head, body, parts);
+                    Parsed::Request {
+                        head,
+                        body,
+                        parts,
+                        fields,
+                    } if buf.len() >= head + body => {
+                        break (head, body, parts, fields);
                     }
                     // A body still on its way is hyper's to read, with its
                     // deadlines and 408.
@@ -117,7 +122,7 @@ pub async fn run(
         let body = head::take(&mut buf, head, body);
         let req = Request::from_parts(*parts, Received::Read(body));
         // Boxed: a waiting connection keeps only this loop's few words.
-        let mut served = Box::pin(proxy().answer(conn.clone(), req));
+        let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));
         // Meanwhile the client's side is read: pipelined requests are buffered (up
         // to a head's size), and an end of stream cancels the request, as hyper
         // cancels it (no half-close), so a client that left holds no member slot.

@@ -1,10 +1,13 @@
-//! Responses on the router's own HTTP/1.1 path, written exactly as hyper's server
-//! writes them (hyper 1.x `proto::h1::role::Server::encode`), so that a client
-//! cannot tell which of the two served it: the status line (a member's own reason
+//! Responses on the router's own HTTP/1.1 path, written as hyper's server writes
+//! them (hyper 1.x `proto::h1::role::Server::encode`), so that a client cannot
+//! tell which of the two served it: the status line (a member's own reason
 //! phrase kept), lower-case names, one line per value except `connection`,
 //! `transfer-encoding` and `trailer` (joined), `content-length` or
 //! `transfer-encoding: chunked` by the same rules, `date` when the response has
-//! none, and trailers only for the fields the response's `Trailer` names.
+//! none, and trailers only for the fields the response's `Trailer` names. A
+//! member's fields come as they were sent (no map: see `h1_codec::fields`) and
+//! are written first, in their order, by the same rules (a property test holds
+//! them to what their map would give).
 //!
 //! Pure: bytes out only, no I/O (the connection loop is the parent module).
 
