@@ -22,6 +22,25 @@ pub struct AccessRecord {
 }
 
 impl AccessRecord {
+    /// What the log line will say of `req` from `client` (`host`: as it was
+    /// read for routing).
+    pub fn of<B>(req: &http::Request<B>, client: IpAddr, host: Option<&http::HeaderValue>) -> Self {
+        AccessRecord {
+            client,
+            method: req.method().clone(),
+            host: host
+                .and_then(|h| h.to_str().ok().map(str::to_owned))
+                .unwrap_or_default(),
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+            version: req.version(),
+            upstream: None,
+            head: None,
+        }
+    }
+
     pub fn emit(self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
         tracing::info!(
             target: "access",

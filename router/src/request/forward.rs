@@ -40,8 +40,7 @@ impl Proxy {
         host: Option<HeaderValue>,
         mut raw: Option<Fields>,
     ) -> Result<Forwarded, ProxyError> {
-        // The request's fields: in its map, or as they came (`raw`: the own
-        // HTTP/1.1 path, whose requests are origin-form and ask for no upgrade).
+        // The request's fields: in its map, or as they came (`raw`: the own path).
         let fields = raw
             .as_ref()
             .map_or(FieldsRef::Map(req.headers()), FieldsRef::Raw);
@@ -65,13 +64,7 @@ impl Proxy {
         let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(fields);
         let h2 = policy.as_ref().is_some_and(|p| p.h2);
         let trailers = h2 && wants_trailers(fields);
-        // Fields as they came go to an HTTP/1.1 member as they are; anything
-        // else gets them as a map.
-        if (h2 || upgrade || req.uri().authority().is_some())
-            && let Some(fields) = raw.take()
-        {
-            *req.headers_mut() = fields.to_map(6);
-        }
+        plain_or_map(&mut req, &mut raw, h2 || upgrade);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         for_member(&mut parts, &host, &target, conn, (upgrade, raw.is_some()))?;
@@ -101,12 +94,8 @@ impl Proxy {
             .checkout_or_other(&route, target, &parts.method, how)
             .await?;
         if let Some(client_upgrade) = client_upgrade {
-            // Sent again as it was (another member, or a new connection) only
-            // without a body, as any request.
-            let again = matches!(body, RequestBody::Empty).then(|| parts.clone());
-            let request = Request::from_parts(parts, body);
             return Box::pin(self.send_upgrade(
-                (request, again, client_upgrade),
+                (parts, body, client_upgrade),
                 (&route, sni, source),
                 (target, slot, up),
                 conn,
@@ -114,21 +103,10 @@ impl Proxy {
             ))
             .await;
         }
-        // 7. send; on a failure the retry decision allows, once more (on a new
-        // connection to the same member, or on another member). Only a request
-        // that can be sent again exactly may be replayed: its head is encoded
-        // once and, without a body, is all of it. (Inline: as an async fn of its own,
-        // moving its future and its results cost 1 000 instructions a request.)
+        // 7. send; once more if the retry decision allows (exactly as encoded: only
+        // without a body). Inline: as an async fn, 1 000 instructions more a request.
         let idempotent = idempotent(&parts.method);
-        let mut request = match &raw {
-            Some(fields) => {
-                let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-                let mut head = Vec::with_capacity(512);
-                encode_for_member((&parts.method, target), fields, conn, &host, &mut head);
-                Encoded::from_head(head, &parts.method, body)
-            }
-            None => Encoded::new(Request::from_parts(parts, body)),
-        };
+        let mut request = encoded((parts, body), raw.as_ref(), conn, &host);
         let replay = Replay::Request {
             idempotent,
             exact: request.has_no_body(),
@@ -224,6 +202,34 @@ impl Proxy {
         let response = Response::from_parts(parts, ProxyBody::detached(body));
         Ok(Forwarded::of(response, Some(slot), hold))
     }
+}
+
+/// Fields as they came go on as they are only to an HTTP/1.1 member in origin
+/// form (`other`: an h2 member or an upgrade, which hyper's clients send):
+/// otherwise they are put in the request's map first.
+fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bool) {
+    if (other || req.uri().authority().is_some())
+        && let Some(fields) = raw.take()
+    {
+        *req.headers_mut() = fields.to_map(6);
+    }
+}
+
+/// The request encoded once for an HTTP/1.1 member: from the client's fields
+/// as they came (`raw`), or from its map.
+fn encoded(
+    (parts, body): (http::request::Parts, RequestBody),
+    raw: Option<&Fields>,
+    conn: &ClientConn,
+    host: &HeaderValue,
+) -> Encoded {
+    let Some(fields) = raw else {
+        return Encoded::new(Request::from_parts(parts, body));
+    };
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut head = Vec::with_capacity(512);
+    encode_for_member((&parts.method, target), fields, conn, host, &mut head);
+    Encoded::from_head(head, &parts.method, body)
 }
 
 /// What is refused before the host is even read: `CONNECT` (405: a reverse proxy

@@ -187,21 +187,9 @@ impl Proxy {
         // across the forward.
         let announce_h3 =
             self.alt_svc.is_some() && conn.https && req.version() != http::Version::HTTP_3;
-        let mut log = self.access_log.then(|| AccessRecord {
-            client: conn.ip,
-            method: req.method().clone(),
-            host: host
-                .as_ref()
-                .and_then(|h| h.to_str().ok().map(str::to_owned))
-                .unwrap_or_default(),
-            path: req
-                .uri()
-                .path_and_query()
-                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
-            version: req.version(),
-            upstream: None,
-            head: None,
-        });
+        let mut log = self
+            .access_log
+            .then(|| AccessRecord::of(&req, conn.ip, host.as_ref()));
         let Forwarded {
             mut response,
             in_flight,

@@ -26,13 +26,8 @@ use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use crate::table::Route;
 use per_source::ClientKey;
 
-/// An upgrade request, its head again when it can be sent again (no body), and
-/// the client's side of the upgrade.
-pub(super) type UpgradeRequest = (
-    Request<RequestBody>,
-    Option<http::request::Parts>,
-    hyper::upgrade::OnUpgrade,
-);
+/// An upgrade request's head and body, and the client's side of the upgrade.
+pub(super) type UpgradeRequest = (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade);
 
 impl Proxy {
     /// What the last attempt on `target` got: the member's response head (its
@@ -136,12 +131,16 @@ impl Proxy {
     /// its head, when it has no body).
     pub(super) async fn send_upgrade(
         &self,
-        (req, again, client_upgrade): UpgradeRequest,
+        (parts, body, client_upgrade): UpgradeRequest,
         (route, sni, source): (&Route, &str, (ClientKey, usize)),
         (mut target, mut slot, up): (Target, MemberSlot, Upstream),
         conn: &ClientConn,
         (timeouts, hold): (Timeouts, Option<ClientSlot>),
     ) -> Result<Forwarded, ProxyError> {
+        // Sent again as it was (another member, or a new connection) only
+        // without a body, as any request.
+        let again = matches!(body, RequestBody::Empty).then(|| parts.clone());
+        let req = Request::from_parts(parts, body);
         let replay = Replay::Request {
             idempotent: idempotent(req.method()),
             exact: again.is_some(),

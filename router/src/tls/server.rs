@@ -120,7 +120,8 @@ fn server_config(
 /// order, and what browsers offer first): in TLS 1.3 its suite also selects
 /// SHA-256 for the handshake's key schedule and transcript, which CPUs hash in
 /// hardware, where AES-256's SHA-384 runs in software: SHA-512 blocks were 13 % of
-/// the router's CPU in full handshakes before (bench/RESULTS.md, issue 29).
+/// the router's CPU in full handshakes before (`bench/RESULTS.md`, "Full TLS
+/// handshakes: AES-128 first").
 pub fn server_order(
     suites: &[rustls::SupportedCipherSuite],
     aes: bool,

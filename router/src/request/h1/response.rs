@@ -98,108 +98,29 @@ pub fn encode_head(
 ) -> Head {
     let status = parts.status;
     status_line(parts, out);
-    let chunkable = can_chunked(method, status);
-    let mut last = false;
-    let mut wrote_len = false;
-    let mut wrote_date = false;
-    let mut encoder = Encoder::Length(0);
-    let mut trailers: Option<Vec<HeaderName>> = None;
-    // The member's fields, line by line in the order they came (no hop-by-hop
-    // one among them, so no `connection` or `transfer-encoding`).
-    let mut member_len = false;
-    for (kind, name, value) in member
-        .map(|f| end_to_end(f, &parts.headers))
-        .into_iter()
-        .flatten()
-    {
-        match kind {
-            // The first one, as from a map (a member's lengths agree).
-            Name::ContentLength if member_len => {}
-            Name::ContentLength => {
-                member_len = true;
-                if let Some((e, closes)) = length_field(value, body, method, out) {
-                    (encoder, wrote_len) = (e, true);
-                    last |= closes;
-                }
-            }
-            Name::Trailer if chunkable => {
-                trailer_field(
-                    std::iter::once(value),
-                    trailers.get_or_insert_with(Vec::new),
-                    out,
-                );
-            }
-            Name::Trailer => {}
-            _ => {
-                wrote_date |= kind == Name::Date;
-                // Lower case, as from a map (and as h2 and haproxy write names).
-                let at = out.len();
-                out.extend_from_slice(name);
-                out[at..].make_ascii_lowercase();
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
+    let mut w = Written {
+        chunkable: can_chunked(method, status),
+        method,
+        body,
+        last: false,
+        wrote_len: false,
+        wrote_date: false,
+        encoder: Encoder::Length(0),
+        trailers: None,
+    };
+    if let Some(fields) = member {
+        w.member_fields(fields, &parts.headers, out);
     }
-    // One pass over the fields (a map yields a name's values one after another):
-    // no lookup per name, which would hash each name again.
-    let mut fields = parts.headers.iter().peekable();
-    let mut previous: Option<&HeaderName> = None;
-    while let Some((name, first)) = fields.next() {
-        // Values of the name just written that its arm did not take.
-        if previous == Some(name) {
-            continue;
-        }
-        previous = Some(name);
-        let mut values = std::iter::once(first).chain(std::iter::from_fn(|| {
-            fields.next_if(|(n, _)| *n == name).map(|(_, v)| v)
-        }));
-        match *name {
-            header::CONTENT_LENGTH => {
-                let Some(first) = values.next() else { continue };
-                if let Some((e, closes)) = length_field(first.as_bytes(), body, method, out) {
-                    (encoder, wrote_len) = (e, true);
-                    last |= closes;
-                }
-            }
-            header::TRANSFER_ENCODING if chunkable => {
-                transfer_encoding_field(values.map(HeaderValue::as_bytes), out);
-                (encoder, wrote_len) = (Encoder::Chunked(None), true);
-            }
-            header::CONNECTION => {
-                list_field(
-                    b"connection: ",
-                    values.map(HeaderValue::as_bytes),
-                    out,
-                    |v| {
-                        if v.split(|b| *b == b',')
-                            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-                        {
-                            last = true;
-                        }
-                    },
-                );
-                out.extend_from_slice(b"\r\n");
-            }
-            header::TRAILER if chunkable => {
-                trailer_field(
-                    values.map(HeaderValue::as_bytes),
-                    trailers.get_or_insert_with(Vec::new),
-                    out,
-                );
-            }
-            header::TRANSFER_ENCODING | header::TRAILER => {}
-            _ => {
-                if *name == header::DATE {
-                    wrote_date = true;
-                }
-                for v in values {
-                    encode_field(name, v, out);
-                }
-            }
-        }
-    }
+    w.map_fields(&parts.headers, out);
+    let Written {
+        chunkable,
+        mut last,
+        wrote_len,
+        wrote_date,
+        mut encoder,
+        trailers,
+        ..
+    } = w;
     if !wrote_len {
         (encoder, last) = unframed(body, chunkable, status, method, last, out);
     }
@@ -217,6 +138,114 @@ pub fn encode_head(
         out.extend_from_slice(b"\r\n");
     }
     Head { encoder, last }
+}
+
+/// What writing a head's fields has found so far.
+struct Written<'m> {
+    /// The response may have a body (not to HEAD, not 1xx, 204, 304).
+    chunkable: bool,
+    method: &'m Method,
+    body: BodyLength,
+    last: bool,
+    wrote_len: bool,
+    wrote_date: bool,
+    encoder: Encoder,
+    trailers: Option<Vec<HeaderName>>,
+}
+
+impl Written<'_> {
+    /// A member's fields, line by line in the order they came (no hop-by-hop one
+    /// among them, so no `connection` or `transfer-encoding`); `added`: what the
+    /// router puts in place of some of them.
+    fn member_fields(&mut self, fields: &Fields, added: &HeaderMap, out: &mut Vec<u8>) {
+        let mut member_len = false;
+        for (kind, name, value) in end_to_end(fields, added) {
+            match kind {
+                // The first one, as from a map (a member's lengths agree).
+                Name::ContentLength if member_len => {}
+                Name::ContentLength => {
+                    member_len = true;
+                    if let Some((e, closes)) = length_field(value, self.body, self.method, out) {
+                        (self.encoder, self.wrote_len) = (e, true);
+                        self.last |= closes;
+                    }
+                }
+                Name::Trailer if self.chunkable => {
+                    let names = self.trailers.get_or_insert_with(Vec::new);
+                    trailer_field(std::iter::once(value), names, out);
+                }
+                Name::Trailer => {}
+                _ => {
+                    self.wrote_date |= kind == Name::Date;
+                    // Lower case, as from a map (and as h2 and haproxy write names).
+                    let at = out.len();
+                    out.extend_from_slice(name);
+                    out[at..].make_ascii_lowercase();
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(value);
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+    }
+
+    /// The fields of a map, in one pass (a map yields a name's values one after
+    /// another): no lookup per name, which would hash each name again.
+    fn map_fields(&mut self, headers: &HeaderMap, out: &mut Vec<u8>) {
+        let mut fields = headers.iter().peekable();
+        let mut previous: Option<&HeaderName> = None;
+        while let Some((name, first)) = fields.next() {
+            // Values of the name just written that its arm did not take.
+            if previous == Some(name) {
+                continue;
+            }
+            previous = Some(name);
+            let mut values = std::iter::once(first).chain(std::iter::from_fn(|| {
+                fields.next_if(|(n, _)| *n == name).map(|(_, v)| v)
+            }));
+            match *name {
+                header::CONTENT_LENGTH => {
+                    let Some(first) = values.next() else { continue };
+                    let length = length_field(first.as_bytes(), self.body, self.method, out);
+                    if let Some((e, closes)) = length {
+                        (self.encoder, self.wrote_len) = (e, true);
+                        self.last |= closes;
+                    }
+                }
+                header::TRANSFER_ENCODING if self.chunkable => {
+                    transfer_encoding_field(values.map(HeaderValue::as_bytes), out);
+                    (self.encoder, self.wrote_len) = (Encoder::Chunked(None), true);
+                }
+                header::CONNECTION => {
+                    let last = &mut self.last;
+                    list_field(
+                        b"connection: ",
+                        values.map(HeaderValue::as_bytes),
+                        out,
+                        |v| {
+                            if v.split(|b| *b == b',')
+                                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                            {
+                                *last = true;
+                            }
+                        },
+                    );
+                    out.extend_from_slice(b"\r\n");
+                }
+                header::TRAILER if self.chunkable => {
+                    let names = self.trailers.get_or_insert_with(Vec::new);
+                    trailer_field(values.map(HeaderValue::as_bytes), names, out);
+                }
+                header::TRANSFER_ENCODING | header::TRAILER => {}
+                _ => {
+                    self.wrote_date |= *name == header::DATE;
+                    for v in values {
+                        encode_field(name, v, out);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A member's `Content-Length` as the client gets it (the framing and whether
