@@ -164,11 +164,7 @@ impl Sources {
         ip: ClientKey,
         deadline: tokio::time::Instant,
     ) -> Option<OwnedSemaphorePermit> {
-        let own = self
-            .held()
-            .entry(ip)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.limit as usize)))
-            .clone();
+        let own = self.own(ip);
         // Whatever happens to this wait (served, timed out, or the client gone and
         // the future dropped), the entry is forgotten if nobody else needs it.
         let _forget = Forget { sources: self, ip };
@@ -180,6 +176,21 @@ impl Sources {
                 .ok()
                 .and_then(Result::ok),
         }
+    }
+
+    /// One of `ip`'s slots if one is free now (`None`: it would have to wait).
+    fn try_take(&self, ip: ClientKey) -> Option<OwnedSemaphorePermit> {
+        let own = self.own(ip);
+        let _forget = Forget { sources: self, ip };
+        own.try_acquire_owned().ok()
+    }
+
+    /// `ip`'s semaphore, made if it has none.
+    fn own(&self, ip: ClientKey) -> Arc<Semaphore> {
+        self.held()
+            .entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.limit as usize)))
+            .clone()
     }
 
     /// Removes `ip`'s entry once nobody holds or waits for one of its slots (only
@@ -276,6 +287,30 @@ impl Member {
                 return self.in_flight() == 0;
             }
         }
+    }
+
+    /// A slot for one request if one is free now, by the same rules as
+    /// [`Member::acquire`] (the client's share, the reserve); `None`: it would
+    /// have to wait (the caller then waits in `acquire`). The common case takes
+    /// no deadline, no timer and no future.
+    pub fn try_acquire(self: &Arc<Self>, source: Option<ClientKey>) -> Option<MemberSlot> {
+        let taken = match (&self.sources, source) {
+            (Some(sources), Some(ip)) => Some((ip, sources.try_take(ip)?)),
+            _ => None,
+        };
+        // From here the slot gives back what it took on every path.
+        let mut slot = MemberSlot {
+            member: self.clone(),
+            permit: None,
+            source: taken,
+            claim: None,
+        };
+        if let (Some(reserve), Some(ip)) = (&self.reserve, source) {
+            slot.claim = Some(reserve.try_claim(ip)?);
+        }
+        slot.permit = Some(self.slots.clone().try_acquire_owned().ok()?);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(slot)
     }
 
     /// Takes a slot for one request, waiting at most `queue` for one to free up.
@@ -545,7 +580,11 @@ pub(crate) mod tests {
 
     /// A registry without checkers (nothing leaves the machine in unit tests).
     pub(crate) fn registry(max_in_flight: usize) -> MemberRegistry {
-        MemberRegistry::new(MemberRegistryConfig {
+        MemberRegistry::new(registry_config(max_in_flight))
+    }
+
+    fn registry_config(max_in_flight: usize) -> MemberRegistryConfig {
+        MemberRegistryConfig {
             max_in_flight,
             max_per_source: max_in_flight,
             reserve_percent: 0,
@@ -559,7 +598,7 @@ pub(crate) mod tests {
             metrics: HealthMetrics::detached(),
             rotate: RotateStore::in_memory(),
             checkers: None,
-        })
+        }
     }
 
     impl MemberRegistry {
@@ -587,6 +626,42 @@ pub(crate) mod tests {
         // Rotate state applies to members that appear later.
         r.rotate("10.0.0.3:80", true).expect("rotate");
         assert!(r.member("10.0.0.3:80").rotated_out());
+    }
+
+    /// Taking a slot without waiting follows the waiting way's rules: the
+    /// member's slots, the client's share and the reserve, each counted back
+    /// when it cannot take one.
+    #[tokio::test]
+    async fn a_slot_taken_now_follows_the_share_and_the_reserve_and_leaks_nothing() {
+        let r = MemberRegistry::new(MemberRegistryConfig {
+            max_per_source: 2,
+            reserve_percent: 25,
+            ..registry_config(4)
+        });
+        let b = r.member("10.0.0.1:80");
+        let heavy = key("192.0.2.1");
+        let first = b.try_acquire(Some(heavy)).expect("a free slot");
+        let second = b.try_acquire(Some(heavy)).expect("its second");
+        assert!(b.try_acquire(Some(heavy)).is_none(), "its share is two");
+        assert_eq!(b.in_flight(), 2, "a refused try holds nothing");
+        let light = b
+            .try_acquire(Some(key("192.0.2.2")))
+            .expect("another client");
+        let other = b
+            .try_acquire(Some(key("192.0.2.3")))
+            .expect("the reserve: light");
+        assert!(
+            b.try_acquire(Some(key("192.0.2.4"))).is_none(),
+            "all four taken"
+        );
+        assert_eq!(b.in_flight(), 4);
+        drop((first, second, light, other));
+        assert_eq!(b.in_flight(), 0);
+        // What the tries gave back, the waiting way takes again.
+        let again = b.acquire(Duration::ZERO, Some(heavy)).await.expect("slot");
+        let twice = b.acquire(Duration::ZERO, Some(heavy)).await.expect("slot");
+        drop((again, twice));
+        assert_eq!(b.in_flight(), 0);
     }
 
     #[tokio::test]

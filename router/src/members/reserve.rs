@@ -135,12 +135,23 @@ impl Reserve {
         ip: ClientKey,
         deadline: tokio::time::Instant,
     ) -> Option<ReserveSlot> {
+        if let Some(claimed) = self.try_claim(ip) {
+            return Some(claimed);
+        }
+        if !self.wait_open(deadline).await {
+            return None;
+        }
+        *self.held().entry(ip).or_insert(0) += 1;
+        Some(ReserveSlot { ip, open: true })
+    }
+
+    /// [`Reserve::claim`] without waiting: `None` when it would wait for an open
+    /// permit (a heavy client and none open).
+    pub fn try_claim(&self, ip: ClientKey) -> Option<ReserveSlot> {
         let open = if self.try_open() {
             true
         } else if self.holds(ip) < self.light {
             false
-        } else if self.wait_open(deadline).await {
-            true
         } else {
             return None;
         };

@@ -126,6 +126,30 @@ impl Proxy {
         Ok((slot, up))
     }
 
+    /// [`Proxy::checkout`] when it needs no wait: a free slot and an idle
+    /// connection at hand (the common case on a kept-alive pool). `None`: the
+    /// caller takes the waiting way ([`Proxy::checkout_or_other`]), whose
+    /// future (1.3 KB: the slot's waits, the connect) is then boxed, not part
+    /// of every request's future (a request's future is copied into its box
+    /// whole: 4 KB before).
+    pub(super) fn checkout_now(
+        &self,
+        target: &Target,
+        how: &H1Checkout<'_>,
+    ) -> Option<(MemberSlot, Upstream)> {
+        if how.fresh {
+            return None;
+        }
+        let (source, worker) = how.source;
+        let slot = target.member.try_acquire(Some(source))?;
+        let up = target
+            .member
+            .pool
+            .take_idle(worker)
+            .filter(|up| !target.tls || up.sni() == Some(how.sni))?;
+        Some((slot, up))
+    }
+
     /// How to reach `target`'s member: TLS (asking for `sni`) or plain.
     pub(super) fn member_tls<'a>(
         &'a self,

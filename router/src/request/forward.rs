@@ -23,7 +23,7 @@ use super::headers::{
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use super::route::{Destination, Routed, Sticky};
-use super::upload::{Received, read_ahead};
+use super::upload::{Received, read_now, read_rest};
 use super::{Forwarded, Proxy};
 use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
@@ -70,9 +70,13 @@ impl Proxy {
         for_member(&mut parts, &host, &target, conn, (upgrade, raw.is_some()))?;
         // 5. body: read ahead before a member is involved (slow clients get 408
         // without holding a member's slot).
-        let body = read_ahead(body, &self.upload)
-            .await
-            .map_err(|kind| self.fail(kind))?;
+        let body = match read_now(body, &self.upload) {
+            Ok(whole) => whole,
+            // Boxed: a body still arriving is the rare case.
+            Err(arriving) => Box::pin(read_rest(arriving, &self.upload))
+                .await
+                .map_err(|kind| self.fail(kind))?,
+        };
         let timeouts = Timeouts::of(self, policy.as_deref());
         // 6-8 over h2 for apps whose members speak it (no upgrade there), boxed:
         // that future is not part of every HTTP/1.1 request's.
@@ -90,9 +94,10 @@ impl Proxy {
         // on another member if nothing was sent to this one.
         let fresh = client_upgrade.is_some();
         let how = H1Checkout { sni, source, fresh };
-        let (mut target, (mut slot, mut up)) = self
-            .checkout_or_other(&route, target, &parts.method, how)
-            .await?;
+        let (mut target, (mut slot, mut up)) = match self.checkout_now(&target, &how) {
+            Some(now) => (target, now),
+            None => Box::pin(self.checkout_or_other(&route, target, &parts.method, how)).await?,
+        };
         if let Some(client_upgrade) = client_upgrade {
             return Box::pin(self.send_upgrade(
                 (parts, body, client_upgrade),

@@ -42,25 +42,32 @@ pub enum Received {
     Stream(crate::upstream::StreamBody),
 }
 
-/// Reads the start of `body` (see the module doc). Errors are the client's: a
-/// malformed or aborted body ([`UpstreamError::ClientBody`], 400) or one too slow
+/// The body as it will be sent, when nothing is left to read: none, or one the
+/// own path read whole with its head. `Err`: the body is still arriving
+/// ([`read_rest`] reads it). The common request takes no future for its body.
+pub fn read_now(body: Received, settings: &UploadSettings) -> Result<RequestBody, Rest> {
+    match body {
+        Received::Read(bytes) if bytes.is_empty() => Ok(RequestBody::Empty),
+        Received::Read(bytes) => Ok(RequestBody::Client(Box::new(ClientBody::new(
+            VecDeque::from([Frame::data(bytes)]),
+            None,
+            settings.stall,
+        )))),
+        Received::Hyper(body) if body.is_end_stream() => Ok(RequestBody::Empty),
+        Received::Stream(body) if body.is_end_stream() => Ok(RequestBody::Empty),
+        Received::Hyper(body) => Err(Rest::Hyper(body)),
+        Received::Stream(body) => Err(Rest::Stream(body)),
+    }
+}
+
+/// Reads the start of a body still arriving (see the module doc; one whole
+/// already is [`read_now`]'s). Errors are the client's: a malformed or aborted
+/// body ([`UpstreamError::ClientBody`], 400) or one too slow
 /// ([`UpstreamError::ClientTimeout`], 408).
-pub async fn read_ahead(
-    body: Received,
+pub async fn read_rest(
+    mut body: Rest,
     settings: &UploadSettings,
 ) -> Result<RequestBody, UpstreamError> {
-    let mut body = match body {
-        Received::Hyper(body) => Rest::Hyper(body),
-        Received::Stream(body) => Rest::Stream(body),
-        Received::Read(bytes) if bytes.is_empty() => return Ok(RequestBody::Empty),
-        Received::Read(bytes) => {
-            return Ok(RequestBody::Client(Box::new(ClientBody::new(
-                VecDeque::from([Frame::data(bytes)]),
-                None,
-                settings.stall,
-            ))));
-        }
-    };
     if body.is_end_stream() {
         return Ok(RequestBody::Empty);
     }
