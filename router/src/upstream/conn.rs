@@ -609,11 +609,19 @@ impl Upstream {
     /// has not closed it. Cheap: the socket is only read if the runtime saw it
     /// become readable.
     pub fn is_reusable(&mut self) -> bool {
-        if !self.keep_alive || !self.body_ended() || !self.rbuf.is_empty() {
+        if !self.ended_cleanly() {
             return false;
         }
         let mut cx = Context::from_waker(std::task::Waker::noop());
         poll_fill(&mut self.io, &mut self.rbuf, &mut cx).is_pending()
+    }
+
+    /// The last response ended at a message boundary with keep-alive and nothing
+    /// unasked-for is buffered: [`Upstream::is_reusable`] without looking at the
+    /// socket (what a connection going back to its pool is checked for; whether
+    /// the member closed it meanwhile is looked at when it is taken again).
+    pub fn ended_cleanly(&self) -> bool {
+        self.keep_alive && self.body_ended() && self.rbuf.is_empty()
     }
 
     /// Whether it has been idle longer than `limit` at `now`.

@@ -156,7 +156,9 @@ impl Pool {
     /// Returns a connection to its worker's list (see [`Upstream::home`]) after
     /// its response was read to the end.
     pub fn put_idle(&self, mut up: Upstream) {
-        if !up.is_reusable() {
+        // The socket is looked at when the connection is taken again
+        // ([`Pool::take_idle`]): one readiness poll a request, not two.
+        if !up.ended_cleanly() {
             return;
         }
         up.mark_idle(Instant::now());
