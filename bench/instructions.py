@@ -129,11 +129,14 @@ def peer(name, n):
     os.makedirs(d)
     for k in H.TEMP_KINDS:
         os.makedirs(f"{d}/tmp-{k}")
+    # The TLS listeners only with --h2, which makes their certificate: without
+    # it (a fresh machine) haproxy and nginx refused to start on the missing file.
     if name == "haproxy":
+        tls = (f"\n    bind 127.0.0.1:{HAPROXY + TLS_OFFSET} ssl crt {CERT_DIR}/tls.pem alpn h2,http/1.1"
+               if H2 else "")
         H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
 frontend fe_http
-    bind 127.0.0.1:{HAPROXY}
-    bind 127.0.0.1:{HAPROXY + TLS_OFFSET} ssl crt {CERT_DIR}/tls.pem alpn h2,http/1.1
+    bind 127.0.0.1:{HAPROXY}{tls}
     default_backend be
 backend be
     http-reuse always
@@ -141,13 +144,14 @@ backend be
 """)
         cmd, port = ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"], HAPROXY
     else:
+        tls = (f"""
+    listen 127.0.0.1:{NGINX + TLS_OFFSET} ssl http2;
+    ssl_certificate {CERT_DIR}/tls.crt;
+    ssl_certificate_key {CERT_DIR}/tls.key;""" if H2 else "")
         H.nginx_conf(d, "nginx", f"""
   upstream backend {{ server 127.0.0.1:{BACKEND}; keepalive 64; keepalive_requests 100000; }}
   server {{
-    listen 127.0.0.1:{NGINX};
-    listen 127.0.0.1:{NGINX + TLS_OFFSET} ssl http2;
-    ssl_certificate {CERT_DIR}/tls.crt;
-    ssl_certificate_key {CERT_DIR}/tls.key;
+    listen 127.0.0.1:{NGINX};{tls}
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
@@ -163,7 +167,8 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
     by `strace -c` instead."""
     wrap = (["strace", "-f", "-c", "-o", out] if SYSCALLS
             else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
-    p = subprocess.Popen(wrap + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = open(f"{out}.stderr", "w")
+    p = subprocess.Popen(wrap + cmd, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.time() + 120
         while True:
@@ -174,8 +179,10 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
                     break
             except OSError:
                 pass
-            if time.time() > deadline:
-                sys.exit(f"{name} under valgrind never answered")
+            if p.poll() is not None or time.time() > deadline:
+                with open(f"{out}.stderr") as f:
+                    said = f.read()[-2000:]
+                sys.exit(f"{name} under valgrind never answered; it said:\n{said}")
             time.sleep(0.5)
         requests(n, handoff, cookies, port)
     finally:
