@@ -126,6 +126,23 @@ enum Name {
     Upgrade,
 }
 
+impl Name {
+    /// Which of them a whole name is (any case).
+    fn of(name: &[u8]) -> Name {
+        let (known, kind): (&[u8], Name) = match name.len() {
+            14 => (b"content-length", Name::ContentLength),
+            17 => (b"transfer-encoding", Name::TransferEncoding),
+            7 => (b"upgrade", Name::Upgrade),
+            _ => return Name::Unknown,
+        };
+        if name.eq_ignore_ascii_case(known) {
+            kind
+        } else {
+            Name::Unknown
+        }
+    }
+}
+
 /// How many bytes of a line's start are kept to recognise its name.
 const NAME_MAX: usize = 18;
 /// How many bytes of a `Content-Length` value are kept (a list of equal values).
@@ -368,11 +385,18 @@ impl Framing {
                 None
             };
             let name = &content[..colon.unwrap_or(content.len())];
-            keep(&mut self.name, start, name);
             let Some(c) = colon else {
+                keep(&mut self.name, start, name);
                 return Ok(());
             };
-            self.this = Some(self.name_of(start + c));
+            // A whole name in this run (the common case) is named from the
+            // bytes: nothing kept, three names compared by length first.
+            self.this = Some(if start == 0 {
+                Name::of(name)
+            } else {
+                keep(&mut self.name, start, name);
+                self.name_of(start + c)
+            });
             self.value_len = 0;
             taken = c + 1;
             content = &content[c + 1..];
@@ -388,6 +412,8 @@ impl Framing {
         Ok(())
     }
 
+    /// The name a run of a line's first bytes split across reads spells: what
+    /// [`Name::of`] says of a whole one.
     fn name_of(&self, len: usize) -> Name {
         match self.name.get(..len) {
             Some(b"content-length") => Name::ContentLength,
