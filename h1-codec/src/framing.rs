@@ -119,26 +119,26 @@ enum State {
 
 /// The header lines that decide framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Name {
+enum FramingField {
     Unknown,
     ContentLength,
     TransferEncoding,
     Upgrade,
 }
 
-impl Name {
+impl FramingField {
     /// Which of them a whole name is (any case).
-    fn of(name: &[u8]) -> Name {
-        let (known, kind): (&[u8], Name) = match name.len() {
-            14 => (b"content-length", Name::ContentLength),
-            17 => (b"transfer-encoding", Name::TransferEncoding),
-            7 => (b"upgrade", Name::Upgrade),
-            _ => return Name::Unknown,
+    fn of(name: &[u8]) -> FramingField {
+        let (known, kind): (&[u8], FramingField) = match name.len() {
+            14 => (b"content-length", FramingField::ContentLength),
+            17 => (b"transfer-encoding", FramingField::TransferEncoding),
+            7 => (b"upgrade", FramingField::Upgrade),
+            _ => return FramingField::Unknown,
         };
         if name.eq_ignore_ascii_case(known) {
             kind
         } else {
-            Name::Unknown
+            FramingField::Unknown
         }
     }
 }
@@ -159,7 +159,7 @@ pub struct Framing {
     /// The current line's first bytes, lower-cased, until its colon.
     name: [u8; NAME_MAX],
     /// The current line's name, once its colon is seen.
-    this: Option<Name>,
+    this: Option<FramingField>,
     /// A `Content-Length` value being read.
     value: [u8; VALUE_MAX],
     value_len: usize,
@@ -392,7 +392,7 @@ impl Framing {
             // A whole name in this run (the common case) is named from the
             // bytes: nothing kept, three names compared by length first.
             self.this = Some(if start == 0 {
-                Name::of(name)
+                FramingField::of(name)
             } else {
                 keep(&mut self.name, start, name);
                 self.name_of(start + c)
@@ -401,7 +401,7 @@ impl Framing {
             taken = c + 1;
             content = &content[c + 1..];
         }
-        if self.this == Some(Name::ContentLength) {
+        if self.this == Some(FramingField::ContentLength) {
             let room = VALUE_MAX - self.value_len;
             if content.len() > room {
                 return Err((taken + room, Violation::BadLength));
@@ -413,13 +413,13 @@ impl Framing {
     }
 
     /// The name a run of a line's first bytes split across reads spells: what
-    /// [`Name::of`] says of a whole one.
-    fn name_of(&self, len: usize) -> Name {
+    /// [`FramingField::of`] says of a whole one.
+    fn name_of(&self, len: usize) -> FramingField {
         match self.name.get(..len) {
-            Some(b"content-length") => Name::ContentLength,
-            Some(b"transfer-encoding") => Name::TransferEncoding,
-            Some(b"upgrade") => Name::Upgrade,
-            _ => Name::Unknown,
+            Some(b"content-length") => FramingField::ContentLength,
+            Some(b"transfer-encoding") => FramingField::TransferEncoding,
+            Some(b"upgrade") => FramingField::Upgrade,
+            _ => FramingField::Unknown,
         }
     }
 
@@ -448,7 +448,7 @@ impl Framing {
         }
         if !empty {
             match this {
-                Some(Name::ContentLength) => {
+                Some(FramingField::ContentLength) => {
                     let value = content_length([&self.value[..self.value_len]])
                         .ok()
                         .flatten()
@@ -458,8 +458,8 @@ impl Framing {
                     }
                     self.length = Some(value);
                 }
-                Some(Name::TransferEncoding) => self.chunked = true,
-                Some(Name::Upgrade) => self.upgrade = true,
+                Some(FramingField::TransferEncoding) => self.chunked = true,
+                Some(FramingField::Upgrade) => self.upgrade = true,
                 _ => {}
             }
             return Ok(());
