@@ -70,6 +70,89 @@ async fn host_path_and_query_reach_the_backend_verbatim() {
     assert!(head.contains("set-cookie: gear=local-abc"), "{head}");
 }
 
+/// The first response in `bytes` and what follows it (by its `Content-Length`).
+fn first_response(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let head_end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head")
+        + 4;
+    let head = String::from_utf8_lossy(&bytes[..head_end]).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a content-length");
+    bytes.split_at(head_end + len)
+}
+
+/// A kept-alive request in origin form (the shape the router's own HTTP/1.1
+/// path takes, whose fields go to the member as they came, without a map):
+/// the client's fields reach the member in their case with the forwarding ones
+/// set as the trust rule says and the hop-by-hop ones left out, and the
+/// member's answer reaches the client without its hop-by-hop fields; the next
+/// request on the connection is served too.
+#[tokio::test]
+async fn a_kept_alive_requests_fields_reach_the_member_as_they_came() {
+    let (r, _b) = router_with_backend().await;
+    let request = format!(
+        "GET /first HTTP/1.1\r\n\
+         Host: {HA}\r\n\
+         X-Custom-Field: Some Value\r\n\
+         X-Forwarded-For: 203.0.113.9\r\n\
+         X-Forwarded-Proto: forged\r\n\
+         X-Forwarded-Port: 1\r\n\
+         Keep-Alive: timeout=5\r\n\
+         TE: trailers\r\n\
+         Cookie: a=1\r\n\r\n\
+         GET /second HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n"
+    );
+    let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+    assert_eq!(
+        raw::status(&resp),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    let (first, second) = first_response(&resp);
+    let text = String::from_utf8_lossy(first);
+    let (head, body) = text.split_once("\r\n\r\n").expect("head end");
+    let echo = Echo::parse(body.as_bytes());
+    assert_eq!(echo.target, "/first");
+    assert_eq!(echo.header("x-custom-field"), Some("Some Value"));
+    assert_eq!(echo.header("cookie"), Some("a=1"));
+    // The default trust keeps the client's list and appends to it.
+    assert_eq!(
+        echo.header("x-forwarded-for"),
+        Some("203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(echo.all("x-forwarded-proto"), ["http"]);
+    assert_eq!(
+        echo.all("x-forwarded-port"),
+        [r.http.port().to_string().as_str()]
+    );
+    assert_eq!(echo.all("x-forwarded-host"), [HA]);
+    for hop in ["keep-alive", "te"] {
+        assert_eq!(echo.header(hop), None, "{hop} must not be forwarded");
+    }
+    let head = head.to_ascii_lowercase();
+    assert!(!head.contains("\r\nkeep-alive:"), "{head}");
+    assert!(head.contains("\r\nset-cookie: gear=local-abc"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    assert_eq!(
+        raw::status(second),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(second)
+    );
+    let second = String::from_utf8_lossy(second);
+    let body = second.split_once("\r\n\r\n").expect("head end").1;
+    assert_eq!(Echo::parse(body.as_bytes()).target, "/second");
+}
+
 /// Sends `req` raw and checks the status; returns the whole answer as text.
 async fn expect_status(r: &TestRouter, req: &str, want: u16) -> String {
     let resp = raw::exchange(r.http, req.as_bytes(), Duration::from_secs(10)).await;
