@@ -107,13 +107,7 @@ async fn a_kept_alive_requests_fields_reach_the_member_as_they_came() {
          Cookie: a=1\r\n\r\n\
          GET /second HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n"
     );
-    let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
-    assert_eq!(
-        raw::status(&resp),
-        Some(200),
-        "{}",
-        String::from_utf8_lossy(&resp)
-    );
+    let resp = expect_status(&r, &request, 200).await.into_bytes();
     let (first, second) = first_response(&resp);
     let text = String::from_utf8_lossy(first);
     let (head, body) = text.split_once("\r\n\r\n").expect("head end");
