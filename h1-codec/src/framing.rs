@@ -23,8 +23,9 @@
 //! colons are found with `memchr`'s vector search: a byte-at-a-time scan was 1 750
 //! instructions of a 31 000-instruction keep-alive GET), and it is
 //! property-tested over arbitrary read splits (`framing::tests`). A connection whose
-//! head asks for an upgrade, and an h2 prior-knowledge connection, are not followed
-//! past that head (what follows is not HTTP/1); the answer to an upgrade that did
+//! request asks for an upgrade is not followed past that request (its own body is,
+//! like any other: the switch comes after it), nor an h2 prior-knowledge connection
+//! past its preface (what follows is not HTTP/1); the answer to an upgrade that did
 //! not happen closes the connection (`router::request::Proxy::answer`), so no request
 //! follows one unchecked.
 //!
@@ -168,6 +169,9 @@ pub struct Framing {
     length: Option<u64>,
     chunked: bool,
     upgrade: bool,
+    /// The body being read is an upgrade request's: once it ends, what follows
+    /// is not followed (it may be a tunnel).
+    upgrading: bool,
     /// No head finished yet: an h2 preface is recognised only here.
     first: bool,
     /// Bytes fed so far: the stream offset of the next byte.
@@ -203,6 +207,7 @@ impl Framing {
             length: None,
             chunked: false,
             upgrade: false,
+            upgrading: false,
             first: true,
             pos: 0,
             head_start: 0,
@@ -260,7 +265,7 @@ impl Framing {
                     self.state = match left - take {
                         0 => {
                             self.head_start = base + i as u64 + take;
-                            State::Head
+                            self.after_body()
                         }
                         rest => State::Body(rest),
                     };
@@ -423,6 +428,16 @@ impl Framing {
         }
     }
 
+    /// Where a body's end leads: the next head, or nowhere after an upgrade
+    /// request's.
+    fn after_body(&mut self) -> State {
+        if std::mem::take(&mut self.upgrading) {
+            State::Off
+        } else {
+            State::Head
+        }
+    }
+
     /// A CRLF: the end of a line of a head or of the trailers.
     fn line_end(&mut self) -> Result<(), Violation> {
         let empty = self.line_len == 0;
@@ -430,7 +445,7 @@ impl Framing {
         let len = std::mem::take(&mut self.line_len);
         if self.state == State::Trailers {
             if empty {
-                self.state = State::Head;
+                self.state = self.after_body();
                 self.first = false;
                 self.crossed = true;
             }
@@ -468,8 +483,15 @@ impl Framing {
         if self.chunked && self.length.is_some() {
             return Err(Violation::LengthAndChunked);
         }
-        let (state, body) = if self.upgrade {
+        // An upgrade request's own body (RFC 9110 §7.8: the switch comes after
+        // the request) is followed like any other; what comes after it is not.
+        self.upgrading = self.upgrade;
+        let (state, body) = if self.upgrade && !self.chunked && self.length.unwrap_or(0) == 0 {
             (State::Off, BodyFraming::Close)
+        } else if self.upgrade && self.chunked {
+            (State::ChunkSize(ChunkLine::default()), BodyFraming::Close)
+        } else if let (true, Some(n)) = (self.upgrade, self.length) {
+            (State::Body(n), BodyFraming::Close)
         } else if self.chunked {
             (State::ChunkSize(ChunkLine::default()), BodyFraming::Chunked)
         } else {

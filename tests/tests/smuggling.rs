@@ -142,6 +142,15 @@ fn shapes() -> Vec<(&'static str, String)> {
             shape("Transfer-Encoding: chunked\r\n", &chunked_then("5;a=\x01")),
         ),
         (
+            // The switch comes after the request: an upgrade request's own body
+            // is held to the same framing (found by the `client_stream` fuzz target).
+            "a control byte in a chunk extension of an upgrade request",
+            shape(
+                "Connection: upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n",
+                &chunked_then("5;a=\x01"),
+            ),
+        ),
+        (
             "chunk data longer than its size",
             shape(
                 "Transfer-Encoding: chunked\r\n",
@@ -234,6 +243,7 @@ shape_tests! {
     chunk_size_space => "bad chunk size: space inside",
     chunk_longer_than_size => "chunk data longer than its size",
     chunk_extension_control => "a control byte in a chunk extension",
+    upgrade_chunk_extension_control => "a control byte in a chunk extension of an upgrade request",
     fragment_in_target => "a fragment in the request target",
     non_ascii_in_target => "a non-ASCII byte in the request target",
 }

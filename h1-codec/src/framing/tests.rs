@@ -157,6 +157,35 @@ fn an_upgrade_or_an_h2_preface_ends_the_following() {
     assert!(whole(&format!("{GET}PRI * HTTP/2.0\r\n\r\nSM\n")).is_some());
 }
 
+/// An upgrade request's own body is followed like any other (the switch comes
+/// after the request), and what follows it is not (found by the `client_stream`
+/// fuzz target: a chunk extension with control bytes in an upgrade request's body
+/// reached the member, decoded by hyper's laxer reader).
+#[test]
+fn an_upgrade_requests_own_body_is_followed_then_nothing() {
+    let head = |framing: &str| {
+        format!(
+            "POST /ws HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n{framing}\r\n"
+        )
+    };
+    let chunked = head("Transfer-Encoding: chunked\r\n");
+    let bad = format!("{chunked}5;ext\x0f\x00=2\r\nhello\r\n0\r\n\r\n");
+    let at = chunked.len() + 5;
+    assert_eq!(whole(&bad), Some((at, Violation::BadChunk)));
+    assert_eq!(
+        follow(bad.as_bytes(), &[chunked.len() + 2, at + 1]),
+        Some((at, Violation::BadChunk))
+    );
+    let good = format!("{chunked}5\r\nhello\r\n0\r\n\r\n\x00tunnel bytes\n\n");
+    assert_eq!(whole(&good), None, "after the body: not followed");
+    let length = format!("{}hello\x00tunnel\n", head("Content-Length: 5\r\n"));
+    assert_eq!(whole(&length), None);
+    // The head is reported as an upgrade's whatever its body.
+    let mut f = Framing::new();
+    assert_eq!(f.feed(chunked.as_bytes()), None);
+    assert_eq!(f.head_at(0).map(|h| h.body), Some(BodyFraming::Close));
+}
+
 /// A valid request, as a client may send it: a head with or without a body, the
 /// body's bytes anything at all.
 fn request() -> impl Strategy<Value = Vec<u8>> {
