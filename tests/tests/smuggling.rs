@@ -282,6 +282,35 @@ async fn nothing_follows_a_refused_upgrade() {
     }
 }
 
+/// A `close` beside a token with a byte outside ASCII still ends the connection
+/// after its response: the request pipelined behind it never reaches the member
+/// (hyper skips such a `Connection` value; found by the `client_stream` fuzz
+/// target).
+#[tokio::test]
+async fn a_close_beside_a_non_ascii_token_ends_the_connection() {
+    let (r, b) = router_with_backend().await;
+    for connection in ["x-drop, cl\u{e9}se, close", "caf\u{e9}, close"] {
+        let before = b.proxied();
+        let request = format!(
+            "GET /plain HTTP/1.1\r\nHost: {HA}\r\nConnection: {connection}\r\n\r\n\
+             GET /next HTTP/1.1\r\nHost: {HA}\r\n\r\n"
+        );
+        let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+        let text = String::from_utf8_lossy(&resp);
+        assert!(text.starts_with("HTTP/1.1 200"), "{connection}: {text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{connection}: {text}");
+        assert_eq!(
+            b.proxied() - before,
+            1,
+            "{connection}: only the first reached the member"
+        );
+    }
+}
+
 /// The same over TLS (HTTP/1.1 by ALPN): the HTTPS listener reads through the same
 /// framing. And a WebSocket tunnel, whose bytes are not HTTP, is left alone.
 #[tokio::test]

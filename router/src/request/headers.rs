@@ -138,6 +138,14 @@ pub fn framing_is_clear<'a>(fields: impl Into<FieldsRef<'a>>, version: http::Ver
     chunked == 1
 }
 
+/// Whether a `Connection` value names `close`, token by token from the bytes (a
+/// byte outside ASCII in one token does not hide the others).
+pub fn says_close(value: &[u8]) -> bool {
+    value
+        .split(|b| *b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
 fn has_token(value: &[u8], token: &str) -> bool {
     // Visible ASCII only (what `HeaderValue::to_str` takes).
     value

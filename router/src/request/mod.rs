@@ -182,6 +182,10 @@ impl Proxy {
         // carry another request: it would reach hyper alone (found by the
         // `client_stream` fuzz target: a bare LF after a refused upgrade).
         let upgrade_asked = !h2 && fields.contains(Name::Upgrade);
+        // A `close` the client asked for, read token by token from the bytes:
+        // hyper skips a `Connection` value with a byte outside ASCII and would
+        // read the next request (found by the `client_stream` fuzz target).
+        let close_asked = !h2 && fields.values(Name::Connection).any(headers::says_close);
         // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`): decided
         // here, so that one flag, not the version and the connection kind, waits
         // across the forward.
@@ -220,10 +224,11 @@ impl Proxy {
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
         }
-        // Draining, an upgrade that did not happen, or a malformed request: this
+        // Draining, an upgrade that did not happen, a close the client asked for,
+        // or a malformed request: this
         // HTTP/1 connection ends after this response (a 101 becomes a tunnel, which the drain leaves alone).
         if !h2
-            && (active.closing() || upgrade_asked || malformed)
+            && (active.closing() || upgrade_asked || close_asked || malformed)
             && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
         {
             response.headers_mut().insert(
