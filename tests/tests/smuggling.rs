@@ -261,25 +261,31 @@ async fn nothing_follows_a_refused_upgrade() {
         "Connection: Upgrade\r\nUpgrade: h2c\r\n",
         "Upgrade: websocket\r\n",
     ] {
-        let before = b.proxied();
         let request = format!(
             "GET /plain HTTP/1.1\r\nHost: {HA}\r\n{upgrade}\r\n\
              GET /smuggled HTTP/1.1\nHost: {HA}\n\n"
         );
-        let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
-        let text = String::from_utf8_lossy(&resp);
-        assert!(text.starts_with("HTTP/1.1 200"), "{upgrade}: {text}");
-        assert!(
-            text.to_ascii_lowercase().contains("connection: close"),
-            "{text}"
-        );
-        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{upgrade}: {text}");
-        assert_eq!(
-            b.proxied() - before,
-            1,
-            "{upgrade}: only the first reached the member"
-        );
+        only_the_first_is_served(&r, &b, &request, upgrade).await;
     }
+}
+
+/// `request` (two pipelined) is answered once, 200 with `Connection: close`, and
+/// only its first request reaches the member.
+async fn only_the_first_is_served(r: &TestRouter, b: &Backend, request: &str, label: &str) {
+    let before = b.proxied();
+    let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&resp);
+    assert!(text.starts_with("HTTP/1.1 200"), "{label}: {text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{label}: {text}"
+    );
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{label}: {text}");
+    assert_eq!(
+        b.proxied() - before,
+        1,
+        "{label}: only the first reached the member"
+    );
 }
 
 /// A `close` beside a token with a byte outside ASCII still ends the connection
@@ -290,24 +296,11 @@ async fn nothing_follows_a_refused_upgrade() {
 async fn a_close_beside_a_non_ascii_token_ends_the_connection() {
     let (r, b) = router_with_backend().await;
     for connection in ["x-drop, cl\u{e9}se, close", "caf\u{e9}, close"] {
-        let before = b.proxied();
         let request = format!(
             "GET /plain HTTP/1.1\r\nHost: {HA}\r\nConnection: {connection}\r\n\r\n\
              GET /next HTTP/1.1\r\nHost: {HA}\r\n\r\n"
         );
-        let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
-        let text = String::from_utf8_lossy(&resp);
-        assert!(text.starts_with("HTTP/1.1 200"), "{connection}: {text}");
-        assert!(
-            text.to_ascii_lowercase().contains("connection: close"),
-            "{text}"
-        );
-        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{connection}: {text}");
-        assert_eq!(
-            b.proxied() - before,
-            1,
-            "{connection}: only the first reached the member"
-        );
+        only_the_first_is_served(&r, &b, &request, connection).await;
     }
 }
 
