@@ -392,19 +392,20 @@ impl<'a> From<&'a Fields> for FieldsRef<'a> {
 impl<'a> FieldsRef<'a> {
     /// The values of every field of the kind `name`, in order.
     pub fn values(self, name: Name) -> Values<'a> {
-        match (self, name.header_name()) {
-            (FieldsRef::Raw(f), _) => Values::Raw(f.get_all(name)),
-            (FieldsRef::Map(m), Some(n)) => Values::Map(m.get_all(n).into_iter()),
-            (FieldsRef::Map(_), None) => Values::None,
+        match self {
+            FieldsRef::Raw(f) => Values::Raw(f.get_all(name)),
+            FieldsRef::Map(m) => match name.header_name() {
+                Some(n) => Values::Map(m.get_all(n).into_iter()),
+                None => Values::None,
+            },
         }
     }
 
     /// Whether a field of the kind `name` is present.
     pub fn contains(self, name: Name) -> bool {
-        match (self, name.header_name()) {
-            (FieldsRef::Raw(f), _) => f.contains(name),
-            (FieldsRef::Map(m), Some(n)) => m.contains_key(n),
-            (FieldsRef::Map(_), None) => false,
+        match self {
+            FieldsRef::Raw(f) => f.contains(name),
+            FieldsRef::Map(m) => name.header_name().is_some_and(|n| m.contains_key(n)),
         }
     }
 

@@ -68,15 +68,8 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         for_member(&mut parts, &host, &target, conn, (upgrade, raw.is_some()))?;
-        // 5. body: read ahead before a member is involved (slow clients get 408
-        // without holding a member's slot).
-        let body = match read_now(body, &self.upload) {
-            Ok(whole) => whole,
-            // Boxed: a body still arriving is the rare case.
-            Err(arriving) => Box::pin(read_rest(arriving, &self.upload))
-                .await
-                .map_err(|kind| self.fail(kind))?,
-        };
+        // 5. body: read ahead before a member is involved.
+        let body = self.read_body(body).await?;
         let timeouts = Timeouts::of(self, policy.as_deref());
         // 6-8 over h2 for apps whose members speak it (no upgrade there), boxed:
         // that future is not part of every HTTP/1.1 request's.
@@ -119,10 +112,7 @@ impl Proxy {
         let mut result = up
             .send(&target.member.addr, &mut request, timeouts.response)
             .await;
-        let retry = match &result {
-            Err(Some(e)) => decide(Reached::from(e), replay),
-            _ => Retry::No,
-        };
+        let retry = retry_of(&result, replay);
         if retry != Retry::No {
             // Boxed: the rare path's future is not part of every request's.
             result = Box::pin(self.attempt_again(
@@ -138,6 +128,18 @@ impl Proxy {
         // 8. respond (with a new affinity cookie unless the request's named this member)
         let sticky = (policy.as_deref(), &sticky, conn.https);
         Ok(self.respond_h1(response, sticky, (target, slot, up), hold))
+    }
+
+    /// The request's body as the member gets it: whole already (the common case:
+    /// no future), or read ahead, boxed (a body still arriving is the rare case;
+    /// a slow client gets 408 without holding a member's slot).
+    async fn read_body(&self, body: Received) -> Result<RequestBody, ProxyError> {
+        match read_now(body, &self.upload) {
+            Ok(whole) => Ok(whole),
+            Err(arriving) => Box::pin(read_rest(arriving, &self.upload))
+                .await
+                .map_err(|kind| self.fail(kind)),
+        }
     }
 
     /// The second attempt the retry decision allowed after the first failed
@@ -206,6 +208,14 @@ impl Proxy {
         self.respond_head(&mut parts.headers, (policy, sticky), &target, https);
         let response = Response::from_parts(parts, ProxyBody::detached(body));
         Ok(Forwarded::of(response, Some(slot), hold))
+    }
+}
+
+/// What the one retry decision says of an attempt's result.
+fn retry_of(result: &Result<MemberHead, Option<SendError>>, replay: Replay) -> Retry {
+    match result {
+        Err(Some(e)) => decide(Reached::from(e), replay),
+        _ => Retry::No,
     }
 }
 
