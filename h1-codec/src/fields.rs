@@ -107,19 +107,21 @@ impl Name {
         }
     }
 
-    /// Describes one connection, not the message (RFC 9110 §7.6.1, with the
-    /// non-standard `Proxy-Connection` and `Keep-Alive` old peers still send):
-    /// a proxy does not pass it on.
+    /// The fields that describe one connection, not the message (RFC 9110
+    /// §7.6.1, with the non-standard `Proxy-Connection` and `Keep-Alive` old
+    /// peers still send): a proxy does not pass them on. `Connection` first.
+    pub const HOP_BY_HOP: [Name; 6] = [
+        Name::Connection,
+        Name::ProxyConnection,
+        Name::KeepAlive,
+        Name::Te,
+        Name::TransferEncoding,
+        Name::Upgrade,
+    ];
+
+    /// One of [`Name::HOP_BY_HOP`].
     pub fn is_hop_by_hop(self) -> bool {
-        matches!(
-            self,
-            Name::Connection
-                | Name::ProxyConnection
-                | Name::KeepAlive
-                | Name::Te
-                | Name::TransferEncoding
-                | Name::Upgrade
-        )
+        Name::HOP_BY_HOP.contains(&self)
     }
 
     /// One of the `X-Forwarded-*` family or `Forwarded`: what a proxy sets itself.
@@ -299,20 +301,6 @@ impl Fields {
     /// Whether a field of the kind `name` (not [`Name::Other`]) is present.
     pub fn contains(&self, name: Name) -> bool {
         self.present & name.bit() != 0
-    }
-
-    /// Whether any hop-by-hop field is present.
-    pub fn has_hop_by_hop(&self) -> bool {
-        [
-            Name::Connection,
-            Name::ProxyConnection,
-            Name::KeepAlive,
-            Name::Te,
-            Name::TransferEncoding,
-            Name::Upgrade,
-        ]
-        .iter()
-        .any(|n| self.contains(*n))
     }
 
     /// The fields as a map (with room for `room` more), values sharing the head's

@@ -21,18 +21,6 @@ use per_source::{Client, ClientKey, KeyRule};
 use super::activity::Activity;
 use crate::tls::store::Served;
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1, plus the
-/// non-standard `Proxy-Connection` and `Keep-Alive` that old clients still send).
-/// (`Connection` first: [`remove_hop_by_hop`] reads its tokens only when it is here.)
-const HOP_BY_HOP: [HeaderName; 6] = [
-    header::CONNECTION,
-    HeaderName::from_static("proxy-connection"),
-    HeaderName::from_static("keep-alive"),
-    header::TE,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -141,9 +129,12 @@ pub fn framing_is_clear<'a>(fields: impl Into<FieldsRef<'a>>, version: http::Ver
 /// Whether a `Connection` value names `close`, token by token from the bytes (a
 /// byte outside ASCII in one token does not hide the others).
 pub fn says_close(value: &[u8]) -> bool {
-    value
-        .split(|b| *b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"))
+}
+
+/// The comma-separated tokens of a list value, trimmed, read from the bytes.
+fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|b| *b == b',').map(<[u8]>::trim_ascii)
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
@@ -151,9 +142,7 @@ fn has_token(value: &[u8], token: &str) -> bool {
     value
         .iter()
         .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-        && value
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        && tokens(value).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// Never removed because a `Connection` header names them: the member needs Host,
@@ -190,8 +179,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         headers
             .get_all(header::CONNECTION)
             .iter()
-            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
+            .flat_map(|v| tokens(v.as_bytes()))
+            .filter_map(|t| HeaderName::from_bytes(t).ok())
             .filter(|n| !(protected(n) || (keep_upgrade && *n == header::UPGRADE)))
             .collect()
     } else {
@@ -200,11 +189,17 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     for name in named {
         headers.remove(name);
     }
-    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
-        if keep_upgrade && (*name == header::CONNECTION || *name == header::UPGRADE) {
+    for (kind, _) in Name::HOP_BY_HOP
+        .iter()
+        .zip(present)
+        .filter(|(_, here)| *here)
+    {
+        if keep_upgrade && matches!(kind, Name::Connection | Name::Upgrade) {
             continue;
         }
-        headers.remove(name);
+        if let Some(name) = kind.header_name() {
+            headers.remove(name);
+        }
     }
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -224,8 +219,7 @@ pub fn end_to_end<'a>(
     // Most responses have no `Connection` field, or name nothing in it.
     let named: Vec<&[u8]> = fields
         .get_all(Name::Connection)
-        .flat_map(|v| v.split(|b| *b == b','))
-        .map(<[u8]>::trim_ascii)
+        .flat_map(tokens)
         .filter(|t| !t.is_empty() && !protected_bytes(t))
         .collect();
     fields.iter_named().filter(move |(kind, name, _)| {
@@ -279,18 +273,11 @@ fn protected_bytes(name: &[u8]) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case(b"x-forwarded-"))
 }
 
-/// `name`'s place in [`HOP_BY_HOP`], by its text (names are lower case): no
-/// array of names made, compared and dropped per field.
+/// `name`'s place in [`Name::HOP_BY_HOP`], by its text: no array of names
+/// made, compared and dropped per field.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    match name.as_str() {
-        "connection" => Some(0),
-        "proxy-connection" => Some(1),
-        "keep-alive" => Some(2),
-        "te" => Some(3),
-        "transfer-encoding" => Some(4),
-        "upgrade" => Some(5),
-        _ => None,
-    }
+    let kind = Name::of(name.as_str().as_bytes());
+    Name::HOP_BY_HOP.iter().position(|h| *h == kind)
 }
 
 /// What the router knows about the client's connection, with the header values
@@ -586,8 +573,9 @@ mod tests {
 
     #[test]
     fn hop_by_hop_names_are_found_by_text_in_their_order() {
-        for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        for (i, kind) in Name::HOP_BY_HOP.iter().enumerate() {
+            let name = kind.header_name().expect("a name");
+            assert_eq!(hop_by_hop_index(&name), Some(i), "{name}");
         }
         assert_eq!(hop_by_hop_index(&header::HOST), None);
     }
