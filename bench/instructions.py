@@ -314,6 +314,8 @@ def main():
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
     if not shutil.which("valgrind"):
         sys.exit("valgrind is missing (apt-get install valgrind)")
+    if not os.path.exists(os.path.join(RELEASE, "echo-backend")):
+        sys.exit("build first: cargo build --release -p e2e --bin echo-backend")
     backend = subprocess.Popen([os.path.join(RELEASE, "echo-backend"), f"127.0.0.1:{BACKEND}"],
                                stderr=subprocess.DEVNULL)
     try:

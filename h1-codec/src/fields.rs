@@ -186,14 +186,26 @@ pub struct Fields {
     present: u32,
 }
 
-impl Fields {
-    /// The fields httparse found in `buf`'s first `len` bytes (the head). The
-    /// head is copied (a few hundred bytes): `buf` stays unshared, so its next
-    /// reserve does not allocate. `None`: a field lies outside the head (not
-    /// what httparse returns) or the head is over 4 GiB.
-    pub fn new(buf: &[u8], len: usize, fields: &[httparse::Header<'_>]) -> Option<Fields> {
-        let head = Bytes::copy_from_slice(buf.get(..len)?);
+/// Where each field of a head lies, found while the head is still borrowed
+/// from the buffer it was read into; [`Fields::with_head`] then takes the head
+/// out of that buffer without a copy.
+#[derive(Debug)]
+pub struct FieldIndex {
+    index: Vec<Field>,
+    present: u32,
+    /// The head's length in bytes.
+    len: usize,
+}
+
+impl FieldIndex {
+    /// Where the fields httparse found in `buf`'s first `len` bytes (the head)
+    /// lie. `None`: a field lies outside the head (not what httparse returns)
+    /// or the head is over 4 GiB.
+    pub fn new(buf: &[u8], len: usize, fields: &[httparse::Header<'_>]) -> Option<FieldIndex> {
         let base = buf.as_ptr() as usize;
+        if len > buf.len() {
+            return None;
+        }
         let at = |s: &[u8]| -> Option<(u32, u32)> {
             let start = (s.as_ptr() as usize).checked_sub(base)?;
             if start + s.len() > len {
@@ -216,10 +228,31 @@ impl Fields {
                 kind,
             });
         }
-        Some(Fields {
-            head,
+        Some(FieldIndex {
             index,
             present,
+            len,
+        })
+    }
+}
+
+impl Fields {
+    /// The fields httparse found in `buf`'s first `len` bytes (the head), the
+    /// head copied. `None`: as [`FieldIndex::new`].
+    pub fn new(buf: &[u8], len: usize, fields: &[httparse::Header<'_>]) -> Option<Fields> {
+        let index = FieldIndex::new(buf, len, fields)?;
+        Fields::with_head(Bytes::copy_from_slice(buf.get(..len)?), index)
+    }
+
+    /// The fields of `head`, the bytes `index` was found in (taken out of
+    /// their buffer, not copied: a connection reads its next head into that
+    /// buffer again once these fields are dropped). `None`: `head` is not as
+    /// long as the head `index` was found in.
+    pub fn with_head(head: Bytes, index: FieldIndex) -> Option<Fields> {
+        (head.len() == index.len).then_some(Fields {
+            head,
+            index: index.index,
+            present: index.present,
         })
     }
 

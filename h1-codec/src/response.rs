@@ -16,7 +16,7 @@ use http::{StatusCode, Version};
 
 pub use crate::BodyFraming;
 use crate::chunk::{ChunkLine, ChunkLineError};
-pub use crate::fields::{Fields, Name};
+pub use crate::fields::{FieldIndex, Fields, Name};
 use crate::length::content_length;
 use crate::{MAX_HEAD, MAX_HEADERS};
 
@@ -98,14 +98,25 @@ pub fn parse_response_head(
             buf.advance(len);
             continue;
         }
+        // Where the reason lies, when it is not the standard one.
         let reason = res
             .reason
             .filter(|r| status.canonical_reason() != Some(*r))
-            .map(|r| Bytes::copy_from_slice(r.as_bytes()));
-        let Some(fields) = Fields::new(buf, len, res.headers) else {
+            .map(|r| {
+                (
+                    (r.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize),
+                    r.len(),
+                )
+            });
+        let Some(index) = FieldIndex::new(buf, len, res.headers) else {
             return Err(ParseError::Head("bad header"));
         };
-        buf.advance(len);
+        // The head leaves the buffer without a copy; the buffer is whole again
+        // for the next response once the fields are dropped.
+        let Some(fields) = Fields::with_head(buf.split_to(len).freeze(), index) else {
+            return Err(ParseError::Head("bad header"));
+        };
+        let reason = reason.and_then(|(at, n)| fields.head_slice(at, n));
         let keep_alive = if version == Version::HTTP_10 {
             has_token(&fields, Name::Connection, "keep-alive")
         } else {

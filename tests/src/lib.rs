@@ -23,6 +23,7 @@ pub mod pki;
 pub mod portproxy;
 pub mod probe;
 pub mod process;
+pub mod prometheus;
 pub mod rabbitmq;
 pub mod raw;
 pub mod router;
@@ -136,4 +137,23 @@ pub fn bin(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A plain `GET` of `url`: the status and the body as text; `(0, "")` when
+/// nothing answered.
+pub async fn http_get(url: &str) -> (u16, String) {
+    use http_body_util::{BodyExt as _, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    let client: Client<HttpConnector, Empty<bytes::Bytes>> =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let Ok(uri) = url.parse() else {
+        return (0, String::new());
+    };
+    let Ok(resp) = client.get(uri).await else {
+        return (0, String::new());
+    };
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }

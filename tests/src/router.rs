@@ -22,6 +22,8 @@ pub struct TestRouter {
     /// The `tcp.listen` ports, in the configuration's order.
     pub tcp: Vec<SocketAddr>,
     pub admin: SocketAddr,
+    /// `listen.metrics`, when the configuration sets it.
+    pub metrics: Option<SocketAddr>,
     pub spool: PathBuf,
     pub state: PathBuf,
     pub root: PathBuf,
@@ -93,13 +95,19 @@ impl TestRouter {
 
     /// Listens for HTTP on `http` (e.g. `"[::]:0"`) instead of 127.0.0.1.
     pub async fn start_http_on(http: &str, extra: &str) -> TestRouter {
+        TestRouter::start_listening(&format!("  http: {http}\n"), extra).await
+    }
+
+    /// With `listen` lines added to the `listen:` block (e.g.
+    /// `"  metrics: 0.0.0.0:0\n"`).
+    pub async fn start_listening(listen: &str, extra: &str) -> TestRouter {
         let root = crate::tempdir("router");
         let spool = root.join("spool");
         let spi = format!(
             "spi:\n  source: spool\n  spool:\n    path: {}\n    interval: 20ms\n",
             spool.display()
         );
-        TestRouter::start_full(root, &spi, extra, &format!("  http: {http}\n")).await
+        TestRouter::start_full(root, &spi, extra, listen).await
     }
 
     /// `listen`: lines added to the `listen:` block (an `http:` line among them
@@ -126,6 +134,7 @@ impl TestRouter {
         let http3 = router.http3_addr();
         let tcp = router.tcp_addrs();
         let admin = router.admin_addr().expect("admin");
+        let metrics = router.metrics_addr();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(router.run(async move {
             let _ = rx.await;
@@ -136,6 +145,7 @@ impl TestRouter {
             http3,
             tcp,
             admin,
+            metrics,
             spool,
             state,
             root,
@@ -224,21 +234,7 @@ impl TestRouter {
     }
 
     pub async fn admin_get(&self, path: &str) -> (u16, String) {
-        let client: Client<HttpConnector, Empty<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
-        let Ok(resp) = client
-            .get(
-                format!("http://{}{}", self.admin, path)
-                    .parse()
-                    .expect("uri"),
-            )
-            .await
-        else {
-            return (0, String::new());
-        };
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.expect("body").to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
+        crate::http_get(&format!("http://{}{}", self.admin, path)).await
     }
 
     /// POST to the admin API (empty body); returns status and body.

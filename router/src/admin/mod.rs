@@ -13,6 +13,7 @@
 //! | `POST /backends/{address:port}/rotate-in` | takes new requests again at once (persisted) |
 //! | `POST /aliases/{name}/split` | body `{"app-ns": 90, "app2-ns": 10}`: the name's requests are shared between those apps by weight (persisted; `100/0` moves all at once) |
 //! | `DELETE /aliases/{name}/split` | the name goes back to its own app |
+//! | `GET /apps/{app}/stats` | the app's traffic: totals since it entered the table, and over the last one to two minutes requests per second, 5xx ratio, p50/p99 response time (see [`crate::metrics::apps`]) |
 //! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
 //!
@@ -238,7 +239,41 @@ struct RotateDoc<'a> {
     waited_ms: u128,
 }
 
+/// What a listener of the admin API serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `listen.admin`: everything in the module doc.
+    Admin,
+    /// `listen.metrics`: `/metrics`, `/healthz` and `/readyz`, read only.
+    Metrics,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Metrics => "metrics",
+        }
+    }
+}
+
 impl Admin {
+    /// `listen.metrics`: the three monitoring paths, `GET` (or `HEAD`) only;
+    /// anything else is 404 or 405 and changes nothing.
+    fn scrape<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        let path = req.uri().path();
+        if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+            return text(
+                StatusCode::NOT_FOUND,
+                "this listener serves /metrics, /healthz and /readyz only\n",
+            );
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
+        }
+        self.read(path)
+    }
+
     async fn handle(
         &self,
         req: Request<Incoming>,
@@ -397,7 +432,25 @@ impl Admin {
                 "actions": self.audit.entries(),
                 "refused": self.audit.refused(),
             })),
-            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            _ => match path
+                .strip_prefix("/apps/")
+                .and_then(|r| r.strip_suffix("/stats"))
+            {
+                Some(app) => self.app_stats(app),
+                None => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+        }
+    }
+
+    /// `GET /apps/{app}/stats`: the app's traffic (see
+    /// [`crate::metrics::apps::AppStats`]); 404 for an app not in the table.
+    fn app_stats(&self, app: &str) -> Response<Full<Bytes>> {
+        let traffic = &self.metrics.app_traffic;
+        let now = std::time::Instant::now();
+        traffic.pass(now);
+        match traffic.stats(app, now) {
+            Some(stats) => json(&stats),
+            None => text(StatusCode::NOT_FOUND, "no such app in the table\n"),
         }
     }
 
@@ -678,6 +731,7 @@ impl Admin {
     pub async fn listen(
         self: Arc<Self>,
         listener: TcpListener,
+        role: Role,
         limits: Limits,
         mut stop: watch::Receiver<bool>,
     ) {
@@ -686,14 +740,15 @@ impl Admin {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_buf_size(limits.max_header_bytes.max(8192));
-        let errors = self.metrics.accept_errors.with_label_values(&["admin"]);
+        let errors = self.metrics.accept_errors.with_label_values(&[role.name()]);
         let mut admin = AdminListener {
             listener,
+            role,
             slots: Arc::new(Semaphore::new(limits.max_admin_connections)),
             builder,
             admin: self,
         };
-        accept::run(&mut admin, "admin", &errors, stopped(&mut stop)).await;
+        accept::run(&mut admin, role.name(), &errors, stopped(&mut stop)).await;
     }
 }
 
@@ -702,6 +757,7 @@ impl Admin {
 /// a client waits for a slot.
 struct AdminListener {
     listener: TcpListener,
+    role: Role,
     slots: Arc<Semaphore>,
     builder: http1::Builder,
     admin: Arc<Admin>,
@@ -736,13 +792,19 @@ impl accept::Listener for AdminListener {
     ) {
         let admin = self.admin.clone();
         let builder = self.builder.clone();
+        let role = self.role;
         let Ok(local) = stream.local_addr() else {
             return;
         };
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(admin.handle(req, client, local).await) }
+                async move {
+                    Ok::<_, Infallible>(match role {
+                        Role::Admin => admin.handle(req, client, local).await,
+                        Role::Metrics => admin.scrape(&req),
+                    })
+                }
             });
             let _ = builder
                 .serve_connection(TokioIo::new(stream), service)

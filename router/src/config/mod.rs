@@ -83,10 +83,54 @@ pub struct Config {
     /// `PUT /apps/{app}/settings`, win field by field).
     #[serde(default)]
     pub app_defaults: crate::policy::settings::AppSettings,
+    /// Traffic per app: how many apps have series of their own (see
+    /// `router::metrics::apps`).
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// The secret affinity cookies are hashed with; both routers of a pair read
     /// the same file. Without it: `state_dir/affinity.key`, made once.
     #[serde(default)]
     pub affinity_key_file: Option<PathBuf>,
+}
+
+/// `metrics`: the bound on per-app series (see `router::metrics::apps`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Apps with series of their own, chosen by recent traffic; the rest are
+    /// summed into `app="_other"`. 1 000 apps are 14 000 series: at 100 000 apps
+    /// one series set each would be 1.4 million per router.
+    #[serde(default = "default_max_apps")]
+    pub max_apps: usize,
+    /// An app without a request for this long gives its place back.
+    #[serde(default = "default_app_idle", with = "humantime_serde")]
+    pub app_idle: Duration,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> MetricsConfig {
+        MetricsConfig {
+            max_apps: default_max_apps(),
+            app_idle: default_app_idle(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    pub fn limits(&self) -> crate::metrics::apps::ExportLimits {
+        crate::metrics::apps::ExportLimits {
+            max_apps: self.max_apps,
+            idle: self.app_idle,
+        }
+    }
+}
+
+fn default_max_apps() -> usize {
+    crate::metrics::apps::ExportLimits::default().max_apps
+}
+
+fn default_app_idle() -> Duration {
+    crate::metrics::apps::ExportLimits::default().idle
 }
 
 /// `tcp`: TCP balancing on external ports (see `router::tcp`).
@@ -114,6 +158,11 @@ pub struct Listen {
     /// out `http` means no plain listener.)
     #[serde(default = "default_admin")]
     pub admin: Option<SocketAddr>,
+    /// For scrapers and load balancer checks: `/metrics`, `/healthz`, `/readyz`
+    /// and nothing else (no route table, nothing that changes state), so it can
+    /// face the network while `admin` stays on loopback. Off unless set.
+    #[serde(default)]
+    pub metrics: Option<SocketAddr>,
 }
 
 fn default_admin() -> Option<SocketAddr> {
@@ -127,6 +176,7 @@ impl Default for Listen {
             https: None,
             http3: None,
             admin: default_admin(),
+            metrics: None,
         }
     }
 }

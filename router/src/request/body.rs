@@ -17,6 +17,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::members::MemberSlot;
 use crate::metrics::Metrics;
+use crate::metrics::apps::AppTraffic;
 use crate::request::access_log::AccessRecord;
 use crate::request::activity::ActiveRequest;
 use crate::upstream::Lease;
@@ -143,12 +144,21 @@ pub struct Completion {
     pub active: Option<ActiveRequest>,
     /// The request's count against its app's `max_connections_per_client`.
     pub hold: Option<crate::policy::clients::ClientSlot>,
+    /// The app's traffic counters (`None`: the request reached no app) and its
+    /// request body's bytes.
+    pub app: Option<Arc<AppTraffic>>,
+    pub received: u64,
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
         let elapsed = self.start.elapsed();
         self.metrics.request(self.status);
+        let app = self
+            .app
+            .as_ref()
+            .unwrap_or(self.metrics.app_traffic.unrouted());
+        app.record(self.status, elapsed, self.received, self.bytes);
         self.metrics.duration.observe(elapsed.as_secs_f64());
         if let Some(slot) = &self.in_flight {
             slot.member().stats.record(self.status, elapsed);

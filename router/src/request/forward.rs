@@ -8,6 +8,8 @@
 //! [`super::retry`]) → answered ([`super::respond`]). h2 members and WebSocket
 //! upgrades take the same phases.
 
+use std::sync::Arc;
+
 use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
@@ -27,6 +29,7 @@ use super::upload::{Received, read_now, read_rest};
 use super::{Forwarded, Proxy};
 use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
+use crate::metrics::apps::AppTraffic;
 use crate::policy::Policy;
 use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
@@ -39,6 +42,7 @@ impl Proxy {
         mut req: Request<Received>,
         host: Option<HeaderValue>,
         mut raw: Option<Fields>,
+        app: &mut Option<Arc<AppTraffic>>,
     ) -> Result<Forwarded, ProxyError> {
         // The request's fields: in its map, or as they came (`raw`: the own path).
         let fields = raw
@@ -56,6 +60,7 @@ impl Proxy {
         else {
             return Ok(self.redirect_of(&req, &host));
         };
+        *app = Some(route.traffic.clone());
         // 3. admit (the app's policy), then pick: the cookie's member if eligible.
         let (hold, target, source) =
             self.admit_and_pick(conn, fields, &route, (policy.as_deref(), &sticky))?;

@@ -191,6 +191,9 @@ impl Proxy {
         // across the forward.
         let announce_h3 =
             self.alt_svc.is_some() && conn.https && req.version() != http::Version::HTTP_3;
+        // The app's counters, once the request is routed to one.
+        let mut app = None;
+        let received = req.body().declared_len();
         let mut log = self
             .access_log
             .then(|| AccessRecord::of(&req, conn.ip, host.as_ref()));
@@ -200,10 +203,15 @@ impl Proxy {
             member,
             hold,
             fields,
-        } = match self.forward(&conn, req, host, raw).await {
+        } = match self.forward(&conn, req, host, raw, &mut app).await {
             Ok(f) => f,
             Err(e) => Forwarded {
-                response: e.response(),
+                response: {
+                    if let (ProxyError::Upstream(_), Some(app)) = (&e, &app) {
+                        app.upstream_error();
+                    }
+                    e.response()
+                },
                 in_flight: None,
                 member: None,
                 hold: None,
@@ -253,6 +261,8 @@ impl Proxy {
             in_flight,
             active: Some(active),
             hold,
+            app,
+            received,
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);

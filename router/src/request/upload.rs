@@ -42,6 +42,19 @@ pub enum Received {
     Stream(crate::upstream::StreamBody),
 }
 
+impl Received {
+    /// The body's length as known when its head arrives: read whole, or a
+    /// `Content-Length`; 0 for a chunked one (the per-app `received` bytes
+    /// count what is declared).
+    pub fn declared_len(&self) -> u64 {
+        match self {
+            Received::Read(bytes) => bytes.len() as u64,
+            Received::Hyper(body) => body.size_hint().exact().unwrap_or(0),
+            Received::Stream(body) => body.size_hint().exact().unwrap_or(0),
+        }
+    }
+}
+
 /// The body as it will be sent, when nothing is left to read: none, or one the
 /// own path read whole with its head. `Err`: the body is still arriving
 /// ([`read_rest`] reads it). The common request takes no future for its body.

@@ -18,6 +18,8 @@ pub(super) struct Listeners {
     /// `tcp.listen`, in the configuration's order.
     pub(super) tcp: Vec<TcpListener>,
     pub(super) admin: Option<TcpListener>,
+    /// `listen.metrics`: the read-only listener for scrapers.
+    pub(super) metrics: Option<TcpListener>,
     pub(super) https: Option<(TcpListener, crate::tls::server::Acceptor)>,
     pub(super) http3: Option<crate::quic::listener::Bound>,
 }
@@ -64,6 +66,11 @@ impl Listeners {
             .listen
             .admin
             .map(|a| bind("admin", "listen.admin", a))
+            .transpose()?;
+        let metrics = config
+            .listen
+            .metrics
+            .map(|a| bind("metrics", "listen.metrics", a))
             .transpose()?;
         match config.listen.admin {
             Some(a) if !a.ip().is_loopback() => tracing::warn!(
@@ -117,6 +124,7 @@ impl Listeners {
             http,
             tcp,
             admin,
+            metrics,
             https,
             http3,
         })

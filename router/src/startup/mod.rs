@@ -30,7 +30,7 @@ use files::{fit_file_descriptors, load_default_cert};
 use listeners::Listeners;
 use reload::{Kept, with_settings};
 
-use crate::admin::Admin;
+use crate::admin::{Admin, Role};
 use crate::config::{Config, SourceKind};
 use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
@@ -131,6 +131,8 @@ pub struct Router {
     /// `listen.http3`: the bound UDP socket and its QUIC configuration.
     http3: Option<crate::quic::listener::Bound>,
     admin: Option<TcpListener>,
+    /// `listen.metrics`: `/metrics`, `/healthz`, `/readyz` only.
+    metrics: Option<TcpListener>,
     certs: Arc<Mutex<CertIndex>>,
     ticketer: Option<Arc<SharedTicketer>>,
     /// The proxy and limits every listener reads; a reload swaps them.
@@ -168,6 +170,7 @@ impl Router {
     ) -> Result<Router, StartError> {
         fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
+        metrics.app_traffic.set_limits(config.metrics.limits());
         // The state directory holds the routing state, the rotate state and the splits.
         let splits = Arc::new(SplitStore::open(&config.state_dir)?);
         let table = Arc::new(ArcSwap::from_pointee(initial_table(&splits)));
@@ -242,6 +245,7 @@ impl Router {
             https: listeners.https,
             http3: listeners.http3,
             admin: listeners.admin,
+            metrics: listeners.metrics,
             certs,
             ticketer,
             live,
@@ -301,6 +305,11 @@ impl Router {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The bound address of `listen.metrics`, if set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` resolves, then drains within `shutdown_grace`.
     fn log_listeners(&self) {
         for (what, addr) in [
@@ -308,6 +317,7 @@ impl Router {
             ("https", self.https_addr()),
             ("http3", self.http3_addr()),
             ("admin", self.admin_addr()),
+            ("metrics", self.metrics_addr()),
         ] {
             if let Some(addr) = addr {
                 tracing::info!(listener = what, %addr, "listening");
@@ -324,6 +334,9 @@ impl Router {
         }
         if let Some(l) = &self.admin {
             sockets.push(("admin".into(), l.as_raw_fd()));
+        }
+        if let Some(l) = &self.metrics {
+            sockets.push(("metrics".into(), l.as_raw_fd()));
         }
         if let Some(b) = &self.http3 {
             sockets.push(("http3".into(), b.socket.as_raw_fd()));
@@ -349,7 +362,17 @@ impl Router {
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let admin_task = self.admin.map(|l| {
             let limits = self.config.limits.clone();
-            tokio::spawn(self.admin_api.clone().listen(l, limits, admin_stop_rx))
+            let stop = admin_stop_rx.clone();
+            tokio::spawn(self.admin_api.clone().listen(l, Role::Admin, limits, stop))
+        });
+        let metrics_task = self.metrics.map(|l| {
+            let limits = self.config.limits.clone();
+            let stop = admin_stop_rx.clone();
+            tokio::spawn(
+                self.admin_api
+                    .clone()
+                    .listen(l, Role::Metrics, limits, stop),
+            )
         });
         let (http_task, https_task) = serve_clients(
             (self.http, self.https, self.tcp),
@@ -370,6 +393,7 @@ impl Router {
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
         let trimmer = tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone());
+        let app_traffic = tasks::spawn_app_traffic(self.admin_api.metrics.app_traffic.clone());
         let sweeper = tasks::spawn_sweeper(
             self.registry.clone(),
             self.certs.clone(),
@@ -427,8 +451,9 @@ impl Router {
         sourcing.stop().await;
         sweeper.abort();
         trimmer.abort();
+        app_traffic.abort();
         let _ = admin_stop_tx.send(true);
-        if let Some(t) = admin_task {
+        for t in [admin_task, metrics_task].into_iter().flatten() {
             let _ = t.await;
         }
         tracing::info!("stopped");

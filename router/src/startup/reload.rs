@@ -76,7 +76,7 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
 /// Live at once: `limits.*` (connection-level ones for connections accepted from
 /// then on), `upstream` timeouts, `health.*` checks and thresholds, the default
 /// certificate and the TLS handshake deadline, `access_log.enabled`, `forwarded` and
-/// the admin token, `app_defaults`.
+/// the admin token, `app_defaults`, `metrics.*`.
 /// Everything else needs a restart (or an upgrade, see `docs/operations.md`); a reload that
 /// changes it says so by name and keeps the running value.
 #[derive(Clone)]
@@ -113,6 +113,7 @@ impl Reloader {
         let current = self.live.load_full();
         let proxy = with_settings(Kept::of(&current.proxy), &config);
         self.registry.set_health(config.health.settings());
+        self.metrics.app_traffic.set_limits(config.metrics.limits());
         self.admin
             .policies
             .set_defaults(config.app_defaults.clone());

@@ -9,6 +9,18 @@ use crate::members::MemberRegistry;
 use crate::tls::store::CertIndex;
 use crate::tls::tickets::SharedTicketer;
 
+/// Moves the per-app traffic windows and places (see [`crate::metrics::apps`])
+/// every 10 s, also when nothing scrapes.
+pub(super) fn spawn_app_traffic(apps: Arc<crate::metrics::apps::AppsTraffic>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tick.tick().await;
+            apps.pass(std::time::Instant::now());
+        }
+    })
+}
+
 /// Gives freed heap back to the system after a storm of client connections closed
 /// (see [`crate::memory`]); looks every 5 s at the connections the client
 /// listeners accepted and still hold.

@@ -116,7 +116,9 @@ impl Builder {
             next.generated = Some(self.generated.clone());
         }
         for key in changed {
+            let mut removed = None;
             if let Some((AppRoute(old), ())) = next.apps.remove_with_key(key as &dyn AppKeyRef) {
+                removed = Some(format!("{}-{}", old.name, old.namespace));
                 next.passthrough -= usize::from(old.passthrough);
                 next.generated_names -= usize::from(old.generated);
                 for host in &old.hosts[usize::from(old.generated)..] {
@@ -126,7 +128,13 @@ impl Builder {
                     }
                 }
             }
-            if let Some(app) = state.app(key).filter(|a| a.is_announced()) {
+            let app = state.app(key).filter(|a| a.is_announced());
+            if let Some(old) = &removed
+                && app.is_none_or(|a| label(a) != old.as_str())
+            {
+                self.metrics.app_traffic.remove(old);
+            }
+            if let Some(app) = app {
                 let route = Arc::new(self.route(key, app));
                 next.passthrough += usize::from(route.passthrough);
                 next.generated_names += usize::from(route.generated);
@@ -224,6 +232,7 @@ impl Builder {
             fail_open: self.naming.fail_open,
             passthrough,
             tcp,
+            traffic: self.metrics.app_traffic.of(&label(app)),
         }
     }
 
@@ -307,4 +316,9 @@ impl Publish for Builder {
         }
         tracing::debug!(apps = changed.len(), "route table updated");
     }
+}
+
+/// An app's label in the per-app metrics and the admin API: `name-namespace`.
+fn label(app: &App) -> String {
+    format!("{}-{}", app.name, app.namespace)
 }

@@ -59,6 +59,9 @@ pub struct Route {
     pub passthrough: bool,
     /// Members for each `tcp.listen` rule naming this app: (rule number, members).
     pub tcp: Vec<(usize, Vec<Target>)>,
+    /// The app's traffic counters (the same across table updates; see
+    /// [`crate::metrics::apps`]).
+    pub traffic: Arc<crate::metrics::apps::AppTraffic>,
 }
 
 /// Which endpoints of which app a `tcp.listen` port goes to (see [`crate::tcp`]):

@@ -14,7 +14,7 @@
 //! where a message ends, and a disagreement hands the connection to hyper.
 
 use bytes::{Bytes, BytesMut};
-use h1_codec::fields::Fields;
+use h1_codec::fields::{FieldIndex, Fields};
 use h1_codec::framing::Head;
 use h1_codec::{BodyFraming, MAX_HEADERS};
 use http::{Method, Request, Uri, Version};
@@ -38,12 +38,12 @@ pub struct HeadLimits {
 pub enum Parsed {
     /// No complete head yet (and not over the size limit).
     Partial,
-    /// A request this path serves: its head is `head` bytes long and its
-    /// `Content-Length` body (`body` bytes) follows. Its fields are in
-    /// `fields` as they came, not in `parts` (whose map is empty).
+    /// A request this path serves, taken out of the buffer: its head was
+    /// `head` bytes long and its `Content-Length` body is `body`. Its fields
+    /// are in `fields` as they came, not in `parts` (whose map is empty).
     Request {
         head: usize,
-        body: usize,
+        body: Bytes,
         parts: Box<http::request::Parts>,
         fields: Fields,
     },
@@ -53,7 +53,9 @@ pub enum Parsed {
 
 /// Reads the request head at the start of `buf` (see the module doc); `framed` is
 /// what the framing reader said of the head starting there, if it saw one complete.
-pub fn parse(buf: &[u8], limits: &HeadLimits, framed: Option<Head>) -> Parsed {
+/// A request this path serves (its body whole in `buf` too) is taken out of
+/// `buf`, without a copy; otherwise `buf` is left as it was.
+pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, framed: Option<Head>) -> Parsed {
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     // More fields than this (or than a lower `limits.max_headers`): hyper takes
@@ -101,18 +103,29 @@ pub fn parse(buf: &[u8], limits: &HeadLimits, framed: Option<Head>) -> Parsed {
             return Parsed::Other;
         }
     }
+    // A body still on its way is hyper's to read, with its deadlines and 408.
+    if buf.len() < len + body {
+        return Parsed::Other;
+    }
     // The fields as they came (no map: the member gets them as they are, see
     // `request::headers::encode_for_member`).
-    let Some(fields) = Fields::new(buf, len, req.headers) else {
+    let Some(index) = FieldIndex::new(buf, len, req.headers) else {
         return Parsed::Other;
     };
-    let at = path.as_ptr() as usize - buf.as_ptr() as usize;
-    let Some(Ok(uri)) = fields
-        .head_slice(at, path.len())
-        .map(Uri::from_maybe_shared)
-    else {
+    let path = (path.as_ptr() as usize - buf.as_ptr() as usize, path.len());
+    let head = buf.split_to(len).freeze();
+    let uri = head
+        .get(path.0..path.0 + path.1)
+        .map(|_| Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)));
+    let (Some(Ok(uri)), Some(fields)) = (uri, Fields::with_head(head.clone(), index)) else {
+        // A target the `http` crate refuses (rare): hyper gets every byte.
+        let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(buf);
+        *buf = whole;
         return Parsed::Other;
     };
+    let body = buf.split_to(body).freeze();
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
@@ -122,15 +135,5 @@ pub fn parse(buf: &[u8], limits: &HeadLimits, framed: Option<Head>) -> Parsed {
         body,
         parts: Box::new(parts),
         fields,
-    }
-}
-
-/// Moves a served request's head and body out of `buf`: the body as shared bytes.
-pub fn take(buf: &mut BytesMut, head: usize, body: usize) -> Bytes {
-    bytes::Buf::advance(buf, head);
-    if body == 0 {
-        Bytes::new()
-    } else {
-        buf.split_to(body).freeze()
     }
 }

@@ -93,20 +93,17 @@ pub async fn run(
     loop {
         // 1. A head (and its body, if it came along).
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
-        let (head, body, parts, fields) = loop {
+        let (body, parts, fields) = loop {
             if !buf.is_empty() {
-                match head::parse(&buf, &settings.head, io.framed_head(buf.len())) {
+                let framed = io.framed_head(buf.len());
+                match head::parse(&mut buf, &settings.head, framed) {
                     Parsed::Request {
-                        head,
                         body,
                         parts,
                         fields,
-                    } if buf.len() >= head + body => {
-                        break (head, body, parts, fields);
-                    }
-                    // A body still on its way is hyper's to read, with its
-                    // deadlines and 408.
-                    Parsed::Request { .. } | Parsed::Other => return End::Handoff(buf.to_vec()),
+                        ..
+                    } => break (body, parts, fields),
+                    Parsed::Other => return End::Handoff(buf.to_vec()),
                     Parsed::Partial => {}
                 }
                 if deadline.is_none() {
@@ -119,7 +116,6 @@ pub async fn run(
             }
         };
         let method = parts.method.clone();
-        let body = head::take(&mut buf, head, body);
         let req = Request::from_parts(*parts, Received::Read(body));
         // Boxed: a waiting connection keeps only this loop's few words.
         let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));

@@ -6,9 +6,16 @@
 //! `router_backend_up{backend}` (one series per live member) and
 //! `router_tls_certificate_expiry_timestamp_seconds{alias}` (one per certificate).
 //!
+//! Traffic per app is the one family labelled by app, with a bound on how many
+//! apps it exports (see [`apps`]).
+//!
 //! This module imports nothing from the rest of the crate: every other module
 //! reports into it. Counters used on every request are resolved once here, not looked up by
 //! label per request.
+
+pub mod apps;
+
+use std::sync::Arc;
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 // The `prometheus` crate's own registration macros: one statement a family.
@@ -157,6 +164,9 @@ pub struct Metrics {
     /// `router_app_limit_untracked_total`: clients let through without a rate
     /// bucket because the table of buckets was full (see `policy::clients`).
     pub app_untracked: IntCounter,
+    /// `router_app_*{app}`: traffic per app, a bounded number of apps exported
+    /// (see [`apps`]).
+    pub app_traffic: Arc<apps::AppsTraffic>,
     /// The consumer's own metrics, in the same registry.
     pub spi: spi_consumer::metrics::Metrics,
 }
@@ -362,7 +372,10 @@ impl Metrics {
             r
         )?;
         zeroed(&http3, &["ok", "failed", "timeout", "retry", "refused"]);
+        let app_traffic = Arc::new(apps::AppsTraffic::new()?);
+        r.register(Box::new(apps::Export(app_traffic.clone())))?;
         Ok(Metrics {
+            app_traffic,
             by_protocol: ["http/1", "h2", "h3"].map(|p| by_protocol.with_label_values(&[p])),
             http3,
             by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
