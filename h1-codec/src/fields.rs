@@ -41,6 +41,11 @@ pub enum Name {
     XForwardedProto,
     XForwardedHost,
     XForwardedPort,
+    /// `X-Request-Id`, `traceparent`, `tracestate`: what a proxy sets or
+    /// continues itself (the request ID and the W3C trace context).
+    XRequestId,
+    Traceparent,
+    Tracestate,
     Other,
 }
 
@@ -90,6 +95,9 @@ impl Name {
             9 => (b"forwarded", Name::Forwarded),
             10 if first == b'c' => (b"connection", Name::Connection),
             10 if first == b'k' => (b"keep-alive", Name::KeepAlive),
+            10 if first == b't' => (b"tracestate", Name::Tracestate),
+            11 => (b"traceparent", Name::Traceparent),
+            12 => (b"x-request-id", Name::XRequestId),
             10 => (b"set-cookie", Name::SetCookie),
             14 => (b"content-length", Name::ContentLength),
             15 => (b"x-forwarded-for", Name::XForwardedFor),
@@ -157,6 +165,9 @@ impl Name {
             Name::XForwardedProto => HeaderName::from_static("x-forwarded-proto"),
             Name::XForwardedHost => HeaderName::from_static("x-forwarded-host"),
             Name::XForwardedPort => HeaderName::from_static("x-forwarded-port"),
+            Name::XRequestId => HeaderName::from_static("x-request-id"),
+            Name::Traceparent => HeaderName::from_static("traceparent"),
+            Name::Tracestate => HeaderName::from_static("tracestate"),
             Name::Other => return None,
         })
     }
@@ -521,6 +532,9 @@ mod tests {
             ("x-forwarded-proto", Name::XForwardedProto),
             ("x-forwarded-host", Name::XForwardedHost),
             ("x-forwarded-port", Name::XForwardedPort),
+            ("x-request-id", Name::XRequestId),
+            ("traceparent", Name::Traceparent),
+            ("tracestate", Name::Tracestate),
         ];
         for (name, kind) in known {
             assert_eq!(
@@ -555,7 +569,8 @@ mod tests {
                 "connection", "content-length", "transfer-encoding", "keep-alive",
                 "proxy-connection", "te", "upgrade", "trailer", "date", "set-cookie",
                 "host", "cookie", "forwarded", "x-forwarded-for", "x-forwarded-proto",
-                "x-forwarded-host", "x-forwarded-port",
+                "x-forwarded-host", "x-forwarded-port", "x-request-id", "traceparent",
+                "tracestate",
             ]),
             flip in proptest::prelude::any::<proptest::sample::Index>(),
             upper in proptest::prelude::any::<bool>(),
@@ -575,6 +590,8 @@ mod tests {
                     ("x-forwarded-proto", Name::XForwardedProto),
                     ("x-forwarded-host", Name::XForwardedHost),
                     ("x-forwarded-port", Name::XForwardedPort),
+                    ("x-request-id", Name::XRequestId), ("traceparent", Name::Traceparent),
+                    ("tracestate", Name::Tracestate),
                 ]
                 .iter()
                 .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(candidate))

@@ -19,6 +19,8 @@ pub struct AccessRecord {
     /// own answer): with `duration_ms`, where a slow request spent its time, as
     /// haproxy's `Tr` and nginx's `$upstream_header_time` tell.
     pub head: Option<Duration>,
+    /// The request's ID and trace (see `request::trace`).
+    pub ids: Option<super::trace::Trace>,
 }
 
 impl AccessRecord {
@@ -38,6 +40,7 @@ impl AccessRecord {
             version: req.version(),
             upstream: None,
             head: None,
+            ids: None,
         }
     }
 
@@ -55,6 +58,12 @@ impl AccessRecord {
             head_ms = self.head.map_or(0.0, |h| h.as_secs_f64() * 1000.0),
             duration_ms = duration.as_secs_f64() * 1000.0,
             aborted,
+            request_id = self
+                .ids
+                .as_ref()
+                .and_then(|t| t.request_id.to_str().ok())
+                .unwrap_or("-"),
+            trace_id = self.ids.as_ref().map_or("-", |t| t.trace_id()),
         );
     }
 }

@@ -50,10 +50,11 @@ impl ProxyError {
         )
     }
 
-    /// The one place errors become responses.
-    pub fn response(&self) -> Response<ProxyBody> {
+    /// The one place errors become responses; `request_id`: the request's ID,
+    /// written in the page (the response carries it as `X-Request-Id` too).
+    pub fn response(&self, request_id: Option<&HeaderValue>) -> Response<ProxyBody> {
         if let ProxyError::Refused(r) = self {
-            return refused(r);
+            return refused(r, request_id);
         }
         let (status, text) = match self {
             ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
@@ -105,7 +106,7 @@ impl ProxyError {
                 }
             },
         };
-        let mut resp = Response::new(ProxyBody::full(text));
+        let mut resp = Response::new(page(text, request_id));
         *resp.status_mut() = status;
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -131,28 +132,34 @@ impl ProxyError {
 /// An app policy's refusal: 403 for an address, 429 over a limit (with
 /// `Retry-After` for the rate), 503 with `Retry-After` and the operator's page in
 /// maintenance.
-fn refused(r: &Refused) -> Response<ProxyBody> {
+fn refused(r: &Refused, request_id: Option<&HeaderValue>) -> Response<ProxyBody> {
     let (status, body, retry_after) = match r {
         Refused::Address => (
             StatusCode::FORBIDDEN,
-            ProxyBody::full("this application does not take requests from your address\n"),
+            page(
+                "this application does not take requests from your address\n",
+                request_id,
+            ),
             None,
         ),
         Refused::Rate { retry_after } => (
             StatusCode::TOO_MANY_REQUESTS,
-            ProxyBody::full("too many requests from your address, slow down\n"),
+            page(
+                "too many requests from your address, slow down\n",
+                request_id,
+            ),
             Some(*retry_after),
         ),
         Refused::MemberSlot => (
             StatusCode::TOO_MANY_REQUESTS,
-            ProxyBody::full("too many requests at once from your address\n"),
+            page("too many requests at once from your address\n", request_id),
             Some(1),
         ),
         Refused::Maintenance(m) => (
             StatusCode::SERVICE_UNAVAILABLE,
             match &m.page {
                 Some(page) => ProxyBody::full(page.clone()),
-                None => ProxyBody::full("this application is down for maintenance\n"),
+                None => page("this application is down for maintenance\n", request_id),
             },
             Some(m.retry_after),
         ),
@@ -174,4 +181,13 @@ fn refused(r: &Refused) -> Response<ProxyBody> {
         h.insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     resp
+}
+
+/// A page of the router's own: `text`, then the request's ID to quote when
+/// asking about it.
+fn page(text: &'static str, request_id: Option<&HeaderValue>) -> ProxyBody {
+    match request_id.and_then(|id| id.to_str().ok()) {
+        Some(id) => ProxyBody::full(format!("{text}request id: {id}\n")),
+        None => ProxyBody::full(text),
+    }
 }

@@ -25,6 +25,7 @@ use super::headers::{
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use super::route::{Destination, Routed, Sticky};
+use super::trace::Trace;
 use super::upload::{Received, read_now, read_rest};
 use super::{Forwarded, Proxy};
 use crate::members::MemberSlot;
@@ -42,7 +43,7 @@ impl Proxy {
         mut req: Request<Received>,
         host: Option<HeaderValue>,
         mut raw: Option<Fields>,
-        app: &mut Option<Arc<AppTraffic>>,
+        (trace, app): (&Trace, &mut Option<Arc<AppTraffic>>),
     ) -> Result<Forwarded, ProxyError> {
         // The request's fields: in its map, or as they came (`raw`: the own path).
         let fields = raw
@@ -72,7 +73,13 @@ impl Proxy {
         plain_or_map(&mut req, &mut raw, h2 || upgrade);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        for_member(&mut parts, &host, &target, conn, (upgrade, raw.is_some()))?;
+        for_member(
+            &mut parts,
+            &host,
+            &target,
+            (conn, trace),
+            (upgrade, raw.is_some()),
+        )?;
         // 5. body: read ahead before a member is involved.
         let body = self.read_body(body).await?;
         let timeouts = Timeouts::of(self, policy.as_deref());
@@ -109,7 +116,7 @@ impl Proxy {
         // 7. send; once more if the retry decision allows (exactly as encoded: only
         // without a body). Inline: as an async fn, 1 000 instructions more a request.
         let idempotent = idempotent(&parts.method);
-        let mut request = encoded((parts, body), raw.as_ref(), conn, &host);
+        let mut request = encoded((parts, body), raw.as_ref(), (conn, trace), &host);
         let replay = Replay::Request {
             idempotent,
             exact: request.has_no_body(),
@@ -240,7 +247,7 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 fn encoded(
     (parts, body): (http::request::Parts, RequestBody),
     raw: Option<&Fields>,
-    conn: &ClientConn,
+    conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> Encoded {
     let Some(fields) = raw else {
@@ -295,7 +302,7 @@ fn for_member(
     parts: &mut http::request::Parts,
     host: &HeaderValue,
     target: &Target,
-    conn: &ClientConn,
+    (conn, trace): (&ClientConn, &Trace),
     (upgrade, raw): (bool, bool),
 ) -> Result<(), ProxyError> {
     if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
@@ -318,6 +325,7 @@ fn for_member(
     if !raw {
         remove_hop_by_hop(&mut parts.headers, upgrade);
         set_forwarded(&mut parts.headers, conn, host);
+        trace.set_in(&mut parts.headers);
     }
     Ok(())
 }

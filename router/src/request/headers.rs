@@ -11,6 +11,7 @@
 //! Everything else passes untouched, in order: Host, cookies (the gear haproxy's
 //! `GEAR` stickiness cookie), authorization, and so on.
 
+use super::trace::Trace;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -311,6 +312,12 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
+    /// Whether this client's own forwarding fields (and request ID) are kept:
+    /// the trust rule, `forwarded.trusted`.
+    pub fn trusted(&self) -> bool {
+        self.trusted
+    }
+
     pub fn new(
         ip: IpAddr,
         keys: KeyRule,
@@ -507,7 +514,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
 pub fn encode_for_member(
     (method, target): (&http::Method, &str),
     fields: &Fields,
-    conn: &ClientConn,
+    (conn, trace): (&ClientConn, &Trace),
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) {
@@ -520,6 +527,8 @@ pub fn encode_for_member(
     for (kind, name, value) in end_to_end(fields, &none) {
         let replaced = match kind {
             Name::Forwarded => !matches!(forwarded, ForwardedField::Keep),
+            Name::XRequestId | Name::Traceparent => true,
+            Name::Tracestate => !trace.keep_state,
             k => k.is_forwarding(),
         };
         if !replaced {
@@ -533,10 +542,13 @@ pub fn encode_for_member(
     line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
     line(b"x-forwarded-host", host.as_bytes(), out);
     line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
+    line(b"x-request-id", trace.request_id.as_bytes(), out);
+    line(b"traceparent", trace.traceparent(), out);
     out.extend_from_slice(b"\r\n");
 }
 
 /// One field line.
+#[inline]
 fn line(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
@@ -849,7 +861,7 @@ mod tests {
         /// path, no map) says what the map path's says: the same request line
         /// and each name's values, hop-by-hop fields and the forwarding family
         /// handled alike, for trusted and untrusted clients, with `Forwarded`
-        /// on and off.
+        /// on and off, and the request ID and trace context set alike.
         #[test]
         fn a_request_written_from_its_fields_says_what_its_map_says(
             fields in proptest::collection::vec((
@@ -857,7 +869,8 @@ mod tests {
                     "Host", "Accept", "Cookie", "X-Forwarded-For", "x-forwarded-for",
                     "X-Forwarded-Proto", "X-Forwarded-Host", "X-Forwarded-Port",
                     "Forwarded", "Keep-Alive", "TE", "Connection", "Upgrade",
-                    "Proxy-Connection", "Content-Length", "X-A",
+                    "Proxy-Connection", "Content-Length", "X-A", "X-Request-Id",
+                    "traceparent", "tracestate",
                 ]),
                 proptest::sample::select(vec![
                     "1", "a.example", "keep-alive", "203.0.113.9, 198.51.100.7",
@@ -882,10 +895,12 @@ mod tests {
             let conn = conn("192.0.2.1", https, &settings);
             let host = HeaderValue::from_static("a.example");
             let mut written = Vec::new();
-            encode_for_member((&http::Method::GET, "/p?q=1"), &raw, &conn, &host, &mut written);
+            let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted());
+            encode_for_member((&http::Method::GET, "/p?q=1"), &raw, (&conn, &trace), &host, &mut written);
             let mut map = raw.to_map(6);
             remove_hop_by_hop(&mut map, false);
             set_forwarded(&mut map, &conn, &host);
+            trace.set_in(&mut map);
             let mut mapped = Vec::new();
             h1_codec::encode::encode_request_head(&http::Method::GET, "/p?q=1", &mut map, None, &mut mapped);
             proptest::prop_assert_eq!(head_by_name(&written), head_by_name(&mapped));

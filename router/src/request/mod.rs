@@ -47,6 +47,7 @@ pub mod passthrough;
 pub mod respond;
 pub mod retry;
 pub mod route;
+pub mod trace;
 pub mod tunnel;
 pub mod upload;
 
@@ -63,6 +64,7 @@ use self::access_log::AccessRecord;
 use self::body::{Completion, ProxyBody};
 use self::headers::ClientConn;
 use self::route::{Redirect, host_of};
+use self::trace::Trace;
 use self::upload::{Received, UploadSettings};
 use crate::members::MemberSlot;
 use crate::metrics::Metrics;
@@ -119,6 +121,10 @@ struct Forwarded {
 pub struct Answer {
     pub response: Response<ProxyBody>,
     pub fields: Option<Fields>,
+    /// The request's ID (see [`trace`]), returned to the client as
+    /// `X-Request-Id`: written by the own HTTP/1.1 path, put in the map for
+    /// every other server.
+    pub request_id: http::HeaderValue,
 }
 
 impl Forwarded {
@@ -150,10 +156,14 @@ impl Proxy {
         let Answer {
             mut response,
             fields,
+            request_id,
         } = self.answer(conn, req, None).await;
         if let Some(fields) = fields {
             headers::member_map(&fields, response.headers_mut());
         }
+        response
+            .headers_mut()
+            .insert(trace::X_REQUEST_ID, request_id);
         Ok(response)
     }
 
@@ -191,8 +201,10 @@ impl Proxy {
         // across the forward.
         let announce_h3 =
             self.alt_svc.is_some() && conn.https && req.version() != http::Version::HTTP_3;
-        // The app's counters, once the request is routed to one.
+        // The app's counters, once the request is routed to one; its ID and
+        // trace context.
         let mut app = None;
+        let trace = Trace::of(fields, conn.trusted());
         let received = req.body().declared_len();
         let mut log = self
             .access_log
@@ -203,14 +215,17 @@ impl Proxy {
             member,
             hold,
             fields,
-        } = match self.forward(&conn, req, host, raw, &mut app).await {
+        } = match self
+            .forward(&conn, req, host, raw, (&trace, &mut app))
+            .await
+        {
             Ok(f) => f,
             Err(e) => Forwarded {
                 response: {
                     if let (ProxyError::Upstream(_), Some(app)) = (&e, &app) {
                         app.upstream_error();
                     }
-                    e.response()
+                    e.response(Some(&trace.request_id))
                 },
                 in_flight: None,
                 member: None,
@@ -227,6 +242,7 @@ impl Proxy {
             && response.status() == http::StatusCode::BAD_REQUEST;
         if let Some(log) = log.as_mut() {
             log.head = Some(start.elapsed());
+            log.ids = Some(trace.clone());
             log.upstream = in_flight
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
@@ -266,6 +282,10 @@ impl Proxy {
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);
-        Answer { response, fields }
+        Answer {
+            response,
+            fields,
+            request_id: trace.request_id,
+        }
     }
 }

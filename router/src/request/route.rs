@@ -224,7 +224,7 @@ impl Proxy {
             .unwrap_or_default();
         let response = match &self.redirect {
             Some(r) => r.response(req, &name),
-            None => ProxyError::NoRoute.response(),
+            None => ProxyError::NoRoute.response(None),
         };
         Forwarded {
             response,

@@ -242,7 +242,11 @@ fn write<'a>(
     // The head is encoded before the future is made: the future keeps only the
     // body, the encoder and the bytes to write (not the response beside them),
     // which keeps the connection's task small between requests.
-    let Answer { response, fields } = answer;
+    let Answer {
+        response,
+        fields,
+        request_id,
+    } = answer;
     let (parts, body) = response.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::None
@@ -252,7 +256,14 @@ fn write<'a>(
             .map_or(BodyLength::Unknown, BodyLength::Known)
     };
     let mut out = Vec::with_capacity(512);
-    let head = response::encode_head(&parts, fields.as_ref(), method, length, date, &mut out);
+    let head = response::encode_head(
+        &parts,
+        (fields.as_ref(), Some(&request_id)),
+        method,
+        length,
+        date,
+        &mut out,
+    );
     drop((parts, fields));
     let last = head.last;
     let encoder = head.encoder;

@@ -87,10 +87,11 @@ fn can_have_content_length(status: StatusCode) -> bool {
 
 /// Appends the head of `parts` (a response to a `method` request) to `out`:
 /// first `member`'s fields, when a member's fields came as they were sent
-/// (see [`super::super::Answer`]), then the fields of `parts`.
+/// (see [`super::super::Answer`]), then the fields of `parts`, then
+/// `X-Request-Id: request_id` (in place of a member's).
 pub fn encode_head(
     parts: &http::response::Parts,
-    member: Option<&Fields>,
+    (member, request_id): (Option<&Fields>, Option<&HeaderValue>),
     method: &Method,
     body: BodyLength,
     date: &mut DateCache,
@@ -109,9 +110,14 @@ pub fn encode_head(
         trailers: None,
     };
     if let Some(fields) = member {
-        w.member_fields(fields, &parts.headers, out);
+        w.member_fields(fields, &parts.headers, request_id.is_some(), out);
     }
     w.map_fields(&parts.headers, out);
+    if let Some(id) = request_id {
+        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     let Written {
         chunkable,
         mut last,
@@ -157,10 +163,17 @@ impl Written<'_> {
     /// A member's fields, line by line in the order they came (no hop-by-hop one
     /// among them, so no `connection` or `transfer-encoding`); `added`: what the
     /// router puts in place of some of them.
-    fn member_fields(&mut self, fields: &Fields, added: &HeaderMap, out: &mut Vec<u8>) {
+    fn member_fields(
+        &mut self,
+        fields: &Fields,
+        added: &HeaderMap,
+        own_id: bool,
+        out: &mut Vec<u8>,
+    ) {
         let mut member_len = false;
         for (kind, name, value) in end_to_end(fields, added) {
             match kind {
+                Name::XRequestId if own_id => {}
                 // The first one, as from a map (a member's lengths agree).
                 Name::ContentLength if member_len => {}
                 Name::ContentLength => {

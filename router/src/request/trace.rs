@@ -1,0 +1,194 @@
+//! Each request's ID and W3C trace context (<https://www.w3.org/TR/trace-context/>).
+//!
+//! - **`X-Request-Id`**: the client's, when `forwarded.trusted` trusts the client
+//!   (the same rule as for `X-Forwarded-For`) and the value is a plain token of at
+//!   most [`MAX_ID`] bytes; else one made here (32 hex digits). It goes to the
+//!   member, back to the client, into the access log and into the router's own
+//!   error pages, so one value finds a request everywhere.
+//! - **`traceparent`**: a valid one from the client is continued (its trace ID and
+//!   flags, the router's own span ID as the parent the member sees) and its
+//!   `tracestate` passed on; none, or an invalid one, starts a trace (a new trace
+//!   ID, the sampled flag off) and any `tracestate` is dropped, as the
+//!   recommendation says. The access log carries the trace ID.
+//!
+//! IDs are made from a per-process random seed and a per-thread counter through
+//! SplitMix64: unique, unpredictable enough for correlation (they guard nothing),
+//! and about 30 instructions an ID, where a system call per request for random
+//! bytes would cost more than the rest of this module.
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
+
+use h1_codec::fields::{FieldsRef, Name};
+use http::HeaderValue;
+
+pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
+/// A client's `X-Request-Id` longer than this is replaced.
+pub const MAX_ID: usize = 128;
+
+/// `00-` + 32 + `-` + 16 + `-` + 2.
+const TRACEPARENT_LEN: usize = 55;
+
+/// A request's ID and the trace context it carries to the member.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// `X-Request-Id`: the client's (trusted, well-formed) or made here.
+    pub request_id: HeaderValue,
+    /// `traceparent` towards the member: the trace's ID, the router's span as
+    /// the parent, the flags.
+    traceparent: [u8; TRACEPARENT_LEN],
+    /// The client's `tracestate` goes on (its `traceparent` was valid).
+    pub keep_state: bool,
+}
+
+impl Trace {
+    /// The trace of a request whose fields are `fields`, from a client whose
+    /// forwarding fields are trusted or not.
+    pub fn of(fields: FieldsRef<'_>, trusted: bool) -> Trace {
+        let mut given = fields.values(Name::XRequestId);
+        let request_id = match (given.next(), given.next()) {
+            (Some(v), None) if trusted && is_plain_id(v) => fields.header_value(v),
+            _ => None,
+        }
+        .unwrap_or_else(|| hex_value(&ids::<2>()));
+        let parent = fields
+            .values(Name::Traceparent)
+            .next()
+            .and_then(parse_traceparent)
+            .filter(|_| fields.values(Name::Traceparent).nth(1).is_none());
+        let [span] = ids::<1>();
+        let (trace_id, flags, keep_state) = match parent {
+            Some((trace_id, flags)) => (trace_id, flags, true),
+            None => (hex32(ids::<2>()), *b"00", false),
+        };
+        let mut traceparent = [0u8; TRACEPARENT_LEN];
+        traceparent[..3].copy_from_slice(b"00-");
+        traceparent[3..35].copy_from_slice(&trace_id);
+        traceparent[35] = b'-';
+        write_hex(span, &mut traceparent[36..52]);
+        traceparent[52] = b'-';
+        traceparent[53..].copy_from_slice(&flags);
+        Trace {
+            request_id,
+            traceparent,
+            keep_state,
+        }
+    }
+
+    /// The `traceparent` value the member gets.
+    pub fn traceparent(&self) -> &[u8] {
+        &self.traceparent
+    }
+
+    /// The trace ID (32 hex digits), for the access log.
+    pub fn trace_id(&self) -> &str {
+        std::str::from_utf8(&self.traceparent[3..35]).unwrap_or("")
+    }
+
+    /// Sets the request ID and the trace context in a request's map (what the
+    /// member gets through hyper's clients: h2 members, upgrades): what
+    /// `headers::encode_for_member` writes for the own path.
+    pub fn set_in(&self, headers: &mut http::HeaderMap) {
+        headers.insert(X_REQUEST_ID, self.request_id.clone());
+        if let Ok(v) = HeaderValue::from_bytes(&self.traceparent) {
+            headers.insert(TRACEPARENT, v);
+        }
+        if !self.keep_state {
+            headers.remove(TRACESTATE);
+        }
+    }
+}
+
+/// A request ID a client may set: visible ASCII without space, quote, backslash
+/// or comma (it is written into log lines and pages), at most [`MAX_ID`] bytes.
+fn is_plain_id(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_ID
+        && v.iter()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b','))
+}
+
+/// A `traceparent` value's trace ID and flags, if it is valid (version `00`
+/// exactly as long as that version says; a later version at least that long
+/// with `-` after it; lower-case hex; no all-zero trace or parent ID; never
+/// version `ff`).
+fn parse_traceparent(v: &[u8]) -> Option<([u8; 32], [u8; 2])> {
+    let v = trim(v);
+    if v.len() < TRACEPARENT_LEN {
+        return None;
+    }
+    let hex = |s: &[u8]| s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let (version, trace, parent, flags) = (&v[0..2], &v[3..35], &v[36..52], &v[53..55]);
+    let dashes = v[2] == b'-' && v[35] == b'-' && v[52] == b'-';
+    let fits = match version {
+        b"00" => v.len() == TRACEPARENT_LEN,
+        b"ff" => false,
+        _ => v.len() == TRACEPARENT_LEN || v[TRACEPARENT_LEN] == b'-',
+    };
+    let zero = |s: &[u8]| s.iter().all(|b| *b == b'0');
+    if !(dashes && fits && hex(version) && hex(trace) && hex(parent) && hex(flags))
+        || zero(trace)
+        || zero(parent)
+    {
+        return None;
+    }
+    Some((trace.try_into().ok()?, flags.try_into().ok()?))
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    v.trim_ascii()
+}
+
+/// `N` new 64-bit IDs.
+fn ids<const N: usize>() -> [u64; N] {
+    thread_local! {
+        static NEXT: Cell<u64> = Cell::new(seed());
+    }
+    NEXT.with(|next| {
+        std::array::from_fn(|_| {
+            let n = next.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            next.set(n);
+            splitmix(n)
+        })
+    })
+}
+
+/// Per thread: the process's random seed and the thread's own offset.
+fn seed() -> u64 {
+    static PROCESS: OnceLock<u64> = OnceLock::new();
+    let process = *PROCESS.get_or_init(|| std::hash::RandomState::new().build_hasher().finish());
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u64(process);
+    process ^ h.finish().rotate_left(17)
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn write_hex(v: u64, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, o) in out.iter_mut().take(16).enumerate() {
+        *o = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
+    }
+}
+
+fn hex32(v: [u64; 2]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    write_hex(v[0], &mut out[..16]);
+    write_hex(v[1], &mut out[16..]);
+    out
+}
+
+fn hex_value(v: &[u64; 2]) -> HeaderValue {
+    HeaderValue::from_bytes(&hex32(*v)).unwrap_or(HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+use super::*;
+use h1_codec::fields::Fields;
+
+fn trace_of(head: &str, trusted: bool) -> Trace {
+    let fields = Fields::of_head(head.as_bytes()).expect("a head");
+    Trace::of(FieldsRef::Raw(&fields), trusted)
+}
+
+const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[test]
+fn a_valid_traceparent_is_continued_with_the_routers_span() {
+    let t = trace_of(
+        &format!("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: {PARENT}\r\ntracestate: k=v\r\n\r\n"),
+        true,
+    );
+    let sent = std::str::from_utf8(t.traceparent()).expect("ascii");
+    assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(
+        sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{sent}"
+    );
+    assert!(sent.ends_with("-01"), "the flags kept: {sent}");
+    assert_ne!(&sent[36..52], "00f067aa0ba902b7", "the router's own span");
+    assert!(parse_traceparent(sent.as_bytes()).is_some(), "valid itself");
+    assert!(t.keep_state);
+}
+
+#[test]
+fn an_invalid_or_missing_traceparent_starts_a_trace_unsampled() {
+    for bad in [
+        "",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ] {
+        let field = if bad.is_empty() {
+            String::new()
+        } else {
+            format!("traceparent: {bad}\r\n")
+        };
+        let t = trace_of(
+            &format!("GET / HTTP/1.1\r\nHost: a\r\n{field}tracestate: k=v\r\n\r\n"),
+            true,
+        );
+        assert_ne!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736", "{bad}");
+        assert!(t.traceparent().ends_with(b"-00"), "not sampled: {bad}");
+        assert!(!t.keep_state, "tracestate dropped: {bad}");
+        assert!(parse_traceparent(t.traceparent()).is_some(), "{bad}");
+    }
+    // A later version may be longer, with a dash after the known part.
+    let later = format!("cc-{}-what", &PARENT[3..]);
+    assert!(parse_traceparent(later.as_bytes()).is_some());
+    // Two traceparent fields: invalid.
+    let t = trace_of(
+        &format!("GET / HTTP/1.1\r\ntraceparent: {PARENT}\r\ntraceparent: {PARENT}\r\n\r\n"),
+        true,
+    );
+    assert_ne!(t.trace_id(), &PARENT[3..35]);
+}
+
+#[test]
+fn the_clients_request_id_is_kept_only_if_trusted_and_plain() {
+    let head = |id: &str| format!("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: {id}\r\n\r\n");
+    assert_eq!(trace_of(&head("abc-123"), true).request_id, "abc-123");
+    assert_ne!(trace_of(&head("abc-123"), false).request_id, "abc-123");
+    let long = "a".repeat(MAX_ID + 1);
+    for bad in ["a b", "a\"b", "a,b", long.as_str()] {
+        let id = trace_of(&head(bad), true).request_id;
+        assert_ne!(id, bad);
+        assert_eq!(id.len(), 32, "made: 32 hex digits");
+    }
+}
+
+#[test]
+fn made_ids_differ() {
+    let seen: std::collections::HashSet<String> = (0..1000)
+        .map(|_| {
+            let t = trace_of("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true);
+            format!("{:?}{}", t.request_id, t.trace_id())
+        })
+        .collect();
+    assert_eq!(seen.len(), 1000);
+}
