@@ -16,6 +16,20 @@ ROWS = [
         ("New client connections per second", "sum by (listener) (rate(router_connections_total[1m]))", "short"),
         ("Client connections per worker thread", "sum by (instance, worker) (router_worker_connections)", "short"),
     ]),
+    ("Per app (top apps, then the app chosen above)", [
+        ("Top 10 apps by requests per second", "topk(10, sum by (app) (rate(router_app_requests_total{app!=\"_other\"}[5m])))", "reqps"),
+        ("Top 10 apps by 5xx ratio", "topk(10, sum by (app) (rate(router_app_requests_total{class=\"5xx\", app!=\"_other\"}[5m])) / sum by (app) (rate(router_app_requests_total{app!=\"_other\"}[5m])))", "percentunit"),
+        ("Top 10 apps by p99 response time", "topk(10, histogram_quantile(0.99, sum by (app, le) (rate(router_app_request_duration_seconds_bucket{app!=\"_other\"}[5m]))))", "s"),
+        ("$app: requests per second by class", "sum by (class) (rate(router_app_requests_total{app=~\"$app\"}[1m]))", "reqps"),
+        ("$app: response time p50 / p99", [
+            "histogram_quantile(0.5, sum by (le) (rate(router_app_request_duration_seconds_bucket{app=~\"$app\"}[5m])))",
+            "histogram_quantile(0.99, sum by (le) (rate(router_app_request_duration_seconds_bucket{app=~\"$app\"}[5m])))"], "s"),
+        ("$app: bytes in / out per second", [
+            "sum(rate(router_app_received_bytes_total{app=~\"$app\"}[1m]))",
+            "sum(rate(router_app_sent_bytes_total{app=~\"$app\"}[1m]))"], "Bps"),
+        ("$app: upstream errors per second", "sum(rate(router_app_upstream_errors_total{app=~\"$app\"}[5m]))", "short"),
+        ("Share of requests in app=\"_other\" (apps past metrics.max_apps)", "sum(rate(router_app_requests_total{app=\"_other\"}[5m])) / sum(rate(router_app_requests_total[5m]))", "percentunit"),
+    ]),
     ("Members", [
         ("Members up / down", ["sum(router_backend_up)", "count(router_backend_up == 0)"], "short"),
         ("Upstream errors by kind", "sum by (kind) (rate(router_upstream_errors_total[5m]))", "short"),
@@ -80,8 +94,15 @@ def main():
         "title": "Router pair and port proxies", "uid": "router-pair", "schemaVersion": 38,
         "version": 1, "editable": True, "refresh": "30s", "time": {"from": "now-6h", "to": "now"},
         "tags": ["router", "haproxy-replacement", "openshift"],
-        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
-                                 "label": "Prometheus", "current": {}}]},
+        "templating": {"list": [
+            {"name": "datasource", "type": "datasource", "query": "prometheus",
+             "label": "Prometheus", "current": {}},
+            {"name": "app", "type": "query", "label": "App",
+             "datasource": {"type": "prometheus", "uid": "${datasource}"},
+             "query": {"query": "label_values(router_app_requests_total, app)", "refId": "apps"},
+             "definition": "label_values(router_app_requests_total, app)",
+             "refresh": 2, "sort": 1, "multi": False, "includeAll": False, "current": {}},
+        ]},
         "panels": panels,
     }
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router-dashboard.json")

@@ -53,6 +53,58 @@ fn names_in(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// The per-app alert, by `promtool test rules` over made-up series: it names
+/// the one app failing while the others are fine, and stays quiet when every
+/// app fails (the router-wide alert says that) and for a quiet app.
+#[test]
+fn the_app_alert_names_the_failing_app_only_while_the_others_are_fine() {
+    let promtool = tool("promtool");
+    let rules = repo().join("deploy/prometheus/router-alerts.yml");
+    let dir = tempdir("promtest");
+    // Per minute: `bad` 60 requests, 30 of them 5xx; `good` 600, none;
+    // `quiet` 3, all 5xx (under the rate floor). Then everything fails.
+    let series = |app: &str, class: &str, per_min: u32| {
+        format!(
+            "      - series: 'router_app_requests_total{{app=\"{app}\",class=\"{class}\",instance=\"a\"}}'\n        values: '0+{per_min}x30'\n"
+        )
+    };
+    let mut input = String::new();
+    input += &series("bad-ns", "2xx", 30);
+    input += &series("bad-ns", "5xx", 30);
+    input += &series("good-ns", "2xx", 600);
+    input += &series("good-ns", "5xx", 0);
+    input += &series("quiet-ns", "5xx", 3);
+    input += &series("_other", "2xx", 100);
+    let all_fail = format!(
+        "{}{}",
+        series("bad-ns", "5xx", 60),
+        series("good-ns", "5xx", 600)
+    );
+    let test = format!(
+        "rule_files:\n  - {rules}\nevaluation_interval: 1m\ntests:\n\
+         \x20 - interval: 1m\n    input_series:\n{input}\
+         \x20   alert_rule_test:\n      - eval_time: 20m\n        alertname: RouterAppHigh5xxRatio\n\
+         \x20       exp_alerts:\n          - exp_labels: {{ severity: warning, app: bad-ns }}\n\
+         \x20           exp_annotations:\n              summary: \"50% of the answers for app bad-ns are 5xx, while the other apps are fine\"\n\
+         \x20 - interval: 1m\n    input_series:\n{all_fail}\
+         \x20   alert_rule_test:\n      - eval_time: 20m\n        alertname: RouterAppHigh5xxRatio\n        exp_alerts: []\n",
+        rules = rules.display()
+    );
+    std::fs::write(dir.join("app-alert.test.yml"), test).expect("write");
+    let out = Command::new(&promtool)
+        .args(["test", "rules"])
+        .arg(dir.join("app-alert.test.yml"))
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn promtool_accepts_the_rules_and_the_scrape_config() {
     let promtool = tool("promtool");

@@ -154,6 +154,11 @@ async fn the_status_page_renders_live_state_in_chromium() {
         ),
         ("its deny list", ">deny 127.0.0.0/8<".to_string()),
         ("its refusals", ">1 refused<".to_string()),
+        (
+            "the app's traffic",
+            "data-traffic=\"shop-demo\"".to_string(),
+        ),
+        ("its rates", "req/s · 5xx 0.0 % · p50".to_string()),
     ] {
         assert!(
             dom.contains(&needle),

@@ -90,9 +90,15 @@ fn dead_letters(dir: &Path) -> Vec<DeadLetter> {
 }
 
 /// Each app of the live table: its names, members (health, slots, tunnels,
-/// history), settings and requests refused (`sum_of`: the sum of the samples
-/// under a prefix).
-fn app_documents(table: &crate::table::RouteTable, sum_of: &impl Fn(&str) -> f64) -> Vec<Value> {
+/// history), settings, requests refused (`sum_of`: the sum of the samples
+/// under a prefix) and its traffic (see [`crate::metrics::apps::AppStats`]).
+fn app_documents(
+    table: &crate::table::RouteTable,
+    sum_of: &impl Fn(&str) -> f64,
+    traffic: &crate::metrics::apps::AppsTraffic,
+) -> Vec<Value> {
+    let now = std::time::Instant::now();
+    traffic.pass(now);
     table
         .routes()
         .map(|r| {
@@ -131,6 +137,7 @@ fn app_documents(table: &crate::table::RouteTable, sum_of: &impl Fn(&str) -> f64
                 "passthrough": r.passthrough,
                 "members": members,
                 "endpoints": r.endpoints.len(),
+                "traffic": traffic.stats(&format!("{}-{}", r.name, r.namespace), now),
             })
         })
         .collect()
@@ -164,7 +171,7 @@ pub fn document(admin: &Admin) -> Value {
             .sum()
     };
     let table = admin.table.load_full();
-    let apps = app_documents(&table, &sum_of);
+    let apps = app_documents(&table, &sum_of, &admin.metrics.app_traffic);
     let certificates = certificate_documents(&m, now);
     let outcomes: BTreeMap<&str, f64> = m
         .iter()

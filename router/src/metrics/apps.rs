@@ -348,6 +348,8 @@ impl AppsTraffic {
             let totals = e.traffic.totals();
             let requests = totals.requests();
             e.recent = requests - e.requests.min(requests);
+            // An app's first requests count from its entry into the table.
+            let first = (e.requests == 0).then_some(e.moved);
             if requests != e.requests {
                 e.requests = requests;
                 e.moved = now;
@@ -357,7 +359,7 @@ impl AppsTraffic {
                 e.placed = None;
             }
             placed += usize::from(e.placed.is_some());
-            e.windows = step_windows(e.windows, now, totals, idle_for);
+            e.windows = step_windows(e.windows, (now, totals), idle_for, first);
         }
         // Free places go to the busiest apps since the last pass.
         let free = max_apps.saturating_sub(placed);
@@ -442,15 +444,20 @@ impl AppsTraffic {
 
 /// The admin API's two copies of an app's totals a window apart: a new copy
 /// once the newer is a window old; none once the app has been idle for two
-/// windows (its rates are zero, and 100 000 idle apps keep no copies).
+/// windows (its rates are zero, and 100 000 idle apps keep no copies). An app
+/// with traffic again starts from now (`first`: it never had any before, and
+/// entered the table then: it starts from zero at that moment).
 fn step_windows(
     windows: Option<[(Instant, Totals); 2]>,
-    now: Instant,
-    totals: Totals,
+    (now, totals): (Instant, Totals),
     idle_for: Duration,
+    first: Option<Instant>,
 ) -> Option<[(Instant, Totals); 2]> {
     match windows {
-        None if idle_for < WINDOW => Some([(now, totals), (now, totals)]),
+        None if idle_for < WINDOW => {
+            let older = first.map_or((now, totals), |at| (at, Totals::default()));
+            Some([older, (now, totals)])
+        }
         None => None,
         Some(_) if idle_for >= 2 * WINDOW => None,
         Some([_, newer]) if now.saturating_duration_since(newer.0) >= WINDOW => {

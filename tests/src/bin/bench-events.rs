@@ -9,6 +9,9 @@
 //!    the time from "publish sent" to the first 200 through the router for the new
 //!    host (polled every millisecond).
 //!
+//! 3. `--scrape [--apps N] [--max-apps M]`: the size and render time of
+//!    `/metrics` with N apps (100 000), each with traffic, M (1 000) exported.
+//!
 //! Run with `bash bench/events.sh` (release build). Prints a Markdown report.
 
 use std::collections::BTreeSet;
@@ -41,7 +44,10 @@ fn event(i: usize, addr: std::net::SocketAddr) -> RoutingEvent {
 }
 
 fn builder() -> (Builder, Arc<ArcSwap<RouteTable>>) {
-    let metrics = Metrics::new().expect("metrics");
+    builder_with(Metrics::new().expect("metrics"))
+}
+
+fn builder_with(metrics: Metrics) -> (Builder, Arc<ArcSwap<RouteTable>>) {
     let registry = MemberRegistry::new(MemberRegistryConfig {
         max_in_flight: 100,
         max_per_source: 100,
@@ -85,6 +91,56 @@ fn loaded(n: usize, addr: std::net::SocketAddr) -> (RoutingState, RouteTable, Bu
     let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
     let table = b.update(&RouteTable::default(), &state, &all);
     (state, table, b)
+}
+
+/// `--scrape`: the size and time of `/metrics` with `n` apps, every one of them
+/// with traffic, `max_apps` of them exported (the rest in `app="_other"`).
+fn scrape_cost(n: usize, max_apps: usize) {
+    let addr: std::net::SocketAddr = "10.0.0.1:38032".parse().expect("addr");
+    let metrics = Metrics::new().expect("metrics");
+    metrics
+        .app_traffic
+        .set_limits(router::metrics::apps::ExportLimits {
+            max_apps,
+            idle: Duration::from_secs(600),
+        });
+    let (b, _) = builder_with(metrics.clone());
+    let mut state = RoutingState::new();
+    for i in 0..n {
+        state.apply(&event(i, addr));
+    }
+    let all: BTreeSet<AppKey> = state.apps().map(|(k, _)| k.clone()).collect();
+    let table = b.update(&RouteTable::default(), &state, &all);
+    for (i, r) in table.routes().enumerate() {
+        for _ in 0..=(i % 5) {
+            r.traffic
+                .record(200, Duration::from_millis(1 + (i % 300) as u64), 100, 1000);
+        }
+    }
+    let mut runs = Vec::new();
+    let mut size = 0;
+    for _ in 0..7 {
+        let t = Instant::now();
+        let text = metrics.render();
+        runs.push(t.elapsed().as_secs_f64() * 1e3);
+        size = text.len();
+        let labels = text
+            .lines()
+            .filter(|l| l.starts_with("router_app_requests_total{"))
+            .count();
+        assert!(labels <= (max_apps + 1) * 5, "bounded: {labels}");
+    }
+    runs.sort_by(f64::total_cmp);
+    let (placed, folded) = metrics.app_traffic.placed();
+    println!("## /metrics with {n} apps, metrics.max_apps = {max_apps}\n");
+    println!(
+        "| apps exported / in _other | exposition bytes | render ms (median of 7; min, max) |"
+    );
+    println!("|---|---|---|");
+    println!(
+        "| {placed} / {folded} | {size} | {:.1} ({:.1}, {:.1}) |\n",
+        runs[3], runs[0], runs[6]
+    );
 }
 
 fn apply_cost(sizes: &[usize]) {
@@ -388,6 +444,12 @@ async fn main() {
     let only = std::env::args().any(|a| a == "--only-propagation");
     // `--consume`: only the broker-free CPU per applied event (`--batch N`,
     // `--events N`, `--apps N` for one size: for a profile of the applying part).
+    if std::env::args().any(|a| a == "--scrape") {
+        let apps = arg("--apps").unwrap_or(100_000) as usize;
+        let max = arg("--max-apps").unwrap_or(1_000) as usize;
+        scrape_cost(apps, max);
+        return;
+    }
     if std::env::args().any(|a| a == "--consume") {
         let batch = (arg("--batch").unwrap_or(256) as usize).max(1);
         let events = arg("--events").unwrap_or(5_120) as usize;

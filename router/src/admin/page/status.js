@@ -149,6 +149,19 @@ function renderLatency(d) {
   }));
 }
 
+// The app's traffic over the router's last window (one to two minutes).
+function traffic(a) {
+  const t = a.traffic;
+  if (!t || t.window_seconds <= 0 || t.requests_per_second === 0) {
+    return el('div', { class: 'traffic muted', 'data-traffic': a.app }, 'no request in the last minutes');
+  }
+  const ms = s => s === null ? '–' : num(s * 1000, 1) + ' ms';
+  const err = t.error_ratio === null ? '–' : num(100 * t.error_ratio, 1) + ' %';
+  return el('div', { class: 'traffic', 'data-traffic': a.app },
+    num(t.requests_per_second, 2) + ' req/s · 5xx ' + err + ' · p50 ' + ms(t.p50_seconds) +
+    ' · p99 ' + ms(t.p99_seconds) + ' (last ' + Math.round(t.window_seconds) + ' s)');
+}
+
 function renderApps(d, dt) {
   const f = filterText();
   const shown = d.apps.filter(a => matches(a, f));
@@ -194,6 +207,7 @@ function renderApps(d, dt) {
     return el('div', { class: 'app', 'data-app': a.app },
       el('h3', {}, a.app, a.passthrough ? ' ' : null, a.passthrough ? pill('passthrough', 'warn') : null),
       el('div', { class: 'hosts' }, ...a.hosts.map(h => el('span', { class: 'host' }, h))),
+      traffic(a),
       a.settings.length ? el('div', { class: 'settings', 'data-settings': a.app },
         ...a.settings.map(x => pill(x, 'setting')),
         a.refused ? pill(a.refused + ' refused', 'warn') : null) : null,

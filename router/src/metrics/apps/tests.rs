@@ -140,6 +140,14 @@ fn the_admin_window_covers_one_to_two_minutes_and_idle_apps_keep_none() {
     let t0 = Instant::now();
     ok(&a, 1);
     apps.pass(t0);
+    let s = apps
+        .stats("a-ns", t0 + Duration::from_secs(1))
+        .expect("in the table");
+    assert_eq!(
+        s.error_ratio,
+        Some(0.0),
+        "an app's first requests are in its window"
+    );
     for _ in 0..60 {
         a.record(503, Duration::from_millis(1), 0, 0);
     }
