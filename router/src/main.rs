@@ -208,9 +208,6 @@ fn settings(
 
 /// `router check-pair PEER`: what differs between the two routers' settings.
 fn check_pair(config: &Config, peer: &str) -> anyhow::Result<Vec<String>> {
-    let peer: std::net::SocketAddr = peer
-        .parse()
-        .with_context(|| format!("{peer}: an admin address is host:port"))?;
     let ours: serde_json::Value =
         serde_json::from_str(&admin_call(config, None, "GET", "/apps/settings", b"")?)?;
     let theirs: serde_json::Value = serde_json::from_str(&admin_call(
@@ -252,35 +249,54 @@ fn check_pair(config: &Config, peer: &str) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Calls the running router's admin API (`listen.admin`, or `at`) with the admin
-/// token; the body of a 200 answer.
+/// Calls the running router's admin API (`listen.admin`, or the peer `at`,
+/// `host:port`) with the admin token; the body of a 200 answer. Over TLS when
+/// this router's admin listener is off loopback (the pair's are set alike),
+/// verified against `admin.tls_ca` (else the system's CAs) for the peer's
+/// host, or for this router's first `admin.hosts` name (else its address).
 fn admin_call(
     config: &Config,
-    at: Option<std::net::SocketAddr>,
+    at: Option<&str>,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let addr = match at {
-        Some(a) => a,
-        None => config
-            .listen
-            .admin
-            .context("listen.admin is off: no admin API to ask")?,
+    let listen = config
+        .listen
+        .admin
+        .context("listen.admin is off: no admin API to ask")?;
+    let (name, addr) = match at {
+        Some(peer) => resolve(peer)?,
+        None => {
+            let ip = match listen.ip() {
+                std::net::IpAddr::V4(a) if a.is_unspecified() => {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                }
+                std::net::IpAddr::V6(a) if a.is_unspecified() => {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                }
+                ip => ip,
+            };
+            let name = config.admin.hosts.first().cloned();
+            (
+                name.unwrap_or(ip.to_string()),
+                std::net::SocketAddr::new(ip, listen.port()),
+            )
+        }
     };
     let token = router::startup::admin_token(config)?;
-    let mut s =
-        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
+    let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    )?;
-    s.write_all(body)?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    let raw = if listen.ip().is_loopback() {
+        plain_exchange(addr, &request)?
+    } else {
+        tls_exchange(config, (&name, addr), &request)?
+    };
     // Read by the router's one HTTP/1 decoder: the status from the head, the
     // body by its framing.
     let (head, body) = h1_codec::response::read_whole(&raw, method == "HEAD")
@@ -293,6 +309,65 @@ fn admin_call(
         body.trim()
     );
     Ok(body.into_owned())
+}
+
+/// `host:port` as the name to verify and the first address it resolves to.
+fn resolve(peer: &str) -> anyhow::Result<(String, std::net::SocketAddr)> {
+    use std::net::ToSocketAddrs;
+    let (host, _) = peer
+        .rsplit_once(':')
+        .with_context(|| format!("{peer}: an admin address is host:port"))?;
+    let addr = peer
+        .to_socket_addrs()
+        .with_context(|| format!("{peer}: an admin address is host:port"))?
+        .next()
+        .with_context(|| format!("{peer}: no address"))?;
+    Ok((host.trim_matches(['[', ']']).to_string(), addr))
+}
+
+fn plain_exchange(addr: std::net::SocketAddr, request: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.write_all(request)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
+/// The exchange over TLS, the server verified as `name`.
+fn tls_exchange(
+    config: &Config,
+    (name, addr): (&str, std::net::SocketAddr),
+    request: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let connector = router::tls::client::connector(config.admin.tls_ca.as_deref(), true, provider)
+        .context("admin.tls_ca")?;
+    let server = rustls::pki_types::ServerName::try_from(name.to_string())
+        .with_context(|| format!("{name}: not a name to verify a certificate for"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        let mut tls = connector
+            .connect(server, tcp)
+            .await
+            .with_context(|| format!("TLS to {addr} as {name}"))?;
+        tls.write_all(request).await?;
+        let mut raw = Vec::new();
+        // A server closing without close_notify still sent its whole answer
+        // (its framing says so).
+        match tls.read_to_end(&mut raw).await {
+            Ok(_) => Ok(raw),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+            Err(e) => Err(e.into()),
+        }
+    })
 }
 
 /// Logs to stderr, text or JSON; lines that clients can cause are rate-limited (see

@@ -84,11 +84,15 @@ async fn a_response_is_the_same_bytes_from_the_own_path_and_from_hyper() {
     let (r, _b) = router_with_backend().await;
     let last = format!("GET /end HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n");
     // The own path: a plain keep-alive request.
-    let own = format!("GET /same?x=1 HTTP/1.1\r\nHost: {HA}\r\nUser-Agent: t\r\n\r\n{last}");
+    // The same request ID on both (a trusted client's is kept), so that the
+    // responses can be compared byte for byte.
+    let own = format!(
+        "GET /same?x=1 HTTP/1.1\r\nHost: {HA}\r\nUser-Agent: t\r\nX-Request-Id: same-1\r\n\r\n{last}"
+    );
     // hyper: the same request, but its `Connection` names a header (hop-by-hop,
     // dropped before the member), which the own path leaves to hyper.
     let by_hyper = format!(
-        "GET /same?x=1 HTTP/1.1\r\nHost: {HA}\r\nUser-Agent: t\r\nConnection: keep-alive, x-gone\r\nX-Gone: 1\r\n\r\n{last}"
+        "GET /same?x=1 HTTP/1.1\r\nHost: {HA}\r\nUser-Agent: t\r\nX-Request-Id: same-1\r\nConnection: keep-alive, x-gone\r\nX-Gone: 1\r\n\r\n{last}"
     );
     let a = responses(&raw::exchange(r.http, own.as_bytes(), Duration::from_secs(10)).await);
     let b = responses(&raw::exchange(r.http, by_hyper.as_bytes(), Duration::from_secs(10)).await);
@@ -103,13 +107,22 @@ async fn a_response_is_the_same_bytes_from_the_own_path_and_from_hyper() {
     assert_eq!(without_date(&a[0].0), without_date(&b[0].0));
     let (ea, eb) = (Echo::parse(&a[0].1), Echo::parse(&b[0].1));
     assert_eq!(ea.target, "/same?x=1");
-    assert_eq!(ea.headers, eb.headers, "the member saw the same request");
+    // The same but for `traceparent`, a new trace each time.
+    let traced = |e: &Echo| -> Vec<(String, String)> {
+        e.headers
+            .iter()
+            .filter(|(n, _)| n != "traceparent")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(traced(&ea), traced(&eb), "the member saw the same request");
+    assert_eq!(ea.all("traceparent").len(), 1);
     assert!(eb.header("x-gone").is_none());
     // And an error page the router writes itself.
-    let unknown = "GET / HTTP/1.1\r\nHost: nobody.example.com\r\n\r\n";
+    let unknown = "GET / HTTP/1.1\r\nHost: nobody.example.com\r\nX-Request-Id: same-2\r\n\r\n";
     let own = format!("{unknown}{last}");
     let by_hyper = format!(
-        "GET / HTTP/1.1\r\nHost: nobody.example.com\r\nConnection: keep-alive, x-gone\r\n\r\n{last}"
+        "GET / HTTP/1.1\r\nHost: nobody.example.com\r\nX-Request-Id: same-2\r\nConnection: keep-alive, x-gone\r\n\r\n{last}"
     );
     let a = responses(&raw::exchange(r.http, own.as_bytes(), Duration::from_secs(10)).await);
     let b = responses(&raw::exchange(r.http, by_hyper.as_bytes(), Duration::from_secs(10)).await);

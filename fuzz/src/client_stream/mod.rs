@@ -40,8 +40,9 @@ pub struct View {
     body: Vec<u8>,
 }
 
-/// Fields the router owns: hop-by-hop ones (RFC 9110 §7.6.1), the framing, and the
-/// `X-Forwarded-*` family it sets.
+/// Fields the router owns: hop-by-hop ones (RFC 9110 §7.6.1), the framing, the
+/// `X-Forwarded-*` family it sets, and the request ID and trace context it sets
+/// or continues (`request::trace`, tested on their own).
 fn routers_own(name: &[u8]) -> bool {
     matches!(
         name,
@@ -53,6 +54,9 @@ fn routers_own(name: &[u8]) -> bool {
             | b"upgrade"
             | b"content-length"
             | b"host"
+            | b"x-request-id"
+            | b"traceparent"
+            | b"tracestate"
     ) || name.starts_with(b"x-forwarded-")
 }
 

@@ -121,6 +121,14 @@ pub struct AdminSettings {
     /// its address, loopback names and this host's name: any other `Host` is 421.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// The certificate chain and key (PEM) the admin listener presents when it is
+    /// bound off loopback, where it is served over TLS only; without them,
+    /// `tls.default_cert` and `tls.default_key`.
+    pub tls_cert: Option<std::path::PathBuf>,
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The CA (PEM) that `router check-pair` and the other CLI calls trust for
+    /// the admin listeners over TLS (the pair's own CA); without it, the system's.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 /// The last admin actions, newest last, for `/audit` and the status page; the
@@ -240,21 +248,35 @@ struct RotateDoc<'a> {
 }
 
 /// What a listener of the admin API serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Role {
-    /// `listen.admin`: everything in the module doc.
-    Admin,
+    /// `listen.admin`: everything in the module doc; over TLS when it is bound
+    /// off loopback.
+    Admin(Option<tokio_rustls::TlsAcceptor>),
     /// `listen.metrics`: `/metrics`, `/healthz` and `/readyz`, read only.
     Metrics,
 }
 
 impl Role {
-    fn name(self) -> &'static str {
+    fn name(&self) -> &'static str {
         match self {
-            Role::Admin => "admin",
+            Role::Admin(_) => "admin",
             Role::Metrics => "metrics",
         }
     }
+}
+
+/// The admin listener's TLS (off loopback): `key`, TLS 1.2 and 1.3, HTTP/1.1.
+pub fn tls_acceptor(
+    key: Arc<rustls::sign::CertifiedKey>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<tokio_rustls::TlsAcceptor, rustls::Error> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 impl Admin {
@@ -740,15 +762,17 @@ impl Admin {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_buf_size(limits.max_header_bytes.max(8192));
-        let errors = self.metrics.accept_errors.with_label_values(&[role.name()]);
+        let name = role.name();
+        let errors = self.metrics.accept_errors.with_label_values(&[name]);
         let mut admin = AdminListener {
             listener,
             role,
+            handshake_timeout: limits.header_read_timeout,
             slots: Arc::new(Semaphore::new(limits.max_admin_connections)),
             builder,
             admin: self,
         };
-        accept::run(&mut admin, role.name(), &errors, stopped(&mut stop)).await;
+        accept::run(&mut admin, name, &errors, stopped(&mut stop)).await;
     }
 }
 
@@ -758,6 +782,9 @@ impl Admin {
 struct AdminListener {
     listener: TcpListener,
     role: Role,
+    /// A TLS client's handshake must finish within this
+    /// (`limits.header_read_timeout`).
+    handshake_timeout: Duration,
     slots: Arc<Semaphore>,
     builder: http1::Builder,
     admin: Arc<Admin>,
@@ -792,23 +819,37 @@ impl accept::Listener for AdminListener {
     ) {
         let admin = self.admin.clone();
         let builder = self.builder.clone();
-        let role = self.role;
+        let role = self.role.clone();
+        let handshake_timeout = self.handshake_timeout;
         let Ok(local) = stream.local_addr() else {
             return;
         };
         tokio::spawn(async move {
+            let metrics = matches!(role, Role::Metrics);
             let service = service_fn(move |req| {
                 let admin = admin.clone();
                 async move {
-                    Ok::<_, Infallible>(match role {
-                        Role::Admin => admin.handle(req, client, local).await,
-                        Role::Metrics => admin.scrape(&req),
+                    Ok::<_, Infallible>(if metrics {
+                        admin.scrape(&req)
+                    } else {
+                        admin.handle(req, client, local).await
                     })
                 }
             });
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            if let Role::Admin(Some(tls)) = role {
+                let stream = match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await
+                {
+                    Ok(Ok(s)) => s,
+                    _ => return,
+                };
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            } else {
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            }
             drop(slot);
         });
     }

@@ -524,10 +524,24 @@ pub fn encode_for_member(
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let none = HeaderMap::new();
+    // The request ID and `traceparent` take the place of the client's first
+    // such field (as a map's `insert` does), or come last.
+    let (mut wrote_id, mut wrote_parent) = (false, false);
     for (kind, name, value) in end_to_end(fields, &none) {
         let replaced = match kind {
             Name::Forwarded => !matches!(forwarded, ForwardedField::Keep),
-            Name::XRequestId | Name::Traceparent => true,
+            Name::XRequestId => {
+                if !std::mem::replace(&mut wrote_id, true) {
+                    line(b"x-request-id", trace.request_id.as_bytes(), out);
+                }
+                true
+            }
+            Name::Traceparent => {
+                if !std::mem::replace(&mut wrote_parent, true) {
+                    line(b"traceparent", trace.traceparent(), out);
+                }
+                true
+            }
             Name::Tracestate => !trace.keep_state,
             k => k.is_forwarding(),
         };
@@ -542,8 +556,12 @@ pub fn encode_for_member(
     line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
     line(b"x-forwarded-host", host.as_bytes(), out);
     line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
-    line(b"x-request-id", trace.request_id.as_bytes(), out);
-    line(b"traceparent", trace.traceparent(), out);
+    if !wrote_id {
+        line(b"x-request-id", trace.request_id.as_bytes(), out);
+    }
+    if !wrote_parent {
+        line(b"traceparent", trace.traceparent(), out);
+    }
     out.extend_from_slice(b"\r\n");
 }
 

@@ -81,15 +81,6 @@ pub(super) fn load_default_cert(
     let (Some(cert), Some(key)) = (&tls.default_cert, &tls.default_key) else {
         return Ok(None);
     };
-    let read = |field: &'static str, path: &PathBuf| {
-        std::fs::read_to_string(path).map_err(|source| StartError::DefaultCertRead {
-            field,
-            path: path.clone(),
-            source,
-        })
-    };
-    let cert_pem = read("tls.default_cert", cert)?;
-    let key_pem = read("tls.default_key", key)?;
     let pass = match &tls.default_key_pass_file {
         Some(p) => {
             Some(
@@ -102,23 +93,60 @@ pub(super) fn load_default_cert(
         }
         None => None,
     };
-    crate::tls::keys::load(&cert_pem, &key_pem, pass.as_deref(), provider)
-        .map(Some)
-        .map_err(|source| {
-            let field = match source {
-                crate::tls::keys::CertError::NoCertificate
-                | crate::tls::keys::CertError::BadCertificate(_) => "tls.default_cert",
-                _ => "tls.default_key",
-            };
-            let path = if field == "tls.default_cert" {
-                cert
-            } else {
-                key
-            };
-            StartError::DefaultCert {
-                field,
-                path: path.clone(),
-                source,
-            }
+    let fields = ("tls.default_cert", "tls.default_key");
+    load_cert(fields, (cert, key), pass.as_deref(), provider).map(Some)
+}
+
+/// The certificate the admin listener presents over TLS (it is bound off
+/// loopback): `admin.tls_cert` and `admin.tls_key`, else the default
+/// certificate; `None` on loopback, where it is plain HTTP.
+pub(super) fn load_admin_cert(
+    config: &crate::config::Config,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<Option<crate::tls::keys::Loaded>, StartError> {
+    let Some(addr) = config.listen.admin.filter(|a| !a.ip().is_loopback()) else {
+        return Ok(None);
+    };
+    match (&config.admin.tls_cert, &config.admin.tls_key) {
+        (Some(cert), Some(key)) => {
+            let fields = ("admin.tls_cert", "admin.tls_key");
+            load_cert(fields, (cert, key), None, provider).map(Some)
+        }
+        (None, None) => match load_default_cert(&config.tls, provider)? {
+            Some(l) => Ok(Some(l)),
+            None => Err(StartError::AdminTls(addr)),
+        },
+        _ => Err(StartError::AdminTls(addr)),
+    }
+}
+
+/// A certificate chain and its key from their files (`fields`: their keys in
+/// the configuration, for the error).
+fn load_cert(
+    (cert_field, key_field): (&'static str, &'static str),
+    (cert, key): (&PathBuf, &PathBuf),
+    pass: Option<&str>,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<crate::tls::keys::Loaded, StartError> {
+    let read = |field: &'static str, path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|source| StartError::DefaultCertRead {
+            field,
+            path: path.clone(),
+            source,
         })
+    };
+    let cert_pem = read(cert_field, cert)?;
+    let key_pem = read(key_field, key)?;
+    crate::tls::keys::load(&cert_pem, &key_pem, pass, provider).map_err(|source| {
+        let (field, path) = match source {
+            crate::tls::keys::CertError::NoCertificate
+            | crate::tls::keys::CertError::BadCertificate(_) => (cert_field, cert),
+            _ => (key_field, key),
+        };
+        StartError::DefaultCert {
+            field,
+            path: path.clone(),
+            source,
+        }
+    })
 }

@@ -75,7 +75,7 @@ impl Listeners {
         match config.listen.admin {
             Some(a) if !a.ip().is_loopback() => tracing::warn!(
                 address = %a,
-                "listen.admin is not on loopback: metrics, the route table and rotate-out are open to this network"
+                "listen.admin is not on loopback: served over TLS only; the route table and rotate-out are reachable from this network (set admin.token_file; scrapers belong on listen.metrics)"
             ),
             None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
             _ => {}

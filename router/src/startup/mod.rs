@@ -26,7 +26,7 @@ pub use files::admin_token;
 pub use reload::Reloader;
 
 use events::{Events, Source, Sourcing, reconcile_once};
-use files::{fit_file_descriptors, load_default_cert};
+use files::{fit_file_descriptors, load_admin_cert, load_default_cert};
 use listeners::Listeners;
 use reload::{Kept, with_settings};
 
@@ -101,6 +101,10 @@ pub enum StartError {
     AppSettings(#[from] crate::policy::store::StoreError),
     #[error("affinity_key_file: {0}")]
     AffinityKey(#[from] crate::policy::affinity::KeyError),
+    #[error(
+        "listen.admin {0} is not on loopback: it is served over TLS only, and needs admin.tls_cert and admin.tls_key (or tls.default_cert and tls.default_key)"
+    )]
+    AdminTls(SocketAddr),
     #[error("admin.token_file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -133,6 +137,8 @@ pub struct Router {
     admin: Option<TcpListener>,
     /// `listen.metrics`: `/metrics`, `/healthz`, `/readyz` only.
     metrics: Option<TcpListener>,
+    /// The admin listener's TLS, when it is bound off loopback.
+    admin_tls: Option<tokio_rustls::TlsAcceptor>,
     certs: Arc<Mutex<CertIndex>>,
     ticketer: Option<Arc<SharedTicketer>>,
     /// The proxy and limits every listener reads; a reload swaps them.
@@ -183,6 +189,10 @@ impl Router {
         // TLS: the default certificate must load, or the router does not start.
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
+        // Off loopback the admin API is served over TLS only.
+        let admin_tls = load_admin_cert(&config, &provider)?
+            .map(|l| crate::admin::tls_acceptor(l.key, provider.clone()))
+            .transpose()?;
         let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
         let recent = Arc::new(crate::table::recent::Recent::default());
         let events = Events {
@@ -246,6 +256,7 @@ impl Router {
             http3: listeners.http3,
             admin: listeners.admin,
             metrics: listeners.metrics,
+            admin_tls,
             certs,
             ticketer,
             live,
@@ -363,7 +374,8 @@ impl Router {
         let admin_task = self.admin.map(|l| {
             let limits = self.config.limits.clone();
             let stop = admin_stop_rx.clone();
-            tokio::spawn(self.admin_api.clone().listen(l, Role::Admin, limits, stop))
+            let role = Role::Admin(self.admin_tls.clone());
+            tokio::spawn(self.admin_api.clone().listen(l, role, limits, stop))
         });
         let metrics_task = self.metrics.map(|l| {
             let limits = self.config.limits.clone();
