@@ -288,6 +288,11 @@ impl Fields {
         Fields::new(head, len, fields)
     }
 
+    /// The head's length in bytes.
+    pub fn head_len(&self) -> usize {
+        self.head.len()
+    }
+
     /// How many fields.
     pub fn len(&self) -> usize {
         self.index.len()

@@ -58,11 +58,7 @@ impl AccessRecord {
             head_ms = self.head.map_or(0.0, |h| h.as_secs_f64() * 1000.0),
             duration_ms = duration.as_secs_f64() * 1000.0,
             aborted,
-            request_id = self
-                .ids
-                .as_ref()
-                .and_then(|t| t.request_id.to_str().ok())
-                .unwrap_or("-"),
+            request_id = self.ids.as_ref().map_or("-", |t| t.request_id.as_str()),
             trace_id = self.ids.as_ref().map_or("-", |t| t.trace_id()),
         );
     }

@@ -52,7 +52,7 @@ impl ProxyError {
 
     /// The one place errors become responses; `request_id`: the request's ID,
     /// written in the page (the response carries it as `X-Request-Id` too).
-    pub fn response(&self, request_id: Option<&HeaderValue>) -> Response<ProxyBody> {
+    pub fn response(&self, request_id: Option<&str>) -> Response<ProxyBody> {
         if let ProxyError::Refused(r) = self {
             return refused(r, request_id);
         }
@@ -132,7 +132,7 @@ impl ProxyError {
 /// An app policy's refusal: 403 for an address, 429 over a limit (with
 /// `Retry-After` for the rate), 503 with `Retry-After` and the operator's page in
 /// maintenance.
-fn refused(r: &Refused, request_id: Option<&HeaderValue>) -> Response<ProxyBody> {
+fn refused(r: &Refused, request_id: Option<&str>) -> Response<ProxyBody> {
     let (status, body, retry_after) = match r {
         Refused::Address => (
             StatusCode::FORBIDDEN,
@@ -185,8 +185,8 @@ fn refused(r: &Refused, request_id: Option<&HeaderValue>) -> Response<ProxyBody>
 
 /// A page of the router's own: `text`, then the request's ID to quote when
 /// asking about it.
-fn page(text: &'static str, request_id: Option<&HeaderValue>) -> ProxyBody {
-    match request_id.and_then(|id| id.to_str().ok()) {
+fn page(text: &'static str, request_id: Option<&str>) -> ProxyBody {
+    match request_id {
         Some(id) => ProxyBody::full(format!("{text}request id: {id}\n")),
         None => ProxyBody::full(text),
     }

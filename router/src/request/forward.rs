@@ -254,7 +254,8 @@ fn encoded(
         return Encoded::new(Request::from_parts(parts, body));
     };
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut head = Vec::with_capacity(512);
+    // Room for what the router adds (forwarding, request ID, trace context).
+    let mut head = Vec::with_capacity(fields.head_len() + 384);
     encode_for_member((&parts.method, target), fields, conn, host, &mut head);
     Encoded::from_head(head, &parts.method, body)
 }

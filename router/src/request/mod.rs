@@ -124,7 +124,7 @@ pub struct Answer {
     /// The request's ID (see [`trace`]), returned to the client as
     /// `X-Request-Id`: written by the own HTTP/1.1 path, put in the map for
     /// every other server.
-    pub request_id: http::HeaderValue,
+    pub request_id: trace::RequestId,
 }
 
 impl Forwarded {
@@ -163,7 +163,7 @@ impl Proxy {
         }
         response
             .headers_mut()
-            .insert(trace::X_REQUEST_ID, request_id);
+            .insert(trace::X_REQUEST_ID, request_id.header_value());
         Ok(response)
     }
 
@@ -225,7 +225,7 @@ impl Proxy {
                     if let (ProxyError::Upstream(_), Some(app)) = (&e, &app) {
                         app.upstream_error();
                     }
-                    e.response(Some(&trace.request_id))
+                    e.response(Some(trace.request_id.as_str()))
                 },
                 in_flight: None,
                 member: None,

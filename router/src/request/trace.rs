@@ -37,7 +37,7 @@ const TRACEPARENT_LEN: usize = 55;
 #[derive(Clone, Debug)]
 pub struct Trace {
     /// `X-Request-Id`: the client's (trusted, well-formed) or made here.
-    pub request_id: HeaderValue,
+    pub request_id: RequestId,
     /// `traceparent` towards the member: the trace's ID, the router's span as
     /// the parent, the flags.
     traceparent: [u8; TRACEPARENT_LEN],
@@ -45,33 +45,88 @@ pub struct Trace {
     pub keep_state: bool,
 }
 
+/// A request's ID: one made here (32 hex digits: the trace ID when the trace
+/// starts here, so one value finds the request in logs and traces), or the
+/// client's. Either is visible ASCII, so it is a header value and a `str`.
+#[derive(Clone, Debug)]
+pub struct RequestId(Repr);
+
+#[derive(Clone, Debug)]
+enum Repr {
+    Made([u8; 32]),
+    Kept(HeaderValue),
+}
+
+impl RequestId {
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Made(hex) => hex,
+            Repr::Kept(v) => v.as_bytes(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("-")
+    }
+
+    /// As a header value (for a map: hyper's and h3's servers and clients).
+    pub fn header_value(&self) -> HeaderValue {
+        match &self.0 {
+            Repr::Made(hex) => {
+                HeaderValue::from_bytes(hex).unwrap_or(HeaderValue::from_static("-"))
+            }
+            Repr::Kept(v) => v.clone(),
+        }
+    }
+}
+
 impl Trace {
     /// The trace of a request whose fields are `fields`, from a client whose
     /// forwarding fields are trusted or not.
     pub fn of(fields: FieldsRef<'_>, trusted: bool) -> Trace {
-        let mut given = fields.values(Name::XRequestId);
-        let request_id = match (given.next(), given.next()) {
-            (Some(v), None) if trusted && is_plain_id(v) => fields.header_value(v),
-            _ => None,
-        }
-        .unwrap_or_else(|| hex_value(&ids::<2>()));
+        // Most requests carry neither field: one bit test each.
+        let kept = (trusted && fields.contains(Name::XRequestId))
+            .then(|| {
+                let mut given = fields.values(Name::XRequestId);
+                match (given.next(), given.next()) {
+                    (Some(v), None) if is_plain_id(v) => fields.header_value(v),
+                    _ => None,
+                }
+            })
+            .flatten()
+            .map(|h| RequestId(Repr::Kept(h)));
         let parent = fields
-            .values(Name::Traceparent)
-            .next()
-            .and_then(parse_traceparent)
-            .filter(|_| fields.values(Name::Traceparent).nth(1).is_none());
-        let [span] = ids::<1>();
-        let (trace_id, flags, keep_state) = match parent {
-            Some((trace_id, flags)) => (trace_id, flags, true),
-            None => (hex32(ids::<2>()), *b"00", false),
-        };
+            .contains(Name::Traceparent)
+            .then(|| {
+                let mut parents = fields.values(Name::Traceparent);
+                match (parents.next(), parents.next()) {
+                    (Some(v), None) => parse_traceparent(v),
+                    _ => None,
+                }
+            })
+            .flatten();
         let mut traceparent = [0u8; TRACEPARENT_LEN];
         traceparent[..3].copy_from_slice(b"00-");
-        traceparent[3..35].copy_from_slice(&trace_id);
         traceparent[35] = b'-';
-        write_hex(span, &mut traceparent[36..52]);
         traceparent[52] = b'-';
-        traceparent[53..].copy_from_slice(&flags);
+        let keep_state = parent.is_some();
+        let request_id = match parent {
+            Some((trace_id, flags)) => {
+                let [span] = ids::<1>();
+                traceparent[3..35].copy_from_slice(&trace_id);
+                write_hex(span, &mut traceparent[36..52]);
+                traceparent[53..].copy_from_slice(&flags);
+                kept.unwrap_or_else(|| RequestId(Repr::Made(hex32(ids::<2>()))))
+            }
+            None => {
+                let [high, low, span] = ids::<3>();
+                let trace_id = hex32([high, low]);
+                traceparent[3..35].copy_from_slice(&trace_id);
+                write_hex(span, &mut traceparent[36..52]);
+                traceparent[53..].copy_from_slice(b"00");
+                kept.unwrap_or(RequestId(Repr::Made(trace_id)))
+            }
+        };
         Trace {
             request_id,
             traceparent,
@@ -93,7 +148,7 @@ impl Trace {
     /// member gets through hyper's clients: h2 members, upgrades): what
     /// `headers::encode_for_member` writes for the own path.
     pub fn set_in(&self, headers: &mut http::HeaderMap) {
-        headers.insert(X_REQUEST_ID, self.request_id.clone());
+        headers.insert(X_REQUEST_ID, self.request_id.header_value());
         if let Ok(v) = HeaderValue::from_bytes(&self.traceparent) {
             headers.insert(TRACEPARENT, v);
         }
@@ -172,10 +227,22 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn write_hex(v: u64, out: &mut [u8]) {
+/// Two hex digits for each byte value: a byte a lookup, not a nibble a branch.
+const HEX_PAIRS: [[u8; 2]; 256] = {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, o) in out.iter_mut().take(16).enumerate() {
-        *o = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
+    let mut pairs = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        pairs[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
+        i += 1;
+    }
+    pairs
+};
+
+/// `v` as 16 hex digits into the first 16 bytes of `out`.
+fn write_hex(v: u64, out: &mut [u8]) {
+    for (pair, byte) in out.chunks_exact_mut(2).zip(v.to_be_bytes()) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(byte)]);
     }
 }
 
@@ -184,10 +251,6 @@ fn hex32(v: [u64; 2]) -> [u8; 32] {
     write_hex(v[0], &mut out[..16]);
     write_hex(v[1], &mut out[16..]);
     out
-}
-
-fn hex_value(v: &[u64; 2]) -> HeaderValue {
-    HeaderValue::from_bytes(&hex32(*v)).unwrap_or(HeaderValue::from_static(""))
 }
 
 #[cfg(test)]

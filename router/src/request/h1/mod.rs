@@ -255,10 +255,10 @@ fn write<'a>(
             .exact()
             .map_or(BodyLength::Unknown, BodyLength::Known)
     };
-    let mut out = Vec::with_capacity(512);
+    let mut out = Vec::with_capacity(1024);
     let head = response::encode_head(
         &parts,
-        (fields.as_ref(), Some(&request_id)),
+        (fields.as_ref(), Some(request_id.as_bytes())),
         method,
         length,
         date,

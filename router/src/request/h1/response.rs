@@ -91,7 +91,7 @@ fn can_have_content_length(status: StatusCode) -> bool {
 /// `X-Request-Id: request_id` (in place of a member's).
 pub fn encode_head(
     parts: &http::response::Parts,
-    (member, request_id): (Option<&Fields>, Option<&HeaderValue>),
+    (member, request_id): (Option<&Fields>, Option<&[u8]>),
     method: &Method,
     body: BodyLength,
     date: &mut DateCache,
@@ -115,7 +115,7 @@ pub fn encode_head(
     w.map_fields(&parts.headers, out);
     if let Some(id) = request_id {
         out.extend_from_slice(b"x-request-id: ");
-        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(id);
         out.extend_from_slice(b"\r\n");
     }
     let Written {

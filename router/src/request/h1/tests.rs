@@ -434,7 +434,7 @@ proptest! {
         // The request's ID: written after the fields on the own path, in the
         // map on the other.
         let id = HeaderValue::from_static("0123456789abcdef0123456789abcdef");
-        let raw_head = encode_head(&parts, (Some(&member), Some(&id)), &method, kind, &mut DateCache::default(), &mut raw);
+        let raw_head = encode_head(&parts, (Some(&member), Some(id.as_bytes())), &method, kind, &mut DateCache::default(), &mut raw);
         let mut map = added;
         super::super::headers::member_map(&member, &mut map);
         map.insert("x-request-id", id);
