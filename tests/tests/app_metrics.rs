@@ -94,6 +94,29 @@ async fn prometheus_sees_the_failing_app_and_the_sums_add_up() {
     assert!(ratio > 0.3 && ratio < 0.6, "20 of 41: {ratio}");
     assert!(stats["p99_seconds"].as_f64().is_some(), "{stats}");
     assert_eq!(r.admin_get("/apps/nope-demo/stats").await.0, 404);
+    // An app deleted: its series go, what they counted moves to `_other`, and
+    // the sums still add up.
+    r.drop_event(
+        "10.yaml",
+        "---\n:action: :delete_application\n:app_name: two\n:namespace: demo\n",
+    );
+    eventually("two's series gone", Duration::from_secs(20), async || {
+        let text = r.admin_get("/metrics").await.1;
+        !text.contains("app=\"two-demo\"")
+    })
+    .await;
+    let text = r.admin_get("/metrics").await.1;
+    let sum = |prefix: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        sum("router_app_requests_total{"),
+        sum("router_http_requests_total{")
+    );
+    assert_eq!(r.admin_get("/apps/two-demo/stats").await.0, 404);
 }
 
 #[tokio::test]
