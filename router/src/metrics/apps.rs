@@ -5,8 +5,12 @@
 //! histogram, bytes each way, upstream errors), found on its route, so a request
 //! costs atomic adds and no label lookup. What the exposition shows is bounded:
 //! at most `metrics.max_apps` apps have series of their own (label `app`, the
-//! `name-namespace` the admin API uses), chosen by recent traffic; the rest, and
-//! requests that reached no app (404, 400), are summed into `app="_other"`.
+//! `name-namespace` the admin API uses), chosen by recent traffic (requests of
+//! about the last minute); the rest, and requests that reached no app (404,
+//! 400), are summed into `app="_other"`. Free places go to the busiest waiting
+//! apps; with none free, a waiting app [`SWAP_FACTOR`] times busier than an
+//! exported one takes its place once that one held it for [`MIN_HOLD`], so a
+//! newly busy app is seen within a minute or two and series do not churn.
 //!
 //! So totals always add up: at any scrape, the sum over every `app` value equals
 //! `router_http_requests_total` (and each other family its global figure), and
@@ -188,13 +192,15 @@ impl Default for ExportLimits {
 /// One app as the export sees it.
 struct Entry {
     traffic: Arc<AppTraffic>,
-    /// Its totals when it was given its place; `None`: summed into `_other`.
-    placed: Option<Totals>,
+    /// Its totals when it was given its place, and when; `None`: summed into
+    /// `_other`.
+    placed: Option<(Totals, Instant)>,
     /// Its request count at the last pass, and when that count last moved.
     requests: u64,
     moved: Instant,
-    /// Requests between the last two passes: what places are given by.
-    recent: u64,
+    /// Its recent traffic, what places are given by: requests, each weighing
+    /// less with age (a third after [`BUSY_TAU`]).
+    busy: f64,
     /// Two copies of its totals a window apart, for the rates of the admin API:
     /// (taken at, totals), the older first. Only while the app has traffic.
     windows: Option<[(Instant, Totals); 2]>,
@@ -208,6 +214,110 @@ struct State {
     gone: Totals,
     limits: ExportLimits,
     last_pass: Option<Instant>,
+}
+
+/// How long a recent-traffic figure takes to fall to a third: requests about
+/// this long ago still count towards a place.
+const BUSY_TAU: Duration = Duration::from_secs(60);
+
+/// An exported app keeps its place at least this long before a busier one may
+/// take it (series that come and go every pass would be useless).
+const MIN_HOLD: Duration = Duration::from_secs(60);
+
+/// A waiting app takes a place from an exported one only when it is this many
+/// times busier.
+const SWAP_FACTOR: f64 = 2.0;
+
+impl State {
+    /// Reads every app's counters: recent traffic, idleness (an idle app gives
+    /// its place back), the admin API's windows. How many keep their places.
+    fn update(&mut self, now: Instant, since: Duration) -> usize {
+        let ExportLimits { max_apps, idle } = self.limits;
+        let decay = (-since.as_secs_f64() / BUSY_TAU.as_secs_f64()).exp();
+        let mut placed = 0;
+        for e in self.apps.values_mut() {
+            let totals = e.traffic.totals();
+            let requests = totals.requests();
+            let recent = requests - e.requests.min(requests);
+            e.busy = e.busy * decay + recent as f64;
+            // An app's first requests count from its entry into the table.
+            let first = (e.requests == 0).then_some(e.moved);
+            if requests != e.requests {
+                e.requests = requests;
+                e.moved = now;
+            }
+            let idle_for = now.saturating_duration_since(e.moved);
+            if e.placed.is_some() && (idle_for >= idle || placed >= max_apps) {
+                e.placed = None;
+            }
+            placed += usize::from(e.placed.is_some());
+            e.windows = step_windows(e.windows, (now, totals), idle_for, first);
+        }
+        placed
+    }
+
+    /// Free places go to the busiest waiting apps.
+    fn fill(&mut self, free: usize, now: Instant) {
+        for key in self.busiest_waiting(free) {
+            if let Some(e) = self.apps.get_mut(&key) {
+                e.placed = Some((e.traffic.totals(), now));
+            }
+        }
+    }
+
+    /// With every place taken: the busiest waiting apps take the places of the
+    /// least busy exported ones that held theirs for [`MIN_HOLD`], when
+    /// [`SWAP_FACTOR`] times busier; a tenth of the places at most a pass.
+    fn swap(&mut self, now: Instant) {
+        let most = (self.limits.max_apps / 10).max(1);
+        let waiting = self.busiest_waiting(most);
+        if waiting.is_empty() {
+            return;
+        }
+        let mut held: Vec<(f64, Arc<str>)> = self
+            .apps
+            .iter()
+            .filter(|(_, e)| {
+                e.placed
+                    .is_some_and(|(_, at)| now.saturating_duration_since(at) >= MIN_HOLD)
+            })
+            .map(|(k, e)| (e.busy, k.clone()))
+            .collect();
+        held.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        for (key, (quiet_busy, quiet)) in waiting.into_iter().zip(held) {
+            let busy = self.apps.get(&key).map_or(0.0, |e| e.busy);
+            if busy <= SWAP_FACTOR * quiet_busy {
+                break;
+            }
+            if let Some(e) = self.apps.get_mut(&quiet) {
+                e.placed = None;
+            }
+            if let Some(e) = self.apps.get_mut(&key) {
+                e.placed = Some((e.traffic.totals(), now));
+            }
+        }
+    }
+
+    /// Up to `n` apps without a place, busiest first (none without traffic).
+    fn busiest_waiting(&self, n: usize) -> Vec<Arc<str>> {
+        let mut waiting: Vec<(f64, &Arc<str>)> = self
+            .apps
+            .iter()
+            .filter(|(_, e)| e.placed.is_none() && e.busy > 0.0)
+            .map(|(k, e)| (e.busy, k))
+            .collect();
+        let by_busy = |a: &(f64, &Arc<str>), b: &(f64, &Arc<str>)| b.0.total_cmp(&a.0);
+        if waiting.len() > n && n > 0 {
+            waiting.select_nth_unstable_by(n - 1, by_busy);
+            waiting.truncate(n);
+        }
+        waiting.sort_unstable_by(by_busy);
+        waiting
+            .into_iter()
+            .take(n)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
 }
 
 /// The per-app traffic of every app, and their export (a Prometheus collector
@@ -311,7 +421,7 @@ impl AppsTraffic {
                 placed: None,
                 requests: 0,
                 moved: Instant::now(),
-                recent: 0,
+                busy: 0.0,
                 windows: None,
             },
         );
@@ -335,53 +445,18 @@ impl AppsTraffic {
     /// called by the exposition and by a timer.
     pub fn pass(&self, now: Instant) {
         let mut state = self.state();
-        if state
-            .last_pass
-            .is_some_and(|t| now.saturating_duration_since(t) < PASS_EVERY)
-        {
-            return;
-        }
+        let since = match state.last_pass {
+            Some(t) if now.saturating_duration_since(t) < PASS_EVERY => return,
+            Some(t) => now.saturating_duration_since(t),
+            None => Duration::ZERO,
+        };
         state.last_pass = Some(now);
-        let ExportLimits { max_apps, idle } = state.limits;
-        let mut placed = 0;
-        for e in state.apps.values_mut() {
-            let totals = e.traffic.totals();
-            let requests = totals.requests();
-            e.recent = requests - e.requests.min(requests);
-            // An app's first requests count from its entry into the table.
-            let first = (e.requests == 0).then_some(e.moved);
-            if requests != e.requests {
-                e.requests = requests;
-                e.moved = now;
-            }
-            let idle_for = now.saturating_duration_since(e.moved);
-            if e.placed.is_some() && (idle_for >= idle || placed >= max_apps) {
-                e.placed = None;
-            }
-            placed += usize::from(e.placed.is_some());
-            e.windows = step_windows(e.windows, (now, totals), idle_for, first);
-        }
-        // Free places go to the busiest apps since the last pass.
-        let free = max_apps.saturating_sub(placed);
-        if free == 0 {
-            return;
-        }
-        let mut waiting: Vec<(&Arc<str>, u64)> = state
-            .apps
-            .iter()
-            .filter(|(_, e)| e.placed.is_none() && e.recent > 0)
-            .map(|(k, e)| (k, e.recent))
-            .collect();
-        waiting.sort_unstable_by_key(|w| std::cmp::Reverse(w.1));
-        let chosen: Vec<Arc<str>> = waiting
-            .into_iter()
-            .take(free)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in chosen {
-            if let Some(e) = state.apps.get_mut(&key) {
-                e.placed = Some(e.traffic.totals());
-            }
+        let placed = state.update(now, since);
+        let free = state.limits.max_apps.saturating_sub(placed);
+        if free > 0 {
+            state.fill(free, now);
+        } else {
+            state.swap(now);
         }
     }
 
@@ -429,7 +504,7 @@ impl AppsTraffic {
         for (key, e) in &state.apps {
             let totals = e.traffic.totals();
             match e.placed {
-                Some(base) => {
+                Some((base, _)) => {
                     other = other.plus(base);
                     out.push((key.clone(), totals.since(base)));
                 }

@@ -170,3 +170,32 @@ fn the_admin_window_covers_one_to_two_minutes_and_idle_apps_keep_none() {
     assert_eq!((s.requests_per_second, s.error_ratio), (0.0, None));
     assert!(apps.stats("nope-ns", t0).is_none());
 }
+
+#[test]
+fn a_much_busier_app_takes_the_place_of_a_quiet_one_after_a_minute() {
+    let apps = AppsTraffic::new().expect("descs");
+    apps.set_limits(limits(1));
+    let (quiet, busy) = (apps.of("quiet-ns"), apps.of("busy-ns"));
+    let t0 = Instant::now();
+    ok(&quiet, 1);
+    apps.pass(t0);
+    ok(&busy, 50);
+    apps.pass(t0 + Duration::from_secs(10));
+    let (rows, _) = requests(&apps);
+    assert!(
+        rows.contains_key("quiet-ns"),
+        "held for less than a minute: kept"
+    );
+    ok(&quiet, 1);
+    ok(&busy, 50);
+    apps.pass(t0 + Duration::from_secs(70));
+    let (rows, sum) = requests(&apps);
+    assert_eq!(rows.get("busy-ns"), Some(&0), "busier: placed, from zero");
+    assert!(!rows.contains_key("quiet-ns"), "its place given up");
+    assert_eq!(sum, 102, "nothing lost in the swap");
+    // Not twice as busy: no swap back.
+    ok(&quiet, 30);
+    ok(&busy, 20);
+    apps.pass(t0 + Duration::from_secs(140));
+    assert!(requests(&apps).0.contains_key("busy-ns"));
+}
