@@ -60,7 +60,7 @@ impl Pair {
                 dir.join(format!("router-{name}.yaml")),
                 format!(
                     "cloud_domain: example.com\nstate_dir: {d}/state-{name}\n\
-                     listen: {{ http: 0.0.0.0:8080, https: 0.0.0.0:8443, http3: 0.0.0.0:8443, admin: 127.0.0.1:9090 }}\n\
+                     listen: {{ http: 0.0.0.0:8080, https: 0.0.0.0:8443, http3: 0.0.0.0:8443, admin: 127.0.0.1:9090, metrics: 0.0.0.0:9091 }}\n\
                      tls: {{ default_cert: {cert}, default_key: {key}, session_ticket_key_file: {d}/ticket.key }}\n\
                      spi:\n  source: stomp\n  stomp:\n    hosts: [\"{MQ_IP}:61613\"]\n    destination: /queue/routinginfo.router-{name}\n    client_id: router-{name}\n\
                      health: {{ interval: 1s, timeout: 500ms }}\nshutdown_grace: 5s\naccess_log: {{ enabled: false }}\n",
@@ -123,7 +123,7 @@ impl Pair {
                     .expect("path"),
             )
             .env("ROUTER_VRRP_FLAG", self.flag(i))
-            .env("ROUTER_READY_URL", "http://127.0.0.1:9090/readyz")
+            .env("ROUTER_READY_URL", "http://127.0.0.1:9091/readyz")
             .env("VRRP_MOVE_DELAY", "0.3")
             .arg(crate::bin("router"))
             .arg("--config")
