@@ -115,12 +115,7 @@ impl Proxy {
         }
         // 7. send; once more if the retry decision allows (exactly as encoded: only
         // without a body). Inline: as an async fn, 1 000 instructions more a request.
-        let idempotent = idempotent(&parts.method);
-        let mut request = encoded((parts, body), raw.as_ref(), (conn, trace), &host);
-        let replay = Replay::Request {
-            idempotent,
-            exact: request.has_no_body(),
-        };
+        let (mut request, replay) = encoded((parts, body), raw.as_ref(), (conn, trace), &host);
         let mut result = up
             .send(&target.member.addr, &mut request, timeouts.response)
             .await;
@@ -243,9 +238,24 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 }
 
 /// The request encoded once for an HTTP/1.1 member: from the client's fields
-/// as they came (`raw`), or from its map.
+/// as they came (`raw`), or from its map; and whether it may be sent again
+/// (the one retry decision's input: idempotent, and exactly as encoded only
+/// without a body).
 fn encoded(
     (parts, body): (http::request::Parts, RequestBody),
+    raw: Option<&Fields>,
+    conn: (&ClientConn, &Trace),
+    host: &HeaderValue,
+) -> (Encoded, Replay) {
+    let idempotent = idempotent(&parts.method);
+    let request = encode(parts, body, raw, conn, host);
+    let exact = request.has_no_body();
+    (request, Replay::Request { idempotent, exact })
+}
+
+fn encode(
+    parts: http::request::Parts,
+    body: RequestBody,
     raw: Option<&Fields>,
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,

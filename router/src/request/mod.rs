@@ -68,6 +68,7 @@ use self::trace::Trace;
 use self::upload::{Received, UploadSettings};
 use crate::members::MemberSlot;
 use crate::metrics::Metrics;
+use crate::metrics::apps::AppTraffic;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
 
@@ -98,6 +99,15 @@ pub struct Proxy {
     /// `Alt-Svc` for HTTPS responses over TCP when the HTTP/3 listener is on and
     /// `http3.alt_svc` is (see [`crate::quic`]).
     pub alt_svc: Option<http::HeaderValue>,
+}
+
+/// A request that got no answer from a member: the router's own response
+/// (with the request's ID), counted against the app when a member failed.
+fn failed(e: &ProxyError, app: Option<&AppTraffic>, trace: &Trace) -> Forwarded {
+    if let (ProxyError::Upstream(_), Some(app)) = (e, app) {
+        app.upstream_error();
+    }
+    Forwarded::of(e.response(Some(trace.request_id.as_str())), None, None)
 }
 
 /// What forwarding produced besides the response.
@@ -145,6 +155,23 @@ impl Forwarded {
 }
 
 impl Proxy {
+    /// What the router adds to a response's head: `Connection: close` when the
+    /// HTTP/1 connection ends after it (never on a 101, which becomes a
+    /// tunnel the drain leaves alone), `Alt-Svc` for the HTTP/3 listener.
+    fn router_fields(&self, response: &mut Response<ProxyBody>, closing: bool, announce_h3: bool) {
+        if closing && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        if announce_h3 && let Some(alt_svc) = &self.alt_svc {
+            response
+                .headers_mut()
+                .insert(http::header::ALT_SVC, alt_svc.clone());
+        }
+    }
+
     /// Serves one request for a server that takes a response with one map of
     /// its fields (hyper's h2 and HTTP/1, h3's); never fails (errors are
     /// responses).
@@ -220,18 +247,7 @@ impl Proxy {
             .await
         {
             Ok(f) => f,
-            Err(e) => Forwarded {
-                response: {
-                    if let (ProxyError::Upstream(_), Some(app)) = (&e, &app) {
-                        app.upstream_error();
-                    }
-                    e.response(Some(trace.request_id.as_str()))
-                },
-                in_flight: None,
-                member: None,
-                hold: None,
-                fields: None,
-            },
+            Err(e) => failed(&e, app.as_deref(), &trace),
         };
         // A request the router itself found malformed (400) ends its HTTP/1
         // connection, as nginx and haproxy end it: what follows on it was sent
@@ -249,22 +265,9 @@ impl Proxy {
                 .or(member);
         }
         // Draining, an upgrade that did not happen, a close the client asked for,
-        // or a malformed request: this
-        // HTTP/1 connection ends after this response (a 101 becomes a tunnel, which the drain leaves alone).
-        if !h2
-            && (active.closing() || upgrade_asked || close_asked || malformed)
-            && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
-        {
-            response.headers_mut().insert(
-                http::header::CONNECTION,
-                http::HeaderValue::from_static("close"),
-            );
-        }
-        if announce_h3 && let Some(alt_svc) = &self.alt_svc {
-            response
-                .headers_mut()
-                .insert(http::header::ALT_SVC, alt_svc.clone());
-        }
+        // or a malformed request: this HTTP/1 connection ends after this response.
+        let closing = !h2 && (active.closing() || upgrade_asked || close_asked || malformed);
+        self.router_fields(&mut response, closing, announce_h3);
         // The head is handed to hyper: on h2 it now waits on the client's window.
         active.wait_on_client();
         let completion = Completion {

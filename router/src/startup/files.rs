@@ -100,7 +100,7 @@ pub(super) fn load_default_cert(
 /// The certificate the admin listener presents over TLS (it is bound off
 /// loopback): `admin.tls_cert` and `admin.tls_key`, else the default
 /// certificate; `None` on loopback, where it is plain HTTP.
-pub(super) fn load_admin_cert(
+fn load_admin_cert(
     config: &crate::config::Config,
     provider: &rustls::crypto::CryptoProvider,
 ) -> Result<Option<crate::tls::keys::Loaded>, StartError> {
@@ -118,6 +118,17 @@ pub(super) fn load_admin_cert(
         },
         _ => Err(StartError::AdminTls(addr)),
     }
+}
+
+/// The admin listener's TLS: off loopback it is served over TLS only (see
+/// [`load_admin_cert`]).
+pub(super) fn admin_tls(
+    config: &crate::config::Config,
+    provider: &std::sync::Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<tokio_rustls::TlsAcceptor>, StartError> {
+    Ok(load_admin_cert(config, provider)?
+        .map(|l| crate::admin::tls_acceptor(l.key, provider.clone()))
+        .transpose()?)
 }
 
 /// A certificate chain and its key from their files (`fields`: their keys in

@@ -62,24 +62,13 @@ impl Listeners {
             .enumerate()
             .map(|(i, p)| bind(&format!("tcp.{i}"), "tcp.listen", p.address))
             .collect::<Result<Vec<_>, _>>()?;
-        let admin = config
-            .listen
-            .admin
-            .map(|a| bind("admin", "listen.admin", a))
-            .transpose()?;
-        let metrics = config
-            .listen
-            .metrics
-            .map(|a| bind("metrics", "listen.metrics", a))
-            .transpose()?;
-        match config.listen.admin {
-            Some(a) if !a.ip().is_loopback() => tracing::warn!(
-                address = %a,
-                "listen.admin is not on loopback: served over TLS only; the route table and rotate-out are reachable from this network (set admin.token_file; scrapers belong on listen.metrics)"
-            ),
-            None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
-            _ => {}
-        }
+        let [admin, metrics] = [
+            ("admin", "listen.admin", config.listen.admin),
+            ("metrics", "listen.metrics", config.listen.metrics),
+        ]
+        .map(|(name, what, addr)| addr.map(|a| bind(name, what, a)).transpose());
+        let (admin, metrics) = (admin?, metrics?);
+        say_where_admin_is(config.listen.admin);
         let resumption = match &ticketer {
             _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
             Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
@@ -128,6 +117,18 @@ impl Listeners {
             https,
             http3,
         })
+    }
+}
+
+/// What the admin listener's address means for operators.
+fn say_where_admin_is(admin: Option<SocketAddr>) {
+    match admin {
+        Some(a) if !a.ip().is_loopback() => tracing::warn!(
+            address = %a,
+            "listen.admin is not on loopback: served over TLS only; the route table and rotate-out are reachable from this network (set admin.token_file; scrapers belong on listen.metrics)"
+        ),
+        None => tracing::info!("listen.admin is off: no /readyz for keepalived, no metrics"),
+        _ => {}
     }
 }
 

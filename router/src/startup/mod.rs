@@ -26,7 +26,7 @@ pub use files::admin_token;
 pub use reload::Reloader;
 
 use events::{Events, Source, Sourcing, reconcile_once};
-use files::{fit_file_descriptors, load_admin_cert, load_default_cert};
+use files::{admin_tls, fit_file_descriptors, load_default_cert};
 use listeners::Listeners;
 use reload::{Kept, with_settings};
 
@@ -189,10 +189,7 @@ impl Router {
         // TLS: the default certificate must load, or the router does not start.
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
-        // Off loopback the admin API is served over TLS only.
-        let admin_tls = load_admin_cert(&config, &provider)?
-            .map(|l| crate::admin::tls_acceptor(l.key, provider.clone()))
-            .transpose()?;
+        let admin_tls = admin_tls(&config, &provider)?;
         let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
         let recent = Arc::new(crate::table::recent::Recent::default());
         let events = Events {
@@ -371,21 +368,12 @@ impl Router {
         );
         // The admin API outlives the drain: /readyz says 503 while connections finish.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
-        let admin_task = self.admin.map(|l| {
-            let limits = self.config.limits.clone();
-            let stop = admin_stop_rx.clone();
-            let role = Role::Admin(self.admin_tls.clone());
-            tokio::spawn(self.admin_api.clone().listen(l, role, limits, stop))
-        });
-        let metrics_task = self.metrics.map(|l| {
-            let limits = self.config.limits.clone();
-            let stop = admin_stop_rx.clone();
-            tokio::spawn(
-                self.admin_api
-                    .clone()
-                    .listen(l, Role::Metrics, limits, stop),
-            )
-        });
+        let admin_tasks = spawn_admin(
+            (self.admin, self.metrics, self.admin_tls),
+            &self.admin_api,
+            &self.config.limits,
+            &admin_stop_rx,
+        );
         let (http_task, https_task) = serve_clients(
             (self.http, self.https, self.tcp),
             &self.config,
@@ -404,14 +392,16 @@ impl Router {
         // Idle member connections are closed once older than the idle timeout;
         // certificates past their replacement grace go; the ticket secret is
         // re-read if its file changed.
-        let trimmer = tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone());
-        let app_traffic = tasks::spawn_app_traffic(self.admin_api.metrics.app_traffic.clone());
-        let sweeper = tasks::spawn_sweeper(
-            self.registry.clone(),
-            self.certs.clone(),
-            self.ticketer.clone(),
-            (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100)),
-        );
+        let background = [
+            tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone()),
+            tasks::spawn_app_traffic(self.admin_api.metrics.app_traffic.clone()),
+            tasks::spawn_sweeper(
+                self.registry.clone(),
+                self.certs.clone(),
+                self.ticketer.clone(),
+                (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100)),
+            ),
+        ];
         self.admin_api.ready.store(true, Ordering::Release);
         if let Some(old) = self.inherited
             && let Err(e) = old.confirm()
@@ -419,13 +409,10 @@ impl Router {
             tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
         }
 
-        // Reconcile every `reconcile.interval` (0: only when asked).
-        let reconcile_timer = match (&self.config.reconcile, &self.admin_api.reconcile) {
-            (Some(r), Some(jobs)) if !r.interval.is_zero() => {
-                Some(tasks::spawn_reconcile_timer(r.interval, jobs.clone()))
-            }
-            _ => None,
-        };
+        let reconcile_timer = tasks::spawn_reconcile_timer(
+            self.config.reconcile.as_ref(),
+            self.admin_api.reconcile.as_ref(),
+        );
         let upgraded = serve_until(
             shutdown,
             self.handover,
@@ -440,9 +427,7 @@ impl Router {
             &sockets,
         )
         .await;
-        if let Some(t) = reconcile_timer {
-            t.abort();
-        }
+        reconcile_timer.inspect(tokio::task::JoinHandle::abort);
         if upgraded {
             // Readiness checks and the admin API go to the new process from now on.
             let _ = admin_stop_tx.send(true);
@@ -461,15 +446,38 @@ impl Router {
             let _ = t.await;
         }
         sourcing.stop().await;
-        sweeper.abort();
-        trimmer.abort();
-        app_traffic.abort();
+        for t in background {
+            t.abort();
+        }
         let _ = admin_stop_tx.send(true);
-        for t in [admin_task, metrics_task].into_iter().flatten() {
+        for t in admin_tasks {
             let _ = t.await;
         }
         tracing::info!("stopped");
     }
+}
+
+/// The admin listener (over `tls` when given) and the metrics listener, each
+/// until `stop`.
+fn spawn_admin(
+    (admin, metrics, tls): (
+        Option<TcpListener>,
+        Option<TcpListener>,
+        Option<tokio_rustls::TlsAcceptor>,
+    ),
+    api: &Arc<Admin>,
+    limits: &crate::config::Limits,
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    [(admin, Role::Admin(tls)), (metrics, Role::Metrics)]
+        .into_iter()
+        .filter_map(|(listener, role)| {
+            let listen = api
+                .clone()
+                .listen(listener?, role, limits.clone(), stop.clone());
+            Some(tokio::spawn(listen))
+        })
+        .collect()
 }
 
 /// The app settings saved in the state directory, the configuration's defaults

@@ -83,13 +83,16 @@ pub(super) fn spawn_sweeper(
     })
 }
 
-/// Asks for a reconcile run every `every` (`reconcile.interval`), until the
-/// router stops taking jobs.
+/// Asks for a reconcile run every `reconcile.interval`, until the router stops
+/// taking jobs; none without reconcile or with an interval of 0 (only when
+/// asked).
 pub(super) fn spawn_reconcile_timer(
-    every: Duration,
-    jobs: tokio::sync::mpsc::Sender<crate::reconcile::Job>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    settings: Option<&crate::reconcile::ReconcileSettings>,
+    jobs: Option<&tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
+) -> Option<JoinHandle<()>> {
+    let every = settings.map(|r| r.interval).filter(|i| !i.is_zero())?;
+    let jobs = jobs?.clone();
+    Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tick.tick().await;
@@ -101,5 +104,5 @@ pub(super) fn spawn_reconcile_timer(
                 return;
             }
         }
-    })
+    }))
 }
