@@ -156,6 +156,8 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "app_dns" => app_dns,
         "endpoint_types" => endpoint_types,
         "listen" => listen,
+        "admin.tls_cert" => admin.tls_cert,
+        "admin.tls_key" => admin.tls_key,
         "state_dir" => state_dir,
         "spi" => spi,
         "worker_threads" => worker_threads,
