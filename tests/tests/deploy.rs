@@ -91,9 +91,19 @@ fn the_app_alert_names_the_failing_app_only_while_the_others_are_fine() {
         rules = rules.display()
     );
     std::fs::write(dir.join("app-alert.test.yml"), test).expect("write");
-    let out = Command::new(&promtool)
-        .args(["test", "rules"])
-        .arg(dir.join("app-alert.test.yml"))
+    promtool_passes(
+        &promtool,
+        &["test", "rules"],
+        &dir.join("app-alert.test.yml"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `promtool ARGS FILE` succeeds (its output in the failure).
+fn promtool_passes(promtool: &std::path::Path, args: &[&str], file: &std::path::Path) {
+    let out = Command::new(promtool)
+        .args(args)
+        .arg(file)
         .output()
         .expect("promtool");
     assert!(
@@ -102,23 +112,13 @@ fn the_app_alert_names_the_failing_app_only_while_the_others_are_fine() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn promtool_accepts_the_rules_and_the_scrape_config() {
     let promtool = tool("promtool");
     let rules = repo().join("deploy/prometheus/router-alerts.yml");
-    let out = Command::new(&promtool)
-        .args(["check", "rules"])
-        .arg(&rules)
-        .output()
-        .expect("promtool");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    promtool_passes(&promtool, &["check", "rules"], &rules);
     // The scrape config names the rules by their installed path: check a copy that
     // points at the file in the repository.
     let dir = tempdir("promcfg");
@@ -129,17 +129,7 @@ fn promtool_accepts_the_rules_and_the_scrape_config() {
             rules.to_str().expect("path"),
         );
     std::fs::write(dir.join("prometheus.yml"), cfg).expect("write");
-    let out = Command::new(&promtool)
-        .args(["check", "config"])
-        .arg(dir.join("prometheus.yml"))
-        .output()
-        .expect("promtool");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_passes(&promtool, &["check", "config"], &dir.join("prometheus.yml"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
