@@ -194,7 +194,7 @@ struct Entry {
     traffic: Arc<AppTraffic>,
     /// Its totals when it was given its place, and when; `None`: summed into
     /// `_other`.
-    placed: Option<(Totals, Instant)>,
+    placed: Option<Box<(Totals, Instant)>>,
     /// Its request count at the last pass, and when that count last moved.
     requests: u64,
     moved: Instant,
@@ -203,7 +203,7 @@ struct Entry {
     busy: f64,
     /// Two copies of its totals a window apart, for the rates of the admin API:
     /// (taken at, totals), the older first. Only while the app has traffic.
-    windows: Option<[(Instant, Totals); 2]>,
+    windows: Option<Box<Windows>>,
 }
 
 /// Every app's traffic, and which apps have series of their own.
@@ -251,7 +251,7 @@ impl State {
                 e.placed = None;
             }
             placed += usize::from(e.placed.is_some());
-            e.windows = step_windows(e.windows, (now, totals), idle_for, first);
+            step_windows(&mut e.windows, (now, totals), idle_for, first);
         }
         placed
     }
@@ -260,7 +260,7 @@ impl State {
     fn fill(&mut self, free: usize, now: Instant) {
         for key in self.busiest_waiting(free) {
             if let Some(e) = self.apps.get_mut(&key) {
-                e.placed = Some((e.traffic.totals(), now));
+                e.placed = Some(Box::new((e.traffic.totals(), now)));
             }
         }
     }
@@ -279,7 +279,8 @@ impl State {
             .iter()
             .filter(|(_, e)| {
                 e.placed
-                    .is_some_and(|(_, at)| now.saturating_duration_since(at) >= MIN_HOLD)
+                    .as_deref()
+                    .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= MIN_HOLD)
             })
             .map(|(k, e)| (e.busy, k.clone()))
             .collect();
@@ -293,7 +294,7 @@ impl State {
                 e.placed = None;
             }
             if let Some(e) = self.apps.get_mut(&key) {
-                e.placed = Some((e.traffic.totals(), now));
+                e.placed = Some(Box::new((e.traffic.totals(), now)));
             }
         }
     }
@@ -465,10 +466,10 @@ impl AppsTraffic {
         let state = self.state();
         let e = state.apps.get(app)?;
         let totals = e.traffic.totals();
-        let (secs, window) = match e.windows {
+        let (secs, window) = match e.windows.as_deref() {
             Some([(at, older), _]) => (
-                now.saturating_duration_since(at).as_secs_f64(),
-                totals.since(older),
+                now.saturating_duration_since(*at).as_secs_f64(),
+                totals.since(*older),
             ),
             None => (0.0, Totals::default()),
         };
@@ -503,10 +504,10 @@ impl AppsTraffic {
         let mut out = Vec::with_capacity(state.limits.max_apps.min(state.apps.len()) + 1);
         for (key, e) in &state.apps {
             let totals = e.traffic.totals();
-            match e.placed {
+            match e.placed.as_deref() {
                 Some((base, _)) => {
-                    other = other.plus(base);
-                    out.push((key.clone(), totals.since(base)));
+                    other = other.plus(*base);
+                    out.push((key.clone(), totals.since(*base)));
                 }
                 None => other = other.plus(totals),
             }
@@ -523,24 +524,28 @@ impl AppsTraffic {
 /// with traffic again starts from now (`first`: it never had any before, and
 /// entered the table then: it starts from zero at that moment).
 fn step_windows(
-    windows: Option<[(Instant, Totals); 2]>,
+    windows: &mut Option<Box<Windows>>,
     (now, totals): (Instant, Totals),
     idle_for: Duration,
     first: Option<Instant>,
-) -> Option<[(Instant, Totals); 2]> {
+) {
     match windows {
         None if idle_for < WINDOW => {
             let older = first.map_or((now, totals), |at| (at, Totals::default()));
-            Some([older, (now, totals)])
+            *windows = Some(Box::new([older, (now, totals)]));
         }
-        None => None,
-        Some(_) if idle_for >= 2 * WINDOW => None,
-        Some([_, newer]) if now.saturating_duration_since(newer.0) >= WINDOW => {
-            Some([newer, (now, totals)])
+        None => {}
+        Some(_) if idle_for >= 2 * WINDOW => *windows = None,
+        Some(w) if now.saturating_duration_since(w[1].0) >= WINDOW => {
+            **w = [w[1], (now, totals)];
         }
-        w => w,
+        Some(_) => {}
     }
 }
+
+/// Two copies of an app's totals a window apart, the older first (boxed in
+/// an entry: only apps with traffic have them, and an entry stays small).
+type Windows = [(Instant, Totals); 2];
 
 /// The export of an [`AppsTraffic`] the request path shares: what the registry
 /// holds.
