@@ -206,3 +206,34 @@ async fn requests(r: &TestRouter) -> f64 {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }
+
+/// Facing the network, one client holds at most a quarter of the listener's
+/// connections (here 1 of 4): its second is closed at once and counted, while
+/// another client is served.
+#[tokio::test]
+async fn one_client_holds_at_most_its_share_of_the_metrics_listener() {
+    let r = TestRouter::start_listening(
+        "  metrics: 0.0.0.0:0\n",
+        "limits:\n  max_admin_connections: 4\n",
+    )
+    .await;
+    let m = r.metrics.expect("listen.metrics");
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], m.port()));
+    // An idle connection holds the client's one share.
+    let held = tokio::net::TcpStream::connect(at).await.expect("connect");
+    let refused = "router_connections_refused_total{listener=\"metrics\",reason=\"source_limit\"}";
+    let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    eventually(
+        "the second connection refused",
+        Duration::from_secs(10),
+        async || {
+            let answer = e2e::raw::exchange(at, get, Duration::from_secs(5)).await;
+            e2e::raw::status(&answer).is_none() && r.metric(refused).await >= Some(1.0)
+        },
+    )
+    .await;
+    // Another client (another address) is served meanwhile.
+    let other = e2e::raw::exchange_from("127.0.0.2", at, get, Duration::from_secs(5)).await;
+    assert_eq!(e2e::raw::status(&other), Some(200));
+    drop(held);
+}

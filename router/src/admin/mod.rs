@@ -764,9 +764,20 @@ impl Admin {
             .max_buf_size(limits.max_header_bytes.max(8192));
         let name = role.name();
         let errors = self.metrics.accept_errors.with_label_values(&[name]);
+        // Facing the network: one client (the one client key) holds at most a
+        // quarter of the listener's connections, so a flood from one source
+        // leaves room for the scraper and the peer.
+        let shares = listener
+            .local_addr()
+            .is_ok_and(|a| !a.ip().is_loopback())
+            .then(|| {
+                let cap = (limits.max_admin_connections / 4).max(1);
+                (per_source::PerSource::new(cap), limits.client_keys())
+            });
         let mut admin = AdminListener {
             listener,
             role,
+            shares,
             handshake_timeout: limits.header_read_timeout,
             slots: Arc::new(Semaphore::new(limits.max_admin_connections)),
             builder,
@@ -776,12 +787,15 @@ impl Admin {
     }
 }
 
-/// The admin listener's steps of the one accept loop (`accept::run`): no
-/// per-source cap (it is on loopback by default, behind the token), and at the cap
-/// a client waits for a slot.
+/// The admin listener's steps of the one accept loop (`accept::run`): at the
+/// cap a client waits for a slot; off loopback, one client's share is capped
+/// too (on loopback every client is this host).
 struct AdminListener {
     listener: TcpListener,
     role: Role,
+    /// Off loopback: each client's connections, by the one client key, and the
+    /// rule that keys them.
+    shares: Option<(Arc<per_source::PerSource>, per_source::KeyRule)>,
     /// A TLS client's handshake must finish within this
     /// (`limits.header_read_timeout`).
     handshake_timeout: Duration,
@@ -792,21 +806,38 @@ struct AdminListener {
 
 impl accept::Listener for AdminListener {
     type Source = TcpListener;
-    type Admitted = ();
+    type Admitted = Option<per_source::SourceSlot>;
 
     fn source(&mut self) -> &mut TcpListener {
         &mut self.listener
     }
 
-    fn admit(&mut self, client: TcpStream, _: SocketAddr) -> Option<(TcpStream, ())> {
-        Some((client, ()))
+    fn admit(
+        &mut self,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Self::Admitted)> {
+        let Some((shares, keys)) = &self.shares else {
+            return Some((client, None));
+        };
+        match shares.admit(keys.key(peer.ip())) {
+            Some(slot) => Some((client, Some(slot))),
+            None => {
+                self.admin
+                    .metrics
+                    .refused
+                    .with_label_values(&[self.role.name(), "source_limit"])
+                    .inc();
+                None
+            }
+        }
     }
 
     fn slots(&self) -> Arc<Semaphore> {
         self.slots.clone()
     }
 
-    fn full(&mut self, client: TcpStream, (): &()) -> Option<TcpStream> {
+    fn full(&mut self, client: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
         Some(client)
     }
 
@@ -814,7 +845,7 @@ impl accept::Listener for AdminListener {
         &mut self,
         stream: TcpStream,
         client: SocketAddr,
-        (): (),
+        share: Self::Admitted,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let admin = self.admin.clone();
@@ -850,7 +881,7 @@ impl accept::Listener for AdminListener {
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             }
-            drop(slot);
+            drop((slot, share));
         });
     }
 }
