@@ -142,16 +142,20 @@ access_log:
 
 def stat_ticks(pid):
     """utime+stime of a process and its live children (all threads included)."""
-    total = 0
-    pids = [pid] + children(pid)
-    for p in pids:
+    return sum(user_system_ticks(pid))
+
+
+def user_system_ticks(pid):
+    """(utime, stime) of a process and its live children (all threads included)."""
+    user = system = 0
+    for p in [pid] + children(pid):
         try:
             s = open(f"/proc/{p}/stat").read()
         except FileNotFoundError:
             continue
         f = s[s.rindex(")") + 2:].split()
-        total += int(f[11]) + int(f[12])
-    return total
+        user, system = user + int(f[11]), system + int(f[12])
+    return user, system
 
 
 def children(pid):
@@ -195,6 +199,18 @@ def wrk(port, seconds, conns, threads=1):
             "errors": sum(map(int, errors.groups())) if errors else 0, "p50_ms": ms(p50), "p99_ms": ms(p99)}
 
 
+def perf_record(pid, out_dir, target, rnd):
+    """`perf record` of `pid` while it is measured, or None without --perf. Its own
+    cost lands on the measured process's CPU figure too: compare figures of runs with
+    --perf only with each other."""
+    if not out_dir:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    return subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-p", ",".join(map(str, [pid] + children(pid))),
+                             "-o", f"{out_dir}/{target}-{rnd}.data"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def pin(pid, cpus):
     for p in [pid] + children(pid):
         try:
@@ -217,6 +233,9 @@ def main():
     ap.add_argument("--baseline-extra", default="", metavar="YAML",
                     help="the same for the baseline (e.g. the same binary without --router-extra's setting)")
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; wrk and backend on CPU 0")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="also record each measured run with `perf record -e cpu-clock -g` into "
+                         "DIR/TARGET-ROUND.data (read with `perf report -i ... --no-children --sort sym`)")
     ap.add_argument("--baseline", metavar="ROUTER_BINARY",
                     help="also run this router binary (e.g. built from an older commit) as target 'baseline', "
                          "to tell a regression from this machine's noise")
@@ -281,15 +300,21 @@ def main():
                 port = PORTS["backend"] if t == "direct" else PORTS[t]
                 wrk(port, args.warmup, args.connections)
                 pid = procs["backend"].pid if t == "direct" else procs[t].pid
-                before, tb = stat_ticks(pid), time.time()
+                (u0, s0), tb = user_system_ticks(pid), time.time()
+                perf = perf_record(pid, args.perf, t, rnd)
                 r = wrk(port, args.duration, args.connections)
-                cpu_s = (stat_ticks(pid) - before) / HZ
+                if perf:
+                    perf.send_signal(signal.SIGINT)
+                    perf.wait()
+                u1, s1 = user_system_ticks(pid)
+                cpu_s = (u1 - u0 + s1 - s0) / HZ
                 r["cpu_us_per_req"] = cpu_s / r["requests"] * 1e6
+                r["user_us_per_req"] = (u1 - u0) / HZ / r["requests"] * 1e6
                 r["core_busy"] = cpu_s / (time.time() - tb)
                 r["round"] = rnd
                 results[t].append(r)
                 print(f"round {rnd} {t:8} {r['rps']:>10.0f} req/s  cpu {r['cpu_us_per_req']:5.1f} us/req  "
-                      f"busy {r['core_busy']:.0%}  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
+                      f"(user {r['user_us_per_req']:4.1f})  busy {r['core_busy']:.0%}  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
                       f"errors {r['errors']} non2xx {r['non2xx']}", flush=True)
     finally:
         for p in procs.values():
@@ -309,8 +334,8 @@ def main():
     print(f"HTTP/1.1 keep-alive, 100 B body, wrk -t1 -c{args.connections} -d{args.duration}s after {args.warmup}s "
           f"warm-up, {args.rounds} rounds, {mode}; router worker_threads={args.router_threads}")
     print()
-    print("| target | req/s median [min-max] | ratio to direct (paired, median) | proxy CPU us/req median [min-max] | core busy | p50 / p99 ms | errors |")
-    print("|---|---|---|---|---|---|---|")
+    print("| target | req/s median [min-max] | ratio to direct (paired, median) | proxy CPU us/req median [min-max] | of it user | core busy | p50 / p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|---|")
     summary = {}
     for t in targets:
         rs = results[t]
@@ -320,7 +345,7 @@ def main():
         summary[t] = {"rps": med(rps), "ratio": med(ratios), "cpu_us_per_req": med(cpu)}
         label = "backend" if t == "direct" else "proxy"
         print(f"| {t} | {med(rps):.0f} [{min(rps):.0f}-{max(rps):.0f}] | {med(ratios):.2f} | "
-              f"{med(cpu):.1f} [{min(cpu):.1f}-{max(cpu):.1f}] ({label}) | {med([r['core_busy'] for r in rs]):.0%} | "
+              f"{med(cpu):.1f} [{min(cpu):.1f}-{max(cpu):.1f}] ({label}) | {med([r['user_us_per_req'] for r in rs]):.1f} | {med([r['core_busy'] for r in rs]):.0%} | "
               f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f} | "
               f"{sum(r['errors'] + r['non2xx'] for r in rs)} |")
     print()

@@ -190,7 +190,7 @@ impl Default for ExportLimits {
 }
 
 /// One app as the export sees it.
-struct Entry {
+struct AppEntry {
     traffic: Arc<AppTraffic>,
     /// Its totals when it was given its place, and when; `None`: summed into
     /// `_other`.
@@ -209,7 +209,7 @@ struct Entry {
 /// Every app's traffic, and which apps have series of their own.
 #[derive(Default)]
 struct State {
-    apps: HashMap<Arc<str>, Entry>,
+    apps: HashMap<Arc<str>, AppEntry>,
     /// What apps that left the table counted.
     gone: Totals,
     limits: ExportLimits,
@@ -417,7 +417,7 @@ impl AppsTraffic {
         let traffic = Arc::new(AppTraffic::default());
         state.apps.insert(
             Arc::from(app),
-            Entry {
+            AppEntry {
                 traffic: traffic.clone(),
                 placed: None,
                 requests: 0,

@@ -135,7 +135,8 @@ pub struct Completion {
     pub start: Instant,
     pub status: u16,
     pub metrics: Arc<Metrics>,
-    pub log: Option<AccessRecord>,
+    /// Boxed: most routers log no requests, and a completion is moved.
+    pub log: Option<Box<AccessRecord>>,
     pub bytes: u64,
     /// The body ended with an error (member reset mid-body) or the client left early.
     pub aborted: bool,
@@ -164,7 +165,7 @@ impl Drop for Completion {
             slot.member().stats.record(self.status, elapsed);
         }
         if let Some(log) = self.log.take() {
-            log.emit(self.status, self.bytes, elapsed, self.aborted);
+            (*log).emit(self.status, self.bytes, elapsed, self.aborted);
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::upstream::{MemberTls, Upstream};
 /// Whose a request is, for its member: its client key (whose share of a
 /// member's slots it counts in) and the worker serving it (whose idle member
 /// connections it may reuse).
-pub(super) type Source = (ClientKey, usize);
+pub(super) type Requester = (ClientKey, usize);
 
 impl Proxy {
     /// The app's policy admits the request's client (`None` without a policy:
@@ -39,7 +39,7 @@ impl Proxy {
         fields: FieldsRef<'_>,
         route: &Route,
         (policy, sticky): (Option<&Policy>, &Sticky),
-    ) -> Result<(Option<ClientSlot>, Target, Source), ProxyError> {
+    ) -> Result<(Option<ClientSlot>, Target, Requester), ProxyError> {
         let client = conn.client(fields);
         let hold = match policy {
             Some(p) => p

@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
@@ -40,7 +42,7 @@ impl Proxy {
     pub(super) async fn forward(
         &self,
         conn: &ClientConn,
-        mut req: Request<Received>,
+        mut req: Box<Request<Received>>,
         host: Option<HeaderValue>,
         mut raw: Option<Fields>,
         (trace, app): (&Trace, &mut Option<Arc<AppTraffic>>),
@@ -71,10 +73,11 @@ impl Proxy {
         let h2 = policy.as_ref().is_some_and(|p| p.h2);
         let trailers = h2 && wants_trailers(fields);
         plain_or_map(&mut req, &mut raw, h2 || upgrade);
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, body) = req.into_parts();
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
+        // The body goes its own way; the head stays boxed (see `Proxy::answer`).
+        let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
         for_member(
-            &mut parts,
+            &mut req,
             &host,
             &target,
             (conn, trace),
@@ -89,7 +92,7 @@ impl Proxy {
             let sticky = (policy.as_deref(), &sticky, conn.https);
             return Box::pin(self.forward_h2(
                 (&route, target, sni, source),
-                (parts, body),
+                (req.into_parts().0, body),
                 (trailers, timeouts.response),
                 (sticky, hold),
             ))
@@ -101,11 +104,11 @@ impl Proxy {
         let how = H1Checkout { sni, source, fresh };
         let (mut target, (mut slot, mut up)) = match self.checkout_now(&target, &how) {
             Some(now) => (target, now),
-            None => Box::pin(self.checkout_or_other(&route, target, &parts.method, how)).await?,
+            None => Box::pin(self.checkout_or_other(&route, target, req.method(), how)).await?,
         };
         if let Some(client_upgrade) = client_upgrade {
             return Box::pin(self.send_upgrade(
-                (parts, body, client_upgrade),
+                (req.into_parts().0, body, client_upgrade),
                 (&route, sni, source),
                 (target, slot, up),
                 conn,
@@ -115,7 +118,7 @@ impl Proxy {
         }
         // 7. send; once more if the retry decision allows (exactly as encoded: only
         // without a body). Inline: as an async fn, 1 000 instructions more a request.
-        let (mut request, replay) = encoded((parts, body), raw.as_ref(), (conn, trace), &host);
+        let (mut request, replay) = encoded((req, body), raw.as_ref(), (conn, trace), &host);
         let mut result = up
             .send(&target.member.addr, &mut request, timeouts.response)
             .await;
@@ -242,32 +245,32 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 /// (the one retry decision's input: idempotent, and exactly as encoded only
 /// without a body).
 fn encoded(
-    (parts, body): (http::request::Parts, RequestBody),
+    (req, body): (Box<Request<Received>>, RequestBody),
     raw: Option<&Fields>,
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> (Encoded, Replay) {
-    let idempotent = idempotent(&parts.method);
-    let request = encode(parts, body, raw, conn, host);
+    let idempotent = idempotent(req.method());
+    let request = encode(req, body, raw, conn, host);
     let exact = request.has_no_body();
     (request, Replay::Request { idempotent, exact })
 }
 
 fn encode(
-    parts: http::request::Parts,
+    req: Box<Request<Received>>,
     body: RequestBody,
     raw: Option<&Fields>,
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> Encoded {
     let Some(fields) = raw else {
-        return Encoded::new(Request::from_parts(parts, body));
+        return Encoded::new(Request::from_parts(req.into_parts().0, body));
     };
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     // Room for what the router adds (forwarding, request ID, trace context).
     let mut head = Vec::with_capacity(fields.head_len() + 384);
-    encode_for_member((&parts.method, target), fields, conn, host, &mut head);
-    Encoded::from_head(head, &parts.method, body)
+    encode_for_member((req.method(), target), fields, conn, host, &mut head);
+    Encoded::from_head(head, req.method(), body)
 }
 
 /// What is refused before the host is even read: `CONNECT` (405: a reverse proxy
@@ -309,34 +312,35 @@ impl Timeouts {
 /// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set
 /// (`raw`: the fields are not in the map but go as they came, and both are
 /// done as they are written, see [`encode_for_member`]).
-fn for_member(
-    parts: &mut http::request::Parts,
+fn for_member<B>(
+    req: &mut Request<B>,
     host: &HeaderValue,
     target: &Target,
     (conn, trace): (&ClientConn, &Trace),
     (upgrade, raw): (bool, bool),
 ) -> Result<(), ProxyError> {
-    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
-        parts.headers.insert(header::HOST, host.clone());
+    if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        *req.uri_mut() = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+        req.headers_mut().insert(header::HOST, host.clone());
     }
-    if !parts.uri.path().starts_with('/') {
+    if !req.uri().path().starts_with('/') {
         return Err(ProxyError::BadTarget);
     }
     if let Some(mappings) = &target.mappings
-        && let Some(path) = parts
-            .uri
+        && let Some(path) = req
+            .uri()
             .path_and_query()
             .and_then(|p| mappings.rewrite(p.as_str()))
     {
-        parts.uri = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
+        *req.uri_mut() = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
     }
-    parts.version = Version::HTTP_11;
+    *req.version_mut() = Version::HTTP_11;
     if !raw {
-        remove_hop_by_hop(&mut parts.headers, upgrade);
-        set_forwarded(&mut parts.headers, conn, host);
-        trace.set_in(&mut parts.headers);
+        let headers = req.headers_mut();
+        remove_hop_by_hop(headers, upgrade);
+        set_forwarded(headers, conn, host);
+        trace.set_in(headers);
     }
     Ok(())
 }

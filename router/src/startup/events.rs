@@ -33,7 +33,7 @@ pub(super) struct Events {
 
 impl Events {
     /// Loads the saved state (publishing it whole) and opens the configured source.
-    pub(super) fn open(&self) -> Result<(Consumer<Builder>, Source), StartError> {
+    pub(super) fn open(&self) -> Result<(Consumer<Builder>, EventSource), StartError> {
         let config = &self.config;
         let store = Store::open(&config.state_dir)?;
         let builder = Builder::new(
@@ -57,8 +57,8 @@ impl Events {
         };
         let source = match (&config.spi.source, &config.spi.spool, &config.spi.stomp) {
             (SourceKind::Amqp, _, _) => match &config.spi.amqp {
-                Some(a) => Source::Amqp(a.clone(), dead_letters()?),
-                None => Source::None,
+                Some(a) => EventSource::Amqp(a.clone(), dead_letters()?),
+                None => EventSource::None,
             },
             (SourceKind::Spool, Some(s), _) => {
                 let limits = spi_consumer::source::spool::SpoolLimits {
@@ -66,7 +66,7 @@ impl Events {
                     done_retention: s.done_retention,
                     failed_retention: s.failed_retention,
                 };
-                Source::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
+                EventSource::Spool(Spool::open_with(&s.path, limits).map_err(|source| {
                     StartError::Spool {
                         path: s.path.clone(),
                         source,
@@ -84,7 +84,7 @@ impl Events {
                     None => None,
                 };
                 let dead = dead_letters()?;
-                Source::Stomp(
+                EventSource::Stomp(
                     Box::new(SessionConfig {
                         hosts: s.hosts.clone(),
                         login: s.login.clone(),
@@ -112,14 +112,14 @@ impl Events {
                     dead,
                 )
             }
-            _ => Source::None,
+            _ => EventSource::None,
         };
         Ok((consumer, source))
     }
 }
 
 /// Where routing events come from.
-pub(super) enum Source {
+pub(super) enum EventSource {
     Spool(Spool),
     Stomp(Box<SessionConfig>, DeadLetters),
     Amqp(spi_consumer::source::amqp::AmqpConfig, DeadLetters),
@@ -134,7 +134,7 @@ pub(super) struct Sourcing {
 
 impl Sourcing {
     pub(super) fn start(
-        source: Source,
+        source: EventSource,
         consumer: Consumer<Builder>,
         config: &Config,
         metrics: &Metrics,
@@ -244,7 +244,7 @@ pub(super) async fn reconcile_once(
 
 /// Starts the event source (with none, a task that keeps the consumer until stop).
 pub(super) fn spawn_source(
-    source: Source,
+    source: EventSource,
     consumer: Consumer<Builder>,
     config: &Config,
     metrics: &Metrics,
@@ -254,7 +254,7 @@ pub(super) fn spawn_source(
         let _ = stop.wait_for(|s| *s).await;
     };
     match source {
-        Source::Spool(spool) => {
+        EventSource::Spool(spool) => {
             let interval = config
                 .spi
                 .spool
@@ -263,7 +263,7 @@ pub(super) fn spawn_source(
             tracing::info!(dir = %spool.dir().display(), "spool source started");
             Some(tokio::spawn(spool.run(consumer, interval, stopped)))
         }
-        Source::Stomp(session, dead) => {
+        EventSource::Stomp(session, dead) => {
             tracing::info!(hosts = ?session.hosts, destination = %session.destination, "STOMP source started");
             Some(tokio::spawn(spi_consumer::source::stomp::source::run(
                 *session,
@@ -273,7 +273,7 @@ pub(super) fn spawn_source(
                 stopped,
             )))
         }
-        Source::Amqp(amqp, dead) => {
+        EventSource::Amqp(amqp, dead) => {
             tracing::info!(queue = %amqp.queue, "AMQP source started");
             Some(tokio::spawn(spi_consumer::source::amqp::run(
                 amqp,
@@ -285,7 +285,7 @@ pub(super) fn spawn_source(
         }
         // No source: the consumer (the whole state) is kept until shutdown rather
         // than freed during start (0.1 s of a 100k-app start went to that).
-        Source::None => Some(tokio::spawn(async move {
+        EventSource::None => Some(tokio::spawn(async move {
             stopped.await;
             drop(consumer);
         })),

@@ -25,7 +25,7 @@ mod tasks;
 pub use files::admin_token;
 pub use reload::Reloader;
 
-use events::{Events, Source, Sourcing, reconcile_once};
+use events::{EventSource, Events, Sourcing, reconcile_once};
 use files::{admin_tls, fit_file_descriptors, load_default_cert};
 use listeners::Listeners;
 use reload::{Kept, with_settings};
@@ -147,7 +147,7 @@ pub struct Router {
     admin_api: Arc<Admin>,
     registry: Arc<MemberRegistry>,
     consumer: Consumer<Builder>,
-    source: Source,
+    source: EventSource,
     /// Opens the state and the source again if an upgrade fails half-way.
     events: Events,
     /// Where a successor asks for the listeners (`router upgrade`).

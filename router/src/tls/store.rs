@@ -226,7 +226,7 @@ impl Loader {
     }
 }
 
-struct Entry {
+struct AliasCert {
     /// The app that owns the alias.
     app: AppKey,
     fingerprint: u64,
@@ -236,7 +236,7 @@ struct Entry {
 pub struct CertIndex {
     live: Arc<ArcSwap<Certs>>,
     current: Certs,
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, AliasCert>,
     /// The aliases with a certificate, per app: an app's change costs its own
     /// aliases, never a scan of every certificate.
     by_app: HashMap<AppKey, BTreeSet<String>>,
@@ -374,7 +374,7 @@ impl CertIndex {
     fn list(&mut self, app: &AppKey, alias: &str, fingerprint: u64) {
         let previous = self.entries.insert(
             alias.to_string(),
-            Entry {
+            AliasCert {
                 app: app.clone(),
                 fingerprint,
             },

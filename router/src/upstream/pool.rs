@@ -225,13 +225,13 @@ impl Lease {
     }
 
     pub fn is_end_stream(&self) -> bool {
-        self.upstream.as_ref().is_none_or(Upstream::body_ended)
+        self.upstream.as_ref().is_none_or(|up| up.body_ended())
     }
 
     pub fn size_hint(&self) -> SizeHint {
         self.upstream
             .as_ref()
-            .map_or(SizeHint::with_exact(0), Upstream::body_size_hint)
+            .map_or(SizeHint::with_exact(0), |up| up.body_size_hint())
     }
 
     fn release(&mut self) {

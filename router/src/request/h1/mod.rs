@@ -116,7 +116,7 @@ pub async fn run(
             }
         };
         let method = parts.method.clone();
-        let req = Request::from_parts(*parts, Received::Read(body));
+        let req = Box::new(Request::from_parts(*parts, Received::Read(body)));
         // Boxed: a waiting connection keeps only this loop's few words.
         let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));
         // Meanwhile the client's side is read: pipelined requests are buffered (up
