@@ -166,7 +166,8 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
     answer of 200), from start to exit; with --syscalls, its system calls counted
     by `strace -c` instead."""
     wrap = (["strace", "-f", "-c", "-o", out] if SYSCALLS
-            else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+            else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+            + os.environ.get("CALLGRIND_EXTRA", "").split())
     err = open(f"{out}.stderr", "w")
     p = subprocess.Popen(wrap + cmd, stdout=subprocess.DEVNULL, stderr=err)
     try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cargo fuzz with the fuzz binaries' own build settings: the workspace's release
-# profile (thin LTO, 4 codegen units, full line tables: what the shipped router
+# profile (fat LTO, one codegen unit, full line tables: what the shipped router
 # wants) made every fuzz binary take minutes of CPU to link, and a fuzz binary
 # gains nothing from LTO (coverage instrumentation dominates its speed). Cargo
 # reads profiles only from the workspace root, so they are set here, for these
