@@ -15,6 +15,7 @@ use bytes::Bytes;
 use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
+use hyper::body::Body as _;
 use per_source::ClientKey;
 
 use super::body::ProxyBody;
@@ -22,8 +23,8 @@ use super::checkout::{H1Checkout, H2Checkout};
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
 use super::headers::{
-    ClientConn, encode_for_member, framing_is_clear, remove_hop_by_hop, set_forwarded,
-    wants_upgrade,
+    ClientConn, encode_for_member, encode_map_for_member, framing_is_clear, remove_hop_by_hop,
+    set_forwarded, wants_upgrade,
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
 use super::route::{Destination, Routed, Sticky};
@@ -76,13 +77,10 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
         // The body goes its own way; the head stays boxed (see `Proxy::answer`).
         let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
-        for_member(
-            &mut req,
-            &host,
-            &target,
-            (conn, trace),
-            (upgrade, raw.is_some()),
-        )?;
+        // An HTTP/1.1 member's head is written from the fields where they are
+        // (`encode`); hyper's clients (h2 members, upgrades) take a map.
+        let written = !(h2 || upgrade);
+        for_member(&mut req, &host, &target, (conn, trace), (upgrade, written))?;
         // 5. body: read ahead before a member is involved.
         let body = self.read_body(body).await?;
         let timeouts = Timeouts::of(self, policy.as_deref());
@@ -263,10 +261,20 @@ fn encode(
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> Encoded {
-    let Some(fields) = raw else {
-        return Encoded::new(Request::from_parts(req.into_parts().0, body));
-    };
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let Some(fields) = raw else {
+        let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
+        let mut head = Vec::with_capacity(512);
+        let framing = encode_map_for_member(
+            (req.method(), target),
+            req.headers(),
+            body_len,
+            conn,
+            host,
+            &mut head,
+        );
+        return Encoded::with(head, framing, req.method(), body);
+    };
     // Room for what the router adds (forwarding, request ID, trace context).
     let mut head = Vec::with_capacity(fields.head_len() + 384);
     encode_for_member((req.method(), target), fields, conn, host, &mut head);
@@ -310,14 +318,15 @@ impl Timeouts {
 /// exactly that; the Host then is the client's, untouched; for h2 and absolute-form
 /// it is the authority, RFC 9112 §3.2.2), the endpoint's path mappings (direct
 /// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set
-/// (`raw`: the fields are not in the map but go as they came, and both are
-/// done as they are written, see [`encode_for_member`]).
+/// (`written`: the head is written for an HTTP/1.1 member from the fields
+/// where they are, and both are done as it is written, see
+/// [`encode_for_member`] and [`encode_map_for_member`]).
 fn for_member<B>(
     req: &mut Request<B>,
     host: &HeaderValue,
     target: &Target,
     (conn, trace): (&ClientConn, &Trace),
-    (upgrade, raw): (bool, bool),
+    (upgrade, written): (bool, bool),
 ) -> Result<(), ProxyError> {
     if req.uri().scheme().is_some() || req.uri().authority().is_some() {
         let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -336,7 +345,7 @@ fn for_member<B>(
         *req.uri_mut() = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
     }
     *req.version_mut() = Version::HTTP_11;
-    if !raw {
+    if !written {
         let headers = req.headers_mut();
         remove_hop_by_hop(headers, upgrade);
         set_forwarded(headers, conn, host);

@@ -715,7 +715,7 @@ impl Encoded {
         Encoded::with(head, framing, method, body)
     }
 
-    fn with(out: Vec<u8>, framing: BodyFraming, method: &Method, body: RequestBody) -> Encoded {
+    pub fn with(out: Vec<u8>, framing: BodyFraming, method: &Method, body: RequestBody) -> Encoded {
         Encoded {
             ex: Outgoing {
                 out,
