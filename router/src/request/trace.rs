@@ -69,14 +69,21 @@ impl RequestId {
         std::str::from_utf8(self.as_bytes()).unwrap_or("-")
     }
 
-    /// As a header value (for a map: hyper's and h3's servers and clients).
+    /// As a header value (for a map: hyper's and h3's servers and clients),
+    /// marked never to be indexed: every request's ID is new, so in an h2
+    /// connection's HPACK table each would push out a field that repeats, and
+    /// the `h2` crate compares a new value with every one of that name already
+    /// in the table (about 50 comparisons a response once the table is full of
+    /// IDs: 1 100 instructions of an h2 request, `bench/instructions.py --h2`).
     pub fn header_value(&self) -> HeaderValue {
-        match &self.0 {
+        let mut value = match &self.0 {
             Repr::Made(hex) => {
                 HeaderValue::from_bytes(hex).unwrap_or(HeaderValue::from_static("-"))
             }
             Repr::Kept(v) => v.clone(),
-        }
+        };
+        value.set_sensitive(true);
+        value
     }
 }
 
