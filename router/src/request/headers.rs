@@ -243,17 +243,23 @@ pub fn end_to_end<'a>(
 /// `added` (`Set-Cookie` added to the member's, any other name in place of it).
 /// What [`end_to_end`] writes, as a map.
 pub fn member_map(fields: &Fields, added: &mut HeaderMap) {
-    let mut map = fields.to_map(added.len());
-    remove_hop_by_hop(&mut map, false);
+    // The member's end-to-end fields as `end_to_end` gives them (never put in
+    // the map and taken out again: each removal hashes a name), then `added`,
+    // whose names other than `Set-Cookie` were left out of the member's.
+    let mut map = HeaderMap::with_capacity(fields.len() + added.len());
+    for (_, name, value) in end_to_end(fields, added) {
+        if let (Ok(name), Some(value)) = (
+            HeaderName::from_bytes(name),
+            FieldsRef::Raw(fields).header_value(value),
+        ) {
+            map.append(name, value);
+        }
+    }
     let mut current: Option<HeaderName> = None;
     for (name, value) in std::mem::take(added).into_iter() {
         match name {
             Some(name) => {
-                if name == header::SET_COOKIE {
-                    map.append(name.clone(), value);
-                } else {
-                    map.insert(name.clone(), value);
-                }
+                map.append(name.clone(), value);
                 current = Some(name);
             }
             None => {
