@@ -100,9 +100,10 @@ const ACK: u8 = 1;
 /// The client preface and an empty SETTINGS frame.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 
-#[tokio::test]
-async fn an_h2_client_that_answers_pings_keeps_its_connection() {
-    let (r, _b) = router_with_backend(
+/// A router that PINGs every second (1 s to answer), and a raw connection to
+/// it that has sent the preface and an empty SETTINGS.
+async fn pinged_connection() -> (TestRouter, Backend, tokio::net::TcpStream) {
+    let (r, b) = router_with_backend(
         "limits:\n  h2_keepalive_interval: 1s\n  h2_keepalive_timeout: 1s\n  idle_timeout: 60s\n",
     )
     .await;
@@ -110,6 +111,12 @@ async fn an_h2_client_that_answers_pings_keeps_its_connection() {
         .await
         .expect("connect");
     s.write_all(PREFACE).await.expect("write");
+    (r, b, s)
+}
+
+#[tokio::test]
+async fn an_h2_client_that_answers_pings_keeps_its_connection() {
+    let (_r, _b, mut s) = pinged_connection().await;
     // Three PINGs, each answered (and the router's SETTINGS acknowledged).
     let three = async {
         let mut pings = 0;
@@ -153,15 +160,8 @@ async fn an_h2_client_that_answers_pings_keeps_its_connection() {
 
 #[tokio::test]
 async fn an_h2_client_that_never_answers_a_ping_is_closed() {
-    let (r, _b) = router_with_backend(
-        "limits:\n  h2_keepalive_interval: 1s\n  h2_keepalive_timeout: 1s\n  idle_timeout: 60s\n",
-    )
-    .await;
-    let mut s = tokio::net::TcpStream::connect(r.http)
-        .await
-        .expect("connect");
-    // The preface and an empty SETTINGS; then silence (no ACK, no PONG).
-    s.write_all(PREFACE).await.expect("write");
+    // Then silence (no SETTINGS ACK, no PONG).
+    let (_r, _b, mut s) = pinged_connection().await;
     let types = tokio::time::timeout(Duration::from_secs(30), async {
         let mut types = Vec::new();
         while let Some((kind, ..)) = read_frame(&mut s).await {

@@ -527,14 +527,8 @@ pub fn encode_for_member(
     let forwarding = forwarding(FieldsRef::Raw(fields), conn, host);
     let none = HeaderMap::new();
     let fields = end_to_end(fields, &none);
-    write_member_head(
-        (method, target),
-        fields,
-        forwarding,
-        (conn, trace),
-        host,
-        out,
-    );
+    let added = (forwarding, conn, trace, host);
+    write_member_head((method, target), fields, added, out);
 }
 
 /// The request head a member gets from a client whose fields are in a map
@@ -560,14 +554,8 @@ pub fn encode_map_for_member(
     let fields = end_to_end_map(headers).filter(move |(kind, _, _)| {
         !(own_framing && *kind == Name::ContentLength) && *kind != Name::TransferEncoding
     });
-    let end = write_member_head(
-        (method, target),
-        fields,
-        forwarding,
-        (conn, trace),
-        host,
-        out,
-    );
+    let added = (forwarding, conn, trace, host);
+    let end = write_member_head((method, target), fields, added, out);
     // The framing field goes after the others, before the blank line.
     out.truncate(end);
     let framing = framing.write(out);
@@ -641,6 +629,16 @@ fn end_to_end_map(headers: &HeaderMap) -> impl Iterator<Item = (Name, &[u8], &[u
         })
 }
 
+/// What the router adds to a member's head: the forwarding fields (as
+/// [`forwarding`] decided them) for the client's connection, its trace, and
+/// the Host the client sent.
+type Added<'a> = (
+    (ForwardedField, HeaderValue),
+    &'a ClientConn,
+    &'a Trace,
+    &'a HeaderValue,
+);
+
 /// Writes the request line, the client's end-to-end `fields` (those the
 /// router replaces left out or put in their place), the forwarding fields and
 /// the blank line; returns where the blank line starts. Inline: each of its
@@ -649,9 +647,7 @@ fn end_to_end_map(headers: &HeaderMap) -> impl Iterator<Item = (Name, &[u8], &[u
 fn write_member_head<'a>(
     (method, target): (&http::Method, &str),
     fields: impl Iterator<Item = (Name, &'a [u8], &'a [u8])>,
-    (forwarded, xff): (ForwardedField, HeaderValue),
-    (conn, trace): (&ClientConn, &Trace),
-    host: &HeaderValue,
+    ((forwarded, xff), conn, trace, host): Added<'_>,
     out: &mut Vec<u8>,
 ) -> usize {
     out.extend_from_slice(method.as_str().as_bytes());
