@@ -4,11 +4,12 @@ same run. Method: paired ratios to the backend served directly (each round runs 
 target once, order rotated), proxy CPU per request from /proc/PID/stat.
 
 usage: bench/http.py [--rounds N] [--duration S] [--warmup S] [--connections C]
-                     [--router-threads T] [--pin] [--baseline ROUTER_BINARY]
+                     [--router-threads T] [--pin] [--router ROUTER_BINARY]
+                     [--baseline ROUTER_BINARY]
                      [--router-extra YAML] [--baseline-extra YAML]
 
-Needs: nginx, haproxy, wrk (bench/run.sh installs them) and a release build of the
-router (target/release/router). Everything listens on 127.0.0.1; every process started
+Needs: nginx, haproxy, wrk (bench/run.sh installs them) and a router binary (--router;
+bench/run.sh builds and passes the shipped one, target/pgo/router). Everything listens on 127.0.0.1; every process started
 here is stopped by PID at the end. Prints a table and writes JSON next to it."""
 
 import argparse
@@ -102,13 +103,13 @@ backend be
         write(f"{d}/{spool}/01-bench.yaml", ROUTE_EVENT)
 
 
-def route_event(port):
-    """The routing event that routes the bench app to a backend on `port`."""
+def route_event(port, gear="5464c9f6e0b8cd5a6e000001", action="add_public_endpoint", app="bench", ns="bench"):
+    """The routing event that routes `app` (the bench app by default) to a backend on `port`."""
     return f"""---
-:action: :add_public_endpoint
-:app_name: bench
-:namespace: bench
-:gear_id: 5464c9f6e0b8cd5a6e000001
+:action: :{action}
+:app_name: {app}
+:namespace: {ns}
+:gear_id: {gear}
 :public_port_name: haproxy-1.4
 :public_address: 127.0.0.1
 :public_port: {port}
@@ -236,6 +237,9 @@ def main():
     ap.add_argument("--perf", metavar="DIR",
                     help="also record each measured run with `perf record -e cpu-clock -g` into "
                          "DIR/TARGET-ROUND.data (read with `perf report -i ... --no-children --sort sym`)")
+    ap.add_argument("--router", metavar="ROUTER_BINARY", default=os.path.join(ROOT, "target/release/router"),
+                    help="the router binary to measure (bench/run.sh passes the shipped, profile-guided "
+                         "one: target/pgo/router from deploy/pgo.sh)")
     ap.add_argument("--baseline", metavar="ROUTER_BINARY",
                     help="also run this router binary (e.g. built from an older commit) as target 'baseline', "
                          "to tell a regression from this machine's noise")
@@ -247,9 +251,9 @@ def main():
                          "what hyper's server costs per request) as target 'floor_hyper'")
     args = ap.parse_args()
 
-    router_bin = os.path.join(ROOT, "target/release/router")
+    router_bin = args.router
     if not os.path.exists(router_bin):
-        sys.exit("build first: cargo build --release -p router")
+        sys.exit(f"build first: {router_bin} is missing (bash deploy/pgo.sh, or cargo build --release -p router)")
     d = workdir("router-bench-")
     configs(d)
     router_config(d, args.router_threads, extra=args.router_extra.replace("\\n", "\n"))

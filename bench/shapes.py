@@ -6,7 +6,7 @@ met / not met, with the figure.
 
 usage: bench/shapes.py [--phases h2,h3,latency,memory,routes,scale] [--rounds N]
                        [--h2-requests N] [--latency-seconds S] [--idle N]
-                       [--route-seconds S] [--ws N]
+                       [--route-seconds S] [--ws N] [--router ROUTER_BINARY]
 
 Phases:
   h2       h2load -t1 -c10 -m10 (100 streams over 10 TLS connections), proxy CPU per
@@ -66,6 +66,7 @@ H = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(H)
 
 REL = os.path.join(ROOT, "target/release")
+ROUTER_BIN = os.path.join(REL, "router")  # --router
 P = {"backend": 18500, "echo1": 18501, "echo2": 18502,
      "router": 18510, "router_https": 18511, "router_admin": 18512,
      "haproxy": 18520, "haproxy_https": 18521, "nginx": 18530, "nginx_https": 18531,
@@ -74,21 +75,7 @@ HOST = H.HOST
 PROXIES = ("router", "haproxy", "nginx")
 
 
-def event(port, gear="5464c9f6e0b8cd5a6e000001", action="add_public_endpoint", app="bench", ns="bench"):
-    return f"""---
-:action: :{action}
-:app_name: {app}
-:namespace: {ns}
-:gear_id: {gear}
-:public_port_name: haproxy-1.4
-:public_address: 127.0.0.1
-:public_port: {port}
-:protocols:
-- http
-:types:
-- load_balancer
-:mappings: []
-"""
+event = H.route_event  # the routing event of an app (the bench app by default)
 
 
 def alias_event(action, alias):
@@ -158,7 +145,7 @@ backend be
 
     def start(self):
         d = self.d
-        self.procs["router"] = subprocess.Popen([f"{REL}/router", "--config", f"{d}/router.yaml"],
+        self.procs["router"] = subprocess.Popen([ROUTER_BIN, "--config", f"{d}/router.yaml"],
                                                 stdout=subprocess.DEVNULL, stderr=open(f"{d}/router.log", "a"))
         self.procs["haproxy"] = subprocess.Popen(["haproxy", "-W", "-db", "-f", f"{d}/haproxy.cfg"],
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -524,7 +511,7 @@ def phase_scale(d, args, out):
                 px = Proxies(f"{d}/t{name}", P["backend"], threads=threads)
                 with open(f"{px.d}/router.yaml", "a") as f:
                     f.write(extra)
-                px.procs["router"] = subprocess.Popen([f"{REL}/router", "--config", f"{px.d}/router.yaml"],
+                px.procs["router"] = subprocess.Popen([ROUTER_BIN, "--config", f"{px.d}/router.yaml"],
                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
                     H.wait_port(P["router"], HOST)
@@ -626,6 +613,7 @@ def summary(out):
 
 
 def main():
+    global ROUTER_BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--phases", default="h2,latency,memory,routes,scale")
     ap.add_argument("--rounds", type=int, default=2)
@@ -636,12 +624,16 @@ def main():
     ap.add_argument("--route-rate", type=int, default=320,
                     help="events a second (some land in one batch, so swaps are fewer)")
     ap.add_argument("--ws", type=int, default=200)
+    ap.add_argument("--router", default=ROUTER_BIN,
+                    help="the router binary (default target/release/router; the shipped one is "
+                         "target/pgo/router, from deploy/pgo.sh)")
     args = ap.parse_args()
+    ROUTER_BIN = args.router
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
-    for b in ("router", "bench-clients", "echo-backend"):
-        if not os.path.exists(f"{REL}/{b}"):
-            sys.exit("build first: cargo build --release -p router -p e2e --bin router --bin bench-clients "
-                     "--bin echo-backend")
+    for b in (ROUTER_BIN, f"{REL}/bench-clients", f"{REL}/echo-backend"):
+        if not os.path.exists(b):
+            sys.exit(f"build first: {b} is missing (cargo build --release -p router -p e2e --bin router "
+                     "--bin bench-clients --bin echo-backend; bash deploy/pgo.sh for target/pgo/router)")
     d = H.workdir("router-shapes-")
     out = {}
     try:

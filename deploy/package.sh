@@ -3,21 +3,32 @@
 # dpkg-deb only (no cargo-deb to install): stripped release binaries, the systemd
 # unit, the example config as a conffile, and a postinst that creates the service
 # user. Output: target/debian/{router,portproxy}_<version>_<arch>.deb
-#   bash deploy/package.sh                     # release build, then both packages
+#   bash deploy/package.sh                     # release build (the router profile-
+#                                              # guided: deploy/pgo.sh), both packages
+#   bash deploy/package.sh --no-pgo            # a plain release build of the router
 #   bash deploy/package.sh --no-build [--profile debug] [--out DIR]
 #                                              # package binaries already built
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=1 profile=release out=target/debian
+build=1 pgo=1 profile=release out=target/debian
 while [ $# -gt 0 ]; do
   case $1 in
     --no-build) build=0; shift ;;
+    --no-pgo) pgo=0; shift ;;
     --profile) profile=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: deploy/package.sh [--no-build] [--profile release|debug] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: deploy/package.sh [--no-build] [--no-pgo] [--profile release|debug] [--out DIR]" >&2; exit 2 ;;
   esac
 done
-[ "$build" = 0 ] || cargo build --release --locked -p router -p portproxy
+# The router's binary: the profile-guided one when this script builds it.
+router_bin="target/$profile/router"
+if [ "$build" = 1 ]; then
+  cargo build --release --locked -p router -p portproxy
+  if [ "$pgo" = 1 ]; then
+    bash deploy/pgo.sh
+    router_bin=target/pgo/router
+  fi
+fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
 mkdir -p "$out"
@@ -29,7 +40,9 @@ pkg() {
   chmod 0755 "$root"
   trap 'rm -rf "$root"' RETURN
   install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/$name" "$root/usr/share/doc/$name"
-  install -m 0755 "target/$profile/$name" "$root/usr/bin/$name"
+  local bin="target/$profile/$name"
+  [ "$name" = router ] && bin=$router_bin
+  install -m 0755 "$bin" "$root/usr/bin/$name"
   strip --strip-unneeded "$root/usr/bin/$name"
   install -m 0644 "deploy/systemd/$name.service" "$root/lib/systemd/system/$name.service"
   install -m 0644 README.md "$root/usr/share/doc/$name/README.md"

@@ -92,7 +92,13 @@ impl Stamp {
 
     /// Something moved now.
     pub fn touch(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.touch_at(Instant::now());
+    }
+
+    /// Something moved at `now` (a clock read the caller made anyway).
+    pub fn touch_at(&self, now: Instant) {
+        let ms = u64::try_from(now.saturating_duration_since(self.origin).as_millis())
+            .unwrap_or(u64::MAX);
         self.ms.store(ms, Ordering::Release);
     }
 

@@ -17,7 +17,81 @@
 //! most every [`MIN_INTERVAL`]: memory comes back within about half a minute of a
 //! storm, and steady churn costs one trim per half minute.
 
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
 use std::time::{Duration, Instant};
+
+use libmimalloc_sys as mi;
+
+/// The router's global allocator: mimalloc, asked for plain blocks.
+///
+/// The `mimalloc` crate's allocator asks for every block through
+/// `mi_malloc_aligned`, whose fast path checks the alignment and the free
+/// block's address before the plain one's, and whose miss goes through a
+/// second, generic aligned path. Every block mimalloc hands out is aligned to
+/// a word, so a layout asking no more than that takes `mi_malloc` (nearly all
+/// of the router's: bytes, words, pointers); only a larger alignment takes the
+/// aligned call. Measured with `bench/instructions.py` (`bench/RESULTS.md`,
+/// "the allocator asked for plain blocks").
+pub struct Allocator;
+
+/// What every mimalloc block is aligned to (`MI_INTPTR_SIZE`).
+const WORD: usize = std::mem::size_of::<usize>();
+
+// SAFETY: each call is mimalloc's own for the layout (aligned only where a word
+// does not suffice); every block is freed by `mi_free`, whichever call made it.
+unsafe impl GlobalAlloc for Allocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: mimalloc's allocation calls take any size and alignment.
+        unsafe { by_alignment(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        unsafe { by_alignment(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: `ptr` came from one of mimalloc's calls above.
+        unsafe { mi::mi_free(ptr.cast::<c_void>()) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = ptr.cast::<c_void>();
+        // SAFETY: `ptr` came from the call of the same alignment above.
+        unsafe {
+            if layout.align() <= WORD {
+                mi::mi_realloc(p, new_size).cast()
+            } else {
+                mi::mi_realloc_aligned(p, new_size, layout.align()).cast()
+            }
+        }
+    }
+}
+
+/// `plain(size)` where a word's alignment suffices, else `aligned(size, align)`.
+///
+/// # Safety
+/// Both must be mimalloc allocation calls.
+#[inline(always)]
+unsafe fn by_alignment(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: the caller's.
+    unsafe {
+        if layout.align() <= WORD {
+            plain(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
+        }
+    }
+}
 
 /// Connections closed since the last trim that make one worth it.
 pub const STORM: u64 = 1000;

@@ -109,6 +109,7 @@ impl Activity {
             activity: self.clone(),
             track,
             waiting: false,
+            ended_at: None,
         }
     }
 
@@ -213,9 +214,17 @@ pub struct ActiveRequest {
     /// its response blocks the socket, which has its own deadline).
     track: bool,
     waiting: bool,
+    /// When the request ended, if its completion read the clock already.
+    ended_at: Option<Instant>,
 }
 
 impl ActiveRequest {
+    /// The request ends at `now` (read by its completion): its drop stamps the
+    /// connection's last activity with it, not with a clock read of its own.
+    pub fn ends_at(&mut self, now: Instant) {
+        self.ended_at = Some(now);
+    }
+
     /// The response handed something to the client side (its head, a body frame)
     /// and waits for hyper to come back for more.
     pub fn wait_on_client(&mut self) {
@@ -251,7 +260,10 @@ impl Drop for ActiveRequest {
         if self.waiting {
             a.awaiting.fetch_sub(1, Ordering::AcqRel);
         }
-        a.ended.touch();
+        match self.ended_at {
+            Some(at) => a.ended.touch_at(at),
+            None => a.ended.touch(),
+        }
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

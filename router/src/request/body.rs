@@ -153,7 +153,12 @@ pub struct Completion {
 
 impl Drop for Completion {
     fn drop(&mut self) {
-        let elapsed = self.start.elapsed();
+        // One clock read for the duration and the connection's last activity.
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.start);
+        if let Some(active) = self.active.as_mut() {
+            active.ends_at(now.into());
+        }
         self.metrics.request(self.status);
         let app = self
             .app
