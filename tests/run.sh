@@ -37,6 +37,8 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # PID 1 (tests/tests/systemd_unit.rs).
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
+# Let's Encrypt's test ACME CA and its DNS (pebble-challtestsrv) for the ACME tests.
+command -v pebble >/dev/null 2>&1 || need+=(pebble)
 # A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
 # Debian's own interpreter.
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)

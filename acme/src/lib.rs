@@ -1,0 +1,252 @@
+//! Certificates from an ACME CA (RFC 8555) for names the router serves.
+//!
+//! The protocol (JWS-signed requests, nonces, the order's state machine, the
+//! CSR) is `instant-acme`'s: a well-kept client that Let's Encrypt's staging
+//! and Pebble both run against, with ACME Renewal Information and order
+//! resumption by URL (what a router pair needs when one of them fails
+//! mid-order). What is ours is what a router must add around it:
+//!
+//! - **The account** ([`Client::open`]) lives in a directory the router owns
+//!   (`account.json`, mode 0600: it holds the account's private key), created on
+//!   first use and reused after every restart, so a router never opens a second
+//!   account with the CA.
+//! - **Every exchange with the CA is bounded** ([`http::Bounded`]): a deadline per
+//!   request (connect, TLS, response and body) and a cap on the body's size, so
+//!   a slow or hostile CA costs one failed order, never a stuck task or memory.
+//! - **HTTP-01 answers** are published through [`Answers`] (the router's HTTP
+//!   listener serves them) for the order's life and withdrawn when it ends,
+//!   whatever its outcome.
+
+pub mod http;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+
+/// Where the CA is and how to talk to it.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The CA's directory URL (`https://`).
+    pub directory: String,
+    /// Contact URLs for the account (`mailto:ops@example.com`).
+    pub contact: Vec<String>,
+    /// PEM roots to trust for the CA's own HTTPS (a private CA, Pebble); `None`:
+    /// the system bundle.
+    pub ca_file: Option<PathBuf>,
+    /// Deadline of one request to the CA, body included.
+    pub request_timeout: Duration,
+    /// Largest response body taken from the CA (a certificate chain is a few KiB).
+    pub max_body: usize,
+    /// How long an order may take, from its creation to its certificate.
+    pub order_timeout: Duration,
+}
+
+impl Settings {
+    /// `directory` with the defaults for the rest: 30 s a request, 1 MiB a body,
+    /// 5 minutes an order.
+    pub fn new(directory: impl Into<String>) -> Settings {
+        Settings {
+            directory: directory.into(),
+            contact: Vec::new(),
+            ca_file: None,
+            request_timeout: Duration::from_secs(30),
+            max_body: 1024 * 1024,
+            order_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why an account or an order failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AcmeError {
+    #[error("ACME account file {path}: {source}")]
+    AccountFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("ACME account file {path} is not an account: {source}")]
+    AccountJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("HTTPS to the ACME CA: {0}")]
+    Tls(#[from] http::HttpError),
+    #[error("ACME: {0}")]
+    Protocol(#[from] instant_acme::Error),
+    #[error("the CA offers no HTTP-01 challenge for {0}")]
+    NoHttp01(String),
+    #[error("authorization for {name} is {status:?}")]
+    Authorization {
+        name: String,
+        status: AuthorizationStatus,
+    },
+    #[error("order for {name} ended {status:?}")]
+    Order { name: String, status: OrderStatus },
+    #[error("order for {0} took longer than its deadline")]
+    OrderTimeout(String),
+}
+
+/// Publishes HTTP-01 answers where the CA will look for them
+/// (`http://NAME/.well-known/acme-challenge/TOKEN`).
+pub trait Answers: Send + Sync {
+    /// Serve `key_authorization` for `token` from now on.
+    fn publish(&self, token: &str, key_authorization: &str);
+    /// Stop serving `token`.
+    fn withdraw(&self, token: &str);
+}
+
+/// An issued certificate.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    /// The chain, leaf first (PEM).
+    pub chain_pem: String,
+    /// Its private key (PKCS#8 PEM), made for this order.
+    pub key_pem: String,
+    /// The order's URL at the CA.
+    pub order_url: String,
+}
+
+/// An ACME account at one CA.
+pub struct Client {
+    account: Account,
+    order_timeout: Duration,
+}
+
+/// The account's file in the router's directory.
+const ACCOUNT_FILE: &str = "account.json";
+
+impl Client {
+    /// The account kept in `dir` (`account.json`), or a new one at the CA,
+    /// saved there (0600) before it is used.
+    pub async fn open(settings: &Settings, dir: &Path) -> Result<Client, AcmeError> {
+        let http = http::Bounded::new(settings)?;
+        let path = dir.join(ACCOUNT_FILE);
+        let file_err = |source| AcmeError::AccountFile {
+            path: path.clone(),
+            source,
+        };
+        let account = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let credentials: AccountCredentials =
+                    serde_json::from_slice(&bytes).map_err(|source| AcmeError::AccountJson {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Account::builder_with_http(Box::new(http))
+                    .from_credentials(credentials)
+                    .await?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let contact: Vec<&str> = settings.contact.iter().map(String::as_str).collect();
+                let (account, credentials) = Account::builder_with_http(Box::new(http))
+                    .create(
+                        &NewAccount {
+                            contact: &contact,
+                            terms_of_service_agreed: true,
+                            only_return_existing: false,
+                        },
+                        settings.directory.clone(),
+                        None,
+                    )
+                    .await?;
+                let json =
+                    serde_json::to_vec(&credentials).map_err(|source| AcmeError::AccountJson {
+                        path: path.clone(),
+                        source,
+                    })?;
+                std::fs::create_dir_all(dir).map_err(file_err)?;
+                durable_file::write(&path, &json).map_err(file_err)?;
+                tracing::info!(account = %account.id(), file = %path.display(), "ACME account created");
+                account
+            }
+            Err(e) => return Err(file_err(e)),
+        };
+        Ok(Client {
+            account,
+            order_timeout: settings.order_timeout,
+        })
+    }
+
+    /// The account's URL at the CA.
+    pub fn account_id(&self) -> &str {
+        self.account.id()
+    }
+
+    /// Orders a certificate for `name`, answering over HTTP-01 through `answers`
+    /// for the order's life; within `Settings::order_timeout`.
+    pub async fn issue(&self, name: &str, answers: &dyn Answers) -> Result<Issued, AcmeError> {
+        let published = Published {
+            answers,
+            tokens: Vec::new(),
+        };
+        tokio::time::timeout(self.order_timeout, self.order(name, published))
+            .await
+            .map_err(|_| AcmeError::OrderTimeout(name.to_string()))?
+    }
+
+    async fn order(&self, name: &str, mut published: Published<'_>) -> Result<Issued, AcmeError> {
+        let identifiers = [Identifier::Dns(name.to_string())];
+        let mut order = self.account.new_order(&NewOrder::new(&identifiers)).await?;
+        let mut authorizations = order.authorizations();
+        while let Some(authz) = authorizations.next().await {
+            let mut authz = authz?;
+            match authz.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                status => {
+                    return Err(AcmeError::Authorization {
+                        name: name.to_string(),
+                        status,
+                    });
+                }
+            }
+            let mut challenge = authz
+                .challenge(ChallengeType::Http01)
+                .ok_or_else(|| AcmeError::NoHttp01(name.to_string()))?;
+            published.add(&challenge.token, challenge.key_authorization().as_str());
+            challenge.set_ready().await?;
+        }
+        // The CA validates at its own pace (Pebble waits up to 15 s on purpose).
+        let retries = RetryPolicy::new().timeout(self.order_timeout);
+        let status = order.poll_ready(&retries).await?;
+        if status != OrderStatus::Ready {
+            return Err(AcmeError::Order {
+                name: name.to_string(),
+                status,
+            });
+        }
+        drop(published);
+        let key_pem = order.finalize().await?;
+        let chain_pem = order.poll_certificate(&retries).await?;
+        Ok(Issued {
+            chain_pem,
+            key_pem,
+            order_url: order.url().to_string(),
+        })
+    }
+}
+
+/// The answers an order published: withdrawn when it ends, however it ends.
+struct Published<'a> {
+    answers: &'a dyn Answers,
+    tokens: Vec<String>,
+}
+
+impl Published<'_> {
+    fn add(&mut self, token: &str, key_authorization: &str) {
+        self.answers.publish(token, key_authorization);
+        self.tokens.push(token.to_string());
+    }
+}
+
+impl Drop for Published<'_> {
+    fn drop(&mut self) {
+        for token in &self.tokens {
+            self.answers.withdraw(token);
+        }
+    }
+}
