@@ -99,6 +99,46 @@ pub trait Answers: Send + Sync {
     fn withdraw(&self, token: &str);
 }
 
+/// The path HTTP-01 answers are served under.
+pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
+
+/// HTTP-01 answers of the orders in flight (token → key authorization), for the
+/// HTTP listener to serve: what [`Client::issue`] publishes into.
+#[derive(Debug, Default)]
+pub struct Challenges(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl Challenges {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether no order waits for an answer.
+    pub fn is_empty(&self) -> bool {
+        self.map().is_empty()
+    }
+
+    /// The answer for a request path, if it asks for a token of an order in flight.
+    pub fn answer(&self, path: &str) -> Option<String> {
+        let token = path.strip_prefix(CHALLENGE_PATH)?;
+        let map = self.map();
+        if map.is_empty() {
+            return None;
+        }
+        map.get(token).cloned()
+    }
+}
+
+impl Answers for Challenges {
+    fn publish(&self, token: &str, key_authorization: &str) {
+        self.map()
+            .insert(token.to_string(), key_authorization.to_string());
+    }
+
+    fn withdraw(&self, token: &str) {
+        self.map().remove(token);
+    }
+}
+
 /// An issued certificate.
 #[derive(Clone, Debug)]
 pub struct Issued {
@@ -248,5 +288,25 @@ impl Drop for Published<'_> {
         for token in &self.tokens {
             self.answers.withdraw(token);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_published_tokens_under_the_challenge_path_are_answered() {
+        let c = Challenges::default();
+        assert_eq!(c.answer("/.well-known/acme-challenge/abc"), None);
+        c.publish("abc", "abc.thumb");
+        assert_eq!(
+            c.answer("/.well-known/acme-challenge/abc").as_deref(),
+            Some("abc.thumb")
+        );
+        assert_eq!(c.answer("/.well-known/acme-challenge/abd"), None);
+        assert_eq!(c.answer("/abc"), None, "only under the challenge path");
+        c.withdraw("abc");
+        assert_eq!(c.answer("/.well-known/acme-challenge/abc"), None);
     }
 }

@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod config;
 pub mod fds;
+pub mod issuer;
 pub mod log_limit;
 pub mod members;
 pub mod memory;

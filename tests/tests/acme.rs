@@ -4,11 +4,11 @@
 //! names the alias, its answers withdrawn afterwards; and a CA that answers with an
 //! endless body fails the one request, quickly, with its reason.
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
-use acme::{Answers, Client, Settings};
+use acme::{Challenges, Client, Settings};
 use bytes::Bytes;
 use e2e::pebble::Pebble;
 use http_body_util::Full;
@@ -18,29 +18,8 @@ use rustls::client::danger::ServerCertVerifier as _;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
-/// HTTP-01 answers served on a port of the test's own (what the router's HTTP
-/// listener does for it).
-#[derive(Default)]
-struct Served(Mutex<HashMap<String, String>>);
-
-impl Served {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Answers for Served {
-    fn publish(&self, token: &str, key_authorization: &str) {
-        self.map()
-            .insert(token.to_string(), key_authorization.to_string());
-    }
-    fn withdraw(&self, token: &str) {
-        self.map().remove(token);
-    }
-}
-
-/// Serves `answers` at `/.well-known/acme-challenge/TOKEN` on a port it reports.
-async fn http01_server(answers: Arc<Served>) -> u16 {
+/// Serves `answers` (what the router's HTTP listener does for it) at `/.well-known/acme-challenge/TOKEN` on a port it reports.
+async fn http01_server(answers: Arc<Challenges>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -53,12 +32,7 @@ async fn http01_server(answers: Arc<Served>) -> u16 {
             let answers = answers.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let token = req
-                        .uri()
-                        .path()
-                        .strip_prefix("/.well-known/acme-challenge/")
-                        .map(str::to_string);
-                    let answer = token.and_then(|t| answers.map().get(&t).cloned());
+                    let answer = answers.answer(req.uri().path());
                     async move {
                         let status = if answer.is_some() { 200 } else { 404 };
                         Ok::<_, std::convert::Infallible>(
@@ -80,7 +54,7 @@ async fn http01_server(answers: Arc<Served>) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_made_once_and_a_certificate_ordered_over_http01_from_pebble() {
-    let answers = Arc::new(Served::default());
+    let answers = Arc::new(Challenges::default());
     let port = http01_server(answers.clone()).await;
     let pebble = Pebble::start(port);
     let mut settings = Settings::new(&pebble.directory);
@@ -103,10 +77,7 @@ async fn an_account_made_once_and_a_certificate_ordered_over_http01_from_pebble(
 
     let name = "shop.example.test";
     let issued = client.issue(name, answers.as_ref()).await.expect("issued");
-    assert!(
-        answers.map().is_empty(),
-        "answers withdrawn after the order"
-    );
+    assert!(answers.is_empty(), "answers withdrawn after the order");
     assert!(issued.order_url.starts_with("https://127.0.0.1:"));
 
     // The chain verifies against Pebble's issuing root, for the name ordered.
@@ -199,5 +170,143 @@ async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason
     assert!(
         !dir.join("account/account.json").exists(),
         "no account saved"
+    );
+}
+
+/// Relays TCP from a port of its own to the port set later (Pebble must know
+/// where to validate before the router, which must know Pebble's directory, is
+/// started): Pebble's HTTP-01 requests reach the router's HTTP listener as sent.
+async fn relay_to_later() -> (u16, tokio::sync::watch::Sender<u16>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (tx, rx) = tokio::sync::watch::channel(0u16);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let to = *rx.borrow();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (port, tx)
+}
+
+/// A TLS handshake to `addr` for `name` that verifies against `root_pem`.
+async fn verified(addr: std::net::SocketAddr, name: &str, root_pem: &str) -> bool {
+    let config = e2e::tlsclient::client_config(root_pem, &[b"http/1.1"]);
+    let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let server = ServerName::try_from(name.to_string()).expect("name");
+    tokio_rustls::TlsConnector::from(config)
+        .connect(server, tcp)
+        .await
+        .is_ok()
+}
+
+/// Whether a handshake for `name` verifies against `root_pem` within `tries`
+/// attempts `every` apart.
+async fn served_within(
+    addr: std::net::SocketAddr,
+    name: &str,
+    root_pem: &str,
+    tries: u32,
+    every: Duration,
+) -> bool {
+    for _ in 0..tries {
+        if verified(addr, name, root_pem).await {
+            return true;
+        }
+        tokio::time::sleep(every).await;
+    }
+    false
+}
+
+/// `router_acme_orders_total{result}` from the router's admin API.
+async fn orders(admin: std::net::SocketAddr, result: &str) -> String {
+    let (_, text) = e2e::http_get(&format!("http://{admin}/metrics")).await;
+    let sample = format!("router_acme_orders_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&sample).map(str::to_string))
+        .unwrap_or_else(|| format!("no {sample}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_keeps_it_after_a_restart()
+ {
+    let (relay, to) = relay_to_later().await;
+    let pebble = Pebble::start(relay);
+    let root = pebble.get(&format!("{}/roots/0", pebble.management));
+    assert!(root.contains("BEGIN CERTIFICATE"), "Pebble's root: {root}");
+    let wildcard = e2e::pki::Wildcard::new("acme-router");
+    let dir = e2e::tempdir("acme-router");
+    let extra = format!(
+        "  https: 127.0.0.1:0\n{tls}acme:\n  directory: {dir_url}\n  ca_file: {ca}\n  check_interval: 1s\n\
+         app_defaults:\n  acme: true\n",
+        tls = wildcard.tls_section(),
+        dir_url = pebble.directory,
+        ca = pebble.ca_file.display(),
+    );
+    // `listen:`'s https goes under the http line the helper writes.
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "").replace(
+        "  admin: 127.0.0.1:0\n",
+        "  admin: 127.0.0.1:0\n  https: 127.0.0.1:0\n",
+    ) + &extra.replacen("  https: 127.0.0.1:0\n", "", 1);
+    let alias = "shop.example.test";
+    let app = e2e::events::add_lb("shop", "acme", "127.0.0.1:9".parse().expect("addr"));
+    let cfg = e2e::process::spool_router(&dir, &app, &config);
+    std::fs::write(
+        dir.join("spool/02.yaml"),
+        e2e::events::add_alias("shop", "acme", alias),
+    )
+    .expect("alias event");
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    to.send_replace(router.http.port());
+    let https = router.https.expect("https");
+    let admin = router.admin.expect("admin");
+
+    // Ordered, validated through the router's HTTP listener, served over HTTPS.
+    // Pebble waits up to 15 s before it validates.
+    if !served_within(https, alias, &root, 60, Duration::from_millis(500)).await {
+        let mut router = router;
+        let mut said = Vec::new();
+        while let Ok(line) = router.logs.try_recv() {
+            said.push(line.to_string());
+        }
+        panic!(
+            "the alias is not served a certificate chaining to Pebble's root; the router said:\n{}",
+            said.join("\n")
+        );
+    }
+    assert_eq!(orders(admin, "issued").await, "1", "one order");
+    // Another name still gets the default certificate, which Pebble's root does not sign.
+    assert!(!verified(https, "other.example.test", &root).await);
+    let saved = dir.join(format!("state/acme/certs/{alias}.json"));
+    let mode = std::fs::metadata(&saved)
+        .expect("saved certificate")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the saved key is owner-only");
+    let account = dir.join("state/acme/account.json");
+    assert!(account.exists(), "the account is kept in state_dir");
+
+    // Restarted: the saved certificate is served again, with no new order.
+    drop(router);
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    to.send_replace(router.http.port());
+    let https = router.https.expect("https");
+    assert!(
+        served_within(https, alias, &root, 40, Duration::from_millis(100)).await,
+        "served from state_dir after a restart"
+    );
+    let admin = router.admin.expect("admin");
+    assert_eq!(
+        orders(admin, "issued").await,
+        "0",
+        "no order after the restart"
     );
 }

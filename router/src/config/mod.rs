@@ -91,6 +91,50 @@ pub struct Config {
     /// the same file. Without it: `state_dir/affinity.key`, made once.
     #[serde(default)]
     pub affinity_key_file: Option<PathBuf>,
+    /// Certificates from an ACME CA for the aliases of apps that ask for them
+    /// (`app_defaults.acme` or an app's own `acme: true`); off without `directory`.
+    #[serde(default)]
+    pub acme: AcmeConfig,
+}
+
+/// `acme`: where certificates come from for aliases that have none of their own.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcmeConfig {
+    /// The CA's directory URL (`https://`), e.g. Let's Encrypt's
+    /// `https://acme-v02.api.letsencrypt.org/directory`; none: ACME is off.
+    pub directory: Option<String>,
+    /// Contact URLs for the account (`mailto:ops@example.com`).
+    pub contact: Vec<String>,
+    /// PEM roots for the CA's own HTTPS (a private CA); none: the system bundle.
+    pub ca_file: Option<PathBuf>,
+    /// How often the route table is looked over for aliases needing a certificate.
+    #[serde(with = "humantime_serde")]
+    pub check_interval: Duration,
+    /// Deadline of one request to the CA, body included.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Deadline of one order, from its creation to its certificate.
+    #[serde(with = "humantime_serde")]
+    pub order_timeout: Duration,
+    /// The first wait before an alias whose order failed is tried again; it
+    /// doubles with each failure, up to a day.
+    #[serde(with = "humantime_serde")]
+    pub retry_after: Duration,
+}
+
+impl Default for AcmeConfig {
+    fn default() -> AcmeConfig {
+        AcmeConfig {
+            directory: None,
+            contact: Vec::new(),
+            ca_file: None,
+            check_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            order_timeout: Duration::from_secs(300),
+            retry_after: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).
@@ -597,6 +641,41 @@ impl Config {
         self.validate_tls()?;
         self.validate_health()?;
         self.validate_reconcile()?;
+        self.validate_acme()?;
+        Ok(())
+    }
+
+    /// `acme`: a directory over HTTPS, served where the CA will look.
+    fn validate_acme(&self) -> Result<(), Invalid> {
+        let a = &self.acme;
+        let Some(directory) = &a.directory else {
+            return Ok(());
+        };
+        if !directory.starts_with("https://") || directory.len() <= "https://".len() {
+            return Err((
+                "acme.directory",
+                "the CA's directory URL, https://...".into(),
+            ));
+        }
+        if self.listen.http.is_none() {
+            return Err((
+                "acme.directory",
+                "HTTP-01 answers are served on listen.http: it is needed".into(),
+            ));
+        }
+        if let Some(c) = a.contact.iter().find(|c| !c.starts_with("mailto:")) {
+            return Err(("acme.contact", format!("{c:?}: contacts are mailto: URLs")));
+        }
+        for (field, d) in [
+            ("acme.check_interval", a.check_interval),
+            ("acme.request_timeout", a.request_timeout),
+            ("acme.order_timeout", a.order_timeout),
+            ("acme.retry_after", a.retry_after),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err((field, "must be at least 1s".into()));
+            }
+        }
         Ok(())
     }
 

@@ -566,6 +566,12 @@ pub struct TlsMetrics {
     pub certificates: IntGauge,
     certificate_errors: IntCounterVec,
     expiry: IntGaugeVec,
+    /// `router_acme_orders_total{result}`: issued, failed (see `crate::acme`).
+    acme_orders: [IntCounter; 2],
+    /// `router_acme_challenges_answered_total`: HTTP-01 answers served.
+    pub acme_challenges: IntCounter,
+    /// `router_acme_certificates`: aliases served an ACME certificate.
+    pub acme_certificates: IntGauge,
 }
 
 impl TlsMetrics {
@@ -601,7 +607,31 @@ impl TlsMetrics {
                 &["alias"],
                 r
             )?,
+            acme_orders: {
+                let orders = counters!(
+                    "router_acme_orders_total",
+                    "Certificate orders to the ACME CA, by result (issued, failed)",
+                    &["result"],
+                    r
+                )?;
+                ["issued", "failed"].map(|k| orders.with_label_values(&[k]))
+            },
+            acme_challenges: counter!(
+                "router_acme_challenges_answered_total",
+                "HTTP-01 challenges answered for the ACME CA",
+                r
+            )?,
+            acme_certificates: gauge!(
+                "router_acme_certificates",
+                "Aliases served a certificate from the ACME CA",
+                r
+            )?,
         })
+    }
+
+    /// An ACME order ended: issued (`true`) or failed.
+    pub fn acme_order(&self, issued: bool) {
+        self.acme_orders[usize::from(!issued)].inc();
     }
 
     #[cfg(test)]

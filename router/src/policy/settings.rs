@@ -53,6 +53,10 @@ pub struct AppSettings {
     /// How the router speaks to the app's members.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members_protocol: Option<MembersProtocol>,
+    /// The app's aliases without a certificate of their own get one from the
+    /// ACME CA of `acme.directory` (off unless set; see the README's ACME section).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acme: Option<bool>,
 }
 
 /// Cookie affinity (sticky sessions).
@@ -181,6 +185,7 @@ impl AppSettings {
             tunnel_idle_timeout: s.tunnel_idle_timeout.or(d.tunnel_idle_timeout),
             maintenance: s.maintenance.or(d.maintenance),
             members_protocol: s.members_protocol.or(d.members_protocol),
+            acme: s.acme.or(d.acme),
         }
     }
 
@@ -216,6 +221,9 @@ impl AppSettings {
         }
         if self.members_protocol == Some(MembersProtocol::H2) {
             out.push("h2 to members".into());
+        }
+        if self.acme == Some(true) {
+            out.push("ACME certificates".to_string());
         }
         out
     }

@@ -55,6 +55,10 @@ impl Proxy {
         // 0. method and framing; 1-2. host and route (or a redirect to HTTPS).
         refuse_early(&req, fields)?;
         let host = host.ok_or(ProxyError::BadHost)?;
+        // An ACME CA checking an order of ours: answered before routing and redirects.
+        if let Some(answer) = self.acme_answer(conn, req.uri().path()) {
+            return Ok(answer);
+        }
         let Routed::To(Destination {
             route,
             name,

@@ -99,6 +99,9 @@ pub struct Proxy {
     /// `Alt-Svc` for HTTPS responses over TCP when the HTTP/3 listener is on and
     /// `http3.alt_svc` is (see [`crate::quic`]).
     pub alt_svc: Option<http::HeaderValue>,
+    /// HTTP-01 answers of ACME orders in flight (`acme.directory` set), served on
+    /// plain HTTP before routing (see [`crate::issuer`]).
+    pub acme: Option<Arc<acme::Challenges>>,
 }
 
 /// A request that got no answer from a member: the router's own response

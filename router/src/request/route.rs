@@ -216,6 +216,21 @@ impl Proxy {
     }
 
     /// The redirect to HTTPS [`Proxy::route_of`] decided on.
+    /// The HTTP-01 answer for `path` on a plain HTTP connection, if an ACME
+    /// order of this router's is waiting for it.
+    pub(super) fn acme_answer(&self, conn: &ClientConn, path: &str) -> Option<Forwarded> {
+        if conn.https {
+            return None;
+        }
+        let answer = self.acme.as_ref()?.answer(path)?;
+        self.metrics.tls.acme_challenges.inc();
+        let response = Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(ProxyBody::full(answer))
+            .ok()?;
+        Some(Forwarded::of(response, None, None))
+    }
+
     pub(super) fn redirect_of(&self, req: &Request<Received>, host: &HeaderValue) -> Forwarded {
         let name = host
             .to_str()

@@ -227,6 +227,7 @@ impl Router {
                     .as_ref()
                     .and_then(|b| b.socket.local_addr().ok())
                     .and_then(|a| config.http3.alt_svc_value(a.port())),
+                acme: config.acme.directory.as_ref().map(|_| Arc::default()),
             },
             (&live_certs, &provider),
             listeners.https.as_ref().map(|(l, _)| l),
@@ -409,10 +410,7 @@ impl Router {
             tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
         }
 
-        let reconcile_timer = tasks::spawn_reconcile_timer(
-            self.config.reconcile.as_ref(),
-            self.admin_api.reconcile.as_ref(),
-        );
+        let timers = tasks::spawn_timers(&self.config, &self.admin_api, &self.certs, &self.live);
         let upgraded = serve_until(
             shutdown,
             self.handover,
@@ -427,7 +425,10 @@ impl Router {
             &sockets,
         )
         .await;
-        reconcile_timer.inspect(tokio::task::JoinHandle::abort);
+        timers
+            .iter()
+            .flatten()
+            .for_each(tokio::task::JoinHandle::abort);
         if upgraded {
             // Readiness checks and the admin API go to the new process from now on.
             let _ = admin_stop_tx.send(true);

@@ -28,6 +28,7 @@ pub(super) struct Kept {
     pub(super) certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub(super) clients: Arc<crate::policy::clients::Clients>,
     pub(super) alt_svc: Option<http::HeaderValue>,
+    pub(super) acme: Option<Arc<acme::Challenges>>,
 }
 
 impl Kept {
@@ -40,6 +41,7 @@ impl Kept {
             certs: p.certs.clone(),
             clients: p.clients.clone(),
             alt_svc: p.alt_svc.clone(),
+            acme: p.acme.clone(),
         }
     }
 }
@@ -67,6 +69,7 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
         access_log: config.access_log.enabled,
         clients: base.clients,
         alt_svc: base.alt_svc,
+        acme: base.acme,
     }
 }
 

@@ -86,7 +86,7 @@ pub(super) fn spawn_sweeper(
 /// Asks for a reconcile run every `reconcile.interval`, until the router stops
 /// taking jobs; none without reconcile or with an interval of 0 (only when
 /// asked).
-pub(super) fn spawn_reconcile_timer(
+fn spawn_reconcile_timer(
     settings: Option<&crate::reconcile::ReconcileSettings>,
     jobs: Option<&tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
 ) -> Option<JoinHandle<()>> {
@@ -105,4 +105,39 @@ pub(super) fn spawn_reconcile_timer(
             }
         }
     }))
+}
+
+/// The tasks only some configurations run: the reconcile timer, the ACME issuer.
+pub(super) fn spawn_timers(
+    config: &crate::config::Config,
+    admin: &crate::admin::Admin,
+    certs: &Arc<Mutex<CertIndex>>,
+    live: &super::Live,
+) -> [Option<JoinHandle<()>>; 2] {
+    [
+        spawn_reconcile_timer(config.reconcile.as_ref(), admin.reconcile.as_ref()),
+        spawn_issuer(config, admin, certs, live),
+    ]
+}
+
+/// Orders and renews ACME certificates (see [`crate::issuer`]); none without
+/// `acme.directory`. The certificates saved by earlier runs are served first.
+fn spawn_issuer(
+    config: &crate::config::Config,
+    admin: &crate::admin::Admin,
+    certs: &Arc<Mutex<CertIndex>>,
+    live: &super::Live,
+) -> Option<JoinHandle<()>> {
+    let challenges = live.load().proxy.acme.clone()?;
+    config.acme.directory.as_ref()?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut issuer = crate::issuer::Manager::new(
+        config.acme.clone(),
+        &config.state_dir,
+        admin.table.clone(),
+        certs.clone(),
+        (challenges, provider, admin.metrics.tls.clone()),
+    );
+    issuer.restore();
+    Some(tokio::spawn(issuer.run()))
 }

@@ -45,6 +45,9 @@ use crate::tls::keys;
 #[derive(Clone, Debug, Default)]
 pub struct Certs {
     by_name: imbl::HashMap<Arc<str>, Arc<CertSlot>>,
+    /// Certificates from the ACME CA (`crate::acme`), for aliases with none of
+    /// their own: an uploaded one (`add_ssl`) always wins.
+    acme: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
     /// Loads restored certificates on their first handshake.
     loader: Option<Arc<Loader>>,
@@ -57,6 +60,7 @@ impl Certs {
             self.by_name
                 .get(n)
                 .and_then(|slot| slot.key(n, self.loader.as_deref()))
+                .or_else(|| self.acme.get(n).cloned())
         })
         .or_else(|| self.default.clone())
     }
@@ -64,7 +68,13 @@ impl Certs {
     /// Whether `name` has a certificate of its own (not the default; a restored one
     /// whose key failed to load counts as none).
     pub fn has_own(&self, name: &str) -> bool {
-        self.by_name.get(name).is_some_and(|slot| !slot.failed())
+        self.by_name.get(name).is_some_and(|slot| !slot.failed()) || self.acme.contains_key(name)
+    }
+
+    /// Whether `name` has a certificate uploaded for it (`add_ssl`), which an
+    /// ACME one never replaces.
+    pub fn has_upload(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
     }
 
     pub fn has_default(&self) -> bool {
@@ -250,6 +260,9 @@ pub struct CertIndex {
     /// Restored certificates whose expiry gauges are still to be read (see
     /// [`read_restored_expiry`](Self::read_restored_expiry)).
     expiry_unread: bool,
+    /// The notAfter of each ACME certificate (its expiry gauge when no uploaded
+    /// certificate shows instead).
+    acme_expiry: HashMap<String, i64>,
 }
 
 impl CertIndex {
@@ -261,6 +274,7 @@ impl CertIndex {
     ) -> CertIndex {
         let current = Certs {
             by_name: imbl::HashMap::new(),
+            acme: imbl::HashMap::new(),
             default,
             loader: Some(Arc::new(Loader {
                 provider: provider.clone(),
@@ -278,6 +292,7 @@ impl CertIndex {
             replace_grace,
             restoring: false,
             expiry_unread: false,
+            acme_expiry: HashMap::new(),
         }
     }
 
@@ -458,8 +473,39 @@ impl CertIndex {
         if let Some(e) = self.entries.remove(alias) {
             self.unlist(&e.app, alias);
             self.current.by_name.remove(alias);
-            self.metrics.forget_expiry(alias);
+            match self.acme_expiry.get(alias) {
+                Some(not_after) => self.metrics.set_expiry(alias, *not_after),
+                None => self.metrics.forget_expiry(alias),
+            }
         }
+    }
+
+    /// Serves `loaded` (an ACME certificate) for `alias` unless it has an uploaded
+    /// one; `None`: no ACME certificate for it any more.
+    pub fn set_acme(&mut self, alias: &str, loaded: Option<keys::Loaded>) {
+        match loaded {
+            Some(l) => {
+                self.current.acme.insert(Arc::from(alias), l.key);
+                self.acme_expiry.insert(alias.to_string(), l.not_after);
+                if !self.current.by_name.contains_key(alias) {
+                    self.metrics.set_expiry(alias, l.not_after);
+                }
+            }
+            None => {
+                self.current.acme.remove(alias);
+                if self.acme_expiry.remove(alias).is_some()
+                    && !self.current.by_name.contains_key(alias)
+                {
+                    self.metrics.forget_expiry(alias);
+                }
+            }
+        }
+        self.publish();
+    }
+
+    /// The aliases with an ACME certificate.
+    pub fn acme_aliases(&self) -> impl Iterator<Item = &str> {
+        self.acme_expiry.keys().map(String::as_str)
     }
 
     fn unlist(&mut self, app: &AppKey, alias: &str) {

@@ -1,0 +1,341 @@
+//! Certificates from an ACME CA for aliases that have none of their own.
+//!
+//! An alias gets one when its app asks (`acme: true` in its settings or in
+//! `app_defaults`), it is in the route table, and no certificate was uploaded
+//! for it (`add_ssl` always wins). Nothing a client sends starts an order: the
+//! names ordered are the table's aliases only, never an SNI or a Host.
+//!
+//! [`Manager`] looks the table over every `acme.check_interval` and orders, one
+//! alias at a time, through the `acme` crate: the account in
+//! `state_dir/acme/account.json`, HTTP-01 answered by the HTTP listener from
+//! `acme::Challenges` before routing. An issued certificate is saved in
+//! `state_dir/acme/certs/ALIAS.json` (0600) before it is served, and loaded from
+//! there at start. It is ordered again at two thirds of its lifetime; a failed
+//! order is tried again after `acme.retry_after`, doubling with each failure up
+//! to a day, while the certificate in service (if any) stays. An alias that
+//! leaves the table or whose app turns ACME off stops being served its ACME
+//! certificate at once; its saved key is deleted [`KEEP_GONE`] later (a remove
+//! and add of the alias in between keeps it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use serde::{Deserialize, Serialize};
+
+use acme::Challenges;
+
+use crate::config::AcmeConfig;
+use crate::metrics::TlsMetrics;
+use crate::table::RouteTable;
+use crate::tls::keys;
+use crate::tls::store::CertIndex;
+
+/// How long the saved key of an alias that left stays on disk.
+pub const KEEP_GONE: Duration = Duration::from_secs(3600);
+/// The longest wait before an alias whose orders fail is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
+
+/// An issued certificate as saved.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    chain_pem: String,
+    key_pem: String,
+    /// When it was issued (seconds since the epoch): renewal is due at two thirds
+    /// of its lifetime from here.
+    issued_at: i64,
+    order_url: String,
+}
+
+/// What the manager knows of one alias.
+struct Held {
+    not_after: i64,
+    issued_at: i64,
+}
+
+/// Orders, renews and serves ACME certificates (see the module doc).
+pub struct Manager {
+    config: AcmeConfig,
+    dir: PathBuf,
+    table: Arc<ArcSwap<RouteTable>>,
+    certs: Arc<Mutex<CertIndex>>,
+    challenges: Arc<Challenges>,
+    provider: Arc<CryptoProvider>,
+    metrics: TlsMetrics,
+    held: HashMap<String, Held>,
+    /// Failed aliases: failures in a row, and not before when to try again.
+    failed: HashMap<String, (u32, Instant)>,
+    /// Aliases that left, and since when.
+    gone: HashMap<String, Instant>,
+}
+
+impl Manager {
+    pub fn new(
+        config: AcmeConfig,
+        state_dir: &Path,
+        table: Arc<ArcSwap<RouteTable>>,
+        certs: Arc<Mutex<CertIndex>>,
+        (challenges, provider, metrics): (Arc<Challenges>, Arc<CryptoProvider>, TlsMetrics),
+    ) -> Manager {
+        Manager {
+            config,
+            dir: state_dir.join("acme"),
+            table,
+            certs,
+            challenges,
+            provider,
+            metrics,
+            held: HashMap::new(),
+            failed: HashMap::new(),
+            gone: HashMap::new(),
+        }
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, CertIndex> {
+        self.certs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves the certificates saved by earlier runs.
+    pub fn restore(&mut self) {
+        let Ok(dir) = std::fs::read_dir(self.dir.join("certs")) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let path = entry.path();
+            let Some(alias) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json"))
+                .filter(|a| valid_alias(a))
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            self.reload_saved(&alias);
+        }
+    }
+
+    /// Loads and serves a certificate (a key that does not load: logged, counted).
+    fn serve(&mut self, alias: &str, saved: &Saved) {
+        match keys::load(&saved.chain_pem, &saved.key_pem, None, &self.provider) {
+            Ok(loaded) => {
+                self.held.insert(
+                    alias.to_string(),
+                    Held {
+                        not_after: loaded.not_after,
+                        issued_at: saved.issued_at,
+                    },
+                );
+                self.index().set_acme(alias, Some(loaded));
+                self.metrics.acme_certificates.set(self.held.len() as i64);
+            }
+            Err(e) => {
+                self.metrics.certificate_error(e.reason());
+                tracing::warn!(alias = %alias, error = %e, "ACME certificate does not load; not served");
+            }
+        }
+    }
+
+    /// Looks the table over every `check_interval` until the task is dropped.
+    pub async fn run(mut self) {
+        let settings = acme::Settings {
+            contact: self.config.contact.clone(),
+            ca_file: self.config.ca_file.clone(),
+            request_timeout: self.config.request_timeout,
+            order_timeout: self.config.order_timeout,
+            ..acme::Settings::new(self.config.directory.clone().unwrap_or_default())
+        };
+        let mut client: Option<acme::Client> = None;
+        let mut account_retry = self.config.retry_after;
+        loop {
+            tokio::time::sleep(self.config.check_interval).await;
+            let wanted = self.wanted();
+            self.forget_gone(&wanted);
+            for alias in &wanted {
+                if !self.held.contains_key(alias) {
+                    self.reload_saved(alias);
+                }
+            }
+            let due: Vec<String> = wanted.into_iter().filter(|a| self.due(a)).collect();
+            if due.is_empty() {
+                continue;
+            }
+            if client.is_none() {
+                match acme::Client::open(&settings, &self.dir).await {
+                    Ok(c) => client = Some(c),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ACME account unavailable; no orders until it is");
+                        tokio::time::sleep(account_retry).await;
+                        account_retry = (account_retry * 2).min(MAX_RETRY);
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = client.as_ref() else { continue };
+            for alias in due {
+                self.order(c, &alias).await;
+            }
+        }
+    }
+
+    /// Serves `alias`'s saved certificate, if it has one (it came back).
+    fn reload_saved(&mut self, alias: &str) {
+        let path = self.dir.join("certs").join(format!("{alias}.json"));
+        if let Some(saved) = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Saved>(&b).ok())
+        {
+            self.serve(alias, &saved);
+        }
+    }
+
+    /// The aliases that should have an ACME certificate now.
+    fn wanted(&self) -> HashSet<String> {
+        let table = self.table.load();
+        let certs = self.index().live().load_full();
+        let mut out = HashSet::new();
+        for route in table.routes() {
+            let on = table
+                .policy_for(&route.app)
+                .is_some_and(|p| p.effective.acme == Some(true));
+            if !on {
+                continue;
+            }
+            out.extend(
+                route
+                    .aliases
+                    .iter()
+                    .map(|a| a.to_ascii_lowercase())
+                    .filter(|a| valid_alias(a) && !certs.has_upload(a)),
+            );
+        }
+        out
+    }
+
+    /// Whether `alias` needs an order now: none held, or two thirds of its
+    /// lifetime gone, and no failure waiting out its back-off.
+    fn due(&self, alias: &str) -> bool {
+        if self
+            .failed
+            .get(alias)
+            .is_some_and(|(_, after)| Instant::now() < *after)
+        {
+            return false;
+        }
+        match self.held.get(alias) {
+            None => true,
+            Some(h) => {
+                let renew_at = h.issued_at + (h.not_after - h.issued_at) * 2 / 3;
+                unix_now() >= renew_at
+            }
+        }
+    }
+
+    async fn order(&mut self, client: &acme::Client, alias: &str) {
+        tracing::info!(alias = %alias, "ACME order");
+        match client.issue(alias, self.challenges.as_ref()).await {
+            Ok(issued) => {
+                let saved = Saved {
+                    chain_pem: issued.chain_pem,
+                    key_pem: issued.key_pem,
+                    issued_at: unix_now(),
+                    order_url: issued.order_url,
+                };
+                if let Err(e) = self.save(alias, &saved) {
+                    tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
+                }
+                self.serve(alias, &saved);
+                self.failed.remove(alias);
+                self.metrics.acme_order(true);
+                tracing::info!(alias = %alias, "ACME certificate issued and served");
+            }
+            Err(e) => {
+                self.metrics.acme_order(false);
+                let n = self.failed.get(alias).map_or(0, |(n, _)| *n) + 1;
+                let wait = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
+                self.failed
+                    .insert(alias.to_string(), (n, Instant::now() + wait));
+                tracing::warn!(
+                    alias = %alias, error = %e, failures = n, retry_in = ?wait,
+                    "ACME order failed; the certificate in service (if any) stays"
+                );
+            }
+        }
+    }
+
+    fn save(&self, alias: &str, saved: &Saved) -> std::io::Result<()> {
+        let dir = self.dir.join("certs");
+        std::fs::create_dir_all(&dir)?;
+        let json = serde_json::to_vec(saved).map_err(std::io::Error::other)?;
+        durable_file::write(&dir.join(format!("{alias}.json")), &json)
+    }
+
+    /// Stops serving aliases no longer wanted; deletes their saved keys
+    /// [`KEEP_GONE`] after they left.
+    fn forget_gone(&mut self, wanted: &HashSet<String>) {
+        let now = Instant::now();
+        let leaving: Vec<String> = self
+            .held
+            .keys()
+            .filter(|a| !wanted.contains(*a))
+            .cloned()
+            .collect();
+        for alias in leaving {
+            self.held.remove(&alias);
+            self.index().set_acme(&alias, None);
+            self.gone.entry(alias).or_insert(now);
+        }
+        self.gone.retain(|alias, since| {
+            if wanted.contains(alias) {
+                return false;
+            }
+            if now.duration_since(*since) < KEEP_GONE {
+                return true;
+            }
+            let _ = std::fs::remove_file(self.dir.join("certs").join(format!("{alias}.json")));
+            false
+        });
+        self.metrics.acme_certificates.set(self.held.len() as i64);
+    }
+}
+
+/// A name that is safe as a file name and as an ACME identifier.
+fn valid_alias(a: &str) -> bool {
+    !a.is_empty()
+        && a.len() <= 253
+        && !a.starts_with('.')
+        && a.contains('.')
+        && a.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_dns_names_are_ordered_or_become_file_names() {
+        assert!(valid_alias("shop.example.com"));
+        assert!(valid_alias("a-b.c1.example"));
+        for bad in [
+            "",
+            "localhost",
+            ".example.com",
+            "../etc.passwd",
+            "Shop.example.com",
+            "a/b.c",
+            "*.example.com",
+        ] {
+            assert!(!valid_alias(bad), "{bad:?}");
+        }
+    }
+}
