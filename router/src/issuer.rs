@@ -149,7 +149,6 @@ impl Manager {
             ..acme::Settings::new(self.config.directory.clone().unwrap_or_default())
         };
         let mut client: Option<acme::Client> = None;
-        let mut account_retry = self.config.retry_after;
         loop {
             tokio::time::sleep(self.config.check_interval).await;
             let wanted = self.wanted();
@@ -160,23 +159,19 @@ impl Manager {
                 }
             }
             let due: Vec<String> = wanted.into_iter().filter(|a| self.due(a)).collect();
-            if due.is_empty() {
-                continue;
-            }
-            if client.is_none() {
-                match acme::Client::open(&settings, &self.dir).await {
-                    Ok(c) => client = Some(c),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "ACME account unavailable; no orders until it is");
-                        tokio::time::sleep(account_retry).await;
-                        account_retry = (account_retry * 2).min(MAX_RETRY);
-                        continue;
+            for alias in due {
+                if client.is_none() {
+                    match acme::Client::open(&settings, &self.dir).await {
+                        Ok(c) => client = Some(c),
+                        Err(e) => {
+                            self.failed_order(&alias, &e);
+                            continue;
+                        }
                     }
                 }
-            }
-            let Some(c) = client.as_ref() else { continue };
-            for alias in due {
-                self.order(c, &alias).await;
+                if let Some(c) = client.as_ref() {
+                    self.order(c, &alias).await;
+                }
             }
         }
     }
@@ -249,21 +244,27 @@ impl Manager {
                 }
                 self.serve(alias, &saved);
                 self.failed.remove(alias);
+                self.metrics.acme_failures(alias, 0);
                 self.metrics.acme_order(true);
                 tracing::info!(alias = %alias, "ACME certificate issued and served");
             }
-            Err(e) => {
-                self.metrics.acme_order(false);
-                let n = self.failed.get(alias).map_or(0, |(n, _)| *n) + 1;
-                let wait = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
-                self.failed
-                    .insert(alias.to_string(), (n, Instant::now() + wait));
-                tracing::warn!(
-                    alias = %alias, error = %e, failures = n, retry_in = ?wait,
-                    "ACME order failed; the certificate in service (if any) stays"
-                );
-            }
+            Err(e) => self.failed_order(alias, &e),
         }
+    }
+
+    /// An order for `alias` failed (or no account to order with): counted, and
+    /// tried again after a back-off that doubles with each failure in a row.
+    fn failed_order(&mut self, alias: &str, e: &acme::AcmeError) {
+        self.metrics.acme_order(false);
+        let n = self.failed.get(alias).map_or(0, |(n, _)| *n) + 1;
+        let wait = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
+        self.failed
+            .insert(alias.to_string(), (n, Instant::now() + wait));
+        self.metrics.acme_failures(alias, n);
+        tracing::warn!(
+            alias = %alias, error = %e, failures = n, retry_in = ?wait,
+            "ACME order failed; the certificate in service (if any) stays"
+        );
     }
 
     fn save(&self, alias: &str, saved: &Saved) -> std::io::Result<()> {
@@ -287,6 +288,16 @@ impl Manager {
             self.held.remove(&alias);
             self.index().set_acme(&alias, None);
             self.gone.entry(alias).or_insert(now);
+        }
+        let stale: Vec<String> = self
+            .failed
+            .keys()
+            .filter(|a| !wanted.contains(*a))
+            .cloned()
+            .collect();
+        for alias in stale {
+            self.failed.remove(&alias);
+            self.metrics.acme_failures(&alias, 0);
         }
         self.gone.retain(|alias, since| {
             if wanted.contains(alias) {

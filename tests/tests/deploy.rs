@@ -153,6 +153,12 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
         e2e::events::add_lb("dead", "ns", dead),
     )
     .expect("event");
+    // An alias whose ACME orders fail (no CA listens there).
+    std::fs::write(
+        dir.join("spool/3.yaml"),
+        e2e::events::add_alias("app", "ns", "shop.example.test"),
+    )
+    .expect("event");
     let config = dir.join("router.yaml");
     std::fs::write(
         &config,
@@ -162,7 +168,9 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
              tls: {{ default_cert: {c}, default_key: {k} }}\n\
              spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
              health: {{ interval: 200ms, timeout: 100ms, fall: 2 }}\naccess_log: {{ format: json }}\n\
-             worker_threads: 2\n",
+             worker_threads: 2\n\
+             acme: {{ directory: \"https://127.0.0.1:1/dir\", check_interval: 1s }}\n\
+             app_defaults: {{ acme: true }}\n",
             d = dir.display(),
             c = cert.display(),
             k = key.display()
@@ -195,6 +203,17 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
             .await
             >= Some(1.0)
     })
+    .await;
+    eventually(
+        "an ACME order failed",
+        Duration::from_secs(10),
+        async || {
+            router
+                .metric("router_acme_order_failures{alias=\"shop.example.test\"}")
+                .await
+                >= Some(1.0)
+        },
+    )
     .await;
     let scrape = |addr| async move {
         String::from_utf8_lossy(

@@ -572,6 +572,9 @@ pub struct TlsMetrics {
     pub acme_challenges: IntCounter,
     /// `router_acme_certificates`: aliases served an ACME certificate.
     pub acme_certificates: IntGauge,
+    /// `router_acme_order_failures{alias}`: failed orders in a row, for the
+    /// aliases whose last order failed (a series only while it does).
+    acme_failing: IntGaugeVec,
 }
 
 impl TlsMetrics {
@@ -626,7 +629,24 @@ impl TlsMetrics {
                 "Aliases served a certificate from the ACME CA",
                 r
             )?,
+            acme_failing: gauges!(
+                "router_acme_order_failures",
+                "Failed ACME orders in a row, by alias (only aliases whose last order failed)",
+                &["alias"],
+                r
+            )?,
         })
+    }
+
+    /// `alias`'s orders have failed `n` times in a row; 0: its last one did not.
+    pub fn acme_failures(&self, alias: &str, n: u32) {
+        if n == 0 {
+            let _ = self.acme_failing.remove_label_values(&[alias]);
+        } else {
+            self.acme_failing
+                .with_label_values(&[alias])
+                .set(i64::from(n));
+        }
     }
 
     /// An ACME order ended: issued (`true`) or failed.
