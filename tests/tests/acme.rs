@@ -309,4 +309,54 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
         "0",
         "no order after the restart"
     );
+
+    // Names a client asks for never start an order: an unknown SNI, an unknown Host.
+    assert!(!verified(https, "unknown.example.test", &root).await);
+    let _ = e2e::http_get(&format!("http://{}/", router.http)).await;
+    let mut spool_n = 2;
+    let mut drop_event = |event: String| {
+        spool_n += 1;
+        std::fs::write(dir.join(format!("spool/{spool_n:02}.yaml")), event).expect("event");
+    };
+    // An uploaded certificate (add_ssl) replaces the ACME one at once.
+    let upload = wildcard.ca.leaf(&[alias]);
+    drop_event(e2e::events::add_ssl(
+        "shop",
+        "acme",
+        alias,
+        &upload.cert_pem,
+        &upload.key_pem,
+        None,
+    ));
+    let wildcard_ca = std::fs::read_to_string(&wildcard.ca_file).expect("CA");
+    assert!(
+        served_within(https, alias, &wildcard_ca, 40, Duration::from_millis(100)).await,
+        "the uploaded certificate wins"
+    );
+    // The alias removed: no ACME certificate served for it any more.
+    drop_event(format!(
+        "---\n:action: :remove_alias\n:app_name: shop\n:namespace: acme\n:alias: {alias}\n"
+    ));
+    let mut gone = false;
+    for _ in 0..40 {
+        let (_, text) = e2e::http_get(&format!("http://{admin}/metrics")).await;
+        if text.lines().any(|l| l == "router_acme_certificates 0") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "the removed alias's ACME certificate is no longer served"
+    );
+    assert!(!verified(https, alias, &root).await);
+    // The issuer has looked the table over since the unknown names were asked for
+    // (it stopped serving the removed alias): still no order of any kind.
+    assert_eq!(
+        orders(admin, "issued").await,
+        "0",
+        "no order for an unknown name"
+    );
+    assert_eq!(orders(admin, "failed").await, "0");
 }
