@@ -226,6 +226,17 @@ async fn served_within(
     false
 }
 
+/// The status document's source of `alias`'s certificate.
+async fn certificate_source(admin: std::net::SocketAddr, alias: &str) -> String {
+    let (_, status) = e2e::http_get(&format!("http://{admin}/status")).await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    status["certificates"]
+        .as_array()
+        .and_then(|certs| certs.iter().find(|c| c["name"] == alias))
+        .map(|c| c["source"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| format!("no certificate for {alias} in {status}"))
+}
+
 /// `router_acme_orders_total{result}` from the router's admin API.
 async fn orders(admin: std::net::SocketAddr, result: &str) -> String {
     let (_, text) = e2e::http_get(&format!("http://{admin}/metrics")).await;
@@ -291,6 +302,15 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "the saved key is owner-only");
+    // Operators see where the certificate comes from: /routes and the status page.
+    assert_eq!(certificate_source(admin, alias).await, "acme");
+    let (_, routes) = e2e::http_get(&format!("http://{admin}/routes")).await;
+    let routes: serde_json::Value = serde_json::from_str(&routes).expect("routes JSON");
+    assert_eq!(
+        routes["apps"][0]["acme_certificates"],
+        serde_json::json!([alias]),
+        "{routes}"
+    );
     let account = dir.join("state/acme/account.json");
     assert!(account.exists(), "the account is kept in state_dir");
 
@@ -333,6 +353,7 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
         served_within(https, alias, &wildcard_ca, 40, Duration::from_millis(100)).await,
         "the uploaded certificate wins"
     );
+    assert_eq!(certificate_source(admin, alias).await, "upload");
     // The alias removed: no ACME certificate served for it any more.
     drop_event(format!(
         "---\n:action: :remove_alias\n:app_name: shop\n:namespace: acme\n:alias: {alias}\n"

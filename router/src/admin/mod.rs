@@ -106,6 +106,9 @@ pub struct Admin {
     /// The names requests may carry in `Host` (see [`origin`]); a reload replaces
     /// them.
     pub names: ArcSwap<origin::Names>,
+    /// The live certificates (with `listen.https`): where each alias's comes
+    /// from (uploaded, ACME, the default) on the status page and `/routes`.
+    pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
 }
 
 /// `admin:` settings.
@@ -209,6 +212,9 @@ struct AppDoc<'a> {
     endpoints: &'a [EndpointInfo],
     aliases: &'a [String],
     certificates: &'a [String],
+    /// Aliases served a certificate from the ACME CA (see `crate::issuer`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    acme_certificates: Vec<&'a str>,
     /// What applies of its settings (own over `app_defaults`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     settings: Option<&'a crate::policy::settings::AppSettings>,
@@ -714,6 +720,7 @@ impl Admin {
 
     fn routes(&self) -> Response<Full<Bytes>> {
         let table = self.table.load_full();
+        let certs = self.certs.as_ref().map(|c| c.load_full());
         let doc = RoutesDoc {
             apps: table
                 .routes()
@@ -734,6 +741,12 @@ impl Admin {
                     endpoints: &r.endpoints,
                     aliases: &r.aliases,
                     certificates: &r.certificates,
+                    acme_certificates: r
+                        .aliases
+                        .iter()
+                        .filter(|a| certs.as_ref().is_some_and(|c| c.has_acme(a)))
+                        .map(String::as_str)
+                        .collect(),
                     settings: table.policy_for(&r.app).map(|p| &p.effective),
                 })
                 .collect(),

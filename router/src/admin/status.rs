@@ -143,16 +143,28 @@ fn app_documents(
         .collect()
 }
 
-/// Each alias certificate's expiry, from the metrics' samples, at `now`.
-fn certificate_documents(m: &BTreeMap<&str, f64>, now: u64) -> Vec<Value> {
+/// Each alias certificate's expiry, from the metrics' samples, at `now`, and
+/// where it comes from (`upload`, `acme`, `default`).
+fn certificate_documents(
+    m: &BTreeMap<&str, f64>,
+    now: u64,
+    certs: Option<&crate::tls::store::Certs>,
+) -> Vec<Value> {
     m.iter()
         .filter(|(k, _)| k.starts_with("router_tls_certificate_expiry_timestamp_seconds{"))
         .filter_map(|(k, v)| {
             let not_after = *v as i64;
+            let name = label(k, "alias")?;
+            let source = match certs {
+                _ if name == "default" => "default",
+                Some(c) => c.source(name),
+                None => "upload",
+            };
             Some(json!({
-                "name": label(k, "alias")?,
+                "name": name,
                 "not_after": not_after,
                 "days": (not_after - now as i64).div_euclid(86_400),
+                "source": source,
             }))
         })
         .collect()
@@ -172,7 +184,8 @@ pub fn document(admin: &Admin) -> Value {
     };
     let table = admin.table.load_full();
     let apps = app_documents(&table, &sum_of, &admin.metrics.app_traffic);
-    let certificates = certificate_documents(&m, now);
+    let certs = admin.certs.as_ref().map(|c| c.load_full());
+    let certificates = certificate_documents(&m, now, certs.as_deref());
     let outcomes: BTreeMap<&str, f64> = m
         .iter()
         .filter(|(k, _)| k.starts_with("spi_events_total{"))

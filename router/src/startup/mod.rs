@@ -185,7 +185,6 @@ impl Router {
         let token = admin_token(&config)?;
         let workers = start_workers(&config, &metrics)?;
         let registry = member_registry(&config, &metrics, workers.as_deref())?;
-        let naming = naming(&config);
         // TLS: the default certificate must load, or the router does not start.
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
@@ -194,7 +193,7 @@ impl Router {
         let recent = Arc::new(crate::table::recent::Recent::default());
         let events = Events {
             config: config.clone(),
-            naming,
+            naming: naming(&config),
             registry: registry.clone(),
             table: table.clone(),
             metrics: metrics.clone(),
@@ -213,6 +212,7 @@ impl Router {
             &provider,
         )?;
         let handover = handover(&config, inherited.is_some()).await?;
+        let https_certs = listeners.https.is_some().then(|| live_certs.clone());
         let live = serving(
             &config,
             Kept {
@@ -220,7 +220,7 @@ impl Router {
                 member_tls: None,
                 redirect: None,
                 metrics: metrics.clone(),
-                certs: listeners.https.is_some().then(|| live_certs.clone()),
+                certs: https_certs.clone(),
                 clients: policies.clients.clone(),
                 alt_svc: listeners
                     .http3
@@ -241,7 +241,7 @@ impl Router {
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
-            (splits, policies),
+            (splits, policies, https_certs.clone()),
             token,
             recent,
             reconcile.is_some().then_some(reconcile_tx),
@@ -548,6 +548,8 @@ fn naming(config: &Config) -> Naming {
 }
 
 /// The certificate index and the shared ticket key, if one is configured.
+/// The live certificates, when there is an HTTPS listener.
+type LiveCerts = Option<Arc<ArcSwap<crate::tls::store::Certs>>>;
 type TlsState = (Arc<Mutex<CertIndex>>, Option<Arc<SharedTicketer>>);
 
 /// The certificate index (with the default certificate, which must load) and the
@@ -600,7 +602,7 @@ async fn handover(config: &Config, inherited: bool) -> Result<Option<Handover>, 
 fn admin_api(
     config: &Config,
     (table, registry, metrics): (Arc<ArcSwap<RouteTable>>, Arc<MemberRegistry>, Arc<Metrics>),
-    (splits, policies): (Arc<SplitStore>, Arc<crate::policy::Policies>),
+    (splits, policies, certs): (Arc<SplitStore>, Arc<crate::policy::Policies>, LiveCerts),
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,
     reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
@@ -625,6 +627,7 @@ fn admin_api(
         // Where parked messages are: the spool's `failed/`, else the state's.
         body_deadline: config.limits.header_read_timeout,
         names: ArcSwap::from_pointee(crate::admin::Names::new(&config.admin.hosts)),
+        certs,
         dead_letters: match (&config.spi.source, &config.spi.spool) {
             (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
             _ => config.state_dir.join("dead-letters"),

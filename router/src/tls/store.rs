@@ -71,6 +71,22 @@ impl Certs {
         self.by_name.get(name).is_some_and(|slot| !slot.failed()) || self.acme.contains_key(name)
     }
 
+    /// Whether `name` is served a certificate from the ACME CA (none uploaded).
+    pub fn has_acme(&self, name: &str) -> bool {
+        !self.by_name.contains_key(name) && self.acme.contains_key(name)
+    }
+
+    /// Where `name`'s certificate comes from: `upload`, `acme` or `default`.
+    pub fn source(&self, name: &str) -> &'static str {
+        if self.by_name.contains_key(name) {
+            "upload"
+        } else if self.acme.contains_key(name) {
+            "acme"
+        } else {
+            "default"
+        }
+    }
+
     /// Whether `name` has a certificate uploaded for it (`add_ssl`), which an
     /// ACME one never replaces.
     pub fn has_upload(&self, name: &str) -> bool {
