@@ -43,6 +43,52 @@ pub struct Settings {
     pub max_body: usize,
     /// How long an order may take, from its creation to its certificate.
     pub order_timeout: Duration,
+    /// How the CA checks that the name is ours.
+    pub challenge: Challenge,
+}
+
+/// The challenge an order answers (RFC 8555 §8.3, RFC 8737).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Challenge {
+    /// `http://NAME/.well-known/acme-challenge/TOKEN` on port 80.
+    #[default]
+    Http01,
+    /// A TLS handshake with ALPN `acme-tls/1` on port 443: a name validates where
+    /// port 80 is closed.
+    TlsAlpn01,
+}
+
+/// The ALPN protocol of TLS-ALPN-01 validation handshakes.
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The certificate a TLS-ALPN-01 validation handshake for a name is given: self
+/// signed, the name its only SAN, the key authorization's digest in the critical
+/// acmeIdentifier extension (RFC 8737 §3).
+#[derive(Clone, Debug)]
+pub struct AlpnCertificate {
+    pub cert_der: Vec<u8>,
+    /// PKCS#8.
+    pub key_der: Vec<u8>,
+}
+
+impl AlpnCertificate {
+    fn new(
+        name: &str,
+        key_authorization: &instant_acme::KeyAuthorization,
+    ) -> Result<AlpnCertificate, AcmeError> {
+        let bad = |e: rcgen::Error| AcmeError::AlpnCertificate(e.to_string());
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(bad)?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(
+            key_authorization.digest().as_ref(),
+        )];
+        let key = rcgen::KeyPair::generate().map_err(bad)?;
+        let cert = params.self_signed(&key).map_err(bad)?;
+        Ok(AlpnCertificate {
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        })
+    }
 }
 
 impl Settings {
@@ -56,6 +102,7 @@ impl Settings {
             request_timeout: Duration::from_secs(30),
             max_body: 1024 * 1024,
             order_timeout: Duration::from_secs(300),
+            challenge: Challenge::Http01,
         }
     }
 }
@@ -77,8 +124,10 @@ pub enum AcmeError {
     Tls(#[from] http::HttpError),
     #[error("ACME: {0}")]
     Protocol(#[from] instant_acme::Error),
-    #[error("the CA offers no HTTP-01 challenge for {0}")]
-    NoHttp01(String),
+    #[error("the CA offers no {kind:?} challenge for {name}")]
+    NoChallenge { name: String, kind: Challenge },
+    #[error("TLS-ALPN-01 certificate: {0}")]
+    AlpnCertificate(String),
     #[error("authorization for {name} is {status:?}")]
     Authorization {
         name: String,
@@ -90,31 +139,50 @@ pub enum AcmeError {
     OrderTimeout(String),
 }
 
-/// Publishes HTTP-01 answers where the CA will look for them
-/// (`http://NAME/.well-known/acme-challenge/TOKEN`).
+/// Publishes answers where the CA will look for them: HTTP-01's at
+/// `http://NAME/.well-known/acme-challenge/TOKEN`, TLS-ALPN-01's on handshakes
+/// for NAME with ALPN `acme-tls/1`.
 pub trait Answers: Send + Sync {
     /// Serve `key_authorization` for `token` from now on.
     fn publish(&self, token: &str, key_authorization: &str);
     /// Stop serving `token`.
     fn withdraw(&self, token: &str);
+    /// Serve `cert` to `acme-tls/1` handshakes for `name` from now on.
+    fn publish_alpn(&self, name: &str, cert: &AlpnCertificate);
+    /// Stop serving `name`'s `acme-tls/1` certificate.
+    fn withdraw_alpn(&self, name: &str);
 }
 
 /// The path HTTP-01 answers are served under.
 pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
 
-/// HTTP-01 answers of the orders in flight (token → key authorization), for the
-/// HTTP listener to serve: what [`Client::issue`] publishes into.
+/// The answers of the orders in flight, for the listeners to serve: HTTP-01's
+/// (token → key authorization) and TLS-ALPN-01's (name → certificate).
 #[derive(Debug, Default)]
-pub struct Challenges(std::sync::Mutex<std::collections::HashMap<String, String>>);
+pub struct Challenges {
+    http: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    alpn: std::sync::Mutex<std::collections::HashMap<String, AlpnCertificate>>,
+}
 
 impl Challenges {
     fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.http.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn alpn_map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, AlpnCertificate>> {
+        self.alpn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The TLS-ALPN-01 certificate for `name` (lower-case), if an order waits on it.
+    pub fn alpn_certificate(&self, name: &str) -> Option<AlpnCertificate> {
+        self.alpn_map().get(name).cloned()
     }
 
     /// Whether no order waits for an answer.
     pub fn is_empty(&self) -> bool {
-        self.map().is_empty()
+        self.map().is_empty() && self.alpn_map().is_empty()
     }
 
     /// The answer for a request path, if it asks for a token of an order in flight.
@@ -137,6 +205,14 @@ impl Answers for Challenges {
     fn withdraw(&self, token: &str) {
         self.map().remove(token);
     }
+
+    fn publish_alpn(&self, name: &str, cert: &AlpnCertificate) {
+        self.alpn_map().insert(name.to_string(), cert.clone());
+    }
+
+    fn withdraw_alpn(&self, name: &str) {
+        self.alpn_map().remove(name);
+    }
 }
 
 /// An issued certificate.
@@ -154,6 +230,7 @@ pub struct Issued {
 pub struct Client {
     account: Account,
     order_timeout: Duration,
+    challenge: Challenge,
 }
 
 /// The account's file in the router's directory.
@@ -208,6 +285,7 @@ impl Client {
         Ok(Client {
             account,
             order_timeout: settings.order_timeout,
+            challenge: settings.challenge,
         })
     }
 
@@ -222,6 +300,7 @@ impl Client {
         let published = Published {
             answers,
             tokens: Vec::new(),
+            names: Vec::new(),
         };
         tokio::time::timeout(self.order_timeout, self.order(name, published))
             .await
@@ -244,10 +323,25 @@ impl Client {
                     });
                 }
             }
+            let kind = match self.challenge {
+                Challenge::Http01 => ChallengeType::Http01,
+                Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+            };
             let mut challenge = authz
-                .challenge(ChallengeType::Http01)
-                .ok_or_else(|| AcmeError::NoHttp01(name.to_string()))?;
-            published.add(&challenge.token, challenge.key_authorization().as_str());
+                .challenge(kind)
+                .ok_or_else(|| AcmeError::NoChallenge {
+                    name: name.to_string(),
+                    kind: self.challenge,
+                })?;
+            match self.challenge {
+                Challenge::Http01 => {
+                    published.add(&challenge.token, challenge.key_authorization().as_str());
+                }
+                Challenge::TlsAlpn01 => {
+                    let cert = AlpnCertificate::new(name, &challenge.key_authorization())?;
+                    published.add_alpn(name, &cert);
+                }
+            }
             challenge.set_ready().await?;
         }
         // The CA validates at its own pace (Pebble waits up to 15 s on purpose).
@@ -274,6 +368,8 @@ impl Client {
 struct Published<'a> {
     answers: &'a dyn Answers,
     tokens: Vec<String>,
+    /// Names with a TLS-ALPN-01 certificate published.
+    names: Vec<String>,
 }
 
 impl Published<'_> {
@@ -281,12 +377,20 @@ impl Published<'_> {
         self.answers.publish(token, key_authorization);
         self.tokens.push(token.to_string());
     }
+
+    fn add_alpn(&mut self, name: &str, cert: &AlpnCertificate) {
+        self.answers.publish_alpn(name, cert);
+        self.names.push(name.to_string());
+    }
 }
 
 impl Drop for Published<'_> {
     fn drop(&mut self) {
         for token in &self.tokens {
             self.answers.withdraw(token);
+        }
+        for name in &self.names {
+            self.answers.withdraw_alpn(name);
         }
     }
 }

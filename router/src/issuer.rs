@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use acme::Challenges;
 
-use crate::config::AcmeConfig;
+use crate::config::{AcmeChallenge, AcmeConfig};
 use crate::metrics::TlsMetrics;
 use crate::table::RouteTable;
 use crate::tls::keys;
@@ -146,6 +146,10 @@ impl Manager {
             ca_file: self.config.ca_file.clone(),
             request_timeout: self.config.request_timeout,
             order_timeout: self.config.order_timeout,
+            challenge: match self.config.challenge {
+                AcmeChallenge::Http01 => acme::Challenge::Http01,
+                AcmeChallenge::TlsAlpn01 => acme::Challenge::TlsAlpn01,
+            },
             ..acme::Settings::new(self.config.directory.clone().unwrap_or_default())
         };
         let mut client: Option<acme::Client> = None;
@@ -231,7 +235,12 @@ impl Manager {
 
     async fn order(&mut self, client: &acme::Client, alias: &str) {
         tracing::info!(alias = %alias, "ACME order");
-        match client.issue(alias, self.challenges.as_ref()).await {
+        let answers = Answering {
+            http: &self.challenges,
+            certs: &self.certs,
+            provider: &self.provider,
+        };
+        match client.issue(alias, &answers).await {
             Ok(issued) => {
                 let saved = Saved {
                     chain_pem: issued.chain_pem,
@@ -310,6 +319,49 @@ impl Manager {
             false
         });
         self.metrics.acme_certificates.set(self.held.len() as i64);
+    }
+}
+
+/// Where an order's answers go: HTTP-01's to the HTTP listener's
+/// [`Challenges`], TLS-ALPN-01's certificates to the live certificates (served
+/// only to `acme-tls/1` handshakes).
+struct Answering<'a> {
+    http: &'a Challenges,
+    certs: &'a Mutex<CertIndex>,
+    provider: &'a Arc<CryptoProvider>,
+}
+
+impl Answering<'_> {
+    fn index(&self) -> std::sync::MutexGuard<'_, CertIndex> {
+        self.certs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl acme::Answers for Answering<'_> {
+    fn publish(&self, token: &str, key_authorization: &str) {
+        self.http.publish(token, key_authorization);
+    }
+
+    fn withdraw(&self, token: &str) {
+        self.http.withdraw(token);
+    }
+
+    fn publish_alpn(&self, name: &str, cert: &acme::AlpnCertificate) {
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into());
+        match self.provider.key_provider.load_private_key(key) {
+            Ok(signing) => {
+                let chain = vec![rustls::pki_types::CertificateDer::from(
+                    cert.cert_der.clone(),
+                )];
+                let key = Arc::new(rustls::sign::CertifiedKey::new(chain, signing));
+                self.index().set_alpn_challenge(name, Some(key));
+            }
+            Err(e) => tracing::warn!(name = %name, error = %e, "TLS-ALPN-01 key does not load"),
+        }
+    }
+
+    fn withdraw_alpn(&self, name: &str) {
+        self.index().set_alpn_challenge(name, None);
     }
 }
 

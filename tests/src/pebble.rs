@@ -26,8 +26,9 @@ pub struct Pebble {
 }
 
 impl Pebble {
-    /// Pebble validating HTTP-01 answers on 127.0.0.1:`http_port`.
-    pub fn start(http_port: u16) -> Pebble {
+    /// Pebble validating HTTP-01 answers on 127.0.0.1:`http_port` and TLS-ALPN-01
+    /// ones on 127.0.0.1:`tls_port`.
+    pub fn start(http_port: u16, tls_port: u16) -> Pebble {
         for program in ["pebble", "pebble-challtestsrv"] {
             assert!(
                 Command::new("sh")
@@ -70,7 +71,7 @@ impl Pebble {
             "certificate": dir.join("cert.pem"),
             "privateKey": dir.join("key.pem"),
             "httpPort": http_port,
-            "tlsPort": 5001,
+            "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
         }});

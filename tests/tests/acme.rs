@@ -56,7 +56,7 @@ async fn http01_server(answers: Arc<Challenges>) -> u16 {
 async fn an_account_made_once_and_a_certificate_ordered_over_http01_from_pebble() {
     let answers = Arc::new(Challenges::default());
     let port = http01_server(answers.clone()).await;
-    let pebble = Pebble::start(port);
+    let pebble = Pebble::start(port, port);
     let mut settings = Settings::new(&pebble.directory);
     settings.ca_file = Some(pebble.ca_file.clone());
     settings.contact = vec!["mailto:ops@example.com".into()];
@@ -173,6 +173,48 @@ async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason
     );
 }
 
+/// A router whose apps all ask for ACME certificates from `pebble` (validated by
+/// `challenge`), HTTPS on with a wildcard default certificate from a CA of the
+/// test's, and app `shop` with `alias`: the router, its directory, its
+/// configuration file, Pebble's root and the wildcard's CA.
+async fn acme_router(
+    pebble: &Pebble,
+    challenge: &str,
+    alias: &str,
+) -> (
+    e2e::process::RouterProcess,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    String,
+    e2e::pki::Wildcard,
+) {
+    let root = pebble.get(&format!("{}/roots/0", pebble.management));
+    assert!(root.contains("BEGIN CERTIFICATE"), "Pebble's root: {root}");
+    let wildcard = e2e::pki::Wildcard::new("acme-router");
+    let dir = e2e::tempdir("acme-router");
+    let extra = format!(
+        "{tls}acme:\n  directory: {dir_url}\n  ca_file: {ca}\n  check_interval: 1s\n  challenge: {challenge}\n\
+         app_defaults:\n  acme: true\n",
+        tls = wildcard.tls_section(),
+        dir_url = pebble.directory,
+        ca = pebble.ca_file.display(),
+    );
+    // `listen:`'s https goes under the lines the helper writes.
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "").replace(
+        "  admin: 127.0.0.1:0\n",
+        "  admin: 127.0.0.1:0\n  https: 127.0.0.1:0\n",
+    ) + &extra;
+    let app = e2e::events::add_lb("shop", "acme", "127.0.0.1:9".parse().expect("addr"));
+    let cfg = e2e::process::spool_router(&dir, &app, &config);
+    std::fs::write(
+        dir.join("spool/02.yaml"),
+        e2e::events::add_alias("shop", "acme", alias),
+    )
+    .expect("alias event");
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    (router, dir, cfg, root, wildcard)
+}
+
 /// Relays TCP from a port of its own to the port set later (Pebble must know
 /// where to validate before the router, which must know Pebble's directory, is
 /// started): Pebble's HTTP-01 requests reach the router's HTTP listener as sent.
@@ -250,32 +292,10 @@ async fn orders(admin: std::net::SocketAddr, result: &str) -> String {
 async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_keeps_it_after_a_restart()
  {
     let (relay, to) = relay_to_later().await;
-    let pebble = Pebble::start(relay);
-    let root = pebble.get(&format!("{}/roots/0", pebble.management));
-    assert!(root.contains("BEGIN CERTIFICATE"), "Pebble's root: {root}");
-    let wildcard = e2e::pki::Wildcard::new("acme-router");
-    let dir = e2e::tempdir("acme-router");
-    let extra = format!(
-        "  https: 127.0.0.1:0\n{tls}acme:\n  directory: {dir_url}\n  ca_file: {ca}\n  check_interval: 1s\n\
-         app_defaults:\n  acme: true\n",
-        tls = wildcard.tls_section(),
-        dir_url = pebble.directory,
-        ca = pebble.ca_file.display(),
-    );
-    // `listen:`'s https goes under the http line the helper writes.
-    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "").replace(
-        "  admin: 127.0.0.1:0\n",
-        "  admin: 127.0.0.1:0\n  https: 127.0.0.1:0\n",
-    ) + &extra.replacen("  https: 127.0.0.1:0\n", "", 1);
+    let (tls_relay, _) = relay_to_later().await;
+    let pebble = Pebble::start(relay, tls_relay);
     let alias = "shop.example.test";
-    let app = e2e::events::add_lb("shop", "acme", "127.0.0.1:9".parse().expect("addr"));
-    let cfg = e2e::process::spool_router(&dir, &app, &config);
-    std::fs::write(
-        dir.join("spool/02.yaml"),
-        e2e::events::add_alias("shop", "acme", alias),
-    )
-    .expect("alias event");
-    let router = e2e::process::RouterProcess::start(&cfg).await;
+    let (router, dir, cfg, root, wildcard) = acme_router(&pebble, "http-01", alias).await;
     to.send_replace(router.http.port());
     let https = router.https.expect("https");
     let admin = router.admin.expect("admin");
@@ -380,4 +400,37 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
         "no order for an unknown name"
     );
     assert_eq!(orders(admin, "failed").await, "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_alpn_01_an_alias_validates_on_the_https_listener_with_port_80_closed() {
+    // Pebble's HTTP-01 port leads nowhere; its TLS-ALPN-01 port to the router's HTTPS.
+    let (http_relay, _) = relay_to_later().await;
+    let (tls_relay, to) = relay_to_later().await;
+    let pebble = Pebble::start(http_relay, tls_relay);
+    let alias = "tls.example.test";
+    let (router, _dir, _cfg, root, _wildcard) = acme_router(&pebble, "tls-alpn-01", alias).await;
+    let https = router.https.expect("https");
+    to.send_replace(https.port());
+    let admin = router.admin.expect("admin");
+    assert!(
+        served_within(https, alias, &root, 60, Duration::from_millis(500)).await,
+        "validated over acme-tls/1 on the HTTPS listener, then served"
+    );
+    assert_eq!(orders(admin, "issued").await, "1");
+    assert_eq!(certificate_source(admin, alias).await, "acme");
+    // A client offering acme-tls/1 with no order waiting gets no validation
+    // certificate: the handshake fails (no protocol in common), nothing served.
+    let config = e2e::tlsclient::client_config(&root, &[b"acme-tls/1"]);
+    let tcp = tokio::net::TcpStream::connect(https)
+        .await
+        .expect("connect");
+    let name = ServerName::try_from(alias.to_string()).expect("name");
+    assert!(
+        tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .is_err(),
+        "no acme-tls/1 answer without an order in flight"
+    );
 }

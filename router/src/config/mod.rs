@@ -121,6 +121,19 @@ pub struct AcmeConfig {
     /// doubles with each failure, up to a day.
     #[serde(with = "humantime_serde")]
     pub retry_after: Duration,
+    /// How the CA validates: `http-01` (port 80, `listen.http`) or `tls-alpn-01`
+    /// (port 443, `listen.https`: names validate where port 80 is closed).
+    pub challenge: AcmeChallenge,
+}
+
+/// `acme.challenge`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum AcmeChallenge {
+    #[default]
+    #[serde(rename = "http-01")]
+    Http01,
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
 }
 
 impl Default for AcmeConfig {
@@ -133,6 +146,7 @@ impl Default for AcmeConfig {
             request_timeout: Duration::from_secs(30),
             order_timeout: Duration::from_secs(300),
             retry_after: Duration::from_secs(60),
+            challenge: AcmeChallenge::Http01,
         }
     }
 }
@@ -657,11 +671,20 @@ impl Config {
                 "the CA's directory URL, https://...".into(),
             ));
         }
-        if self.listen.http.is_none() {
-            return Err((
-                "acme.directory",
-                "HTTP-01 answers are served on listen.http: it is needed".into(),
-            ));
+        match a.challenge {
+            AcmeChallenge::Http01 if self.listen.http.is_none() => {
+                return Err((
+                    "acme.challenge",
+                    "http-01 answers are served on listen.http: it is needed".into(),
+                ));
+            }
+            AcmeChallenge::TlsAlpn01 if self.listen.https.is_none() => {
+                return Err((
+                    "acme.challenge",
+                    "tls-alpn-01 answers are served on listen.https: it is needed".into(),
+                ));
+            }
+            _ => {}
         }
         if let Some(c) = a.contact.iter().find(|c| !c.starts_with("mailto:")) {
             return Err(("acme.contact", format!("{c:?}: contacts are mailto: URLs")));

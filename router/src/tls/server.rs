@@ -180,18 +180,36 @@ pub async fn handshake(
 ) -> Option<TlsStream<Rewind>> {
     let handshake = async {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
-        let covered = {
+        let (covered, challenge) = {
             let hello = start.client_hello();
             let name = hello.server_name().map(str::to_ascii_lowercase);
-            acceptor.certs.load().for_name(name.as_deref()).is_some()
+            let certs = acceptor.certs.load();
+            let acme = hello
+                .alpn()
+                .is_some_and(|mut a| a.any(|p| p == acme::ACME_TLS_ALPN));
+            let challenge = name
+                .as_deref()
+                .filter(|_| acme)
+                .and_then(|n| certs.alpn_challenge(n));
+            (certs.for_name(name.as_deref()).is_some(), challenge)
+        };
+        let config = match challenge {
+            Some(key) => alpn_challenge_config(key, &acceptor.config)
+                .map_err(|e| Failure::Handshake((true, std::io::Error::other(e))))?,
+            None => acceptor.config.clone(),
         };
         start
-            .into_stream(acceptor.config.clone())
+            .into_stream(config)
             .await
             .map_err(|e| (covered, e))
             .map_err(Failure::Handshake)
     };
     match tokio::time::timeout(timeout, handshake).await {
+        // An ACME CA's TLS-ALPN-01 validation: the handshake was the answer.
+        Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(acme::ACME_TLS_ALPN) => {
+            tracing::debug!("TLS-ALPN-01 validation handshake answered");
+            None
+        }
         Ok(Ok(tls)) => {
             let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             metrics.handshake(resumed);
@@ -211,6 +229,20 @@ pub async fn handshake(
             None
         }
     }
+}
+
+/// The configuration of a TLS-ALPN-01 validation handshake (RFC 8737): the
+/// challenge's certificate, ALPN `acme-tls/1` only.
+fn alpn_challenge_config(
+    key: Arc<rustls::sign::CertifiedKey>,
+    base: &ServerConfig,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut config = ServerConfig::builder_with_provider(base.crypto_provider().clone())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+    config.alpn_protocols = vec![acme::ACME_TLS_ALPN.to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Where a handshake failed: reading the ClientHello, or after it (and whether we

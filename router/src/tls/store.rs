@@ -48,6 +48,9 @@ pub struct Certs {
     /// Certificates from the ACME CA (`crate::acme`), for aliases with none of
     /// their own: an uploaded one (`add_ssl`) always wins.
     acme: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
+    /// TLS-ALPN-01 validation certificates of ACME orders in flight, served only
+    /// to handshakes asking for ALPN `acme-tls/1`.
+    alpn_challenges: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
     /// Loads restored certificates on their first handshake.
     loader: Option<Arc<Loader>>,
@@ -69,6 +72,11 @@ impl Certs {
     /// whose key failed to load counts as none).
     pub fn has_own(&self, name: &str) -> bool {
         self.by_name.get(name).is_some_and(|slot| !slot.failed()) || self.acme.contains_key(name)
+    }
+
+    /// The TLS-ALPN-01 certificate for `name`, while an ACME order waits on it.
+    pub fn alpn_challenge(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.alpn_challenges.get(name).cloned()
     }
 
     /// Whether `name` is served a certificate from the ACME CA (none uploaded).
@@ -291,6 +299,7 @@ impl CertIndex {
         let current = Certs {
             by_name: imbl::HashMap::new(),
             acme: imbl::HashMap::new(),
+            alpn_challenges: imbl::HashMap::new(),
             default,
             loader: Some(Arc::new(Loader {
                 provider: provider.clone(),
@@ -516,6 +525,15 @@ impl CertIndex {
                 }
             }
         }
+        self.publish();
+    }
+
+    /// Serves `key` to `acme-tls/1` handshakes for `name` (`None`: no more).
+    pub fn set_alpn_challenge(&mut self, name: &str, key: Option<Arc<CertifiedKey>>) {
+        match key {
+            Some(k) => self.current.alpn_challenges.insert(Arc::from(name), k),
+            None => self.current.alpn_challenges.remove(name),
+        };
         self.publish();
     }
 
