@@ -29,6 +29,12 @@ impl Pebble {
     /// Pebble validating HTTP-01 answers on 127.0.0.1:`http_port` and TLS-ALPN-01
     /// ones on 127.0.0.1:`tls_port`.
     pub fn start(http_port: u16, tls_port: u16) -> Pebble {
+        Pebble::start_with(http_port, tls_port, None)
+    }
+
+    /// The same, issuing certificates valid for `validity` seconds (Pebble's
+    /// default: five years).
+    pub fn start_with(http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
         for program in ["pebble", "pebble-challtestsrv"] {
             assert!(
                 Command::new("sh")
@@ -75,6 +81,10 @@ impl Pebble {
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
         }});
+        let mut config = config;
+        if let Some(secs) = validity {
+            config["pebble"]["certificateValidityPeriod"] = serde_json::json!(secs);
+        }
         let config_file = dir.join("pebble.json");
         std::fs::write(&config_file, config.to_string()).expect("pebble config");
         let log = std::fs::File::create(dir.join("pebble.log")).expect("pebble log");

@@ -434,3 +434,53 @@ async fn with_tls_alpn_01_an_alias_validates_on_the_https_listener_with_port_80_
         "no acme-tls/1 answer without an order in flight"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lived_certificate_is_renewed_before_expiry_with_no_failed_handshake() {
+    // Certificates valid 90 s: renewal is due at 60 s, Pebble validates within 15.
+    let (relay, to) = relay_to_later().await;
+    let (tls_relay, _) = relay_to_later().await;
+    let pebble = Pebble::start_with(relay, tls_relay, Some(90));
+    let alias = "renew.example.test";
+    let (router, _dir, _cfg, root, _wildcard) = acme_router(&pebble, "http-01", alias).await;
+    to.send_replace(router.http.port());
+    let https = router.https.expect("https");
+    let admin = router.admin.expect("admin");
+    assert!(
+        served_within(https, alias, &root, 60, Duration::from_millis(500)).await,
+        "first certificate"
+    );
+    let first = served_leaf(https, alias, &root).await.expect("first leaf");
+    // A client loop until the certificate changes: every handshake must verify
+    // (each is checked against the leaf's own validity by the verifier: an
+    // expired certificate fails it).
+    let mut handshakes = 0u32;
+    let renewed = loop {
+        let leaf = served_leaf(https, alias, &root).await;
+        handshakes += 1;
+        let Some(leaf) = leaf else {
+            panic!("handshake {handshakes} failed while the certificate was renewed");
+        };
+        if leaf != first {
+            break leaf;
+        }
+        assert!(handshakes < 1000, "no renewal within 200 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_ne!(renewed, first);
+    assert_eq!(orders(admin, "issued").await, "2", "one order, one renewal");
+    assert_eq!(orders(admin, "failed").await, "0");
+}
+
+/// The leaf a handshake for `name` verified against `root_pem` presents (`None`:
+/// the handshake failed).
+async fn served_leaf(addr: std::net::SocketAddr, name: &str, root_pem: &str) -> Option<Vec<u8>> {
+    let config = e2e::tlsclient::client_config(root_pem, &[b"http/1.1"]);
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let server = ServerName::try_from(name.to_string()).ok()?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(server, tcp)
+        .await
+        .ok()?;
+    Some(e2e::tlsclient::peer_leaf(&tls))
+}
