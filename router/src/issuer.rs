@@ -385,6 +385,78 @@ fn unix_now() -> i64 {
 mod tests {
     use super::*;
 
+    fn manager(dir: &Path) -> (Manager, Arc<Mutex<CertIndex>>) {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let certs = Arc::new(Mutex::new(CertIndex::new(
+            None,
+            provider.clone(),
+            TlsMetrics::detached(),
+            Duration::from_secs(10),
+        )));
+        let manager = Manager::new(
+            AcmeConfig::default(),
+            dir,
+            Arc::new(ArcSwap::from_pointee(RouteTable::default())),
+            certs.clone(),
+            (Arc::default(), provider, TlsMetrics::detached()),
+        );
+        (manager, certs)
+    }
+
+    fn saved(dir: &Path, alias: &str, chain_pem: &str, key_pem: &str) {
+        let saved = Saved {
+            chain_pem: chain_pem.into(),
+            key_pem: key_pem.into(),
+            issued_at: unix_now(),
+            order_url: "https://ca.example/order/1".into(),
+        };
+        std::fs::create_dir_all(dir.join("acme/certs")).expect("dir");
+        std::fs::write(
+            dir.join(format!("acme/certs/{alias}.json")),
+            serde_json::to_vec(&saved).expect("json"),
+        )
+        .expect("write");
+    }
+
+    #[test]
+    fn a_saved_certificate_is_served_at_start_unless_its_key_is_not_its_own() {
+        let dir = std::env::temp_dir().join(format!("issuer-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let leaf = |name: &str| {
+            let key = rcgen::KeyPair::generate().expect("key");
+            let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+                .expect("params")
+                .self_signed(&key)
+                .expect("cert");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (good_cert, good_key) = leaf("good.example.com");
+        let (bad_cert, _) = leaf("bad.example.com");
+        let (_, other_key) = leaf("other.example.com");
+        saved(&dir, "good.example.com", &good_cert, &good_key);
+        // A chain whose key is another's (a broken CA, or a file tampered with).
+        saved(&dir, "bad.example.com", &bad_cert, &other_key);
+        // Garbage, and a name that is no alias: ignored.
+        std::fs::write(dir.join("acme/certs/junk.example.com.json"), b"{not json").expect("w");
+        std::fs::write(dir.join("acme/certs/..json"), b"{}").expect("w");
+        let (mut m, certs) = manager(&dir);
+        m.restore();
+        let live = certs.lock().expect("lock").live().load_full();
+        assert_eq!(live.source("good.example.com"), "acme");
+        assert!(live.for_name(Some("good.example.com")).is_some());
+        assert_eq!(
+            live.source("bad.example.com"),
+            "default",
+            "a key not its own is never served"
+        );
+        assert_eq!(live.source("junk.example.com"), "default");
+        assert_eq!(m.held.len(), 1);
+        // Due: not yet (issued now, lifetime ahead), unless it was never held.
+        assert!(!m.due("good.example.com"));
+        assert!(m.due("bad.example.com"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn only_plain_dns_names_are_ordered_or_become_file_names() {
         assert!(valid_alias("shop.example.com"));
