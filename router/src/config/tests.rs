@@ -346,3 +346,40 @@ fn a_partial_section_keeps_the_defaults_of_the_keys_it_leaves_out() {
     let e = err(&GOOD.replace("  http: 127.0.0.1:0\n", ""));
     assert_eq!(e.field, "listen.http", "{e}");
 }
+
+#[test]
+fn acme_settings_are_checked_with_their_line() {
+    let ok = format!(
+        "{GOOD}acme:\n  directory: https://acme-staging-v02.api.letsencrypt.org/directory\n  contact: [\"mailto:ops@example.com\"]\napp_defaults:\n  acme: true\n"
+    );
+    let c = Config::parse(&ok, "r.yaml").expect("valid");
+    assert_eq!(c.acme.challenge, AcmeChallenge::Http01);
+    assert_eq!(c.acme.check_interval, Duration::from_secs(10));
+    assert_eq!(c.app_defaults.acme, Some(true));
+    for (bad, field) in [
+        (
+            "acme:\n  directory: http://ca.example/dir\n",
+            "acme.directory",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  contact: [ops@example.com]\n",
+            "acme.contact",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  challenge: tls-alpn-01\n",
+            "acme.challenge",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  challenge: dns-01\n",
+            "challenge",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  retry_after: 0s\n",
+            "acme.retry_after",
+        ),
+        ("app_defaults:\n  acme: maybe\n", "acme"),
+    ] {
+        let e = err(&format!("{GOOD}{bad}")).to_string();
+        assert!(e.contains("r.yaml:") && e.contains(field), "{bad}: {e}");
+    }
+}
