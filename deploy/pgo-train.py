@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The training load of the router's profile-guided build (`deploy/pgo.sh`).
 
-usage: deploy/pgo-train.py ROUTER_BINARY RELEASE_DIR
+usage: deploy/pgo-train.py ROUTER_BINARY RELEASE_DIR [--scale N]
+
+--scale N: every count divided by N (the test suite runs it at 100 against the
+debug build, so that the load stays in step with the router it trains).
 
 Runs the instrumented ROUTER_BINARY twice in front of the echo backend (from
 RELEASE_DIR, with bench-clients and h3-client), on 127.0.0.1 ports 18470-18479:
@@ -73,9 +76,8 @@ def h2load(n, url, *extra):
     return ["h2load", "-t1", *extra, f"-n{n}", "-H", f":authority: {HOST}", url]
 
 
-def loads(rel, d, light):
-    """The requests of one run; `light`: a tenth of each."""
-    k = 10 if light else 1
+def loads(rel, d, k):
+    """The requests of one run, each count divided by `k`."""
     plain, tls = f"http://127.0.0.1:{HTTP}", f"https://127.0.0.1:{HTTPS}"
     ok = "succeeded, 0 failed"
     run("HTTP/1.1 keep-alive", h2load(200000 // k, f"{plain}/", "--h1", "-c8"), ok)
@@ -87,10 +89,11 @@ def loads(rel, d, light):
     run("h2 streamed responses", h2load(2000 // k, f"{tls}/stream?chunks=2", "-c1", "-m4"), ok)
     # Few of the heavy ones: a handshake's counts are thousands of a request's,
     # and the compiler ranks code hot by its share of all the counts.
-    run("TLS handshakes", h2load(300 // k, f"{tls}/", "--h1", f"-c{300 // k}"), ok)
+    shakes = max(300 // k, 2)
+    run("TLS handshakes", h2load(shakes, f"{tls}/", "--h1", f"-c{shakes}"), ok)
     run("HTTP/3", [f"{rel}/h3-client", "count", f"127.0.0.1:{HTTPS}", HOST, f"{d}/ca.pem", "/",
                    str(5000 // k), "4", "10"], '"failed":0')
-    ws = subprocess.Popen([f"{rel}/bench-clients", "hold", f"127.0.0.1:{HTTP}", HOST, "ws", "50"],
+    ws = subprocess.Popen([f"{rel}/bench-clients", "hold", f"127.0.0.1:{HTTP}", HOST, "ws", str(max(50 // k, 2))],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if not ws.stdout.readline().startswith("ready"):
         sys.exit("pgo-train: WebSocket clients never ready")
@@ -101,7 +104,7 @@ def loads(rel, d, light):
     print("pgo-train: WebSocket tunnels: ok", flush=True)
 
 
-def train(router_bin, rel, defaults):
+def train(router_bin, rel, defaults, scale):
     d = tempfile.mkdtemp(prefix="router-pgo-")
     try:
         os.makedirs(f"{d}/spool")
@@ -118,12 +121,14 @@ def train(router_bin, rel, defaults):
         try:
             wait_routed(router, HOST)
             # Routing events: 3 000 apps through the spool, as a batch.
-            for i in range(3000 // (10 if defaults else 1)):
+            k = (10 if defaults else 1) * scale
+            apps = max(3000 // k, 1)
+            for i in range(apps):
                 with open(f"{d}/spool/.{i:05d}.tmp", "w") as f:
                     f.write(event(f"app{i}", i + 1, BACKEND))
                 os.rename(f"{d}/spool/.{i:05d}.tmp", f"{d}/spool/1{i:05d}.yaml")
-            loads(rel, d, light=defaults)
-            wait_routed(router, f"ha-app{3000 // (10 if defaults else 1) - 1}-train.example.com")
+            loads(rel, d, k)
+            wait_routed(router, f"ha-app{apps - 1}-train.example.com")
             print("pgo-train: routing events: ok", flush=True)
         finally:
             router.terminate()
@@ -137,14 +142,19 @@ def train(router_bin, rel, defaults):
 
 
 def main():
-    if len(sys.argv) != 3:
+    argv = sys.argv[1:]
+    scale = 1
+    if len(argv) == 4 and argv[2] == "--scale" and argv[3].isdigit() and int(argv[3]) > 0:
+        scale = int(argv[3])
+        argv = argv[:2]
+    if len(argv) != 2:
         sys.exit(__doc__)
-    router_bin, rel = sys.argv[1], sys.argv[2]
+    router_bin, rel = argv
     for tool in ("h2load", "openssl"):
         if not shutil.which(tool):
             sys.exit(f"pgo-train: {tool} is missing (apt-get install nghttp2-client openssl)")
-    train(router_bin, rel, defaults=False)
-    train(router_bin, rel, defaults=True)
+    train(router_bin, rel, False, scale)
+    train(router_bin, rel, True, scale)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 # Let's Encrypt's test ACME CA and its DNS (pebble-challtestsrv) for the ACME tests.
 command -v pebble >/dev/null 2>&1 || need+=(pebble)
+# h2load drives the profile-guided build's training load (deploy/pgo-train.py,
+# run small by tests/tests/deploy.rs).
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
 # Debian's own interpreter.
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)

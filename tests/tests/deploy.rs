@@ -488,3 +488,72 @@ fn debian_packages_hold_binaries_units_conffiles_and_create_their_user() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A network namespace of one test (loopback up), deleted when dropped, also when
+/// the test fails: fixed ports inside it meet nothing else on the machine.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("{tag}{}", std::process::id() % 100_000);
+        let made = Command::new("ip").args(["netns", "add", &name]).output();
+        match made {
+            Ok(o) if o.status.success() => {}
+            other => panic!(
+                "this test needs root and network namespaces (ip netns add: {other:?}); it cannot run here"
+            ),
+        }
+        let ns = Netns(name);
+        let up = Command::new("ip")
+            .args(["-n", &ns.0, "link", "set", "lo", "up"])
+            .status()
+            .expect("ip");
+        assert!(up.success(), "loopback up in {}", ns.0);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// The profile-guided build's training load (`deploy/pgo-train.py`, what
+/// `deploy/pgo.sh` runs against the instrumented router) still drives this
+/// router: every step of it, at a hundredth of its size, against this build,
+/// in a namespace of its own (the script's ports are fixed).
+#[test]
+fn the_profile_guided_builds_training_load_runs_against_this_router() {
+    let ns = Netns::new("pgo");
+    let bin = e2e::bin("router");
+    let dir = bin.parent().expect("target dir").to_path_buf();
+    // Each step of the script has its own deadline; it stops what it started.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "python3"])
+        .arg(repo().join("deploy/pgo-train.py"))
+        .arg(&bin)
+        .arg(&dir)
+        .args(["--scale", "100"])
+        .output()
+        .expect("python3");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "pgo-train failed:\n{said}");
+    for step in [
+        "HTTP/1.1 keep-alive",
+        "h2 over TLS",
+        "HTTP/3",
+        "WebSocket tunnels",
+        "routing events",
+    ] {
+        assert_eq!(
+            said.matches(&format!("pgo-train: {step}: ok")).count(),
+            2,
+            "{step} in both runs:\n{said}"
+        );
+    }
+}
