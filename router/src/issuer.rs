@@ -287,24 +287,12 @@ impl Manager {
     /// [`KEEP_GONE`] after they left.
     fn forget_gone(&mut self, wanted: &HashSet<String>) {
         let now = Instant::now();
-        let leaving: Vec<String> = self
-            .held
-            .keys()
-            .filter(|a| !wanted.contains(*a))
-            .cloned()
-            .collect();
-        for alias in leaving {
+        for alias in unwanted(&self.held, wanted) {
             self.held.remove(&alias);
             self.index().set_acme(&alias, None);
             self.gone.entry(alias).or_insert(now);
         }
-        let stale: Vec<String> = self
-            .failed
-            .keys()
-            .filter(|a| !wanted.contains(*a))
-            .cloned()
-            .collect();
-        for alias in stale {
+        for alias in unwanted(&self.failed, wanted) {
             self.failed.remove(&alias);
             self.metrics.acme_failures(&alias, 0);
         }
@@ -363,6 +351,14 @@ impl acme::Answers for Answering<'_> {
     fn withdraw_alpn(&self, name: &str) {
         self.index().set_alpn_challenge(name, None);
     }
+}
+
+/// The aliases `map` holds that are not `wanted` any more.
+fn unwanted<V>(map: &HashMap<String, V>, wanted: &HashSet<String>) -> Vec<String> {
+    map.keys()
+        .filter(|a| !wanted.contains(*a))
+        .cloned()
+        .collect()
 }
 
 /// A name that is safe as a file name and as an ACME identifier.
