@@ -19,12 +19,17 @@
 
 pub mod http;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Mutex;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, ChallengeStatus, ChallengeType, Identifier,
+    NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
 };
 
 /// Where the CA is and how to talk to it.
@@ -64,7 +69,7 @@ pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 /// The certificate a TLS-ALPN-01 validation handshake for a name is given: self
 /// signed, the name its only SAN, the key authorization's digest in the critical
 /// acmeIdentifier extension (RFC 8737 §3).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AlpnCertificate {
     pub cert_der: Vec<u8>,
     /// PKCS#8.
@@ -126,6 +131,8 @@ pub enum AcmeError {
     Protocol(#[from] instant_acme::Error),
     #[error("the CA offers no {kind:?} challenge for {name}")]
     NoChallenge { name: String, kind: Challenge },
+    #[error("certificate signing request: {0}")]
+    Csr(String),
     #[error("TLS-ALPN-01 certificate: {0}")]
     AlpnCertificate(String),
     #[error("authorization for {name} is {status:?}")]
@@ -139,18 +146,49 @@ pub enum AcmeError {
     OrderTimeout(String),
 }
 
+/// What an answer-publishing call returns: done once the answer is served
+/// where the CA will look (on this router and, in a pair, on its peer).
+pub type Publishing<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// An order's answer to one challenge.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Answer {
+    /// `http://NAME/.well-known/acme-challenge/TOKEN` answers `key_authorization`.
+    Http01 {
+        token: String,
+        key_authorization: String,
+    },
+    /// `acme-tls/1` handshakes for `name` get `cert`.
+    TlsAlpn01 { name: String, cert: AlpnCertificate },
+}
+
+/// How far an order got, as recorded for another router that may have to
+/// take it over (a router pair): its URL at the CA from its creation on, and
+/// the key it is finalized with from just before finalization.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub url: String,
+    /// PKCS#8 PEM; `None` until the order is finalized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_pem: Option<String>,
+}
+
 /// Publishes answers where the CA will look for them: HTTP-01's at
 /// `http://NAME/.well-known/acme-challenge/TOKEN`, TLS-ALPN-01's on handshakes
-/// for NAME with ALPN `acme-tls/1`.
+/// for NAME with ALPN `acme-tls/1`. Each call is awaited before the CA is told
+/// to look, so an implementation may put the answer on another router first.
 pub trait Answers: Send + Sync {
-    /// Serve `key_authorization` for `token` from now on.
-    fn publish(&self, token: &str, key_authorization: &str);
-    /// Stop serving `token`.
-    fn withdraw(&self, token: &str);
-    /// Serve `cert` to `acme-tls/1` handshakes for `name` from now on.
-    fn publish_alpn(&self, name: &str, cert: &AlpnCertificate);
-    /// Stop serving `name`'s `acme-tls/1` certificate.
-    fn withdraw_alpn(&self, name: &str);
+    /// Serve `answer` from now on.
+    fn publish<'a>(&'a self, answer: &'a Answer) -> Publishing<'a>;
+    /// Stop serving `answer` (the order ended, however it ended).
+    fn withdraw<'a>(&'a self, answer: &'a Answer) -> Publishing<'a>;
+    /// The order for `name` got as far as `record`: called after its creation
+    /// (before any answer) and before its finalization. Nothing by default.
+    fn progress<'a>(&'a self, name: &'a str, record: &'a OrderRecord) -> Publishing<'a> {
+        let _ = (name, record);
+        Box::pin(async {})
+    }
 }
 
 /// The path HTTP-01 answers are served under.
@@ -196,22 +234,44 @@ impl Challenges {
     }
 }
 
+impl Challenges {
+    /// Serves `answer` (sync: a map insert).
+    pub fn insert(&self, answer: &Answer) {
+        match answer {
+            Answer::Http01 {
+                token,
+                key_authorization,
+            } => {
+                self.map().insert(token.clone(), key_authorization.clone());
+            }
+            Answer::TlsAlpn01 { name, cert } => {
+                self.alpn_map().insert(name.clone(), cert.clone());
+            }
+        }
+    }
+
+    /// Stops serving `answer`.
+    pub fn remove(&self, answer: &Answer) {
+        match answer {
+            Answer::Http01 { token, .. } => {
+                self.map().remove(token);
+            }
+            Answer::TlsAlpn01 { name, .. } => {
+                self.alpn_map().remove(name);
+            }
+        }
+    }
+}
+
 impl Answers for Challenges {
-    fn publish(&self, token: &str, key_authorization: &str) {
-        self.map()
-            .insert(token.to_string(), key_authorization.to_string());
+    fn publish<'a>(&'a self, answer: &'a Answer) -> Publishing<'a> {
+        self.insert(answer);
+        Box::pin(async {})
     }
 
-    fn withdraw(&self, token: &str) {
-        self.map().remove(token);
-    }
-
-    fn publish_alpn(&self, name: &str, cert: &AlpnCertificate) {
-        self.alpn_map().insert(name.to_string(), cert.clone());
-    }
-
-    fn withdraw_alpn(&self, name: &str) {
-        self.alpn_map().remove(name);
+    fn withdraw<'a>(&'a self, answer: &'a Answer) -> Publishing<'a> {
+        self.remove(answer);
+        Box::pin(async {})
     }
 }
 
@@ -233,8 +293,14 @@ pub struct Client {
     challenge: Challenge,
 }
 
+/// Whether `bytes` are an account as [`Client::open`] keeps it (what a pair's
+/// router takes from its peer before it saves it).
+pub fn is_account(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<AccountCredentials>(bytes).is_ok()
+}
+
 /// The account's file in the router's directory.
-const ACCOUNT_FILE: &str = "account.json";
+pub const ACCOUNT_FILE: &str = "account.json";
 
 impl Client {
     /// The account kept in `dir` (`account.json`), or a new one at the CA,
@@ -294,22 +360,109 @@ impl Client {
         self.account.id()
     }
 
-    /// Orders a certificate for `name`, answering over HTTP-01 through `answers`
-    /// for the order's life; within `Settings::order_timeout`.
-    pub async fn issue(&self, name: &str, answers: &dyn Answers) -> Result<Issued, AcmeError> {
+    /// Orders a certificate for `name`, answering through `answers` for the
+    /// order's life; within `Settings::order_timeout`. With `resume`, the order
+    /// another router recorded (a pair's failover) is taken over where it
+    /// stands instead, so the CA sees one order; a new one only when it can no
+    /// longer lead to a certificate.
+    pub async fn issue(
+        &self,
+        name: &str,
+        answers: &dyn Answers,
+        resume: Option<OrderRecord>,
+    ) -> Result<Issued, AcmeError> {
         let published = Published {
             answers,
-            tokens: Vec::new(),
-            names: Vec::new(),
+            list: Mutex::new(Vec::new()),
         };
-        tokio::time::timeout(self.order_timeout, self.order(name, published))
+        let result = tokio::time::timeout(self.order_timeout, self.order(name, &published, resume))
             .await
-            .map_err(|_| AcmeError::OrderTimeout(name.to_string()))?
+            .map_err(|_| AcmeError::OrderTimeout(name.to_string()))
+            .and_then(|r| r);
+        let list = std::mem::take(&mut *published.list.lock().unwrap_or_else(|p| p.into_inner()));
+        for answer in &list {
+            answers.withdraw(answer).await;
+        }
+        result
     }
 
-    async fn order(&self, name: &str, mut published: Published<'_>) -> Result<Issued, AcmeError> {
+    /// The order `resume` names if it can still lead to a certificate with a
+    /// key we have, else a new one, recorded through `answers` before use.
+    async fn open_order(
+        &self,
+        name: &str,
+        answers: &dyn Answers,
+        resume: Option<OrderRecord>,
+    ) -> Result<(Order, Option<String>), AcmeError> {
+        if let Some(record) = resume {
+            match self.account.order(record.url.clone()).await {
+                Ok(mut order) => {
+                    let status = order.state().status;
+                    let usable = match status {
+                        OrderStatus::Pending | OrderStatus::Ready => true,
+                        OrderStatus::Processing | OrderStatus::Valid => record.key_pem.is_some(),
+                        OrderStatus::Invalid => false,
+                    };
+                    if usable {
+                        tracing::info!(name, url = %record.url, ?status, "ACME order taken over");
+                        return Ok((order, record.key_pem));
+                    }
+                    tracing::info!(name, url = %record.url, ?status, "ACME order cannot be taken over; a new one");
+                }
+                Err(e) => {
+                    tracing::info!(name, url = %record.url, error = %e, "ACME order cannot be read; a new one");
+                }
+            }
+        }
         let identifiers = [Identifier::Dns(name.to_string())];
-        let mut order = self.account.new_order(&NewOrder::new(&identifiers)).await?;
+        let order = self.account.new_order(&NewOrder::new(&identifiers)).await?;
+        let record = OrderRecord {
+            url: order.url().to_string(),
+            key_pem: None,
+        };
+        answers.progress(name, &record).await;
+        Ok((order, None))
+    }
+
+    async fn order(
+        &self,
+        name: &str,
+        published: &Published<'_>,
+        resume: Option<OrderRecord>,
+    ) -> Result<Issued, AcmeError> {
+        let (mut order, key_pem) = self.open_order(name, published.answers, resume).await?;
+        let retries = RetryPolicy::new().timeout(self.order_timeout);
+        let key_pem = match (order.state().status, key_pem) {
+            (OrderStatus::Processing | OrderStatus::Valid, Some(key_pem)) => key_pem,
+            _ => {
+                self.answer(name, &mut order, published).await?;
+                // The CA validates at its own pace (Pebble waits up to 15 s on purpose).
+                let status = order.poll_ready(&retries).await?;
+                if status != OrderStatus::Ready {
+                    return Err(AcmeError::Order {
+                        name: name.to_string(),
+                        status,
+                    });
+                }
+                self.finalize(name, &mut order, published.answers).await?
+            }
+        };
+        let chain_pem = order.poll_certificate(&retries).await?;
+        Ok(Issued {
+            chain_pem,
+            key_pem,
+            order_url: order.url().to_string(),
+        })
+    }
+
+    /// Publishes the answer of each pending authorization and tells the CA to
+    /// look (unless it already looks: a taken-over order).
+    async fn answer(
+        &self,
+        name: &str,
+        order: &mut Order,
+        published: &Published<'_>,
+    ) -> Result<(), AcmeError> {
         let mut authorizations = order.authorizations();
         while let Some(authz) = authorizations.next().await {
             let mut authz = authz?;
@@ -333,65 +486,62 @@ impl Client {
                     name: name.to_string(),
                     kind: self.challenge,
                 })?;
-            match self.challenge {
-                Challenge::Http01 => {
-                    published.add(&challenge.token, challenge.key_authorization().as_str());
-                }
-                Challenge::TlsAlpn01 => {
-                    let cert = AlpnCertificate::new(name, &challenge.key_authorization())?;
-                    published.add_alpn(name, &cert);
-                }
+            let answer = match self.challenge {
+                Challenge::Http01 => Answer::Http01 {
+                    token: challenge.token.clone(),
+                    key_authorization: challenge.key_authorization().as_str().to_string(),
+                },
+                Challenge::TlsAlpn01 => Answer::TlsAlpn01 {
+                    name: name.to_string(),
+                    cert: AlpnCertificate::new(name, &challenge.key_authorization())?,
+                },
+            };
+            published.add(answer).await;
+            if challenge.status == ChallengeStatus::Pending {
+                challenge.set_ready().await?;
             }
-            challenge.set_ready().await?;
         }
-        // The CA validates at its own pace (Pebble waits up to 15 s on purpose).
-        let retries = RetryPolicy::new().timeout(self.order_timeout);
-        let status = order.poll_ready(&retries).await?;
-        if status != OrderStatus::Ready {
-            return Err(AcmeError::Order {
-                name: name.to_string(),
-                status,
-            });
-        }
-        drop(published);
-        let key_pem = order.finalize().await?;
-        let chain_pem = order.poll_certificate(&retries).await?;
-        Ok(Issued {
-            chain_pem,
-            key_pem,
-            order_url: order.url().to_string(),
-        })
+        Ok(())
+    }
+
+    /// A new key, recorded with the order before the CA sees its CSR (a router
+    /// taking the order over then has the key of the certificate it fetches).
+    async fn finalize(
+        &self,
+        name: &str,
+        order: &mut Order,
+        answers: &dyn Answers,
+    ) -> Result<String, AcmeError> {
+        let bad = |e: rcgen::Error| AcmeError::Csr(e.to_string());
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(bad)?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let key = rcgen::KeyPair::generate().map_err(bad)?;
+        let csr = params.serialize_request(&key).map_err(bad)?;
+        let key_pem = key.serialize_pem();
+        let record = OrderRecord {
+            url: order.url().to_string(),
+            key_pem: Some(key_pem.clone()),
+        };
+        answers.progress(name, &record).await;
+        order.finalize_csr(csr.der()).await?;
+        Ok(key_pem)
     }
 }
 
-/// The answers an order published: withdrawn when it ends, however it ends.
+/// The answers an order published, withdrawn by [`Client::issue`] when it
+/// ends, however it ends.
 struct Published<'a> {
     answers: &'a dyn Answers,
-    tokens: Vec<String>,
-    /// Names with a TLS-ALPN-01 certificate published.
-    names: Vec<String>,
+    list: Mutex<Vec<Answer>>,
 }
 
 impl Published<'_> {
-    fn add(&mut self, token: &str, key_authorization: &str) {
-        self.answers.publish(token, key_authorization);
-        self.tokens.push(token.to_string());
-    }
-
-    fn add_alpn(&mut self, name: &str, cert: &AlpnCertificate) {
-        self.answers.publish_alpn(name, cert);
-        self.names.push(name.to_string());
-    }
-}
-
-impl Drop for Published<'_> {
-    fn drop(&mut self) {
-        for token in &self.tokens {
-            self.answers.withdraw(token);
-        }
-        for name in &self.names {
-            self.answers.withdraw_alpn(name);
-        }
+    async fn add(&self, answer: Answer) {
+        self.answers.publish(&answer).await;
+        self.list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(answer);
     }
 }
 
@@ -403,14 +553,18 @@ mod tests {
     fn only_published_tokens_under_the_challenge_path_are_answered() {
         let c = Challenges::default();
         assert_eq!(c.answer("/.well-known/acme-challenge/abc"), None);
-        c.publish("abc", "abc.thumb");
+        let answer = Answer::Http01 {
+            token: "abc".into(),
+            key_authorization: "abc.thumb".into(),
+        };
+        c.insert(&answer);
         assert_eq!(
             c.answer("/.well-known/acme-challenge/abc").as_deref(),
             Some("abc.thumb")
         );
         assert_eq!(c.answer("/.well-known/acme-challenge/abd"), None);
         assert_eq!(c.answer("/abc"), None, "only under the challenge path");
-        c.withdraw("abc");
+        c.remove(&answer);
         assert_eq!(c.answer("/.well-known/acme-challenge/abc"), None);
     }
 }

@@ -76,7 +76,10 @@ async fn an_account_made_once_and_a_certificate_ordered_over_http01_from_pebble(
     let saved = std::fs::read(&file).expect("read");
 
     let name = "shop.example.test";
-    let issued = client.issue(name, answers.as_ref()).await.expect("issued");
+    let issued = client
+        .issue(name, answers.as_ref(), None)
+        .await
+        .expect("issued");
     assert!(answers.is_empty(), "answers withdrawn after the order");
     assert!(issued.order_url.starts_with("https://127.0.0.1:"));
 

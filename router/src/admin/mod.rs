@@ -16,6 +16,7 @@
 //! | `GET /apps/{app}/stats` | the app's traffic: totals since it entered the table, and over the last one to two minutes requests per second, 5xx ratio, p50/p99 response time (see [`crate::metrics::apps`]) |
 //! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
+//! | `/acme/*` | what a router pair's two routers put on and take from each other for ACME, token needed for reads too (see [`acme`]) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
 //! the opposite call; rotating out an address that is no member is a 404 (a typo
@@ -58,6 +59,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
+mod acme;
 mod origin;
 pub use origin::Names;
 mod settings;
@@ -109,6 +111,9 @@ pub struct Admin {
     /// The live certificates (with `listen.https`): where each alias's comes
     /// from (uploaded, ACME, the default) on the status page and `/routes`.
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
+    /// ACME's state (`acme.directory` set): what a pair's peer puts and takes
+    /// through `/acme/*` (see [`acme`]).
+    pub acme: Option<Arc<crate::issuer::Shared>>,
 }
 
 /// `admin:` settings.
@@ -339,7 +344,8 @@ impl Admin {
                 .refuse(&client.ip().to_string(), path, refusal.reason());
             return Some(text(refusal.status(), refusal.message()));
         }
-        if mutating && !self.authorized(req) {
+        // `/acme/*` reads carry private keys: the token for every call there.
+        if (mutating || path.starts_with("/acme/")) && !self.authorized(req) {
             self.metrics.admin_refused("token");
             self.audit
                 .refuse(&client.ip().to_string(), path, "401 no valid token");
@@ -376,6 +382,19 @@ impl Admin {
                 rest.rsplit_once('/').map_or(rest, |(a, _)| a),
                 r.status().as_str(),
             );
+            return Ok(r);
+        }
+        if let Some(rest) = path.strip_prefix("/acme/") {
+            let method = req.method().clone();
+            let r = self.acme_call(rest, req).await;
+            if mutating {
+                self.audit.record(
+                    &client.ip().to_string(),
+                    &format!("acme-{}", method.as_str().to_ascii_lowercase()),
+                    rest,
+                    r.status().as_str(),
+                );
+            }
             return Ok(r);
         }
         if path == "/reconcile" {

@@ -124,6 +124,27 @@ pub struct AcmeConfig {
     /// How the CA validates: `http-01` (port 80, `listen.http`) or `tls-alpn-01`
     /// (port 443, `listen.https`: names validate where port 80 is closed).
     pub challenge: AcmeChallenge,
+    /// A router pair: the other router's admin address (`host:port`), through
+    /// which the two share one account, one order per alias, the challenge
+    /// answers and the certificates (see `issuer`). Needs `acme.node` and
+    /// `admin.token_file` (the same token on both).
+    pub peer: Option<String>,
+    /// This router's name in the pair, `a` or `b`: each alias is ordered by
+    /// one of them; `a` creates the account.
+    pub node: Option<AcmeNode>,
+    /// How long the peer may not answer before this router orders for every
+    /// alias (and takes over the peer's orders in flight).
+    #[serde(with = "humantime_serde")]
+    pub peer_timeout: Duration,
+}
+
+/// `acme.node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum AcmeNode {
+    #[serde(rename = "a")]
+    A,
+    #[serde(rename = "b")]
+    B,
 }
 
 /// `acme.challenge`.
@@ -147,6 +168,9 @@ impl Default for AcmeConfig {
             order_timeout: Duration::from_secs(300),
             retry_after: Duration::from_secs(60),
             challenge: AcmeChallenge::Http01,
+            peer: None,
+            node: None,
+            peer_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -694,10 +718,42 @@ impl Config {
             ("acme.request_timeout", a.request_timeout),
             ("acme.order_timeout", a.order_timeout),
             ("acme.retry_after", a.retry_after),
+            ("acme.peer_timeout", a.peer_timeout),
         ] {
             if d < Duration::from_secs(1) {
                 return Err((field, "must be at least 1s".into()));
             }
+        }
+        self.validate_acme_pair()
+    }
+
+    /// `acme.peer`: an admin address, this router's name, and a token the
+    /// peer's `/acme/*` calls (which carry private keys) are guarded by.
+    fn validate_acme_pair(&self) -> Result<(), Invalid> {
+        let a = &self.acme;
+        let Some(peer) = &a.peer else {
+            return Ok(());
+        };
+        let port_ok = peer
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !port_ok {
+            return Err((
+                "acme.peer",
+                format!("{peer:?}: the other router's admin address, host:port"),
+            ));
+        }
+        if a.node.is_none() {
+            return Err((
+                "acme.node",
+                "a pair (acme.peer) needs this router's name in it: a or b".into(),
+            ));
+        }
+        if self.admin.token_file.is_none() || self.listen.admin.is_none() {
+            return Err((
+                "acme.peer",
+                "a pair shares certificate keys through the admin API: it needs listen.admin and admin.token_file (the same token on both routers)".into(),
+            ));
         }
         Ok(())
     }

@@ -575,6 +575,9 @@ pub struct TlsMetrics {
     /// `router_acme_order_failures{alias}`: failed orders in a row, for the
     /// aliases whose last order failed (a series only while it does).
     acme_failing: IntGaugeVec,
+    /// `router_acme_peer_reachable`: 1 while the pair's other router answers
+    /// the ACME calls (`acme.peer`), 0 once it has not for `acme.peer_timeout`.
+    pub acme_peer: IntGauge,
 }
 
 impl TlsMetrics {
@@ -633,6 +636,11 @@ impl TlsMetrics {
                 "router_acme_order_failures",
                 "Failed ACME orders in a row, by alias (only aliases whose last order failed)",
                 &["alias"],
+                r
+            )?,
+            acme_peer: gauge!(
+                "router_acme_peer_reachable",
+                "1 while the pair's other router answers ACME calls (acme.peer), 0 when it has not for acme.peer_timeout",
                 r
             )?,
         })

@@ -238,10 +238,19 @@ impl Router {
             .map(|r| r.client(provider.clone()).map(Arc::new))
             .transpose()?;
         let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
+        // ACME: what the issuer and the admin API's `/acme/*` share.
+        let acme = live.load().proxy.acme.clone().map(|challenges| {
+            Arc::new(crate::issuer::Shared::new(
+                &config.state_dir,
+                challenges,
+                certs.clone(),
+                provider.clone(),
+            ))
+        });
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
-            (splits, policies, https_certs.clone()),
+            (splits, policies, https_certs.clone(), acme),
             token,
             recent,
             reconcile.is_some().then_some(reconcile_tx),
@@ -410,7 +419,7 @@ impl Router {
             tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
         }
 
-        let timers = tasks::spawn_timers(&self.config, &self.admin_api, &self.certs, &self.live);
+        let timers = tasks::spawn_timers(&self.config, &self.admin_api);
         let upgraded = serve_until(
             shutdown,
             self.handover,
@@ -602,7 +611,12 @@ async fn handover(config: &Config, inherited: bool) -> Result<Option<Handover>, 
 fn admin_api(
     config: &Config,
     (table, registry, metrics): (Arc<ArcSwap<RouteTable>>, Arc<MemberRegistry>, Arc<Metrics>),
-    (splits, policies, certs): (Arc<SplitStore>, Arc<crate::policy::Policies>, LiveCerts),
+    (splits, policies, certs, acme): (
+        Arc<SplitStore>,
+        Arc<crate::policy::Policies>,
+        LiveCerts,
+        Option<Arc<crate::issuer::Shared>>,
+    ),
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,
     reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
@@ -628,6 +642,7 @@ fn admin_api(
         body_deadline: config.limits.header_read_timeout,
         names: ArcSwap::from_pointee(crate::admin::Names::new(&config.admin.hosts)),
         certs,
+        acme,
         dead_letters: match (&config.spi.source, &config.spi.spool) {
             (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
             _ => config.state_dir.join("dead-letters"),

@@ -111,12 +111,10 @@ fn spawn_reconcile_timer(
 pub(super) fn spawn_timers(
     config: &crate::config::Config,
     admin: &crate::admin::Admin,
-    certs: &Arc<Mutex<CertIndex>>,
-    live: &super::Live,
 ) -> [Option<JoinHandle<()>>; 2] {
     [
         spawn_reconcile_timer(config.reconcile.as_ref(), admin.reconcile.as_ref()),
-        spawn_issuer(config, admin, certs, live),
+        spawn_issuer(config, admin),
     ]
 }
 
@@ -125,19 +123,45 @@ pub(super) fn spawn_timers(
 fn spawn_issuer(
     config: &crate::config::Config,
     admin: &crate::admin::Admin,
-    certs: &Arc<Mutex<CertIndex>>,
-    live: &super::Live,
 ) -> Option<JoinHandle<()>> {
-    let challenges = live.load().proxy.acme.clone()?;
+    let shared = admin.acme.clone()?;
     config.acme.directory.as_ref()?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let pair = match pair(config) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::error!(error = %e, "acme.peer: no calls to the peer; this router orders alone");
+            None
+        }
+    };
     let mut issuer = crate::issuer::Manager::new(
         config.acme.clone(),
-        &config.state_dir,
         admin.table.clone(),
-        certs.clone(),
-        (challenges, provider, admin.metrics.tls.clone()),
+        shared,
+        admin.metrics.tls.clone(),
+        pair,
     );
     issuer.restore();
     Some(tokio::spawn(issuer.run()))
+}
+
+/// The pair's other router (`acme.peer`), reached as `router check-pair`
+/// reaches it.
+fn pair(config: &crate::config::Config) -> anyhow::Result<Option<crate::issuer::Pair>> {
+    let Some(addr) = config.acme.peer.as_deref() else {
+        return Ok(None);
+    };
+    let off_loopback = config.listen.admin.is_some_and(|a| !a.ip().is_loopback());
+    let peer = crate::issuer::Peer::new(
+        addr,
+        off_loopback,
+        config.admin.tls_ca.as_deref(),
+        super::admin_token(config)?,
+        config.acme.peer_timeout.min(config.acme.request_timeout),
+    )?;
+    let node_b = config.acme.node == Some(crate::config::AcmeNode::B);
+    Ok(Some(crate::issuer::Pair::new(
+        peer,
+        node_b,
+        config.acme.peer_timeout,
+    )))
 }

@@ -16,39 +16,47 @@
 //! leaves the table or whose app turns ACME off stops being served its ACME
 //! certificate at once; its saved key is deleted [`KEEP_GONE`] later (a remove
 //! and add of the alias in between keeps it).
+//!
+//! **A pair** (`acme.peer`, the other router's admin address; `acme.node`, `a`
+//! or `b`) shares all of it through the two admin APIs ([`peer`], served by
+//! `admin::acme`), so that the CA sees one order per alias and both routers
+//! serve its certificate:
+//! - each alias has one orderer, [`orderer`]'s pick of `a` or `b`; a router
+//!   whose peer has not answered for `acme.peer_timeout` orders every alias;
+//! - the orderer puts each answer on its peer before it tells the CA to look,
+//!   so whichever router holds the VIP answers;
+//! - it records the order's URL (and, before finalizing, its key) on the peer,
+//!   which takes the order over by URL if the orderer goes away: no second order;
+//! - the issued certificate is put on the peer, which checks, saves and serves
+//!   it; each check also asks the peer for certificates issued since the last
+//!   one it got (a router that was down catches up);
+//! - router `a` creates the account and `b` takes it from `a` (`b` creates one
+//!   only while `a` does not answer).
+
+mod peer;
+mod shared;
+
+pub use peer::{Peer, PeerError};
+pub use shared::{Entry, PAGE, Refused, Saved, Shared};
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use rustls::crypto::CryptoProvider;
-use serde::{Deserialize, Serialize};
+use http::{Method, StatusCode};
 
-use acme::Challenges;
+use acme::{Answer, OrderRecord, Publishing};
 
 use crate::config::{AcmeChallenge, AcmeConfig};
 use crate::metrics::TlsMetrics;
 use crate::table::RouteTable;
 use crate::tls::keys;
-use crate::tls::store::CertIndex;
 
 /// How long the saved key of an alias that left stays on disk.
 pub const KEEP_GONE: Duration = Duration::from_secs(3600);
 /// The longest wait before an alias whose orders fail is tried again.
 const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
-
-/// An issued certificate as saved.
-#[derive(Serialize, Deserialize)]
-struct Saved {
-    chain_pem: String,
-    key_pem: String,
-    /// When it was issued (seconds since the epoch): renewal is due at two thirds
-    /// of its lifetime from here.
-    issued_at: i64,
-    order_url: String,
-}
 
 /// What the manager knows of one alias.
 struct Held {
@@ -56,15 +64,52 @@ struct Held {
     issued_at: i64,
 }
 
+/// The pair's other router, and what this one knows of it.
+pub struct Pair {
+    pub peer: Peer,
+    /// This router is `b` (else `a`).
+    pub node_b: bool,
+    /// How long the peer may not answer before this router orders for every alias.
+    pub timeout: Duration,
+    /// The last time the peer answered.
+    seen: Instant,
+    /// Whether it answered within `timeout` at the last check.
+    up: bool,
+    /// The last certificate taken from it: `(issued_at, alias)`.
+    cursor: (i64, String),
+}
+
+impl Pair {
+    pub fn new(peer: Peer, node_b: bool, timeout: Duration) -> Pair {
+        Pair {
+            peer,
+            node_b,
+            timeout,
+            // Counted as up until it had `timeout` to answer after our start.
+            seen: Instant::now(),
+            up: true,
+            cursor: (i64::MIN, String::new()),
+        }
+    }
+}
+
+/// Which router of a pair orders `alias` while both are up: `b` for an odd
+/// FNV-1a hash of its name, `a` for an even one. A fixed function of the name
+/// only, so that two routers of different versions agree.
+pub fn orderer(alias: &str) -> char {
+    let hash = alias.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    if hash % 2 == 1 { 'b' } else { 'a' }
+}
+
 /// Orders, renews and serves ACME certificates (see the module doc).
 pub struct Manager {
     config: AcmeConfig,
-    dir: PathBuf,
     table: Arc<ArcSwap<RouteTable>>,
-    certs: Arc<Mutex<CertIndex>>,
-    challenges: Arc<Challenges>,
-    provider: Arc<CryptoProvider>,
+    shared: Arc<Shared>,
     metrics: TlsMetrics,
+    pair: Option<Pair>,
     held: HashMap<String, Held>,
     /// Failed aliases: failures in a row, and not before when to try again.
     failed: HashMap<String, (u32, Instant)>,
@@ -75,32 +120,26 @@ pub struct Manager {
 impl Manager {
     pub fn new(
         config: AcmeConfig,
-        state_dir: &Path,
         table: Arc<ArcSwap<RouteTable>>,
-        certs: Arc<Mutex<CertIndex>>,
-        (challenges, provider, metrics): (Arc<Challenges>, Arc<CryptoProvider>, TlsMetrics),
+        shared: Arc<Shared>,
+        metrics: TlsMetrics,
+        pair: Option<Pair>,
     ) -> Manager {
         Manager {
             config,
-            dir: state_dir.join("acme"),
             table,
-            certs,
-            challenges,
-            provider,
+            shared,
             metrics,
+            pair,
             held: HashMap::new(),
             failed: HashMap::new(),
             gone: HashMap::new(),
         }
     }
 
-    fn index(&self) -> std::sync::MutexGuard<'_, CertIndex> {
-        self.certs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Serves the certificates saved by earlier runs.
     pub fn restore(&mut self) {
-        let Ok(dir) = std::fs::read_dir(self.dir.join("certs")) else {
+        let Ok(dir) = std::fs::read_dir(self.shared.dir().join("certs")) else {
             return;
         };
         for entry in dir.flatten() {
@@ -114,13 +153,21 @@ impl Manager {
             else {
                 continue;
             };
-            self.reload_saved(&alias);
+            if let Some(saved) = self.shared.load(&alias) {
+                self.shared.indexed(&alias, saved.issued_at);
+                self.serve(&alias, &saved);
+            }
         }
     }
 
     /// Loads and serves a certificate (a key that does not load: logged, counted).
     fn serve(&mut self, alias: &str, saved: &Saved) {
-        match keys::load(&saved.chain_pem, &saved.key_pem, None, &self.provider) {
+        match keys::load(
+            &saved.chain_pem,
+            &saved.key_pem,
+            None,
+            self.shared.provider(),
+        ) {
             Ok(loaded) => {
                 self.held.insert(
                     alias.to_string(),
@@ -129,7 +176,7 @@ impl Manager {
                         issued_at: saved.issued_at,
                     },
                 );
-                self.index().set_acme(alias, Some(loaded));
+                self.shared.serve(alias, Some(loaded));
                 self.metrics.acme_certificates.set(self.held.len() as i64);
             }
             Err(e) => {
@@ -139,9 +186,8 @@ impl Manager {
         }
     }
 
-    /// Looks the table over every `check_interval` until the task is dropped.
-    pub async fn run(mut self) {
-        let settings = acme::Settings {
+    fn settings(&self) -> acme::Settings {
+        acme::Settings {
             contact: self.config.contact.clone(),
             ca_file: self.config.ca_file.clone(),
             request_timeout: self.config.request_timeout,
@@ -151,22 +197,47 @@ impl Manager {
                 AcmeChallenge::TlsAlpn01 => acme::Challenge::TlsAlpn01,
             },
             ..acme::Settings::new(self.config.directory.clone().unwrap_or_default())
-        };
+        }
+    }
+
+    /// Looks the table over every `check_interval` (and when the peer put a
+    /// certificate here) until the task is dropped.
+    pub async fn run(mut self) {
+        let settings = self.settings();
         let mut client: Option<acme::Client> = None;
+        let shared = self.shared.clone();
         loop {
-            tokio::time::sleep(self.config.check_interval).await;
+            tokio::select! {
+                () = tokio::time::sleep(self.config.check_interval) => {}
+                () = shared.wake.notified() => {}
+            }
+            self.catch_up().await;
             let wanted = self.wanted();
             self.forget_gone(&wanted);
+            for alias in self.shared.take_arrived() {
+                if wanted.contains(&alias) {
+                    self.reload_saved(&alias);
+                } else if !self.held.contains_key(&alias) {
+                    // Put by the peer before this router has the alias (or after
+                    // it left): not served; kept for KEEP_GONE, as a leaving one.
+                    self.shared.serve(&alias, None);
+                    self.gone.entry(alias).or_insert_with(Instant::now);
+                }
+            }
             for alias in &wanted {
                 if !self.held.contains_key(alias) {
                     self.reload_saved(alias);
                 }
             }
-            let due: Vec<String> = wanted.into_iter().filter(|a| self.due(a)).collect();
+            let due: Vec<String> = wanted
+                .into_iter()
+                .filter(|a| self.due(a) && self.orders_here(a))
+                .collect();
             for alias in due {
                 if client.is_none() {
-                    match acme::Client::open(&settings, &self.dir).await {
-                        Ok(c) => client = Some(c),
+                    match self.open_account(&settings).await {
+                        Ok(Some(c)) => client = Some(c),
+                        Ok(None) => break,
                         Err(e) => {
                             self.failed_order(&alias, &e);
                             continue;
@@ -180,21 +251,120 @@ impl Manager {
         }
     }
 
-    /// Serves `alias`'s saved certificate, if it has one (it came back).
+    /// Serves `alias`'s saved certificate, if it has one (it came back, or the
+    /// peer put a newer one).
     fn reload_saved(&mut self, alias: &str) {
-        let path = self.dir.join("certs").join(format!("{alias}.json"));
-        if let Some(saved) = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Saved>(&b).ok())
-        {
+        if let Some(saved) = self.shared.load(alias) {
             self.serve(alias, &saved);
         }
+    }
+
+    /// Whether this router orders `alias`: always alone or when the peer is
+    /// away; else when [`orderer`] picks it.
+    fn orders_here(&self, alias: &str) -> bool {
+        match &self.pair {
+            Some(p) if p.up => (orderer(alias) == 'b') == p.node_b,
+            _ => true,
+        }
+    }
+
+    /// The account: this router's, else (a pair) its peer's, else a new one,
+    /// which is then put on the peer. `None`: router `b` waits for `a`'s.
+    async fn open_account(
+        &mut self,
+        settings: &acme::Settings,
+    ) -> Result<Option<acme::Client>, acme::AcmeError> {
+        let file = self.shared.dir().join(acme::ACCOUNT_FILE);
+        let had = file.exists();
+        if let (false, Some(p)) = (had, &self.pair) {
+            match p.peer.call(Method::GET, "/acme/account", Vec::new()).await {
+                Ok((StatusCode::OK, body)) if acme::is_account(&body) => {
+                    let saved = std::fs::create_dir_all(self.shared.dir())
+                        .and_then(|()| durable_file::write(&file, &body));
+                    match saved {
+                        Ok(()) => {
+                            tracing::info!(peer = %p.peer.addr(), "ACME account taken from the peer")
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "ACME account from the peer not saved")
+                        }
+                    }
+                }
+                answer if p.node_b && p.up => {
+                    tracing::info!(peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME: waiting for router a's account");
+                    return Ok(None);
+                }
+                _ => {}
+            }
+        }
+        let client = acme::Client::open(settings, self.shared.dir()).await?;
+        if let (false, Some(p)) = (had, &self.pair) {
+            let body = std::fs::read(&file).unwrap_or_default();
+            match p.peer.call(Method::PUT, "/acme/account", body).await {
+                Ok((s, _)) if s.is_success() => {
+                    tracing::info!(peer = %p.peer.addr(), "ACME account put on the peer")
+                }
+                answer => {
+                    tracing::warn!(peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME account not put on the peer; it takes it when it needs it")
+                }
+            }
+        }
+        Ok(Some(client))
+    }
+
+    /// Asks the peer for the certificates it saved since the last one taken,
+    /// page by page; whether it answers decides who orders what.
+    async fn catch_up(&mut self) {
+        let Some(p) = self.pair.as_mut() else {
+            return;
+        };
+        loop {
+            let path = format!("/acme/certificates?after={}:{}", p.cursor.0, p.cursor.1);
+            let page: Vec<Entry> = match p.peer.call(Method::GET, &path, Vec::new()).await {
+                Ok((StatusCode::OK, body)) => match serde_json::from_slice(&body) {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!(peer = %p.peer.addr(), error = %e, "ACME peer: not a page of certificates");
+                        break;
+                    }
+                },
+                Ok((status, body)) => {
+                    tracing::warn!(peer = %p.peer.addr(), %status, answer = %String::from_utf8_lossy(&body).trim(), "ACME peer refuses the catch-up (same admin token and acme settings on both?)");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "ACME peer does not answer");
+                    break;
+                }
+            };
+            p.seen = Instant::now();
+            let full = page.len() >= PAGE;
+            for entry in page {
+                p.cursor = (entry.saved.issued_at, entry.alias.clone());
+                if let Err(e) = self.shared.accept(&entry.alias, &entry.saved) {
+                    tracing::warn!(peer = %p.peer.addr(), error = %e, "ACME certificate from the peer refused");
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        let up = p.seen.elapsed() < p.timeout;
+        if up != p.up {
+            if up {
+                tracing::info!(peer = %p.peer.addr(), "ACME peer answers again: each alias has one orderer");
+            } else {
+                tracing::warn!(peer = %p.peer.addr(), timeout = ?p.timeout, "ACME peer silent: this router orders for every alias");
+            }
+        }
+        p.up = up;
+        self.metrics.acme_peer.set(i64::from(up));
     }
 
     /// The aliases that should have an ACME certificate now.
     fn wanted(&self) -> HashSet<String> {
         let table = self.table.load();
-        let certs = self.index().live().load_full();
+        let certs = self.shared.live().load_full();
         let mut out = HashSet::new();
         for route in table.routes() {
             let on = table
@@ -234,13 +404,19 @@ impl Manager {
     }
 
     async fn order(&mut self, client: &acme::Client, alias: &str) {
-        tracing::info!(alias = %alias, "ACME order");
+        let resume = self.shared.take_peer_order(alias);
+        tracing::info!(alias = %alias, resume = ?resume.as_ref().map(|r| &r.url), "ACME order");
+        let peer = self.pair.as_ref().filter(|p| p.up).map(|p| &p.peer);
         let answers = Answering {
-            http: &self.challenges,
-            certs: &self.certs,
-            provider: &self.provider,
+            shared: &self.shared,
+            peer,
         };
-        match client.issue(alias, &answers).await {
+        let result = client.issue(alias, &answers, resume).await;
+        if let Some(peer) = peer {
+            let path = format!("/acme/orders/{alias}");
+            let _ = peer.call(Method::DELETE, &path, Vec::new()).await;
+        }
+        match result {
             Ok(issued) => {
                 let saved = Saved {
                     chain_pem: issued.chain_pem,
@@ -248,7 +424,7 @@ impl Manager {
                     issued_at: unix_now(),
                     order_url: issued.order_url,
                 };
-                if let Err(e) = self.save(alias, &saved) {
+                if let Err(e) = self.shared.save(alias, &saved) {
                     tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
                 }
                 self.serve(alias, &saved);
@@ -256,8 +432,27 @@ impl Manager {
                 self.metrics.acme_failures(alias, 0);
                 self.metrics.acme_order(true);
                 tracing::info!(alias = %alias, "ACME certificate issued and served");
+                self.put_on_peer(alias, &saved).await;
             }
             Err(e) => self.failed_order(alias, &e),
+        }
+    }
+
+    /// Puts `alias`'s new certificate on the peer (which otherwise takes it at
+    /// its next catch-up).
+    async fn put_on_peer(&self, alias: &str, saved: &Saved) {
+        let Some(p) = &self.pair else {
+            return;
+        };
+        let body = serde_json::to_vec(saved).unwrap_or_default();
+        let path = format!("/acme/certificates/{alias}");
+        match p.peer.call(Method::PUT, &path, body).await {
+            Ok((s, _)) if s.is_success() => {
+                tracing::info!(alias = %alias, peer = %p.peer.addr(), "ACME certificate put on the peer")
+            }
+            answer => {
+                tracing::warn!(alias = %alias, peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME certificate not put on the peer; it takes it at its next check")
+            }
         }
     }
 
@@ -276,20 +471,13 @@ impl Manager {
         );
     }
 
-    fn save(&self, alias: &str, saved: &Saved) -> std::io::Result<()> {
-        let dir = self.dir.join("certs");
-        std::fs::create_dir_all(&dir)?;
-        let json = serde_json::to_vec(saved).map_err(std::io::Error::other)?;
-        durable_file::write(&dir.join(format!("{alias}.json")), &json)
-    }
-
     /// Stops serving aliases no longer wanted; deletes their saved keys
     /// [`KEEP_GONE`] after they left.
     fn forget_gone(&mut self, wanted: &HashSet<String>) {
         let now = Instant::now();
         for alias in unwanted(&self.held, wanted) {
             self.held.remove(&alias);
-            self.index().set_acme(&alias, None);
+            self.shared.serve(&alias, None);
             self.gone.entry(alias).or_insert(now);
         }
         for alias in unwanted(&self.failed, wanted) {
@@ -303,53 +491,54 @@ impl Manager {
             if now.duration_since(*since) < KEEP_GONE {
                 return true;
             }
-            let _ = std::fs::remove_file(self.dir.join("certs").join(format!("{alias}.json")));
+            self.shared.delete(alias);
             false
         });
         self.metrics.acme_certificates.set(self.held.len() as i64);
     }
 }
 
-/// Where an order's answers go: HTTP-01's to the HTTP listener's
-/// [`Challenges`], TLS-ALPN-01's certificates to the live certificates (served
-/// only to `acme-tls/1` handshakes).
+/// Where an order's answers go: this router's listeners (see
+/// [`Shared::publish`]) and, in a pair whose peer answers, the peer's, before
+/// the CA is told to look; the order's progress to the peer too.
 struct Answering<'a> {
-    http: &'a Challenges,
-    certs: &'a Mutex<CertIndex>,
-    provider: &'a Arc<CryptoProvider>,
+    shared: &'a Shared,
+    peer: Option<&'a Peer>,
 }
 
 impl Answering<'_> {
-    fn index(&self) -> std::sync::MutexGuard<'_, CertIndex> {
-        self.certs.lock().unwrap_or_else(|p| p.into_inner())
+    async fn to_peer(&self, method: Method, path: &str, body: Vec<u8>) {
+        let Some(peer) = self.peer else {
+            return;
+        };
+        match peer.call(method, path, body).await {
+            Ok((s, _)) if s.is_success() => {}
+            answer => {
+                tracing::warn!(peer = %peer.addr(), path, answer = ?answer.map(|(s, _)| s), "ACME peer did not take the call")
+            }
+        }
     }
 }
 
 impl acme::Answers for Answering<'_> {
-    fn publish(&self, token: &str, key_authorization: &str) {
-        self.http.publish(token, key_authorization);
+    fn publish<'a>(&'a self, answer: &'a Answer) -> Publishing<'a> {
+        self.shared.publish(answer);
+        let body = serde_json::to_vec(answer).unwrap_or_default();
+        Box::pin(self.to_peer(Method::PUT, "/acme/answers", body))
     }
 
-    fn withdraw(&self, token: &str) {
-        self.http.withdraw(token);
+    fn withdraw<'a>(&'a self, answer: &'a Answer) -> Publishing<'a> {
+        self.shared.withdraw(answer);
+        let body = serde_json::to_vec(answer).unwrap_or_default();
+        Box::pin(self.to_peer(Method::DELETE, "/acme/answers", body))
     }
 
-    fn publish_alpn(&self, name: &str, cert: &acme::AlpnCertificate) {
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into());
-        match self.provider.key_provider.load_private_key(key) {
-            Ok(signing) => {
-                let chain = vec![rustls::pki_types::CertificateDer::from(
-                    cert.cert_der.clone(),
-                )];
-                let key = Arc::new(rustls::sign::CertifiedKey::new(chain, signing));
-                self.index().set_alpn_challenge(name, Some(key));
-            }
-            Err(e) => tracing::warn!(name = %name, error = %e, "TLS-ALPN-01 key does not load"),
-        }
-    }
-
-    fn withdraw_alpn(&self, name: &str) {
-        self.index().set_alpn_challenge(name, None);
+    fn progress<'a>(&'a self, name: &'a str, record: &'a OrderRecord) -> Publishing<'a> {
+        let body = serde_json::to_vec(record).unwrap_or_default();
+        Box::pin(async move {
+            self.to_peer(Method::PUT, &format!("/acme/orders/{name}"), body)
+                .await
+        })
     }
 }
 
@@ -362,7 +551,7 @@ fn unwanted<V>(map: &HashMap<String, V>, wanted: &HashSet<String>) -> Vec<String
 }
 
 /// A name that is safe as a file name and as an ACME identifier.
-fn valid_alias(a: &str) -> bool {
+pub fn valid_alias(a: &str) -> bool {
     !a.is_empty()
         && a.len() <= 253
         && !a.starts_with('.')
@@ -381,6 +570,11 @@ fn unix_now() -> i64 {
 mod tests {
     use super::*;
 
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    use crate::tls::store::CertIndex;
+
     fn manager(dir: &Path) -> (Manager, Arc<Mutex<CertIndex>>) {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let certs = Arc::new(Mutex::new(CertIndex::new(
@@ -389,12 +583,13 @@ mod tests {
             TlsMetrics::detached(),
             Duration::from_secs(10),
         )));
+        let shared = Arc::new(Shared::new(dir, Arc::default(), certs.clone(), provider));
         let manager = Manager::new(
             AcmeConfig::default(),
-            dir,
             Arc::new(ArcSwap::from_pointee(RouteTable::default())),
-            certs.clone(),
-            (Arc::default(), provider, TlsMetrics::detached()),
+            shared,
+            TlsMetrics::detached(),
+            None,
         );
         (manager, certs)
     }

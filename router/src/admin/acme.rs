@@ -1,0 +1,148 @@
+//! `/acme/*`: what the two routers of a pair put on and take from each other
+//! for ACME (see `crate::issuer`). Every call, reads included, needs the admin
+//! token: the account and the certificates carry private keys.
+//!
+//! | call | answer |
+//! |---|---|
+//! | `GET /acme/account` | the ACME account (`account.json`), 404 if none yet |
+//! | `PUT /acme/account` | saves the peer's account if this router has none (201); 200 if it is the same, 409 if this router has another |
+//! | `PUT`/`DELETE /acme/answers` | body: a challenge's answer (`{"type": "http01", "token", "key_authorization"}` or `{"type": "tls_alpn01", "name", "cert"}`), served to the CA from now on / no longer |
+//! | `GET /acme/orders` | the peer's orders in flight here: `[[alias, url], ...]` |
+//! | `PUT`/`DELETE /acme/orders/{alias}` | body `{"url", "key_pem"?}`: the peer's order for the alias, taken over if the peer goes away / it ended |
+//! | `GET /acme/certificates?after=ISSUED_AT:ALIAS` | up to 100 saved certificates issued after that one, oldest first (`[{alias, chain_pem, key_pem, issued_at, order_url}]`) |
+//! | `PUT /acme/certificates/{alias}` | body as one of those: checked (it loads, its key is its own), saved if newer than this router's, served (200; 400 with the reason) |
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+
+use super::{Admin, json, read_limited, text};
+use crate::issuer::{Saved, Shared, valid_alias};
+
+/// Largest `/acme/*` body: a certificate chain and its key, as JSON.
+const MAX_ACME_BODY: usize = 256 * 1024;
+
+impl Admin {
+    /// `/acme/{rest}`; 404 without `acme.directory`.
+    pub(super) async fn acme_call(
+        &self,
+        rest: &str,
+        req: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
+        let Some(shared) = self.acme.as_deref() else {
+            return text(StatusCode::NOT_FOUND, "ACME is off (no acme.directory)\n");
+        };
+        let method = req.method().clone();
+        let query = req.uri().query().map(str::to_string);
+        let body = if matches!(method, Method::PUT | Method::DELETE) {
+            match read_limited(req.into_body(), MAX_ACME_BODY, self.body_deadline).await {
+                Ok(b) => b,
+                Err(status) => return text(status, "the body is JSON under 256 KiB\n"),
+            }
+        } else {
+            Bytes::new()
+        };
+        match (&method, rest) {
+            (&Method::GET, "account") => account(shared),
+            (&Method::PUT, "account") => put_account(shared, &body),
+            (&Method::PUT | &Method::DELETE, "answers") => match serde_json::from_slice(&body) {
+                Ok(answer) => {
+                    if method == Method::PUT {
+                        shared.publish(&answer);
+                    } else {
+                        shared.withdraw(&answer);
+                    }
+                    text(StatusCode::OK, "ok\n")
+                }
+                Err(e) => text(StatusCode::BAD_REQUEST, &format!("answer: {e}\n")),
+            },
+            (&Method::GET, "orders") => json(&shared.peer_orders()),
+            (&Method::GET, "certificates") => match after(query.as_deref()) {
+                Some(after) => json(&shared.page(&after)),
+                None => text(
+                    StatusCode::BAD_REQUEST,
+                    "after=ISSUED_AT:ALIAS (the last one taken)\n",
+                ),
+            },
+            _ => match rest.split_once('/') {
+                Some(("orders", alias)) if valid_alias(alias) => {
+                    order(shared, alias, &method, &body)
+                }
+                Some(("certificates", alias)) if method == Method::PUT => {
+                    match serde_json::from_slice::<Saved>(&body) {
+                        Ok(saved) => match shared.accept(alias, &saved) {
+                            Ok(true) => text(StatusCode::OK, "saved and served\n"),
+                            Ok(false) => text(StatusCode::OK, "this router's is as recent\n"),
+                            Err(e) => text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                        },
+                        Err(e) => text(StatusCode::BAD_REQUEST, &format!("certificate: {e}\n")),
+                    }
+                }
+                _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+        }
+    }
+}
+
+fn account(shared: &Shared) -> Response<Full<Bytes>> {
+    match std::fs::read(shared.dir().join(acme::ACCOUNT_FILE)) {
+        Ok(bytes) => Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(bytes)))
+            .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "answer\n")),
+        Err(_) => text(StatusCode::NOT_FOUND, "no ACME account yet\n"),
+    }
+}
+
+fn put_account(shared: &Shared, body: &[u8]) -> Response<Full<Bytes>> {
+    if !acme::is_account(body) {
+        return text(StatusCode::BAD_REQUEST, "not an ACME account\n");
+    }
+    let path = shared.dir().join(acme::ACCOUNT_FILE);
+    match std::fs::read(&path) {
+        Ok(ours) if ours == body => text(StatusCode::OK, "the same account\n"),
+        Ok(_) => text(
+            StatusCode::CONFLICT,
+            "this router has another ACME account (delete one router's state_dir/acme/account.json to share one)\n",
+        ),
+        Err(_) => {
+            let saved = std::fs::create_dir_all(shared.dir())
+                .and_then(|()| durable_file::write(&path, body));
+            match saved {
+                Ok(()) => {
+                    tracing::info!("ACME account put here by the peer");
+                    text(StatusCode::CREATED, "saved\n")
+                }
+                Err(e) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("not saved: {e}\n"),
+                ),
+            }
+        }
+    }
+}
+
+fn order(shared: &Shared, alias: &str, method: &Method, body: &[u8]) -> Response<Full<Bytes>> {
+    match *method {
+        Method::PUT => match serde_json::from_slice(body) {
+            Ok(record) => {
+                shared.peer_order(alias, Some(record));
+                text(StatusCode::OK, "ok\n")
+            }
+            Err(e) => text(StatusCode::BAD_REQUEST, &format!("order: {e}\n")),
+        },
+        Method::DELETE => {
+            shared.peer_order(alias, None);
+            text(StatusCode::OK, "ok\n")
+        }
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "use PUT or DELETE\n"),
+    }
+}
+
+/// `after=ISSUED_AT:ALIAS` (the alias may be empty: from the start).
+fn after(query: Option<&str>) -> Option<(i64, String)> {
+    let value = super::query_params(query).find(|(k, _)| *k == "after")?.1;
+    let (at, alias) = value.split_once(':')?;
+    Some((at.parse().ok()?, alias.to_string()))
+}
