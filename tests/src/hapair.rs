@@ -39,6 +39,18 @@ impl Pair {
     /// Namespaces, broker, backend, both routers (ready) and, with `vip2`, the
     /// active-active variant; keepalived is started by [`Pair::start_keepalived`].
     pub fn new(extra_gen: &[&str]) -> Pair {
+        let mut pair = Pair::prepare(extra_gen);
+        for i in 0..2 {
+            pair.start_router(i);
+        }
+        pair
+    }
+
+    /// All of [`Pair::new`] but the routers: their configurations
+    /// (`dir/router-{a,b}.yaml`) may be changed before [`Pair::start_router`].
+    /// Also written: `admin.crt`/`admin.key`, a certificate for both routers'
+    /// addresses from the pair's CA (`ca.pem`), for admin listeners off loopback.
+    pub fn prepare(extra_gen: &[&str]) -> Pair {
         let topo = Topology::new();
         let dir = tempdir("ha");
         let amq = ActiveMq::start_in_netns(&topo.ns("m"), MQ_IP);
@@ -53,6 +65,7 @@ impl Pair {
         let ca = crate::pki::Ca::new("ha test CA");
         let leaf = ca.leaf(&[HOST]);
         let (cert, key) = crate::pki::write_leaf(&dir, "site", &leaf);
+        crate::pki::write_leaf(&dir, "admin", &ca.leaf(&[A_IP, B_IP]));
         std::fs::write(dir.join("ca.pem"), &ca.pem).expect("ca");
         std::fs::write(dir.join("ticket.key"), [7u8; 48]).expect("ticket key");
         for name in NAMES {
@@ -93,18 +106,19 @@ impl Pair {
             .expect("gen-config")
             .success();
         assert!(gen_ok, "gen-config failed");
-        let mut pair = Pair {
+        Pair {
             topo,
             dir,
             amq,
             backend,
             routers: [None, None],
             keepalived: [None, None],
-        };
-        for i in 0..2 {
-            pair.start_router(i);
         }
-        pair
+    }
+
+    /// Router `i`'s configuration file.
+    pub fn config(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("router-{}.yaml", NAMES[i]))
     }
 
     pub fn flag(&self, i: usize) -> PathBuf {

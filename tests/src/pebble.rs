@@ -22,7 +22,33 @@ pub struct Pebble {
     pub ca_file: PathBuf,
     /// Pebble's management API (`https://127.0.0.1:PORT`).
     pub management: String,
+    /// The network namespace Pebble runs in (`None`: this one).
+    netns: Option<String>,
+    dir: PathBuf,
     children: Vec<Child>,
+}
+
+/// Where Pebble runs and what its DNS answers.
+pub struct Place {
+    /// A network namespace (full name) to run in; `None`: the test's own.
+    pub netns: Option<String>,
+    /// The address Pebble and its DNS listen on.
+    pub ip: String,
+    /// The address every name resolves to (where the router answers).
+    pub answer: String,
+}
+
+impl Place {
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, program]);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
 }
 
 impl Pebble {
@@ -35,6 +61,17 @@ impl Pebble {
     /// The same, issuing certificates valid for `validity` seconds (Pebble's
     /// default: five years).
     pub fn start_with(http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
+        let here = Place {
+            netns: None,
+            ip: "127.0.0.1".into(),
+            answer: "127.0.0.1".into(),
+        };
+        Pebble::start_at(&here, http_port, tls_port, validity)
+    }
+
+    /// The same at `place` (`ip netns exec` runs the program itself, so the
+    /// children's PIDs are Pebble's and its DNS's).
+    pub fn start_at(place: &Place, http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
         for program in ["pebble", "pebble-challtestsrv"] {
             assert!(
                 Command::new("sh")
@@ -50,14 +87,16 @@ impl Pebble {
         let ca = Ca::new("pebble's HTTPS test CA");
         let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, &ca.pem).expect("write CA");
-        let leaf = ca.leaf(&["localhost", "127.0.0.1"]);
+        let leaf = ca.leaf(&["localhost", "127.0.0.1", &place.ip]);
         std::fs::write(dir.join("cert.pem"), &leaf.cert_pem).expect("cert");
         std::fs::write(dir.join("key.pem"), &leaf.key_pem).expect("key");
         let mut children = Vec::new();
-        let dns = Command::new("pebble-challtestsrv")
-            .args(["-dns01", "127.0.0.1:0", "-http01", "", "-https01", ""])
-            .args(["-tlsalpn01", "", "-management", "127.0.0.1:0"])
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+        let ip = &place.ip;
+        let dns = place
+            .command("pebble-challtestsrv")
+            .args(["-dns01", &format!("{ip}:0"), "-http01", "", "-https01", ""])
+            .args(["-tlsalpn01", "", "-management", &format!("{ip}:0")])
+            .args(["-defaultIPv4", &place.answer, "-defaultIPv6", ""])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -68,12 +107,14 @@ impl Pebble {
             directory: String::new(),
             ca_file,
             management: String::new(),
+            netns: place.netns.clone(),
+            dir: dir.clone(),
             children,
         };
         let dns_port = ports_of(dns_pid, "udp", 1)[0];
         let config = serde_json::json!({"pebble": {
-            "listenAddress": "127.0.0.1:0",
-            "managementListenAddress": "127.0.0.1:0",
+            "listenAddress": format!("{ip}:0"),
+            "managementListenAddress": format!("{ip}:0"),
             "certificate": dir.join("cert.pem"),
             "privateKey": dir.join("key.pem"),
             "httpPort": http_port,
@@ -88,10 +129,11 @@ impl Pebble {
         let config_file = dir.join("pebble.json");
         std::fs::write(&config_file, config.to_string()).expect("pebble config");
         let log = std::fs::File::create(dir.join("pebble.log")).expect("pebble log");
-        let child = Command::new("pebble")
+        let child = place
+            .command("pebble")
             .arg("-config")
             .arg(&config_file)
-            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            .args(["-dnsserver", &format!("{ip}:{dns_port}")])
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
@@ -100,7 +142,7 @@ impl Pebble {
         pebble.children.push(child);
         // Two HTTPS ports: the one with a directory is ACME's.
         let ports = ports_of(pid, "tcp", 2);
-        let url = |port: u16, path: &str| format!("https://127.0.0.1:{port}{path}");
+        let url = |port: u16, path: &str| format!("https://{ip}:{port}{path}");
         let (acme, management): (Vec<u16>, Vec<u16>) = ports
             .iter()
             .partition(|p| pebble.get(&url(**p, "/dir")).contains("newNonce"));
@@ -116,13 +158,41 @@ impl Pebble {
     /// A GET to Pebble's HTTPS (curl, trusting [`Pebble::ca_file`]): the body, or
     /// empty on any failure.
     pub fn get(&self, url: &str) -> String {
-        let out = Command::new("curl")
+        let place = Place {
+            netns: self.netns.clone(),
+            ip: String::new(),
+            answer: String::new(),
+        };
+        let out = place
+            .command("curl")
             .args(["-s", "--max-time", "10", "--cacert"])
             .arg(&self.ca_file)
             .arg(url)
             .output()
             .expect("curl");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Pebble {
+    /// How many orders Pebble holds (each new order is one; it logs the count).
+    pub fn orders(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.join("pebble.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| {
+                l.split("There are now ")
+                    .nth(1)?
+                    .strip_suffix(" orders in the db")?
+                    .parse()
+                    .ok()
+            })
+            .last()
+            .unwrap_or(0)
+    }
+
+    /// Pebble's root, which the certificates it issues chain to (PEM).
+    pub fn root(&self) -> String {
+        self.get(&format!("{}/roots/0", self.management))
     }
 }
 
@@ -166,7 +236,8 @@ fn listening(pid: u32, proto: &str) -> Vec<u16> {
                 .collect()
         })
         .unwrap_or_default();
-    let table = std::fs::read_to_string(format!("/proc/net/{proto}")).unwrap_or_default();
+    // The table of the process's own network namespace.
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/{proto}")).unwrap_or_default();
     let mut ports: Vec<u16> = table
         .lines()
         .skip(1)

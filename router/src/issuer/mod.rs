@@ -230,21 +230,28 @@ impl Manager {
                 }
             }
             let due: Vec<String> = wanted
-                .into_iter()
+                .iter()
                 .filter(|a| self.due(a) && self.orders_here(a))
+                .cloned()
                 .collect();
-            for alias in due {
-                if client.is_none() {
-                    match self.open_account(&settings).await {
-                        Ok(Some(c)) => client = Some(c),
-                        Ok(None) => break,
-                        Err(e) => {
-                            self.failed_order(&alias, &e);
-                            continue;
+            // Router `a` (or one alone) opens the account as soon as any alias
+            // wants a certificate: `b` may need it for an alias of its own.
+            let opener = self.pair.as_ref().is_none_or(|p| !p.node_b) && !wanted.is_empty();
+            if client.is_none() && (opener || !due.is_empty()) {
+                match self.open_account(&settings).await {
+                    Ok(Some(c)) => client = Some(c),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ACME account not opened");
+                        for alias in &due {
+                            self.failed_order(alias, &e);
                         }
+                        continue;
                     }
                 }
-                if let Some(c) = client.as_ref() {
+            }
+            if let Some(c) = client.as_ref() {
+                for alias in due {
                     self.order(c, &alias).await;
                 }
             }

@@ -1,0 +1,202 @@
+//! ACME for the HA pair, for real: two routers in network namespaces behind
+//! keepalived's VIP, fed by ActiveMQ (see `e2e::hapair`), sharing ACME through
+//! each other's admin API (`acme.peer`), and Pebble in the broker's namespace,
+//! whose DNS sends every name to the VIP, so the CA validates on whichever
+//! router holds it. Pebble keeps its random validation waits and refused nonces.
+//!
+//! - An alias whose orderer is router b, while a holds the VIP: one order,
+//!   validated on a (the answer was put there by b), the certificate served by
+//!   both routers (curl and `openssl s_client`, verified against Pebble's root).
+//! - An alias whose orderer is a, the VIP holder, killed with `kill -9` in the
+//!   middle of its order: b takes the order over by its URL, the certificate
+//!   arrives, and Pebble has one order for it, not two.
+//! - a restarted: it catches up from b and serves that certificate too, with no
+//!   new order.
+//!
+//! Needs root, network namespaces, keepalived, ActiveMQ and Pebble (tests/run.sh
+//! installs them).
+
+use std::time::{Duration, Instant};
+
+use e2e::hapair::{NAMES, Pair, publish_route};
+use e2e::netns::{A_IP, B_IP, MQ_IP, VIP};
+use e2e::pebble::{Pebble, Place};
+
+const TOKEN: &str = "acme-pair-test-token";
+
+/// Router `i`'s configuration with the admin listener off loopback (TLS, the
+/// token) and ACME from `pebble`, its peer the other router.
+fn acme_config(pair: &Pair, pebble: &Pebble, i: usize) -> String {
+    let d = pair.dir.display();
+    let base = std::fs::read_to_string(pair.config(i)).expect("config");
+    let other = [B_IP, A_IP][i];
+    base.replace("admin: 127.0.0.1:9090", "admin: 0.0.0.0:9090")
+        + &format!(
+            "admin:\n  token_file: {d}/admin.token\n  tls_cert: {d}/admin.crt\n  tls_key: {d}/admin.key\n  tls_ca: {d}/ca.pem\n\
+             acme:\n  directory: {dir}\n  ca_file: {ca}\n  check_interval: 1s\n  peer: \"{other}:9090\"\n  node: {node}\n  peer_timeout: 3s\n\
+             app_defaults:\n  acme: true\n",
+            dir = pebble.directory,
+            ca = pebble.ca_file.display(),
+            node = NAMES[i],
+        )
+}
+
+/// An alias of `app-ns` that router `node` orders while both are up.
+fn alias_ordered_by(node: char, stem: &str) -> String {
+    (0..)
+        .map(|n| format!("{stem}{n}.example.test"))
+        .find(|a| router::issuer::orderer(a) == node)
+        .expect("an alias")
+}
+
+/// Whether `ip`:8443 serves `alias` a certificate that verifies against
+/// Pebble's root (curl from the client namespace).
+fn served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str) -> bool {
+    let out = pair
+        .topo
+        .cmd("c", "curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "3"])
+        .arg("--cacert")
+        .arg(root)
+        .args(["--resolve", &format!("{alias}:8443:{ip}")])
+        .arg(format!("https://{alias}:8443/"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout) == "200"
+}
+
+fn wait_served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str, limit: Duration) {
+    let start = Instant::now();
+    while !served(pair, root, alias, ip) {
+        if start.elapsed() > limit {
+            for n in NAMES {
+                let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
+                    .unwrap_or_default();
+                eprintln!("--- router-{n}:\n{}", tail(&log, 40));
+            }
+            panic!("{alias} not served a verified certificate on {ip} within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `GET /acme/orders` on router `i`'s admin API: the peer's orders it holds.
+fn peer_orders(pair: &Pair, i: usize) -> String {
+    let ip = [A_IP, B_IP][i];
+    let out = pair
+        .topo
+        .cmd(NAMES[i], "curl")
+        .args(["-s", "-m", "2", "--cacert"])
+        .arg(pair.dir.join("ca.pem"))
+        .args(["-H", &format!("Authorization: Bearer {TOKEN}")])
+        .arg(format!("https://{ip}:9090/acme/orders"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_nothing() {
+    let mut pair = Pair::prepare(&[]);
+    let place = Place {
+        netns: Some(pair.topo.ns("m")),
+        ip: MQ_IP.into(),
+        answer: VIP.into(),
+    };
+    let pebble = Pebble::start_at(&place, 8080, 8443, None);
+    let root = pair.dir.join("pebble-root.pem");
+    std::fs::write(&root, pebble.root()).expect("root");
+    let token = pair.dir.join("admin.token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    for i in 0..2 {
+        std::fs::write(pair.config(i), acme_config(&pair, &pebble, i)).expect("config");
+    }
+    pair.start_router(0);
+    pair.start_router(1);
+    publish_route(&pair);
+    pair.start_keepalived(0);
+    pair.start_keepalived(1);
+    pair.wait_vip(0, VIP, Duration::from_secs(15));
+
+    // 1. Ordered by b while a holds the VIP: Pebble validates on a, which has
+    // the answer because b put it there; both serve the certificate.
+    let by_b = alias_ordered_by('b', "shop");
+    pair.publish(&e2e::events::add_alias("app", "ns", &by_b));
+    wait_served(&pair, &root, &by_b, B_IP, Duration::from_secs(90));
+    wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(10));
+    assert_eq!(pebble.orders(), 1, "one order for the pair");
+    let s_client = pair.topo.sh(
+        "c",
+        &format!(
+            "echo | openssl s_client -connect {VIP}:8443 -servername {by_b} -CAfile {} 2>&1",
+            root.display()
+        ),
+    );
+    assert!(
+        s_client.contains("Verify return code: 0"),
+        "openssl s_client through the VIP: {s_client}"
+    );
+
+    // 2. Ordered by a, the VIP holder, killed once b holds its order's URL.
+    let by_a = alias_ordered_by('a', "cart");
+    pair.publish(&e2e::events::add_alias("app", "ns", &by_a));
+    let start = Instant::now();
+    while !peer_orders(&pair, 1).contains(&by_a) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "router-a's order never recorded on b: {}",
+            peer_orders(&pair, 1)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!served(&pair, &root, &by_a, A_IP), "the order is in flight");
+    // Until b holds the VIP, Pebble's packets to it are lost rather than refused
+    // by a's kernel (which keeps the VIP for the fraction of a second until
+    // keepalived moves it). A validation landing in that gap would fail the
+    // order: no router can answer for a dead one, the CA then wants a new order
+    // (the router places it; the certificate still arrives, from a second
+    // order). Pebble's random wait of up to 15 s hits that gap now and then;
+    // with its packets held back (sent to a MAC address nobody has), its TCP
+    // retries reach b.
+    pair.topo.sh(
+        "m",
+        &format!("ip neigh replace {VIP} lladdr 02:00:00:00:be:ef dev eth0 nud permanent"),
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pair.router_pid(0)])
+        .status();
+    pair.wait_vip(1, VIP, Duration::from_secs(5));
+    pair.topo.sh("m", &format!("ip neigh del {VIP} dev eth0"));
+    wait_served(&pair, &root, &by_a, B_IP, Duration::from_secs(90));
+    let log_b = std::fs::read_to_string(pair.dir.join("router-b.log")).expect("log");
+    assert!(
+        log_b.contains("ACME order taken over"),
+        "b resumed a's order: {}",
+        tail(&log_b, 30)
+    );
+    assert_eq!(
+        pebble.orders(),
+        2,
+        "a failover in the middle of an order starts no second one"
+    );
+
+    // 3. a back: it catches up from b, serves the certificate, orders nothing.
+    let _ = pair.routers[0].take().map(|mut c| c.wait());
+    pair.start_router(0);
+    wait_served(&pair, &root, &by_a, A_IP, Duration::from_secs(30));
+    wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(5));
+    assert_eq!(pebble.orders(), 2, "a restart orders nothing");
+    for n in NAMES {
+        let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
+            .unwrap_or_default();
+        let acme: Vec<&str> = log.lines().filter(|l| l.contains("ACME")).collect();
+        eprintln!("router-{n}, its ACME lines:\n{}", acme.join("\n"));
+    }
+}
