@@ -63,6 +63,23 @@ pub struct Bounded {
     tls: TlsConnector,
     timeout: Duration,
     max_body: usize,
+    /// The wait the CA last asked for with `Retry-After` on a 429 or 503
+    /// (rate limited, overloaded): what the order's back-off honours, since
+    /// `instant-acme`'s errors do not carry it.
+    pub said_retry_after: Arc<std::sync::Mutex<Option<Duration>>>,
+}
+
+/// `Retry-After` as seconds or an HTTP date, from now.
+fn retry_after(value: &http::HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 impl Bounded {
@@ -78,6 +95,7 @@ impl Bounded {
             tls: TlsConnector::from(Arc::new(config)),
             timeout: settings.request_timeout,
             max_body: settings.max_body,
+            said_retry_after: Arc::default(),
         })
     }
 
@@ -117,6 +135,19 @@ impl Bounded {
         let result = match response {
             Ok(response) => {
                 let (parts, body) = response.into_parts();
+                let refused = parts.status == http::StatusCode::TOO_MANY_REQUESTS
+                    || parts.status == http::StatusCode::SERVICE_UNAVAILABLE;
+                if let Some(wait) = parts
+                    .headers
+                    .get(http::header::RETRY_AFTER)
+                    .filter(|_| refused)
+                    .and_then(retry_after)
+                {
+                    *self
+                        .said_retry_after
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(wait);
+                }
                 let body = Limited::new(body, self.max_body)
                     .collect()
                     .await

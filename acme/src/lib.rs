@@ -144,6 +144,32 @@ pub enum AcmeError {
     Order { name: String, status: OrderStatus },
     #[error("order for {0} took longer than its deadline")]
     OrderTimeout(String),
+    #[error("{source} (the CA asks to wait {retry_after:?})")]
+    RetryAfter {
+        retry_after: Duration,
+        source: Box<AcmeError>,
+    },
+}
+
+impl AcmeError {
+    /// The wait the CA asked for (`Retry-After` on a 429 or 503) before this failed.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AcmeError::RetryAfter { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    /// `self`, with the wait the CA asked for while it was failing, if any.
+    fn with_wait(self, said: &std::sync::Mutex<Option<Duration>>) -> AcmeError {
+        match said.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(retry_after) => AcmeError::RetryAfter {
+                retry_after,
+                source: Box::new(self),
+            },
+            None => self,
+        }
+    }
 }
 
 /// What an answer-publishing call returns: done once the answer is served
@@ -289,6 +315,8 @@ pub struct Issued {
 /// An ACME account at one CA.
 pub struct Client {
     account: Account,
+    /// The CA's last `Retry-After` (see [`http::Bounded`]).
+    said_retry_after: std::sync::Arc<Mutex<Option<Duration>>>,
     order_timeout: Duration,
     challenge: Challenge,
 }
@@ -307,6 +335,18 @@ impl Client {
     /// saved there (0600) before it is used.
     pub async fn open(settings: &Settings, dir: &Path) -> Result<Client, AcmeError> {
         let http = http::Bounded::new(settings)?;
+        let said = http.said_retry_after.clone();
+        Client::open_with(settings, dir, http)
+            .await
+            .map_err(|e| e.with_wait(&said))
+    }
+
+    async fn open_with(
+        settings: &Settings,
+        dir: &Path,
+        http: http::Bounded,
+    ) -> Result<Client, AcmeError> {
+        let said_retry_after = http.said_retry_after.clone();
         let path = dir.join(ACCOUNT_FILE);
         let file_err = |source| AcmeError::AccountFile {
             path: path.clone(),
@@ -350,6 +390,7 @@ impl Client {
         };
         Ok(Client {
             account,
+            said_retry_after,
             order_timeout: settings.order_timeout,
             challenge: settings.challenge,
         })
@@ -375,6 +416,10 @@ impl Client {
             answers,
             list: Mutex::new(Vec::new()),
         };
+        self.said_retry_after
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let result = tokio::time::timeout(self.order_timeout, self.order(name, &published, resume))
             .await
             .map_err(|_| AcmeError::OrderTimeout(name.to_string()))
@@ -383,7 +428,7 @@ impl Client {
         for answer in &list {
             answers.withdraw(answer).await;
         }
-        result
+        result.map_err(|e| e.with_wait(&self.said_retry_after))
     }
 
     /// The order `resume` names if it can still lead to a certificate with a

@@ -179,14 +179,14 @@ impl Pebble {
     pub fn orders(&self) -> usize {
         let log = std::fs::read_to_string(self.dir.join("pebble.log")).unwrap_or_default();
         log.lines()
-            .filter_map(|l| {
+            .rev()
+            .find_map(|l| {
                 l.split("There are now ")
                     .nth(1)?
                     .strip_suffix(" orders in the db")?
                     .parse()
                     .ok()
             })
-            .last()
             .unwrap_or(0)
     }
 

@@ -118,10 +118,16 @@ async fn an_account_made_once_and_a_certificate_ordered_over_http01_from_pebble(
     assert_eq!(std::fs::read(&file).expect("read"), saved);
 }
 
-#[tokio::test]
-async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason() {
-    // A TLS server that answers every request with a body that never ends.
-    let ca = e2e::pki::Ca::new("hostile CA test");
+/// A CA of the test's own over TLS on 127.0.0.1: its listener, its acceptor, and
+/// a directory holding its root (`ca.pem`).
+async fn tls_ca(
+    what: &str,
+) -> (
+    tokio::net::TcpListener,
+    tokio_rustls::TlsAcceptor,
+    std::path::PathBuf,
+) {
+    let ca = e2e::pki::Ca::new(what);
     let leaf = ca.leaf(&["127.0.0.1"]);
     let dir = e2e::tempdir("acme-hostile");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -139,22 +145,69 @@ async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    (listener, acceptor, dir)
+}
+
+type CaStream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+
+/// Answers each TLS connection to `listener` with `answer`.
+fn serve<F, Fut>(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor, answer: F)
+where
+    F: Fn(CaStream) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
             tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt as _;
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let _ = tls
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
-                    .await;
-                let chunk = format!("{:x}\r\n{}\r\n", 65536, "x".repeat(65536));
-                while tls.write_all(chunk.as_bytes()).await.is_ok() {}
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    answer(tls).await;
+                }
             });
         }
+    });
+}
+
+#[tokio::test]
+async fn a_rate_limited_answer_s_retry_after_comes_with_the_error() {
+    let (listener, acceptor, dir) = tls_ca("rate-limiting CA test").await;
+    let port = listener.local_addr().expect("addr").port();
+    serve(listener, acceptor, |mut tls: CaStream| async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut buf = [0u8; 4096];
+        let _ = tls.read(&mut buf).await;
+        let body =
+            r#"{"type":"urn:ietf:params:acme:error:rateLimited","detail":"too many","status":503}"#;
+        let _ = tls
+                    .write_all(format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 7200\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).as_bytes())
+                    .await;
+        let _ = tls.shutdown().await;
+    });
+    let mut settings = Settings::new(format!("https://127.0.0.1:{port}/dir"));
+    settings.ca_file = Some(dir.join("ca.pem"));
+    let err = match Client::open(&settings, &dir.join("account")).await {
+        Ok(_) => panic!("a CA refusing everything made an account"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        err.retry_after(),
+        Some(Duration::from_secs(7200)),
+        "the CA's Retry-After comes with the error: {err:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason() {
+    // A TLS server that answers every request with a body that never ends.
+    let (listener, acceptor, dir) = tls_ca("hostile CA test").await;
+    let port = listener.local_addr().expect("addr").port();
+    serve(listener, acceptor, |mut tls: CaStream| async move {
+        use tokio::io::AsyncWriteExt as _;
+        let _ = tls
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                    .await;
+        let chunk = format!("{:x}\r\n{}\r\n", 65536, "x".repeat(65536));
+        while tls.write_all(chunk.as_bytes()).await.is_ok() {}
     });
     let mut settings = Settings::new(format!("https://127.0.0.1:{port}/dir"));
     settings.ca_file = Some(dir.join("ca.pem"));

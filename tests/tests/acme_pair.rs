@@ -194,8 +194,8 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(5));
     assert_eq!(pebble.orders(), 2, "a restart orders nothing");
     for n in NAMES {
-        let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
-            .unwrap_or_default();
+        let log =
+            std::fs::read_to_string(pair.dir.join(format!("router-{n}.log"))).unwrap_or_default();
         let acme: Vec<&str> = log.lines().filter(|l| l.contains("ACME")).collect();
         eprintln!("router-{n}, its ACME lines:\n{}", acme.join("\n"));
     }

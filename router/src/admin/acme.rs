@@ -1,5 +1,5 @@
 //! `/acme/*`: what the two routers of a pair put on and take from each other
-//! for ACME (see `crate::issuer`). Every call, reads included, needs the admin
+//! for ACME (see `crate::issuer`, `crate::tls::acme`). Every call, reads included, needs the admin
 //! token: the account and the certificates carry private keys.
 //!
 //! | call | answer |
@@ -18,7 +18,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::{Admin, json, read_limited, text};
-use crate::issuer::{Saved, Shared, valid_alias};
+use crate::tls::acme::{Saved, Shared, valid_alias};
 
 /// Largest `/acme/*` body: a certificate chain and its key, as JSON.
 const MAX_ACME_BODY: usize = 256 * 1024;

@@ -356,6 +356,13 @@ fn acme_settings_are_checked_with_their_line() {
     assert_eq!(c.acme.challenge, AcmeChallenge::Http01);
     assert_eq!(c.acme.check_interval, Duration::from_secs(10));
     assert_eq!(c.app_defaults.acme, Some(true));
+    let pair = ok.replace(
+        "acme:\n",
+        "admin:\n  token_file: /etc/router/admin.token\nacme:\n  peer: \"10.0.0.2:9090\"\n  node: b\n  peer_timeout: 5s\n",
+    );
+    let c = Config::parse(&pair, "r.yaml").expect("a pair");
+    assert_eq!(c.acme.node, Some(crate::config::AcmeNode::B));
+    assert_eq!(c.acme.peer_timeout, Duration::from_secs(5));
     for (bad, field) in [
         (
             "acme:\n  directory: http://ca.example/dir\n",
@@ -378,6 +385,23 @@ fn acme_settings_are_checked_with_their_line() {
             "acme.retry_after",
         ),
         ("app_defaults:\n  acme: maybe\n", "acme"),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  peer: router-b\n  node: a\n",
+            "acme.peer",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  peer: 10.0.0.2:9090\n",
+            "acme.node",
+        ),
+        (
+            "acme:\n  directory: https://ca.example/dir\n  peer: 10.0.0.2:9090\n  node: c\n",
+            "node",
+        ),
+        // Private keys cross the admin API: not without a token.
+        (
+            "acme:\n  directory: https://ca.example/dir\n  peer: 10.0.0.2:9090\n  node: b\n",
+            "acme.peer",
+        ),
     ] {
         let e = err(&format!("{GOOD}{bad}")).to_string();
         assert!(e.contains("r.yaml:") && e.contains(field), "{bad}: {e}");

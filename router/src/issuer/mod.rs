@@ -34,10 +34,10 @@
 //!   only while `a` does not answer).
 
 mod peer;
-mod shared;
 
 pub use peer::{Peer, PeerError};
-pub use shared::{Entry, PAGE, Refused, Saved, Shared};
+
+use crate::tls::acme::{Entry, PAGE, Saved, Shared, valid_alias};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -57,6 +57,9 @@ use crate::tls::keys;
 pub const KEEP_GONE: Duration = Duration::from_secs(3600);
 /// The longest wait before an alias whose orders fail is tried again.
 const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
+/// The longest `Retry-After` of a CA taken as said (a week: Let's Encrypt's
+/// rate-limit windows are up to that).
+const MAX_SAID_RETRY: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What the manager knows of one alias.
 struct Held {
@@ -93,14 +96,22 @@ impl Pair {
     }
 }
 
-/// Which router of a pair orders `alias` while both are up: `b` for an odd
-/// FNV-1a hash of its name, `a` for an even one. A fixed function of the name
-/// only, so that two routers of different versions agree.
+/// Which router of a pair orders `alias` while both are up: the top bit of
+/// its name's 64-bit FNV-1a hash, mixed by MurmurHash3's finalizer (`b` when
+/// set; FNV-1a alone mixes the last bytes poorly, and its lowest bit is only
+/// the parity of the bytes'). A fixed function of the name only, so that two
+/// routers of different versions agree: the unit test pins it.
 pub fn orderer(alias: &str) -> char {
     let hash = alias.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    if hash % 2 == 1 { 'b' } else { 'a' }
+    let mut k = hash;
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^= k >> 33;
+    if k >> 63 == 1 { 'b' } else { 'a' }
 }
 
 /// Orders, renews and serves ACME certificates (see the module doc).
@@ -468,7 +479,9 @@ impl Manager {
     fn failed_order(&mut self, alias: &str, e: &acme::AcmeError) {
         self.metrics.acme_order(false);
         let n = self.failed.get(alias).map_or(0, |(n, _)| *n) + 1;
-        let wait = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
+        let backoff = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
+        // A CA's Retry-After (rate limited, overloaded) is honoured when longer.
+        let wait = backoff.max(e.retry_after().unwrap_or_default().min(MAX_SAID_RETRY));
         self.failed
             .insert(alias.to_string(), (n, Instant::now() + wait));
         self.metrics.acme_failures(alias, n);
@@ -557,16 +570,6 @@ fn unwanted<V>(map: &HashMap<String, V>, wanted: &HashSet<String>) -> Vec<String
         .collect()
 }
 
-/// A name that is safe as a file name and as an ACME identifier.
-pub fn valid_alias(a: &str) -> bool {
-    !a.is_empty()
-        && a.len() <= 253
-        && !a.starts_with('.')
-        && a.contains('.')
-        && a.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-}
-
 fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -601,6 +604,16 @@ mod tests {
         (manager, certs)
     }
 
+    /// A self-signed certificate for `name` and its key (PEM).
+    fn leaf(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        (cert.pem(), key.serialize_pem())
+    }
+
     fn saved(dir: &Path, alias: &str, chain_pem: &str, key_pem: &str) {
         let saved = Saved {
             chain_pem: chain_pem.into(),
@@ -620,14 +633,6 @@ mod tests {
     fn a_saved_certificate_is_served_at_start_unless_its_key_is_not_its_own() {
         let dir = std::env::temp_dir().join(format!("issuer-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let leaf = |name: &str| {
-            let key = rcgen::KeyPair::generate().expect("key");
-            let cert = rcgen::CertificateParams::new(vec![name.to_string()])
-                .expect("params")
-                .self_signed(&key)
-                .expect("cert");
-            (cert.pem(), key.serialize_pem())
-        };
         let (good_cert, good_key) = leaf("good.example.com");
         let (bad_cert, _) = leaf("bad.example.com");
         let (_, other_key) = leaf("other.example.com");
@@ -652,6 +657,79 @@ mod tests {
         // Due: not yet (issued now, lifetime ahead), unless it was never held.
         assert!(!m.due("good.example.com"));
         assert!(m.due("bad.example.com"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_orderer_of_an_alias_is_a_fixed_function_of_its_name() {
+        // Pinned: the two routers of a pair may run different versions.
+        let pinned = [
+            ("shop0.example.test", 'a'),
+            ("shop1.example.test", 'a'),
+            ("shop2.example.test", 'b'),
+            ("cart0.example.test", 'a'),
+            ("cart2.example.test", 'b'),
+        ];
+        for (alias, node) in pinned {
+            assert_eq!(orderer(alias), node, "{alias}");
+        }
+        let b = (0..10_000)
+            .filter(|i| orderer(&format!("app{i}.example.test")) == 'b')
+            .count();
+        assert!((4_800..5_200).contains(&b), "an even split: {b} of 10 000");
+    }
+
+    #[test]
+    fn a_certificate_from_the_peer_is_kept_only_if_it_loads_and_is_newer() {
+        let dir = std::env::temp_dir().join(format!("issuer-peer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (m, certs) = manager(&dir);
+        let saved = |(chain_pem, key_pem): (String, String), issued_at| Saved {
+            chain_pem,
+            key_pem,
+            issued_at,
+            order_url: "https://ca.example/order/1".into(),
+        };
+        let alias = "shop.example.com";
+        let first = saved(leaf(alias), 100);
+        assert!(m.shared.accept(alias, &first).expect("kept"));
+        assert_eq!(
+            certs.lock().expect("lock").live().load().source(alias),
+            "acme"
+        );
+        // Not again, nor an older one.
+        assert!(!m.shared.accept(alias, &first).expect("same"));
+        assert!(
+            !m.shared
+                .accept(alias, &saved(leaf(alias), 99))
+                .expect("older")
+        );
+        // A chain with another's key, and a name that is no alias: refused.
+        let (cert, _) = leaf(alias);
+        let (_, other_key) = leaf("other.example.com");
+        assert!(
+            m.shared
+                .accept(alias, &saved((cert, other_key), 200))
+                .is_err()
+        );
+        assert!(m.shared.accept("../x.json", &first).is_err());
+        assert_eq!(m.shared.load(alias).map(|s| s.issued_at), Some(100));
+        // Paging: each page after the last entry taken, oldest first.
+        for i in 0..(PAGE + 5) {
+            let a = format!("app{i}.example.com");
+            assert!(
+                m.shared
+                    .accept(&a, &saved(leaf(&a), 1000 + i as i64))
+                    .expect("kept")
+            );
+        }
+        let page = m.shared.page(&(i64::MIN, String::new()));
+        assert_eq!(page.len(), PAGE);
+        assert_eq!(page[0].alias, alias);
+        let last = page.last().expect("last");
+        let next = m.shared.page(&(last.saved.issued_at, last.alias.clone()));
+        assert_eq!(next.len(), 6, "the rest");
+        assert_eq!(next[5].alias, format!("app{}.example.com", PAGE + 4));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -232,21 +232,9 @@ impl Router {
             (&live_certs, &provider),
             listeners.https.as_ref().map(|(l, _)| l),
         )?;
-        let reconcile = config
-            .reconcile
-            .as_ref()
-            .map(|r| r.client(provider.clone()).map(Arc::new))
-            .transpose()?;
+        let reconcile = reconcile_client(&config, &provider)?;
         let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
-        // ACME: what the issuer and the admin API's `/acme/*` share.
-        let acme = live.load().proxy.acme.clone().map(|challenges| {
-            Arc::new(crate::issuer::Shared::new(
-                &config.state_dir,
-                challenges,
-                certs.clone(),
-                provider.clone(),
-            ))
-        });
+        let acme = acme_state(&config, &live, &certs, &provider);
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
@@ -607,6 +595,35 @@ async fn handover(config: &Config, inherited: bool) -> Result<Option<Handover>, 
     })
 }
 
+/// The client `reconcile:` asks the broker with, if configured.
+fn reconcile_client(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<Arc<crate::reconcile::broker::Client>>, StartError> {
+    Ok(config
+        .reconcile
+        .as_ref()
+        .map(|r| r.client(provider.clone()).map(Arc::new))
+        .transpose()?)
+}
+
+/// ACME's state (with `acme.directory`): what the issuer and the admin API's
+/// `/acme/*` share.
+fn acme_state(
+    config: &Config,
+    live: &Live,
+    certs: &Arc<std::sync::Mutex<CertIndex>>,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Option<Arc<crate::tls::acme::Shared>> {
+    let challenges = live.load().proxy.acme.clone()?;
+    Some(Arc::new(crate::tls::acme::Shared::new(
+        &config.state_dir,
+        challenges,
+        certs.clone(),
+        provider.clone(),
+    )))
+}
+
 /// The admin API's state.
 fn admin_api(
     config: &Config,
@@ -615,7 +632,7 @@ fn admin_api(
         Arc<SplitStore>,
         Arc<crate::policy::Policies>,
         LiveCerts,
-        Option<Arc<crate::issuer::Shared>>,
+        Option<Arc<crate::tls::acme::Shared>>,
     ),
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,

@@ -1,11 +1,12 @@
-//! What the issuer and the admin API's `/acme/*` calls share: the saved
+//! ACME's certificates and answers, as the issuer (`crate::issuer`) and the
+//! admin API's `/acme/*` calls share them: the saved
 //! certificates (`state_dir/acme/certs`, and an index of them by issue time for
 //! the peer's catch-up), the answers served to the CA, the orders the pair's
 //! other router has in flight, and the certificates it put here.
 //!
 //! Everything a peer puts here is checked before it is kept: a certificate must
 //! load and its key must be its own; an answer must parse. Nothing
-//! here talks to the network; [`super::peer`] does.
+//! here talks to the network; the issuer's `peer` does.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rustls::crypto::CryptoProvider;
 use serde::{Deserialize, Serialize};
 
-use acme::{Answer, Challenges, OrderRecord};
+use ::acme::{Answer, Challenges, OrderRecord};
 
 use crate::tls::keys;
 use crate::tls::store::CertIndex;
@@ -22,6 +23,16 @@ use crate::tls::store::CertIndex;
 /// The most certificates one catch-up answer carries (a page; the peer asks
 /// for the next one after the last it got).
 pub const PAGE: usize = 100;
+
+/// A name that is safe as a file name and as an ACME identifier.
+pub fn valid_alias(a: &str) -> bool {
+    !a.is_empty()
+        && a.len() <= 253
+        && !a.starts_with('.')
+        && a.contains('.')
+        && a.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
 
 /// An issued certificate as saved (and as put on the peer).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -148,7 +159,7 @@ impl Shared {
     /// A certificate the peer issued for `alias`: checked (it loads, its key
     /// is its own), saved if newer than ours, and handed to the issuer to serve.
     pub fn accept(&self, alias: &str, saved: &Saved) -> Result<bool, Refused> {
-        if !super::valid_alias(alias) {
+        if !valid_alias(alias) {
             return Err(Refused::Name(alias.to_string()));
         }
         let loaded =
