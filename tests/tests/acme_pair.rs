@@ -100,6 +100,19 @@ fn peer_orders(pair: &Pair, i: usize) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Router `i`'s `router_acme_peer_reachable` is 1.
+fn peer_reachable(pair: &Pair, i: usize) -> bool {
+    let ip = [A_IP, B_IP][i];
+    let other = [B_IP, A_IP][i];
+    let metrics = pair.topo.sh(
+        NAMES[i],
+        &format!("curl -s -m 2 http://{ip}:9091/metrics || true"),
+    );
+    metrics.contains(&format!(
+        "router_acme_peer_reachable{{peer=\"{other}:9090\"}} 1"
+    ))
+}
+
 #[test]
 fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_nothing() {
     let mut pair = Pair::prepare(&[]);
@@ -193,6 +206,14 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     wait_served(&pair, &root, &by_a, A_IP, Duration::from_secs(30));
     wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(5));
     assert_eq!(pebble.orders(), 2, "a restart orders nothing");
+    let start = Instant::now();
+    while !peer_reachable(&pair, 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "b sees a again (router_acme_peer_reachable)"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for n in NAMES {
         let log =
             std::fs::read_to_string(pair.dir.join(format!("router-{n}.log"))).unwrap_or_default();

@@ -159,6 +159,11 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
         e2e::events::add_alias("app", "ns", "shop.example.test"),
     )
     .expect("event");
+    // A pair whose peer never answers (router_acme_peer_reachable).
+    let token = dir.join("admin.token");
+    std::fs::write(&token, "deploy-token").expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
     let config = dir.join("router.yaml");
     std::fs::write(
         &config,
@@ -169,7 +174,8 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
              spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
              health: {{ interval: 200ms, timeout: 100ms, fall: 2 }}\naccess_log: {{ format: json }}\n\
              worker_threads: 2\n\
-             acme: {{ directory: \"https://127.0.0.1:1/dir\", check_interval: 1s }}\n\
+             admin: {{ token_file: {d}/admin.token }}\n\
+             acme: {{ directory: \"https://127.0.0.1:1/dir\", check_interval: 1s, peer: \"127.0.0.1:1\", node: a, peer_timeout: 1s }}\n\
              app_defaults: {{ acme: true }}\n",
             d = dir.display(),
             c = cert.display(),
@@ -212,6 +218,17 @@ async fn every_metric_of_the_rules_and_the_dashboard_is_served() {
                 .metric("router_acme_order_failures{alias=\"shop.example.test\"}")
                 .await
                 >= Some(1.0)
+        },
+    )
+    .await;
+    eventually(
+        "the ACME peer unreachable",
+        Duration::from_secs(10),
+        async || {
+            router
+                .metric("router_acme_peer_reachable{peer=\"127.0.0.1:1\"}")
+                .await
+                == Some(0.0)
         },
     )
     .await;

@@ -376,7 +376,7 @@ impl Manager {
             }
         }
         p.up = up;
-        self.metrics.acme_peer.set(i64::from(up));
+        self.metrics.acme_peer(p.peer.addr(), up);
     }
 
     /// The aliases that should have an ACME certificate now.

@@ -575,9 +575,10 @@ pub struct TlsMetrics {
     /// `router_acme_order_failures{alias}`: failed orders in a row, for the
     /// aliases whose last order failed (a series only while it does).
     acme_failing: IntGaugeVec,
-    /// `router_acme_peer_reachable`: 1 while the pair's other router answers
-    /// the ACME calls (`acme.peer`), 0 once it has not for `acme.peer_timeout`.
-    pub acme_peer: IntGauge,
+    /// `router_acme_peer_reachable{peer}`: 1 while the pair's other router
+    /// answers the ACME calls (`acme.peer`), 0 once it has not for
+    /// `acme.peer_timeout`; no series without a pair.
+    acme_peer: IntGaugeVec,
 }
 
 impl TlsMetrics {
@@ -638,9 +639,10 @@ impl TlsMetrics {
                 &["alias"],
                 r
             )?,
-            acme_peer: gauge!(
+            acme_peer: gauges!(
                 "router_acme_peer_reachable",
                 "1 while the pair's other router answers ACME calls (acme.peer), 0 when it has not for acme.peer_timeout",
+                &["peer"],
                 r
             )?,
         })
@@ -655,6 +657,11 @@ impl TlsMetrics {
                 .with_label_values(&[alias])
                 .set(i64::from(n));
         }
+    }
+
+    /// Whether the pair's other router (`acme.peer`) answers.
+    pub fn acme_peer(&self, peer: &str, up: bool) {
+        self.acme_peer.with_label_values(&[peer]).set(i64::from(up));
     }
 
     /// An ACME order ended: issued (`true`) or failed.
