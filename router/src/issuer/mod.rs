@@ -255,7 +255,7 @@ impl Manager {
                     Err(e) => {
                         tracing::warn!(error = %e, "ACME account not opened");
                         for alias in &due {
-                            self.failed_order(alias, &e);
+                            self.failed_order(alias, &e, e.retry_after());
                         }
                         continue;
                     }
@@ -434,25 +434,45 @@ impl Manager {
             let path = format!("/acme/orders/{alias}");
             let _ = peer.call(Method::DELETE, &path, Vec::new()).await;
         }
-        match result {
-            Ok(issued) => {
-                let saved = Saved {
-                    chain_pem: issued.chain_pem,
-                    key_pem: issued.key_pem,
-                    issued_at: unix_now(),
-                    order_url: issued.order_url,
-                };
-                if let Err(e) = self.shared.save(alias, &saved) {
-                    tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
-                }
-                self.serve(alias, &saved);
-                self.failed.remove(alias);
-                self.metrics.acme_failures(alias, 0);
-                self.metrics.acme_order(true);
-                tracing::info!(alias = %alias, "ACME certificate issued and served");
-                self.put_on_peer(alias, &saved).await;
-            }
-            Err(e) => self.failed_order(alias, &e),
+        let issued = match result {
+            Ok(issued) => issued,
+            Err(e) => return self.failed_order(alias, &e, e.retry_after()),
+        };
+        let saved = match self.checked(issued) {
+            Ok(saved) => saved,
+            Err(why) => return self.failed_order(alias, &why, None),
+        };
+        if let Err(e) = self.shared.save(alias, &saved) {
+            tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
+        }
+        self.serve(alias, &saved);
+        self.failed.remove(alias);
+        self.metrics.acme_failures(alias, 0);
+        self.metrics.acme_order(true);
+        tracing::info!(alias = %alias, "ACME certificate issued and served");
+        self.put_on_peer(alias, &saved).await;
+    }
+
+    /// What the CA sent, if it is a chain for our key and not yet expired (else
+    /// the order failed, and the certificate in service stays).
+    fn checked(&self, issued: acme::Issued) -> Result<Saved, String> {
+        let saved = Saved {
+            chain_pem: issued.chain_pem,
+            key_pem: issued.key_pem,
+            issued_at: unix_now(),
+            order_url: issued.order_url,
+        };
+        match keys::load(
+            &saved.chain_pem,
+            &saved.key_pem,
+            None,
+            self.shared.provider(),
+        ) {
+            Ok(l) if l.not_after > saved.issued_at => Ok(saved),
+            Ok(_) => Err("the CA's certificate has expired".into()),
+            Err(e) => Err(format!(
+                "the CA's certificate does not load with our key: {e}"
+            )),
         }
     }
 
@@ -476,12 +496,12 @@ impl Manager {
 
     /// An order for `alias` failed (or no account to order with): counted, and
     /// tried again after a back-off that doubles with each failure in a row.
-    fn failed_order(&mut self, alias: &str, e: &acme::AcmeError) {
+    /// A CA's `Retry-After` (rate limited, overloaded) is honoured when longer.
+    fn failed_order(&mut self, alias: &str, e: &dyn std::fmt::Display, said: Option<Duration>) {
         self.metrics.acme_order(false);
         let n = self.failed.get(alias).map_or(0, |(n, _)| *n) + 1;
         let backoff = (self.config.retry_after * 2u32.saturating_pow(n - 1)).min(MAX_RETRY);
-        // A CA's Retry-After (rate limited, overloaded) is honoured when longer.
-        let wait = backoff.max(e.retry_after().unwrap_or_default().min(MAX_SAID_RETRY));
+        let wait = backoff.max(said.unwrap_or_default().min(MAX_SAID_RETRY));
         self.failed
             .insert(alias.to_string(), (n, Instant::now() + wait));
         self.metrics.acme_failures(alias, n);
@@ -731,6 +751,24 @@ mod tests {
         assert_eq!(next.len(), 6, "the rest");
         assert_eq!(next[5].alias, format!("app{}.example.com", PAGE + 4));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_chain_from_the_ca_for_another_key_fails_the_order() {
+        let dir = std::env::temp_dir().join(format!("issuer-chain-{}", std::process::id()));
+        let (m, _) = manager(&dir);
+        let issued = |(chain_pem, key_pem): (String, String)| acme::Issued {
+            chain_pem,
+            key_pem,
+            order_url: "https://ca.example/order/1".into(),
+        };
+        assert!(m.checked(issued(leaf("shop.example.com"))).is_ok());
+        let (cert, _) = leaf("shop.example.com");
+        let (_, other_key) = leaf("shop.example.com");
+        let why = m.checked(issued((cert, other_key))).expect_err("refused");
+        assert!(why.contains("does not load with our key"), "{why}");
+        let garbage = m.checked(issued(("{\"not\": \"pem\"}".into(), leaf("a.b").1)));
+        assert!(garbage.is_err());
     }
 
     #[test]
