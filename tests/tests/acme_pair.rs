@@ -145,9 +145,15 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     // 1. Ordered by b while a holds the VIP: Pebble validates on a, which has
     // the answer because b put it there; both serve the certificate.
     let by_b = alias_ordered_by('b', "shop");
+    let added = Instant::now();
     pair.publish(&e2e::events::add_alias("app", "ns", &by_b));
     wait_served(&pair, &root, &by_b, B_IP, Duration::from_secs(90));
+    let on_b = added.elapsed();
     wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(10));
+    eprintln!(
+        "add_alias to a verified handshake: on b (the orderer) {on_b:?}, on a {:?}",
+        added.elapsed()
+    );
     assert_eq!(pebble.orders(), 1, "one order for the pair");
     let s_client = pair.topo.sh(
         "c",
@@ -191,7 +197,12 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
         .status();
     pair.wait_vip(1, VIP, Duration::from_secs(5));
     pair.topo.sh("m", &format!("ip neigh del {VIP} dev eth0"));
+    let killed = Instant::now();
     wait_served(&pair, &root, &by_a, B_IP, Duration::from_secs(90));
+    eprintln!(
+        "kill -9 of the orderer to the certificate served by the other: {:?}",
+        killed.elapsed()
+    );
     let log_b = std::fs::read_to_string(pair.dir.join("router-b.log")).expect("log");
     assert!(
         log_b.contains("ACME order taken over"),

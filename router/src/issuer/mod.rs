@@ -5,8 +5,9 @@
 //! for it (`add_ssl` always wins). Nothing a client sends starts an order: the
 //! names ordered are the table's aliases only, never an SNI or a Host.
 //!
-//! [`Manager`] looks the table over every `acme.check_interval` and orders, one
-//! alias at a time, through the `acme` crate: the account in
+//! [`Manager`] looks the table over every `acme.check_interval` and orders,
+//! up to [`MAX_ORDERS`] aliases at once (each order a task of its own, so one
+//! that waits holds back no other), through the `acme` crate: the account in
 //! `state_dir/acme/account.json`, HTTP-01 answered by the HTTP listener from
 //! `acme::Challenges` before routing. An issued certificate is saved in
 //! `state_dir/acme/certs/ALIAS.json` (0600) before it is served, and loaded from
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use http::{Method, StatusCode};
+use tokio::task::JoinSet;
 
 use acme::{Answer, OrderRecord, Publishing};
 
@@ -61,6 +63,15 @@ const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
 /// rate-limit windows are up to that).
 const MAX_SAID_RETRY: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How many orders run at once: an alias whose order waits (a slow
+/// validation, a CA that hangs until `acme.order_timeout`) holds back no more
+/// than one slot, and a CA's rate limits (Let's Encrypt: 300 new orders per
+/// three hours per account) are far away.
+const MAX_ORDERS: usize = 4;
+
+/// An order task's end: its alias and its result.
+type Done = (String, Result<acme::Issued, acme::AcmeError>);
+
 /// What the manager knows of one alias.
 struct Held {
     not_after: i64,
@@ -69,7 +80,7 @@ struct Held {
 
 /// The pair's other router, and what this one knows of it.
 pub struct Pair {
-    pub peer: Peer,
+    pub peer: Arc<Peer>,
     /// This router is `b` (else `a`).
     pub node_b: bool,
     /// How long the peer may not answer before this router orders for every alias.
@@ -85,7 +96,7 @@ pub struct Pair {
 impl Pair {
     pub fn new(peer: Peer, node_b: bool, timeout: Duration) -> Pair {
         Pair {
-            peer,
+            peer: Arc::new(peer),
             node_b,
             timeout,
             // Counted as up until it had `timeout` to answer after our start.
@@ -126,6 +137,8 @@ pub struct Manager {
     failed: HashMap<String, (u32, Instant)>,
     /// Aliases that left, and since when.
     gone: HashMap<String, Instant>,
+    /// The order tasks running, by task.
+    in_flight: HashMap<tokio::task::Id, String>,
 }
 
 impl Manager {
@@ -145,6 +158,7 @@ impl Manager {
             held: HashMap::new(),
             failed: HashMap::new(),
             gone: HashMap::new(),
+            in_flight: HashMap::new(),
         }
     }
 
@@ -215,42 +229,25 @@ impl Manager {
     /// certificate here) until the task is dropped.
     pub async fn run(mut self) {
         let settings = self.settings();
-        let mut client: Option<acme::Client> = None;
+        let mut client: Option<Arc<acme::Client>> = None;
+        let mut orders: JoinSet<Done> = JoinSet::new();
         let shared = self.shared.clone();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(self.config.check_interval) => {}
                 () = shared.wake.notified() => {}
-            }
-            self.catch_up().await;
-            let wanted = self.wanted();
-            self.forget_gone(&wanted);
-            for alias in self.shared.take_arrived() {
-                if wanted.contains(&alias) {
-                    self.reload_saved(&alias);
-                } else if !self.held.contains_key(&alias) {
-                    // Put by the peer before this router has the alias (or after
-                    // it left): not served; kept for KEEP_GONE, as a leaving one.
-                    self.shared.serve(&alias, None);
-                    self.gone.entry(alias).or_insert_with(Instant::now);
+                Some(done) = orders.join_next_with_id(), if !orders.is_empty() => {
+                    self.finished(done).await;
+                    continue;
                 }
             }
-            for alias in &wanted {
-                if !self.held.contains_key(alias) {
-                    self.reload_saved(alias);
-                }
-            }
-            let due: Vec<String> = wanted
-                .iter()
-                .filter(|a| self.due(a) && self.orders_here(a))
-                .cloned()
-                .collect();
+            let (wanted, due) = self.look().await;
             // Router `a` (or one alone) opens the account as soon as any alias
             // wants a certificate: `b` may need it for an alias of its own.
             let opener = self.pair.as_ref().is_none_or(|p| !p.node_b) && !wanted.is_empty();
             if client.is_none() && (opener || !due.is_empty()) {
                 match self.open_account(&settings).await {
-                    Ok(Some(c)) => client = Some(c),
+                    Ok(Some(c)) => client = Some(Arc::new(c)),
                     Ok(None) => continue,
                     Err(e) => {
                         tracing::warn!(error = %e, "ACME account not opened");
@@ -261,12 +258,49 @@ impl Manager {
                     }
                 }
             }
-            if let Some(c) = client.as_ref() {
-                for alias in due {
-                    self.order(c, &alias).await;
-                }
+            let Some(client) = client.clone() else {
+                continue;
+            };
+            for alias in due
+                .into_iter()
+                .take(MAX_ORDERS.saturating_sub(orders.len()))
+            {
+                let task = self.order(client.clone(), alias.clone());
+                let id = orders.spawn(task).id();
+                self.in_flight.insert(id, alias);
             }
         }
+    }
+
+    /// One look at the table: the peer's news taken, aliases gone forgotten,
+    /// saved certificates served; what is wanted, and what this router should
+    /// order now (due, its to order, not in flight).
+    async fn look(&mut self) -> (HashSet<String>, Vec<String>) {
+        self.catch_up().await;
+        let wanted = self.wanted();
+        self.forget_gone(&wanted);
+        for alias in self.shared.take_arrived() {
+            if wanted.contains(&alias) {
+                self.reload_saved(&alias);
+            } else if !self.held.contains_key(&alias) {
+                // Put by the peer before this router has the alias (or after
+                // it left): not served; kept for KEEP_GONE, as a leaving one.
+                self.shared.serve(&alias, None);
+                self.gone.entry(alias).or_insert_with(Instant::now);
+            }
+        }
+        for alias in &wanted {
+            if !self.held.contains_key(alias) {
+                self.reload_saved(alias);
+            }
+        }
+        let busy: HashSet<&String> = self.in_flight.values().collect();
+        let due = wanted
+            .iter()
+            .filter(|a| !busy.contains(a) && self.due(a) && self.orders_here(a))
+            .cloned()
+            .collect();
+        (wanted, due)
     }
 
     /// Serves `alias`'s saved certificate, if it has one (it came back, or the
@@ -421,36 +455,63 @@ impl Manager {
         }
     }
 
-    async fn order(&mut self, client: &acme::Client, alias: &str) {
-        let resume = self.shared.take_peer_order(alias);
+    /// The order for `alias` as a task of its own (taking over the peer's
+    /// order for it, if the peer left one): its result goes to [`Self::finished`].
+    fn order(
+        &self,
+        client: Arc<acme::Client>,
+        alias: String,
+    ) -> impl std::future::Future<Output = Done> + Send + 'static {
+        let resume = self.shared.take_peer_order(&alias);
         tracing::info!(alias = %alias, resume = ?resume.as_ref().map(|r| &r.url), "ACME order");
-        let peer = self.pair.as_ref().filter(|p| p.up).map(|p| &p.peer);
-        let answers = Answering {
-            shared: &self.shared,
-            peer,
-        };
-        let result = client.issue(alias, &answers, resume).await;
-        if let Some(peer) = peer {
-            let path = format!("/acme/orders/{alias}");
-            let _ = peer.call(Method::DELETE, &path, Vec::new()).await;
+        let peer = self.pair.as_ref().filter(|p| p.up).map(|p| p.peer.clone());
+        let shared = self.shared.clone();
+        async move {
+            let answers = Answering {
+                shared: &shared,
+                peer: peer.as_deref(),
+            };
+            let result = client.issue(&alias, &answers, resume).await;
+            if let Some(peer) = &peer {
+                let path = format!("/acme/orders/{alias}");
+                let _ = peer.call(Method::DELETE, &path, Vec::new()).await;
+            }
+            (alias, result)
         }
+    }
+
+    /// An order task ended: its certificate checked, saved, served and put on
+    /// the peer, or the failure counted.
+    async fn finished(&mut self, done: Result<(tokio::task::Id, Done), tokio::task::JoinError>) {
+        let (alias, result) = match done {
+            Ok((id, done)) => {
+                self.in_flight.remove(&id);
+                done
+            }
+            Err(e) => {
+                if let Some(alias) = self.in_flight.remove(&e.id()) {
+                    tracing::error!(alias = %alias, error = %e, "ACME order task ended abnormally");
+                }
+                return;
+            }
+        };
         let issued = match result {
             Ok(issued) => issued,
-            Err(e) => return self.failed_order(alias, &e, e.retry_after()),
+            Err(e) => return self.failed_order(&alias, &e, e.retry_after()),
         };
         let saved = match self.checked(issued) {
             Ok(saved) => saved,
-            Err(why) => return self.failed_order(alias, &why, None),
+            Err(why) => return self.failed_order(&alias, &why, None),
         };
-        if let Err(e) = self.shared.save(alias, &saved) {
+        if let Err(e) = self.shared.save(&alias, &saved) {
             tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
         }
-        self.serve(alias, &saved);
-        self.failed.remove(alias);
-        self.metrics.acme_failures(alias, 0);
+        self.serve(&alias, &saved);
+        self.failed.remove(&alias);
+        self.metrics.acme_failures(&alias, 0);
         self.metrics.acme_order(true);
         tracing::info!(alias = %alias, "ACME certificate issued and served");
-        self.put_on_peer(alias, &saved).await;
+        self.put_on_peer(&alias, &saved).await;
     }
 
     /// What the CA sent, if it is a chain for our key and not yet expired (else
