@@ -370,6 +370,21 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
         );
     }
     assert_eq!(orders(admin, "issued").await, "1", "one order");
+    // Kept for operators in /audit's own ACME ring.
+    let (_, audit) = e2e::http_get(&format!("http://{admin}/audit")).await;
+    let audit: serde_json::Value = serde_json::from_str(&audit).expect("audit JSON");
+    let acme: Vec<(String, String)> = audit["acme"]
+        .as_array()
+        .expect("acme entries")
+        .iter()
+        .map(|e| (e["action"].to_string(), e["target"].to_string()))
+        .collect();
+    for action in ["acme-order", "acme-issued"] {
+        assert!(
+            acme.contains(&(format!("{action:?}"), format!("{alias:?}"))),
+            "{action} for {alias} in /audit: {acme:?}"
+        );
+    }
     // Another name still gets the default certificate, which Pebble's root does not sign.
     assert!(!verified(https, "other.example.test", &root).await);
     let saved = dir.join(format!("state/acme/certs/{alias}.json"));

@@ -144,6 +144,10 @@ pub struct AdminSettings {
 pub struct Audit {
     entries: Ring<AuditEntry>,
     refused: Ring<AuditEntry>,
+    /// ACME's actions (orders, certificates taken from the pair's peer, the
+    /// peer's calls): a ring of their own, so that renewals at scale never
+    /// evict an operator's action.
+    acme: Ring<AuditEntry>,
 }
 
 impl Default for Audit {
@@ -151,6 +155,7 @@ impl Default for Audit {
         Audit {
             entries: Ring::new(AUDIT_LEN),
             refused: Ring::new(AUDIT_LEN),
+            acme: Ring::new(AUDIT_LEN),
         }
     }
 }
@@ -182,6 +187,22 @@ impl Audit {
 
     pub fn entries(&self) -> Vec<AuditEntry> {
         self.entries.list()
+    }
+
+    /// An ACME action (`client`: the peer's address, or `issuer`).
+    pub fn acme(&self, client: &str, action: &str, target: &str, result: &str) {
+        tracing::info!(client, action, target, result, "ACME action");
+        self.acme.push(AuditEntry {
+            at: unix_now(),
+            client: client.into(),
+            action: action.into(),
+            target: target.into(),
+            result: result.into(),
+        });
+    }
+
+    pub fn acme_entries(&self) -> Vec<AuditEntry> {
+        self.acme.list()
     }
 
     /// A refused attempt: logged, and kept in the refused ring only.
@@ -388,7 +409,7 @@ impl Admin {
             let method = req.method().clone();
             let r = self.acme_call(rest, req).await;
             if mutating {
-                self.audit.record(
+                self.audit.acme(
                     &client.ip().to_string(),
                     &format!("acme-{}", method.as_str().to_ascii_lowercase()),
                     rest,
@@ -478,6 +499,7 @@ impl Admin {
             "/audit" => json(&serde_json::json!({
                 "actions": self.audit.entries(),
                 "refused": self.audit.refused(),
+                "acme": self.audit.acme_entries(),
             })),
             _ => match path
                 .strip_prefix("/apps/")

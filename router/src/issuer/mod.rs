@@ -69,6 +69,10 @@ const MAX_SAID_RETRY: Duration = Duration::from_secs(7 * 24 * 3600);
 /// three hours per account) are far away.
 const MAX_ORDERS: usize = 4;
 
+/// Where the issuer's actions are kept for operators (`/audit`'s `acme`):
+/// `(action, alias, result)`.
+pub type AuditFn = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+
 /// An order task's end: its alias and its result.
 type Done = (String, Result<acme::Issued, acme::AcmeError>);
 
@@ -139,6 +143,7 @@ pub struct Manager {
     gone: HashMap<String, Instant>,
     /// The order tasks running, by task.
     in_flight: HashMap<tokio::task::Id, String>,
+    audit: AuditFn,
 }
 
 impl Manager {
@@ -159,7 +164,15 @@ impl Manager {
             failed: HashMap::new(),
             gone: HashMap::new(),
             in_flight: HashMap::new(),
+            audit: Arc::new(|_: &str, _: &str, _: &str| {}),
         }
+    }
+
+    /// Keeps the issuer's actions (orders issued or failed, orders taken over,
+    /// certificates taken from the peer) through `audit`.
+    pub fn with_audit(mut self, audit: AuditFn) -> Manager {
+        self.audit = audit;
+        self
     }
 
     /// Serves the certificates saved by earlier runs.
@@ -280,6 +293,7 @@ impl Manager {
         let wanted = self.wanted();
         self.forget_gone(&wanted);
         for alias in self.shared.take_arrived() {
+            (self.audit)("acme-from-peer", &alias, "saved");
             if wanted.contains(&alias) {
                 self.reload_saved(&alias);
             } else if !self.held.contains_key(&alias) {
@@ -463,7 +477,10 @@ impl Manager {
         alias: String,
     ) -> impl std::future::Future<Output = Done> + Send + 'static {
         let resume = self.shared.take_peer_order(&alias);
-        tracing::info!(alias = %alias, resume = ?resume.as_ref().map(|r| &r.url), "ACME order");
+        match &resume {
+            Some(r) => (self.audit)("acme-take-over", &alias, &r.url),
+            None => (self.audit)("acme-order", &alias, "started"),
+        }
         let peer = self.pair.as_ref().filter(|p| p.up).map(|p| p.peer.clone());
         let shared = self.shared.clone();
         async move {
@@ -510,7 +527,7 @@ impl Manager {
         self.failed.remove(&alias);
         self.metrics.acme_failures(&alias, 0);
         self.metrics.acme_order(true);
-        tracing::info!(alias = %alias, "ACME certificate issued and served");
+        (self.audit)("acme-issued", &alias, "served");
         self.put_on_peer(&alias, &saved).await;
     }
 
@@ -566,6 +583,7 @@ impl Manager {
         self.failed
             .insert(alias.to_string(), (n, Instant::now() + wait));
         self.metrics.acme_failures(alias, n);
+        (self.audit)("acme-failed", alias, &e.to_string());
         tracing::warn!(
             alias = %alias, error = %e, failures = n, retry_in = ?wait,
             "ACME order failed; the certificate in service (if any) stays"

@@ -110,7 +110,7 @@ fn spawn_reconcile_timer(
 /// The tasks only some configurations run: the reconcile timer, the ACME issuer.
 pub(super) fn spawn_timers(
     config: &crate::config::Config,
-    admin: &crate::admin::Admin,
+    admin: &Arc<crate::admin::Admin>,
 ) -> [Option<JoinHandle<()>>; 2] {
     [
         spawn_reconcile_timer(config.reconcile.as_ref(), admin.reconcile.as_ref()),
@@ -122,7 +122,7 @@ pub(super) fn spawn_timers(
 /// `acme.directory`. The certificates saved by earlier runs are served first.
 fn spawn_issuer(
     config: &crate::config::Config,
-    admin: &crate::admin::Admin,
+    admin: &Arc<crate::admin::Admin>,
 ) -> Option<JoinHandle<()>> {
     let shared = admin.acme.clone()?;
     config.acme.directory.as_ref()?;
@@ -139,7 +139,13 @@ fn spawn_issuer(
         shared,
         admin.metrics.tls.clone(),
         pair,
-    );
+    )
+    .with_audit({
+        let admin = admin.clone();
+        Arc::new(move |action: &str, alias: &str, result: &str| {
+            admin.audit.acme("issuer", action, alias, result)
+        })
+    });
     issuer.restore();
     Some(tokio::spawn(issuer.run()))
 }
