@@ -173,16 +173,23 @@ pub struct AuditEntry {
     pub result: String,
 }
 
-impl Audit {
-    pub fn record(&self, client: &str, action: &str, target: &str, result: &str) {
-        tracing::info!(client, action, target, result, "admin action");
-        self.entries.push(AuditEntry {
+impl AuditEntry {
+    fn now(client: &str, action: &str, target: &str, result: &str) -> AuditEntry {
+        AuditEntry {
             at: unix_now(),
             client: client.into(),
             action: action.into(),
             target: target.into(),
             result: result.into(),
-        });
+        }
+    }
+}
+
+impl Audit {
+    pub fn record(&self, client: &str, action: &str, target: &str, result: &str) {
+        tracing::info!(client, action, target, result, "admin action");
+        self.entries
+            .push(AuditEntry::now(client, action, target, result));
     }
 
     pub fn entries(&self) -> Vec<AuditEntry> {
@@ -192,13 +199,8 @@ impl Audit {
     /// An ACME action (`client`: the peer's address, or `issuer`).
     pub fn acme(&self, client: &str, action: &str, target: &str, result: &str) {
         tracing::info!(client, action, target, result, "ACME action");
-        self.acme.push(AuditEntry {
-            at: unix_now(),
-            client: client.into(),
-            action: action.into(),
-            target: target.into(),
-            result: result.into(),
-        });
+        self.acme
+            .push(AuditEntry::now(client, action, target, result));
     }
 
     pub fn acme_entries(&self) -> Vec<AuditEntry> {
@@ -208,13 +210,8 @@ impl Audit {
     /// A refused attempt: logged, and kept in the refused ring only.
     pub fn refuse(&self, client: &str, target: &str, result: &str) {
         tracing::warn!(client, target, result, "admin call refused");
-        self.refused.push(AuditEntry {
-            at: unix_now(),
-            client: client.into(),
-            action: "refused".into(),
-            target: target.into(),
-            result: result.into(),
-        });
+        self.refused
+            .push(AuditEntry::now(client, "refused", target, result));
     }
 
     pub fn refused(&self) -> Vec<AuditEntry> {
