@@ -476,7 +476,9 @@ impl Manager {
         client: Arc<acme::Client>,
         alias: String,
     ) -> impl std::future::Future<Output = Done> + Send + 'static {
-        let resume = self.shared.take_peer_order(&alias);
+        let resume = self
+            .shared
+            .take_peer_order(&alias, self.config.order_timeout);
         match &resume {
             Some(r) => (self.audit)("acme-take-over", &alias, &r.url),
             None => (self.audit)("acme-order", &alias, "started"),
@@ -791,7 +793,25 @@ mod tests {
         };
         let alias = "shop.example.com";
         let first = saved(leaf(alias), 100);
+        // The peer's order record for it ends with its certificate.
+        let record = acme::OrderRecord {
+            url: "https://ca.example/order/1".into(),
+            key_pem: None,
+        };
+        m.shared.peer_order(alias, Some(record.clone()));
         assert!(m.shared.accept(alias, &first).expect("kept"));
+        assert_eq!(
+            m.shared.take_peer_order(alias, Duration::from_secs(60)),
+            None
+        );
+        // A record older than an order may last is left behind, not taken over.
+        m.shared.peer_order(alias, Some(record.clone()));
+        assert_eq!(m.shared.take_peer_order(alias, Duration::ZERO), None);
+        m.shared.peer_order(alias, Some(record.clone()));
+        assert_eq!(
+            m.shared.take_peer_order(alias, Duration::from_secs(60)),
+            Some(record)
+        );
         assert_eq!(
             certs.lock().expect("lock").live().load().source(alias),
             "acme"

@@ -76,8 +76,9 @@ pub struct Shared {
     provider: Arc<CryptoProvider>,
     /// Saved certificates by (issue time, alias): what a catch-up page lists.
     index: Mutex<BTreeSet<(i64, String)>>,
-    /// Orders the peer has in flight, by alias: taken over if it goes away.
-    orders: Mutex<HashMap<String, OrderRecord>>,
+    /// Orders the peer has in flight, by alias, and when each was last
+    /// recorded: taken over if it goes away.
+    orders: Mutex<HashMap<String, (OrderRecord, std::time::Instant)>>,
     /// Aliases whose certificate the peer put here since the issuer last looked.
     arrived: Mutex<Vec<String>>,
     /// Wakes the issuer when something arrived.
@@ -173,6 +174,8 @@ impl Shared {
             alias: alias.to_string(),
             source,
         })?;
+        // The peer's order for it, if one is recorded, has ended.
+        lock(&self.orders).remove(alias);
         if saved_now {
             // Served at once (the issuer may be busy with an order of its own);
             // the issuer checks at its next look that the alias still wants it.
@@ -249,21 +252,30 @@ impl Shared {
     pub fn peer_order(&self, alias: &str, record: Option<OrderRecord>) {
         let mut orders = lock(&self.orders);
         match record {
-            Some(r) => orders.insert(alias.to_string(), r),
+            Some(r) => orders.insert(alias.to_string(), (r, std::time::Instant::now())),
             None => orders.remove(alias),
         };
     }
 
-    /// The peer's order for `alias`, to take over (it is gone).
-    pub fn take_peer_order(&self, alias: &str) -> Option<OrderRecord> {
-        lock(&self.orders).remove(alias)
+    /// The peer's order for `alias`, to take over (it is gone), unless it was
+    /// recorded more than `max_age` ago (past the orderer's own deadline: a
+    /// record left behind, whose order ended one way or another).
+    pub fn take_peer_order(
+        &self,
+        alias: &str,
+        max_age: std::time::Duration,
+    ) -> Option<OrderRecord> {
+        lock(&self.orders)
+            .remove(alias)
+            .filter(|(_, at)| at.elapsed() < max_age)
+            .map(|(r, _)| r)
     }
 
     /// The peer's orders in flight: alias and URL (not their keys).
     pub fn peer_orders(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = lock(&self.orders)
             .iter()
-            .map(|(a, r)| (a.clone(), r.url.clone()))
+            .map(|(a, (r, _))| (a.clone(), r.url.clone()))
             .collect();
         out.sort();
         out
