@@ -476,7 +476,7 @@ impl Client {
         resume: Option<OrderRecord>,
     ) -> Result<Issued, AcmeError> {
         let (mut order, key_pem) = self.open_order(name, published.answers, resume).await?;
-        let retries = RetryPolicy::new().timeout(self.order_timeout);
+        let retries = poll_policy(self.order_timeout);
         let key_pem = match (order.state().status, key_pem) {
             (OrderStatus::Processing | OrderStatus::Valid, Some(key_pem)) => key_pem,
             _ => {
@@ -571,6 +571,18 @@ impl Client {
         order.finalize_csr(csr.der()).await?;
         Ok(key_pem)
     }
+}
+
+/// How an order is polled while the CA validates and issues: from 250 ms,
+/// each wait 1.3 times the last (honouring the CA's `Retry-After`), until the
+/// order's deadline. `instant-acme`'s default doubles, so a validation done at
+/// 5 s is seen at 7.75 s and one done at 8 s at 15.75 s; at 1.3 the poll after
+/// it comes at most about a third of the time later, for a dozen polls over 15 s.
+fn poll_policy(deadline: Duration) -> RetryPolicy {
+    RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .backoff(1.3)
+        .timeout(deadline)
 }
 
 /// The answers an order published, withdrawn by [`Client::issue`] when it
