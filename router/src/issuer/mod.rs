@@ -370,6 +370,9 @@ impl Manager {
                 Ok((s, _)) if s.is_success() => {
                     tracing::info!(peer = %p.peer.addr(), "ACME account put on the peer")
                 }
+                Ok((StatusCode::CONFLICT, _)) => {
+                    tracing::warn!(peer = %p.peer.addr(), "the peer has another ACME account: neither router can take over the other's orders (stop one, delete its state_dir/acme/account.json, start it: it takes the other's)")
+                }
                 answer => {
                     tracing::warn!(peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME account not put on the peer; it takes it when it needs it")
                 }
