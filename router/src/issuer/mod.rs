@@ -95,6 +95,8 @@ pub struct Pair {
     up: bool,
     /// The last certificate taken from it: `(issued_at, alias)`.
     cursor: (i64, String),
+    /// Whether our account was offered to it since it last came up.
+    account_offered: bool,
 }
 
 impl Pair {
@@ -107,6 +109,7 @@ impl Pair {
             seen: Instant::now(),
             up: true,
             cursor: (i64::MIN, String::new()),
+            account_offered: false,
         }
     }
 }
@@ -364,21 +367,39 @@ impl Manager {
             }
         }
         let client = acme::Client::open(settings, self.shared.dir()).await?;
-        if let (false, Some(p)) = (had, &self.pair) {
-            let body = std::fs::read(&file).unwrap_or_default();
-            match p.peer.call(Method::PUT, "/acme/account", body).await {
-                Ok((s, _)) if s.is_success() => {
-                    tracing::info!(peer = %p.peer.addr(), "ACME account put on the peer")
-                }
-                Ok((StatusCode::CONFLICT, _)) => {
-                    tracing::warn!(peer = %p.peer.addr(), "the peer has another ACME account: neither router can take over the other's orders (stop one, delete its state_dir/acme/account.json, start it: it takes the other's)")
-                }
-                answer => {
-                    tracing::warn!(peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME account not put on the peer; it takes it when it needs it")
-                }
+        if !had {
+            if let Some(p) = self.pair.as_mut() {
+                p.account_offered = false;
             }
+            self.offer_account().await;
         }
         Ok(Some(client))
+    }
+
+    /// Puts this router's account on the peer once after it comes up (or
+    /// after the account was made): it takes it if it has none; one it has
+    /// that differs (both made one while apart) is named in the log.
+    async fn offer_account(&mut self) {
+        let Some(p) = self.pair.as_mut().filter(|p| p.up && !p.account_offered) else {
+            return;
+        };
+        let Ok(body) = std::fs::read(self.shared.dir().join(acme::ACCOUNT_FILE)) else {
+            return;
+        };
+        match p.peer.call(Method::PUT, "/acme/account", body).await {
+            Ok((StatusCode::CREATED, _)) => {
+                tracing::info!(peer = %p.peer.addr(), "ACME account put on the peer")
+            }
+            Ok((StatusCode::OK, _)) => {}
+            Ok((StatusCode::CONFLICT, _)) => {
+                tracing::warn!(peer = %p.peer.addr(), "the peer has another ACME account: neither router can take over the other's orders (stop one, delete its state_dir/acme/account.json, start it: it takes the other's)")
+            }
+            answer => {
+                tracing::warn!(peer = %p.peer.addr(), answer = ?answer.map(|(s, _)| s), "ACME account not put on the peer; it takes it when it needs it");
+                return;
+            }
+        }
+        p.account_offered = true;
     }
 
     /// Asks the peer for the certificates it saved since the last one taken,
@@ -426,8 +447,12 @@ impl Manager {
                 tracing::warn!(peer = %p.peer.addr(), timeout = ?p.timeout, "ACME peer silent: this router orders for every alias");
             }
         }
+        if !up {
+            p.account_offered = false;
+        }
         p.up = up;
         self.metrics.acme_peer(p.peer.addr(), up);
+        self.offer_account().await;
     }
 
     /// The aliases that should have an ACME certificate now.
