@@ -899,6 +899,39 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_alpn_01_answer_from_the_peer_is_served_to_acme_tls_handshakes_until_withdrawn() {
+        let dir = std::env::temp_dir().join(format!("issuer-alpn-{}", std::process::id()));
+        let (m, certs) = manager(&dir);
+        let (cert, key) = leaf("shop.example.com");
+        use rustls::pki_types::pem::PemObject as _;
+        let der = |pem: &str| {
+            rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+                .expect("der")
+                .to_vec()
+        };
+        let key_der = rustls::pki_types::PrivatePkcs8KeyDer::from_pem_slice(key.as_bytes())
+            .expect("key")
+            .secret_pkcs8_der()
+            .to_vec();
+        let answer = acme::Answer::TlsAlpn01 {
+            name: "shop.example.com".into(),
+            cert: acme::AlpnCertificate {
+                cert_der: der(&cert),
+                key_der,
+            },
+        };
+        // As the peer sends it (PUT /acme/answers).
+        let wire = serde_json::to_vec(&answer).expect("json");
+        let taken: acme::Answer = serde_json::from_slice(&wire).expect("parsed");
+        assert_eq!(taken, answer);
+        m.shared.publish(&taken);
+        let live = || certs.lock().expect("lock").live().load_full();
+        assert!(live().alpn_challenge("shop.example.com").is_some());
+        m.shared.withdraw(&taken);
+        assert!(live().alpn_challenge("shop.example.com").is_none());
+    }
+
+    #[test]
     fn only_plain_dns_names_are_ordered_or_become_file_names() {
         assert!(valid_alias("shop.example.com"));
         assert!(valid_alias("a-b.c1.example"));
