@@ -244,6 +244,11 @@ impl Challenges {
         self.alpn_map().get(name).cloned()
     }
 
+    /// How many answers are served (HTTP-01 and TLS-ALPN-01).
+    pub fn len(&self) -> usize {
+        self.map().len() + self.alpn_map().len()
+    }
+
     /// Whether no order waits for an answer.
     pub fn is_empty(&self) -> bool {
         self.map().is_empty() && self.alpn_map().is_empty()

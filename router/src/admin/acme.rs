@@ -47,6 +47,10 @@ impl Admin {
             (&Method::GET, "account") => account(shared),
             (&Method::PUT, "account") => put_account(shared, &body),
             (&Method::PUT | &Method::DELETE, "answers") => match serde_json::from_slice(&body) {
+                Ok(_) if method == Method::PUT && shared.answers_full() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many ACME answers served here already\n",
+                ),
                 Ok(answer) => {
                     if method == Method::PUT {
                         shared.publish(&answer);
@@ -127,8 +131,14 @@ fn order(shared: &Shared, alias: &str, method: &Method, body: &[u8]) -> Response
     match *method {
         Method::PUT => match serde_json::from_slice(body) {
             Ok(record) => {
-                shared.peer_order(alias, Some(record));
-                text(StatusCode::OK, "ok\n")
+                if shared.peer_order(alias, Some(record)) {
+                    text(StatusCode::OK, "ok\n")
+                } else {
+                    text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many of the peer's ACME orders recorded here already\n",
+                    )
+                }
             }
             Err(e) => text(StatusCode::BAD_REQUEST, &format!("order: {e}\n")),
         },

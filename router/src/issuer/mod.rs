@@ -838,8 +838,24 @@ mod tests {
         m.shared.peer_order(alias, Some(record.clone()));
         assert_eq!(
             m.shared.take_peer_order(alias, Duration::from_secs(60)),
-            Some(record)
+            Some(record.clone())
         );
+        // A peer recording without end is held to MAX_ANSWERS orders.
+        for i in 0..crate::tls::acme::MAX_ANSWERS {
+            assert!(
+                m.shared
+                    .peer_order(&format!("o{i}.example.com"), Some(record.clone()))
+            );
+        }
+        assert!(
+            !m.shared
+                .peer_order("one-more.example.com", Some(record.clone()))
+        );
+        assert!(
+            m.shared.peer_order("o1.example.com", Some(record.clone())),
+            "an update"
+        );
+        assert!(m.shared.peer_order("o1.example.com", None));
         assert_eq!(
             certs.lock().expect("lock").live().load().source(alias),
             "acme"

@@ -34,6 +34,10 @@ pub fn valid_alias(a: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
+/// The most answers served at once: four orders of this router and the
+/// peer's, with room for answers an orderer that died left behind.
+pub const MAX_ANSWERS: usize = 1024;
+
 /// An issued certificate as saved (and as put on the peer).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Saved {
@@ -210,6 +214,12 @@ impl Shared {
             .collect()
     }
 
+    /// Whether [`MAX_ANSWERS`] are served already (a peer's answer is then
+    /// refused).
+    pub fn answers_full(&self) -> bool {
+        self.challenges.len() >= MAX_ANSWERS
+    }
+
     /// Serves `answer` to the CA from this router.
     pub fn publish(&self, answer: &Answer) {
         self.challenges.insert(answer);
@@ -248,13 +258,21 @@ impl Shared {
         lock(&self.certs).live()
     }
 
-    /// The peer's order for `alias` got as far as `record`.
-    pub fn peer_order(&self, alias: &str, record: Option<OrderRecord>) {
+    /// The peer's order for `alias` got as far as `record` (`None`: it
+    /// ended); false if [`MAX_ANSWERS`] orders are recorded already.
+    pub fn peer_order(&self, alias: &str, record: Option<OrderRecord>) -> bool {
         let mut orders = lock(&self.orders);
         match record {
-            Some(r) => orders.insert(alias.to_string(), (r, std::time::Instant::now())),
-            None => orders.remove(alias),
-        };
+            Some(_) if orders.len() >= MAX_ANSWERS && !orders.contains_key(alias) => false,
+            Some(r) => {
+                orders.insert(alias.to_string(), (r, std::time::Instant::now()));
+                true
+            }
+            None => {
+                orders.remove(alias);
+                true
+            }
+        }
     }
 
     /// The peer's order for `alias`, to take over (it is gone), unless it was
