@@ -17,6 +17,7 @@
 //!   listener serves them) for the order's life and withdrawn when it ends,
 //!   whatever its outcome.
 
+pub mod ari;
 pub mod http;
 
 use std::future::Future;

@@ -555,3 +555,98 @@ async fn served_leaf(addr: std::net::SocketAddr, name: &str, root_pem: &str) -> 
         .ok()?;
     Some(e2e::tlsclient::peer_leaf(&tls))
 }
+
+/// base64url without padding (RFC 4648 §5).
+fn base64url(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// Pebble as packaged offers no renewal information, so a CA of the test's own
+/// does (RFC 9773): its directory names `renewalInfo`, and it answers the
+/// certificate's identifier with a window and a `Retry-After`, through the
+/// same bounded client and account file as every order.
+#[tokio::test]
+async fn a_ca_offering_renewal_information_gives_the_window_for_the_certificate() {
+    let (listener, acceptor, dir) = tls_ca("ARI CA test").await;
+    let port = listener.local_addr().expect("addr").port();
+    let base = format!("https://127.0.0.1:{port}");
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (seen, url) = (asked.clone(), base.clone());
+    serve(listener, acceptor, move |mut tls: CaStream| {
+        let (seen, url) = (seen.clone(), url.clone());
+        async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let mut buf = [0u8; 4096];
+            let n = tls.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("").to_string();
+            seen.lock().expect("lock").push(path.clone());
+            let (status, extra, body) = if path == "/dir" {
+                let dir = serde_json::json!({"newNonce": format!("{url}/nonce"), "newAccount": format!("{url}/acct"),
+                    "newOrder": format!("{url}/order"), "renewalInfo": format!("{url}/ari")});
+                ("200 OK", "", dir.to_string())
+            } else if path.starts_with("/ari/") {
+                let w = r#"{"suggestedWindow": {"start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z"}}"#;
+                ("200 OK", "retry-after: 21600\r\n", w.to_string())
+            } else {
+                ("404 Not Found", "", String::new())
+            };
+            let _ = tls
+                .write_all(format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).as_bytes())
+                .await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    // An account kept from before (the CA is not asked to make one).
+    let key = rcgen::KeyPair::generate().expect("key");
+    let account = serde_json::json!({"id": format!("{base}/acct/1"),
+        "key_pkcs8": base64url(&key.serialize_der()), "directory": format!("{base}/dir")});
+    let acct_dir = dir.join("account");
+    std::fs::create_dir_all(&acct_dir).expect("dir");
+    std::fs::write(acct_dir.join("account.json"), account.to_string()).expect("account");
+    let mut settings = Settings::new(format!("{base}/dir"));
+    settings.ca_file = Some(dir.join("ca.pem"));
+    let client = Client::open(&settings, &acct_dir).await.expect("account");
+
+    // A certificate with an authority key identifier and a serial to name it by.
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(vec![0xAB; 20]);
+    let issuer = rcgen::Issuer::new(ca, rcgen::KeyPair::generate().expect("key"));
+    let mut leaf =
+        rcgen::CertificateParams::new(vec!["shop.example.test".to_string()]).expect("params");
+    leaf.serial_number = Some(rcgen::SerialNumber::from_slice(&[1, 2, 3]));
+    leaf.use_authority_key_identifier_extension = true;
+    let chain = leaf.signed_by(&key, &issuer).expect("signed").pem();
+
+    let window = client
+        .renewal_window(&chain)
+        .await
+        .expect("asked")
+        .expect("the CA offers renewal information");
+    assert_eq!((window.start, window.end), (1_796_083_200, 1_796_169_600));
+    assert!(
+        window.ask_again > Duration::from_secs(21_500)
+            && window.ask_again <= Duration::from_secs(21_600),
+        "Retry-After kept: {window:?}"
+    );
+    assert!(
+        asked
+            .lock()
+            .expect("lock")
+            .contains(&format!("/ari/{}.AQID", base64url(&[0xAB; 20]))),
+        "asked by AKI and serial: {:?}",
+        asked.lock().expect("lock")
+    );
+}

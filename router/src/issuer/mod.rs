@@ -11,9 +11,10 @@
 //! `state_dir/acme/account.json`, HTTP-01 answered by the HTTP listener from
 //! `acme::Challenges` before routing. An issued certificate is saved in
 //! `state_dir/acme/certs/ALIAS.json` (0600) before it is served, and loaded from
-//! there at start. It is ordered again at two thirds of its lifetime; a failed
-//! order is tried again after `acme.retry_after`, doubling with each failure up
-//! to a day, while the certificate in service (if any) stays. An alias that
+//! there at start. It is ordered again when the CA's renewal window says
+//! (ACME Renewal Information, see [`renewal`]), else at two thirds of its
+//! lifetime; a failed order is tried again after `acme.retry_after`, doubling
+//! with each failure up to a day, while the certificate in service (if any) stays. An alias that
 //! leaves the table or whose app turns ACME off stops being served its ACME
 //! certificate at once; its saved key is deleted [`KEEP_GONE`] later (a remove
 //! and add of the alias in between keeps it).
@@ -35,8 +36,10 @@
 //!   only while `a` does not answer).
 
 mod peer;
+mod renewal;
 
 pub use peer::{Peer, PeerError};
+use renewal::Held;
 
 use crate::tls::acme::{Entry, PAGE, Saved, Shared, valid_alias};
 
@@ -75,12 +78,6 @@ pub type AuditFn = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
 
 /// An order task's end: its alias and its result.
 type Done = (String, Result<acme::Issued, acme::AcmeError>);
-
-/// What the manager knows of one alias.
-struct Held {
-    not_after: i64,
-    issued_at: i64,
-}
 
 /// The pair's other router, and what this one knows of it.
 pub struct Pair {
@@ -212,10 +209,7 @@ impl Manager {
             Ok(loaded) => {
                 self.held.insert(
                     alias.to_string(),
-                    Held {
-                        not_after: loaded.not_after,
-                        issued_at: saved.issued_at,
-                    },
+                    Held::new(loaded.not_after, saved.issued_at),
                 );
                 self.shared.serve(alias, Some(loaded));
                 self.metrics.acme_certificates.set(self.held.len() as i64);
@@ -247,6 +241,7 @@ impl Manager {
         let settings = self.settings();
         let mut client: Option<Arc<acme::Client>> = None;
         let mut orders: JoinSet<Done> = JoinSet::new();
+        let mut asks: JoinSet<renewal::Asked> = JoinSet::new();
         let shared = self.shared.clone();
         loop {
             tokio::select! {
@@ -254,6 +249,12 @@ impl Manager {
                 () = shared.wake.notified() => {}
                 Some(done) = orders.join_next_with_id(), if !orders.is_empty() => {
                     self.finished(done).await;
+                    continue;
+                }
+                Some(Ok((alias, answer))) = asks.join_next(), if !asks.is_empty() => {
+                    if let Some(h) = self.held.get_mut(&alias) {
+                        h.answered(answer);
+                    }
                     continue;
                 }
             }
@@ -284,6 +285,9 @@ impl Manager {
                 let task = self.order(client.clone(), alias.clone());
                 let id = orders.spawn(task).id();
                 self.in_flight.insert(id, alias);
+            }
+            for (alias, chain) in self.windows_due(MAX_ORDERS.saturating_sub(asks.len())) {
+                asks.spawn(renewal::ask(client.clone(), alias, chain));
             }
         }
     }
@@ -478,8 +482,9 @@ impl Manager {
         out
     }
 
-    /// Whether `alias` needs an order now: none held, or two thirds of its
-    /// lifetime gone, and no failure waiting out its back-off.
+    /// Whether `alias` needs an order now: none held, or its renewal due (the
+    /// CA's window, else two thirds of its lifetime gone), and no failure
+    /// waiting out its back-off.
     fn due(&self, alias: &str) -> bool {
         if self
             .failed
@@ -488,13 +493,33 @@ impl Manager {
         {
             return false;
         }
-        match self.held.get(alias) {
-            None => true,
-            Some(h) => {
-                let renew_at = h.issued_at + (h.not_after - h.issued_at) * 2 / 3;
-                unix_now() >= renew_at
+        self.held
+            .get(alias)
+            .is_none_or(|h| unix_now() >= h.renew_at())
+    }
+
+    /// Up to `room` aliases this router orders whose CA renewal window is due
+    /// to be asked for, with their chains; each marked as asked.
+    fn windows_due(&mut self, room: usize) -> Vec<(String, String)> {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(a, h)| h.ask_at <= now && self.orders_here(a))
+            .map(|(a, _)| a.clone())
+            .take(room)
+            .collect();
+        let mut out = Vec::new();
+        for alias in due {
+            if let Some(h) = self.held.get_mut(&alias) {
+                // Not asked twice while the question is out.
+                h.ask_at = now + self.config.request_timeout * 2;
+            }
+            if let Some(saved) = self.shared.load(&alias) {
+                out.push((alias, saved.chain_pem));
             }
         }
+        out
     }
 
     /// The order for `alias` as a task of its own (taking over the peer's
