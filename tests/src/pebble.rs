@@ -190,6 +190,19 @@ impl Pebble {
             .unwrap_or(0)
     }
 
+    /// Stops Pebble in its tracks (`SIGSTOP`), or lets it go on (`SIGCONT`):
+    /// while stopped it validates nothing and answers nothing; its waits that
+    /// ended meanwhile end when it goes on.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.children.last().expect("pebble").id();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {pid}");
+    }
+
     /// Pebble's root, which the certificates it issues chain to (PEM).
     pub fn root(&self) -> String {
         self.get(&format!("{}/roots/0", self.management))
