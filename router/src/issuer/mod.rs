@@ -243,13 +243,17 @@ impl Manager {
         let mut orders: JoinSet<Done> = JoinSet::new();
         let mut asks: JoinSet<renewal::Asked> = JoinSet::new();
         let shared = self.shared.clone();
+        // A steady beat, not a sleep restarted by each order that ends: orders
+        // ending often must not put the next look off.
+        let mut beat = tokio::time::interval(self.config.check_interval);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = tokio::time::sleep(self.config.check_interval) => {}
+                _ = beat.tick() => {}
                 () = shared.wake.notified() => {}
+                // A slot is free: the next alias is ordered at once.
                 Some(done) = orders.join_next_with_id(), if !orders.is_empty() => {
                     self.finished(done).await;
-                    continue;
                 }
                 Some(Ok((alias, answer))) = asks.join_next(), if !asks.is_empty() => {
                     if let Some(h) = self.held.get_mut(&alias) {
