@@ -2,7 +2,7 @@
 """Starts GET http://VIP:8080/ every 20 ms for DURATION seconds, each on a new
 connection in its own thread (a request that hangs does not delay the next one), and
 writes one `start_ts status` line per request once all are done (status = HTTP code,
-or ERR:<exception>; timeout 1 s). While it runs, each result is also appended to
+or ERR:<exception type>:<its text>; timeout 1 s). While it runs, each result is also appended to
 LOGFILE.live as it comes, so that a caller can wait until requests are being served. Runs in the client namespace of the HA tests and of
 bench/failover.py (the gap in the log is the failover's outage).
 
@@ -32,7 +32,8 @@ def one(t):
         status = str(r.status)
         c.close()
     except Exception as e:  # every failure is a data point, never a crash
-        status = "ERR:" + type(e).__name__
+        # One token (the log is `start_ts status`): the error's type and text.
+        status = "ERR:" + type(e).__name__ + ":" + "_".join(str(e).split())
     with lock:
         results.append((t, status))
         live.write(f"{t:.3f} {status}\n")

@@ -52,7 +52,7 @@ pkg() {
     router)
       install -m 0640 deploy/examples/router.yaml "$root/etc/router/router.yaml"
       install -d "$root/usr/lib/router" "$root/usr/share/doc/router/keepalived" "$root/usr/share/doc/router/prometheus" "$root/usr/share/doc/router/grafana" "$root/usr/share/doc/router/activemq"
-      for s in router-check router-notify vrrp-flag gen-config; do install -m 0755 "keepalived/$s" "$root/usr/lib/router/$s"; done
+      for s in router-check router-notify router-handover vrrp-flag gen-config; do install -m 0755 "keepalived/$s" "$root/usr/lib/router/$s"; done
       install -m 0644 keepalived/README.md "$root/usr/share/doc/router/keepalived/README.md"
       install -m 0644 deploy/prometheus/*.yml "$root/usr/share/doc/router/prometheus/"
       install -m 0644 deploy/grafana/router-dashboard.json "$root/usr/share/doc/router/grafana/"
@@ -80,7 +80,7 @@ Maintainer: Routing layer team <routing@example.com>
 Section: net
 Priority: optional
 Depends: adduser, libc6, curl
-Recommends: keepalived
+Recommends: keepalived, nftables
 Installed-Size: $(du -sk "$root" | cut -f1)
 Description: $desc
 CONTROL

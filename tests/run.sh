@@ -20,6 +20,8 @@ command -v mount >/dev/null 2>&1 || need+=(mount)
 # keepalived and iproute2 run the HA-pair tests in network namespaces they create.
 command -v keepalived >/dev/null 2>&1 || [ -x /usr/sbin/keepalived ] || need+=(keepalived)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
+# nftables: the pair's handover forwards the old holder's connections (keepalived/router-handover).
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 # promtool checks the alert rules; systemd-analyze the units (tests/tests/deploy.rs).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)

@@ -421,9 +421,12 @@ fn run(
             .context("installing the SIGHUP handler")?;
         let usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())
             .context("installing the SIGUSR2 handler")?;
+        let usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            .context("installing the SIGUSR1 handler")?;
         let upgrade = inherited.is_some();
         let router = router::Router::bind_with(config, inherited).await?;
         tokio::spawn(upgrade_on_usr2(usr2, path.clone()));
+        tokio::spawn(drain_on_usr1(usr1, router.drainer()));
         tokio::spawn(reload_on_hangup(hangups, path, router.reloader()));
         // State loaded, listeners bound: what `Type=notify` waits for. After an
         // upgrade this process is the service's main one now.
@@ -439,6 +442,21 @@ fn run(
             .await;
         Ok(())
     })
+}
+
+/// SIGUSR1: the client connections open now drain (`Connection: close`, GOAWAY,
+/// the quiet ones closed) while the listeners go on accepting: what
+/// `keepalived/router-handover` asks of the router that has just lost its VIP,
+/// so that its clients reconnect to the new holder while it still forwards their
+/// packets here.
+async fn drain_on_usr1(
+    mut signals: tokio::signal::unix::Signal,
+    drainer: router::request::drain::Drainer,
+) {
+    while signals.recv().await.is_some() {
+        tracing::info!("SIGUSR1: draining the client connections open now; still accepting");
+        drainer.drain_open();
+    }
 }
 
 /// SIGHUP: the file is read and validated whole; on any error the running

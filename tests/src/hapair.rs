@@ -35,6 +35,10 @@ pub struct Pair {
 
 pub const NAMES: [&str; 2] = ["a", "b"];
 
+/// How long a new VIP holder forwards the old holder's connections in the tests
+/// (`gen-config --handover`; 30 s by default).
+pub const HANDOVER: Duration = Duration::from_secs(5);
+
 impl Pair {
     /// Namespaces, broker, backend, both routers (ready) and, with `vip2`, the
     /// active-active variant; keepalived is started by [`Pair::start_keepalived`].
@@ -51,6 +55,12 @@ impl Pair {
     /// Also written: `admin.crt`/`admin.key`, a certificate for both routers'
     /// addresses from the pair's CA (`ca.pem`), for admin listeners off loopback.
     pub fn prepare(extra_gen: &[&str]) -> Pair {
+        assert!(
+            ["/usr/sbin/nft", "/sbin/nft"]
+                .iter()
+                .any(|p| Path::new(p).exists()),
+            "the pair's handover needs nftables: apt-get install nftables (tests/run.sh does)"
+        );
         let topo = Topology::new();
         let dir = tempdir("ha");
         let amq = ActiveMq::start_in_netns(&topo.ns("m"), MQ_IP);
@@ -97,6 +107,16 @@ impl Pair {
             format!("{}/%n.flag", dir.display()),
             "--libexec".into(),
             repo().join("keepalived").display().to_string(),
+            // A move resets nothing (keepalived/router-handover): the new holder
+            // forwards the old one's connections for HANDOVER seconds; the peer's
+            // router port says whether its host is up; SIGUSR1 reaches the router
+            // through the supervisor's PID file.
+            "--handover".into(),
+            HANDOVER.as_secs().to_string(),
+            "--handover-port".into(),
+            "8080".into(),
+            "--router-pid".into(),
+            format!("{}/%n.flag.pid", dir.display()),
         ];
         args.extend(extra_gen.iter().map(|s| s.to_string()));
         let gen_ok = std::process::Command::new(repo().join("keepalived/gen-config"))
@@ -226,27 +246,25 @@ impl Pair {
 
     /// One GET through `vip` from the client namespace: the status code, or None.
     pub fn get(&self, vip: &str) -> Option<u16> {
-        let out = self
-            .topo
-            .cmd("c", "curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "-m",
-                "2",
-                "-H",
-                &format!("Host: {HOST}"),
-            ])
-            .arg(format!("http://{vip}:8080/"))
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .parse()
-            .ok()
-            .filter(|c| *c != 0)
+        self.get_why(vip).ok()
+    }
+
+    /// One GET through `vip` from the client namespace: the status code, or why
+    /// there was none (curl's exit code and error).
+    pub fn get_why(&self, vip: &str) -> Result<u16, String> {
+        curl_status(
+            self.topo
+                .cmd("c", "curl")
+                .args(["-H", &format!("Host: {HOST}"), "-m", "2"])
+                .arg(format!("http://{vip}:8080/")),
+        )
+    }
+
+    /// Which router holds `vip` now, by name ("nobody" in a move's instant).
+    pub fn holder_now(&self, vip: &str) -> &'static str {
+        (0..2)
+            .find(|&i| self.topo.has_addr(NAMES[i], vip))
+            .map_or("nobody", |i| NAMES[i])
     }
 
     /// Which router holds `vip` (waiting up to `limit` for one to).
@@ -304,6 +322,56 @@ impl Pair {
             std::thread::sleep(Duration::from_millis(10));
         }
         (child, log)
+    }
+
+    /// `clients` keep-alive HTTP/1.1 clients through `vip` (bench/vip_keepalive.py),
+    /// a GET every 20 ms each for `secs`, with no retry; returns once each
+    /// client has had an answer.
+    pub fn keepalive_load(&self, vip: &str, secs: f64, clients: usize) -> (Child, PathBuf) {
+        let log = self.dir.join(format!(
+            "keepalive-{}.log",
+            Instant::now().elapsed().as_nanos()
+        ));
+        let child = self
+            .topo
+            .cmd("c", "python3")
+            .arg(repo().join("bench/vip_keepalive.py"))
+            .args([vip, &secs.to_string(), log.to_str().expect("path"), HOST])
+            .arg(clients.to_string())
+            .spawn()
+            .expect("vip_keepalive.py");
+        let live = log.with_extension("log.live");
+        crate::wait_until(
+            "every keep-alive client answered",
+            Duration::from_secs(10),
+            || {
+                let text = std::fs::read_to_string(&live).unwrap_or_default();
+                (0..clients).all(|n| text.contains(&format!(" {n} 200")))
+            },
+        );
+        (child, log)
+    }
+
+    /// A download of `bytes` (a multiple of 64 KiB) through `vip`, read at
+    /// `rate` bytes/s so that it spans what the caller does next: curl in the
+    /// client namespace; wait on it with [`download_result`].
+    pub fn download(&self, vip: &str, bytes: u64, rate: u64) -> Child {
+        self.topo
+            .cmd("c", "curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{size_download} %{time_total}",
+            ])
+            .args(["--limit-rate", &rate.to_string(), "-m", "60"])
+            .args(["-H", &format!("Host: {HOST}")])
+            .arg(format!("http://{vip}:8080/stream?chunks={}", bytes / 65536))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("curl")
     }
 
     /// An HTTP/3 client (`h3-client loop`: quinn, which recognises a stateless
@@ -401,11 +469,20 @@ impl Pair {
 
     /// Stops the supervisor `i` gracefully (it flags, waits, then SIGTERMs the router).
     pub fn stop_router(&mut self, i: usize) {
+        self.begin_stop(i);
         if let Some(mut c) = self.routers[i].take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a planned stop of router `i` (SIGTERM to its supervisor: `vrrp-flag
+    /// leaving`, then the router's drain) without waiting for it to end; the
+    /// router stays in `routers[i]` until it is waited for.
+    pub fn begin_stop(&mut self, i: usize) {
+        if let Some(c) = &self.routers[i] {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &c.id().to_string()])
                 .status();
-            let _ = c.wait();
         }
     }
 }
@@ -463,4 +540,81 @@ pub fn publish_route(pair: &Pair) {
         "ns",
         format!("{MQ_IP}:8080").parse().expect("addr"),
     ));
+}
+
+/// Runs `curl` (with `-sS -o /dev/null -w %{http_code}` added) and returns the
+/// status code, or why there was none: curl's exit code and its error line (28
+/// is a timeout, 7 a refused connection, 35 a failed TLS handshake, 56 a reset
+/// while receiving, 60 a certificate that does not verify).
+pub fn curl_status(cmd: &mut std::process::Command) -> Result<u16, String> {
+    let out = cmd
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+        .output()
+        .map_err(|e| format!("curl did not run: {e}"))?;
+    let code: u16 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    if out.status.success() && code != 0 {
+        return Ok(code);
+    }
+    Err(format!(
+        "curl exit {}: {}",
+        out.status.code().map_or("signal".into(), |c| c.to_string()),
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
+/// A download started by [`Pair::download`]: `Ok(bytes received)` if curl
+/// finished it, else curl's exit code and error.
+pub fn download_result(child: Child) -> Result<u64, String> {
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "curl exit {:?}: {} ({text})",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<f64>().ok())
+        .map(|n| n as u64)
+        .ok_or_else(|| format!("curl said {text}"))
+}
+
+/// What a keep-alive load (`Pair::keepalive_load`) saw: its requests, and the
+/// failed ones as `at client why` lines (each a first-try failure: the clients
+/// never retry); per client, the longest time between two answers.
+pub struct LoadReport {
+    pub requests: usize,
+    pub failed: Vec<String>,
+    pub longest_gap: Duration,
+}
+
+pub fn load_report(log: &Path) -> LoadReport {
+    let text = std::fs::read_to_string(log).expect("keep-alive log");
+    let mut last: std::collections::HashMap<&str, f64> = Default::default();
+    let (mut requests, mut failed, mut gap) = (0, Vec::new(), 0f64);
+    for l in text.lines() {
+        let mut f = l.splitn(3, ' ');
+        let (Some(t), Some(n), Some(status)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Ok(t) = t.parse::<f64>() else { continue };
+        requests += 1;
+        if status == "200" {
+            if let Some(prev) = last.insert(n, t) {
+                gap = gap.max(t - prev);
+            }
+        } else {
+            failed.push(l.to_string());
+        }
+    }
+    LoadReport {
+        requests,
+        failed,
+        longest_gap: Duration::from_secs_f64(gap),
+    }
 }

@@ -117,6 +117,35 @@ pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut(
     }
 }
 
+/// The blocking tests' [`eventually`]: calls `check` every `every` until it
+/// answers `Ok`, and returns its value; after `limit`, panics naming `what` and
+/// the last `Err` (why it was not yet so: a status, a log's tail), so that a
+/// timeout says what was seen, not only what was awaited.
+pub fn wait_for<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(why) if start.elapsed() > limit => {
+                panic!("timed out after {limit:?} waiting for {what}; last seen: {why}")
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
+/// [`wait_for`] for a plain condition.
+pub fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    wait_for(what, limit, Duration::from_millis(20), || {
+        check().then_some(()).ok_or_else(|| "not yet".to_string())
+    })
+}
+
 /// The path of a binary built by this workspace (`router`, `echo-backend`), next to
 /// the test executable's `deps/` folder.
 pub fn bin(name: &str) -> PathBuf {

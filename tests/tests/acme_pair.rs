@@ -53,31 +53,34 @@ fn alias_ordered_by(node: char, stem: &str) -> String {
 }
 
 /// Whether `ip`:8443 serves `alias` a certificate that verifies against
-/// Pebble's root (curl from the client namespace).
-fn served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str) -> bool {
-    let out = pair
-        .topo
-        .cmd("c", "curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "3"])
-        .arg("--cacert")
-        .arg(root)
-        .args(["--resolve", &format!("{alias}:8443:{ip}")])
-        .arg(format!("https://{alias}:8443/"))
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout) == "200"
+/// Pebble's root (curl from the client namespace); if not, why not (curl's
+/// exit code and error, or the status).
+fn served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str) -> Result<(), String> {
+    let status = e2e::hapair::curl_status(
+        pair.topo
+            .cmd("c", "curl")
+            .args(["-m", "3", "--cacert"])
+            .arg(root)
+            .args(["--resolve", &format!("{alias}:8443:{ip}")])
+            .arg(format!("https://{alias}:8443/")),
+    )?;
+    match status {
+        200 => Ok(()),
+        other => Err(format!("status {other}")),
+    }
 }
 
 fn wait_served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str, limit: Duration) {
+    let what = format!("{alias} served a verified certificate on {ip}");
     let start = Instant::now();
-    while !served(pair, root, alias, ip) {
+    while let Err(why) = served(pair, root, alias, ip) {
         if start.elapsed() > limit {
             for n in NAMES {
                 let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
                     .unwrap_or_default();
                 eprintln!("--- router-{n}:\n{}", tail(&log, 40));
             }
-            panic!("{alias} not served a verified certificate on {ip} within {limit:?}");
+            panic!("timed out after {limit:?} waiting for {what}; last seen: {why}");
         }
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -187,7 +190,10 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!served(&pair, &root, &by_a, A_IP), "the order is in flight");
+    assert!(
+        served(&pair, &root, &by_a, A_IP).is_err(),
+        "the order is in flight"
+    );
     // Pebble is held still from just before the kill until b holds the VIP. A
     // validation landing in that gap (the fraction of a second in which a's
     // kernel still holds the VIP and refuses the connection) fails the order at
@@ -239,25 +245,39 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     // new certificate, with no failed request through the VIP meanwhile.
     let first = [serial(&pair, &by_b, A_IP), serial(&pair, &by_b, B_IP)];
     assert!(!first[0].is_empty() && first[0] == first[1], "{first:?}");
-    let (mut requests, mut failed) = (0, 0);
+    let (mut requests, mut failed) = (0, Vec::new());
     let start = Instant::now();
+    let mut holders = vec![(Duration::ZERO, pair.holder_now(VIP))];
     while serial(&pair, &by_b, A_IP) == first[0] || serial(&pair, &by_b, B_IP) == first[0] {
         assert!(
             start.elapsed() < Duration::from_secs(90),
             "{by_b} not renewed on both within 90 s"
         );
         requests += 1;
-        if !served(&pair, &root, &by_b, VIP) {
-            failed += 1;
+        let at = start.elapsed();
+        if let Err(why) = served(&pair, &root, &by_b, VIP) {
+            failed.push(format!(
+                "at {at:?} (VIP on {}): {why}",
+                pair.holder_now(VIP)
+            ));
+        }
+        let holder = pair.holder_now(VIP);
+        if holders.last().is_some_and(|h| h.1 != holder) {
+            holders.push((start.elapsed(), holder));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!(
-        "renewed after {:?}: {requests} requests, {failed} failed",
-        start.elapsed()
+        "renewed after {:?}: {requests} requests, {} failed; VIP holders {holders:?}",
+        start.elapsed(),
+        failed.len()
     );
     assert!(requests > 10, "the client loop ran: {requests}");
-    assert_eq!(failed, 0, "no failed request while renewing");
+    assert!(
+        failed.is_empty(),
+        "no failed request while renewing; VIP holders {holders:?}; failed:\n{}",
+        failed.join("\n")
+    );
     assert_eq!(
         serial(&pair, &by_b, A_IP),
         serial(&pair, &by_b, B_IP),

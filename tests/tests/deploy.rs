@@ -440,7 +440,13 @@ fn debian_packages_hold_binaries_units_conffiles_and_create_their_user() {
             assert!(files.contains(&want), "{name}: {want} missing in\n{files}");
         }
         if name == "router" {
-            for s in ["router-check", "router-notify", "vrrp-flag", "gen-config"] {
+            for s in [
+                "router-check",
+                "router-notify",
+                "router-handover",
+                "vrrp-flag",
+                "gen-config",
+            ] {
                 assert!(
                     files.contains(&format!("./usr/lib/router/{s}")),
                     "{s} missing"

@@ -31,7 +31,12 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// Accepts QUIC connections until `stop`, then lets them finish for `grace`.
-pub async fn listen(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, grace: Duration) {
+pub async fn listen(
+    bound: Bound,
+    live: Live,
+    (mut stop, drainer): (watch::Receiver<bool>, crate::request::drain::Drainer),
+    grace: Duration,
+) {
     let local_port = bound.socket.local_addr().map(|a| a.port()).unwrap_or(0);
     let runtime = Arc::new(quinn::TokioRuntime);
     let endpoint =
@@ -60,7 +65,7 @@ pub async fn listen(bound: Bound, live: Live, mut stop: watch::Receiver<bool>, g
         open: metrics.open_connections.with_label_values(&["h3"]),
         accepted: metrics.connections.with_label_values(&["h3"]),
         source_refused: metrics.refused.with_label_values(&["h3", "source_limit"]),
-        stop: stop.clone(),
+        epochs: drainer.epochs(stop.clone()),
         kill,
     };
     // quinn reports no accept errors (a bad packet is its own business).
@@ -103,7 +108,8 @@ struct QuicListener {
     open: prometheus::IntGauge,
     accepted: prometheus::IntCounter,
     source_refused: prometheus::IntCounter,
-    stop: watch::Receiver<bool>,
+    /// What each connection watches to drain: the stop, or a drain request.
+    epochs: crate::request::drain::Epochs,
     kill: watch::Receiver<bool>,
 }
 
@@ -185,7 +191,7 @@ impl accept::Listener for QuicListener {
             serving: self.gate.current.clone(),
             place,
             local_port: self.local_port,
-            stop: self.stop.clone(),
+            stop: self.epochs.for_connection(),
             kill: self.kill.clone(),
             ok: self.ok.clone(),
         };

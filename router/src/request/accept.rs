@@ -136,7 +136,7 @@ pub async fn listen(
     name: &'static str,
     tls: Option<crate::tls::server::Acceptor>,
     live: Live,
-    mut stop: watch::Receiver<bool>,
+    (mut stop, drainer): (watch::Receiver<bool>, super::drain::Drainer),
     grace: Duration,
     workers: Option<Arc<crate::workers::Workers>>,
 ) {
@@ -166,7 +166,7 @@ pub async fn listen(
         local_port,
         tls,
         live,
-        stop: stop.clone(),
+        epochs: drainer.epochs(stop.clone()),
         kill,
     };
     accept::run(&mut http, name, &errors, stopped(&mut stop)).await;
@@ -189,7 +189,8 @@ struct HttpListener {
     local_port: u16,
     tls: Option<crate::tls::server::Acceptor>,
     live: Live,
-    stop: watch::Receiver<bool>,
+    /// What each connection watches to drain: the stop, or a drain request.
+    epochs: super::drain::Epochs,
     kill: watch::Receiver<bool>,
 }
 
@@ -275,7 +276,7 @@ impl accept::Listener for HttpListener {
             member_of,
             builder: self.builder.clone(),
             live: self.live.clone(),
-            stop: self.stop.clone(),
+            stop: self.epochs.for_connection(),
             kill: self.kill.clone(),
         };
         stream.spawn(connection);

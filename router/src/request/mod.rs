@@ -34,6 +34,7 @@ pub mod activity;
 pub mod body;
 pub mod checkout;
 pub mod client_io;
+pub mod drain;
 pub mod error;
 pub mod forward;
 pub mod h1;

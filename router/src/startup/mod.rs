@@ -160,6 +160,8 @@ pub struct Router {
     /// The per-core runtimes client connections are served on; `None`: on the
     /// runtime this router runs on (see [`crate::workers`]).
     workers: Option<Arc<Workers>>,
+    /// "Drain what is open now" for every client listener (SIGUSR1).
+    drainer: crate::request::drain::Drainer,
 }
 
 impl Router {
@@ -266,7 +268,14 @@ impl Router {
             consumer,
             source,
             workers,
+            drainer: crate::request::drain::Drainer::default(),
         })
+    }
+
+    /// What drains the client connections open now while the listeners go on
+    /// accepting (see [`crate::request::drain`]).
+    pub fn drainer(&self) -> crate::request::drain::Drainer {
+        self.drainer.clone()
     }
 
     /// What applies a changed configuration while this router runs.
@@ -377,14 +386,14 @@ impl Router {
             &self.config,
             &self.live,
             self.workers.as_ref(),
-            &stop_rx,
+            (&stop_rx, &self.drainer),
         );
         let http3_task = self.http3.map(|bound| {
             spawn_http3(
                 bound,
                 self.workers.as_ref(),
                 &self.live,
-                (&stop_rx, self.config.shutdown_grace),
+                (&stop_rx, &self.drainer, self.config.shutdown_grace),
             )
         });
         // Idle member connections are closed once older than the idle timeout;
@@ -675,7 +684,7 @@ fn serve_clients(
     config: &Config,
     live: &Live,
     workers: Option<&Arc<Workers>>,
-    stop: &watch::Receiver<bool>,
+    (stop, drainer): (&watch::Receiver<bool>, &crate::request::drain::Drainer),
 ) -> (JoinHandle<()>, Option<JoinHandle<()>>) {
     let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
     let listen = |l, name, tls| {
@@ -684,7 +693,7 @@ fn serve_clients(
             name,
             tls,
             live.clone(),
-            stop.clone(),
+            (stop.clone(), drainer.clone()),
             config.shutdown_grace,
             workers.cloned(),
         ))
@@ -822,13 +831,17 @@ fn spawn_http3(
     bound: crate::quic::listener::Bound,
     workers: Option<&Arc<Workers>>,
     live: &Live,
-    (stop, grace): (&watch::Receiver<bool>, std::time::Duration),
+    (stop, drainer, grace): (
+        &watch::Receiver<bool>,
+        &crate::request::drain::Drainer,
+        std::time::Duration,
+    ),
 ) -> tokio::task::JoinHandle<()> {
     let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
     on.spawn(crate::quic::listener::listen(
         bound,
         live.clone(),
-        stop.clone(),
+        (stop.clone(), drainer.clone()),
         grace,
     ))
 }
