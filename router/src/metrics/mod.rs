@@ -566,7 +566,7 @@ pub struct TlsMetrics {
     pub certificates: IntGauge,
     certificate_errors: IntCounterVec,
     expiry: IntGaugeVec,
-    /// `router_acme_orders_total{result}`: issued, failed (see `crate::acme`).
+    /// `router_acme_orders_total{result}`: issued, failed (see `crate::issuer`).
     acme_orders: [IntCounter; 2],
     /// `router_acme_challenges_answered_total`: HTTP-01 answers served.
     pub acme_challenges: IntCounter,

@@ -45,7 +45,7 @@ use crate::tls::keys;
 #[derive(Clone, Debug, Default)]
 pub struct Certs {
     by_name: imbl::HashMap<Arc<str>, Arc<CertSlot>>,
-    /// Certificates from the ACME CA (`crate::acme`), for aliases with none of
+    /// Certificates from the ACME CA (`crate::issuer`), for aliases with none of
     /// their own: an uploaded one (`add_ssl`) always wins.
     acme: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
     /// TLS-ALPN-01 validation certificates of ACME orders in flight, served only
