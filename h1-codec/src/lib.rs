@@ -23,6 +23,7 @@ pub mod encode;
 pub mod fields;
 pub mod framing;
 pub mod length;
+pub mod request;
 pub mod response;
 
 /// Header fields at most in one head, requests and responses alike (hyper's

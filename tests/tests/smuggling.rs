@@ -374,3 +374,69 @@ async fn over_tls_too_and_never_inside_a_tunnel() {
         }
     }
 }
+
+/// A field name with `_` never reaches the member (`h1_codec::request`): CGI-style
+/// apps read `Transfer_Encoding` as `Transfer-Encoding` and `X_Forwarded_For` as
+/// `X-Forwarded-For`. The `underjoin1` shape of an external smuggling scanner,
+/// `Transfer_Encoding: chunked` beside `Content-Length: 5`, reaches the member as
+/// a request with five body bytes and no such field; the request pipelined behind
+/// it is served on its own. Over HTTP/1.1 (the router's own path and hyper's) and h2.
+#[tokio::test]
+async fn field_names_with_an_underscore_never_reach_the_member() {
+    let (r, b) = router_with_backend().await;
+    let request = format!(
+        "POST /first HTTP/1.1\r\nHost: {HA}\r\nTransfer_Encoding: chunked\r\nContent-Length: 5\r\n\
+         X_Forwarded_For: 6.6.6.6\r\nX-Kept: yes\r\n\r\nhello\
+         GET /second HTTP/1.1\r\nHost: {HA}\r\nConnection: close\r\n\r\n"
+    );
+    let before = b.proxied();
+    let resp = raw::exchange(r.http, request.as_bytes(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&resp);
+    let bodies: Vec<e2e::Echo> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .map(|r| {
+            assert!(r.starts_with("200"), "{text}");
+            let body = r.split_once("\r\n\r\n").expect("head").1;
+            let body = body.rsplit_once('}').map_or(body, |(b, _)| b).to_string() + "}";
+            e2e::Echo::parse(body.as_bytes())
+        })
+        .collect();
+    assert_eq!(bodies.len(), 2, "two answers: {text}");
+    assert_eq!(b.proxied() - before, 2, "two requests reached the member");
+    let first = &bodies[0];
+    assert_eq!(first.target, "/first");
+    assert_eq!(first.body_len, 5, "framed by its Content-Length: {first:?}");
+    for name in ["transfer_encoding", "x_forwarded_for", "transfer-encoding"] {
+        assert!(
+            first.header(name).is_none(),
+            "{name} reached the member: {first:?}"
+        );
+    }
+    assert_eq!(first.header("x-kept"), Some("yes"), "other fields go on");
+    assert_ne!(first.header("x-forwarded-for"), Some("6.6.6.6"));
+    assert_eq!(bodies[1].target, "/second");
+
+    for flag in ["--http1.1", "--http2-prior-knowledge"] {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", flag, "-H", &format!("Host: {HA}")])
+            .args([
+                "-H",
+                "X_Forwarded_For: 6.6.6.6",
+                "-H",
+                "x_custom: 1",
+                "-H",
+                "X-Kept: yes",
+            ])
+            .arg(format!("http://{}/curl", r.http))
+            .output()
+            .await
+            .expect("curl runs (apt-get install curl)");
+        let echo = e2e::Echo::parse(&out.stdout);
+        assert!(
+            echo.header("x_forwarded_for").is_none() && echo.header("x_custom").is_none(),
+            "{flag}: {echo:?}"
+        );
+        assert_eq!(echo.header("x-kept"), Some("yes"), "{flag}: {echo:?}");
+    }
+}

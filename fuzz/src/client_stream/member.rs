@@ -106,6 +106,13 @@ fn serve(mut conn: TcpStream, log: &Log) {
             match oracle::next_within(&buf, oracle::MEMBER) {
                 Ok((request, used)) => {
                     buf.drain(..used);
+                    if let Some((name, _)) = request.fields.iter().find(|(n, _)| n.contains(&b'_'))
+                    {
+                        fail(&format!(
+                            "a field name with `_` reached the member: {:?}",
+                            String::from_utf8_lossy(name)
+                        ));
+                    }
                     if !answer(&mut conn, log, &request) {
                         mark_busy(log, partial, false);
                         return;

@@ -60,6 +60,12 @@ fn routers_own(name: &[u8]) -> bool {
     ) || name.starts_with(b"x-forwarded-")
 }
 
+/// A field name with `_`: the router drops it (CGI-style members would read it
+/// as the field spelled with `-`). This reader's own test, not the codec's.
+fn underscored(name: &[u8]) -> bool {
+    name.contains(&b'_')
+}
+
 impl View {
     /// The view of `request` with `target` and `host`, leaving out the router's own
     /// fields and those in `dropped`.
@@ -73,7 +79,7 @@ impl View {
         let mut fields: Vec<(String, String)> = request
             .fields
             .iter()
-            .filter(|(n, _)| !routers_own(n) && !dropped.contains(n))
+            .filter(|(n, _)| !routers_own(n) && !dropped.contains(n) && !underscored(n))
             .map(|(n, v)| (text(n), text(v)))
             .collect();
         fields.sort_by(|a, b| a.0.cmp(&b.0));

@@ -19,7 +19,7 @@ pub enum ProxyError {
     /// A request target we cannot forward (e.g. `OPTIONS *`).
     BadTarget,
     /// An HTTP/1 request whose body length is ambiguous (see
-    /// `request::headers::framing_is_clear`): a request-smuggling shape. The
+    /// `h1_codec::request::framing_is_clear`): a request-smuggling shape. The
     /// connection is closed after the 400, as its next bytes cannot be trusted.
     BadFraming,
     /// `CONNECT`: a reverse proxy opens no tunnels to arbitrary places (405).

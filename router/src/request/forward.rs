@@ -23,7 +23,7 @@ use super::checkout::{H1Checkout, H2Checkout};
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
 use super::headers::{
-    ClientConn, encode_for_member, encode_map_for_member, framing_is_clear, remove_hop_by_hop,
+    ClientConn, encode_for_member, encode_map_for_member, remove_hop_by_hop, remove_underscored,
     set_forwarded, wants_upgrade,
 };
 use super::retry::{Reached, Replay, Retry, decide, idempotent};
@@ -38,6 +38,7 @@ use crate::policy::Policy;
 use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
 use crate::upstream::{Encoded, MemberHead, RequestBody, SendError, Upstream};
+use h1_codec::request::framing_is_clear;
 
 impl Proxy {
     pub(super) async fn forward(
@@ -352,6 +353,7 @@ fn for_member<B>(
     if !written {
         let headers = req.headers_mut();
         remove_hop_by_hop(headers, upgrade);
+        remove_underscored(headers);
         set_forwarded(headers, conn, host);
         trace.set_in(headers);
     }

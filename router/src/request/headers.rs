@@ -16,6 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use h1_codec::fields::{Fields, FieldsRef, Name};
+use h1_codec::request::is_underscored;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use per_source::{Client, ClientKey, KeyRule};
 
@@ -91,40 +92,18 @@ pub fn wants_upgrade<'a>(fields: impl Into<FieldsRef<'a>>) -> bool {
             .any(|v| has_token(v, "upgrade"))
 }
 
-/// Whether an HTTP/1 request's body length is beyond doubt (RFC 9112 §6): with a
-/// `Transfer-Encoding`, it must be HTTP/1.1, name exactly one coding, `chunked`
-/// (over one header or several), and come without `Content-Length`. Anything else
-/// is how request smuggling makes two parsers disagree: `Content-Length` beside
-/// `Transfer-Encoding` (hyper would let chunked win), `chunked` twice, or a coding
-/// the router would drop with the hop-by-hop header (`gzip, chunked`).
-/// (Malformed `Content-Length` values and codings not ending in `chunked` never
-/// get here: hyper answers 400 itself.)
-pub fn framing_is_clear<'a>(fields: impl Into<FieldsRef<'a>>, version: http::Version) -> bool {
-    let fields = fields.into();
-    let mut codings = fields.values(Name::TransferEncoding).peekable();
-    if codings.peek().is_none() {
-        return true;
+/// Removes the fields whose names hold `_` from a request on its way to a
+/// member (h1_codec's rule, [`is_underscored`], says why). One pass over the
+/// names; a removal only where there is one (rare).
+pub fn remove_underscored(headers: &mut HeaderMap) {
+    let gone: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| is_underscored(k.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in gone {
+        headers.remove(name);
     }
-    if version != http::Version::HTTP_11 || fields.contains(Name::ContentLength) {
-        return false;
-    }
-    let mut chunked = 0;
-    for value in codings {
-        // Visible ASCII only (what `HeaderValue::to_str` takes).
-        let Some(text) = std::str::from_utf8(value)
-            .ok()
-            .filter(|t| t.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)))
-        else {
-            return false;
-        };
-        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            if !coding.eq_ignore_ascii_case("chunked") {
-                return false;
-            }
-            chunked += 1;
-        }
-    }
-    chunked == 1
 }
 
 /// Whether a `Connection` value names `close`, token by token from the bytes (a
@@ -526,7 +505,7 @@ pub fn encode_for_member(
 ) {
     let forwarding = forwarding(FieldsRef::Raw(fields), conn, host);
     let none = HeaderMap::new();
-    let fields = end_to_end(fields, &none);
+    let fields = end_to_end(fields, &none).filter(|(_, name, _)| !is_underscored(name));
     let added = (forwarding, conn, trace, host);
     write_member_head((method, target), fields, added, out);
 }
@@ -551,8 +530,10 @@ pub fn encode_map_for_member(
     // The client's `Content-Length` goes on unless the router frames the body
     // itself.
     let own_framing = matches!(framing, MapFraming::Add(_) | MapFraming::Chunked);
-    let fields = end_to_end_map(headers).filter(move |(kind, _, _)| {
-        !(own_framing && *kind == Name::ContentLength) && *kind != Name::TransferEncoding
+    let fields = end_to_end_map(headers).filter(move |(kind, name, _)| {
+        !(own_framing && *kind == Name::ContentLength)
+            && *kind != Name::TransferEncoding
+            && !is_underscored(name)
     });
     let added = (forwarding, conn, trace, host);
     let end = write_member_head((method, target), fields, added, out);
@@ -740,32 +721,6 @@ mod tests {
             assert_eq!(hop_by_hop_index(&name), Some(i), "{name}");
         }
         assert_eq!(hop_by_hop_index(&header::HOST), None);
-    }
-
-    #[test]
-    fn framing_is_clear_only_for_one_chunked_or_none() {
-        let v11 = http::Version::HTTP_11;
-        let clear = |pairs: &[(&str, &str)]| framing_is_clear(&map(pairs), v11);
-        assert!(clear(&[]));
-        assert!(clear(&[("content-length", "5")]));
-        assert!(clear(&[("transfer-encoding", "chunked")]));
-        assert!(clear(&[("transfer-encoding", "Chunked ")]));
-        assert!(!clear(&[
-            ("transfer-encoding", "chunked"),
-            ("content-length", "5")
-        ]));
-        assert!(!clear(&[("transfer-encoding", "chunked, chunked")]));
-        assert!(!clear(&[
-            ("transfer-encoding", "chunked"),
-            ("transfer-encoding", "chunked")
-        ]));
-        assert!(!clear(&[("transfer-encoding", "gzip, chunked")]));
-        assert!(!clear(&[("transfer-encoding", "xchunked")]));
-        assert!(!clear(&[("transfer-encoding", "")]));
-        assert!(!framing_is_clear(
-            &map(&[("transfer-encoding", "chunked")]),
-            http::Version::HTTP_10
-        ));
     }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
