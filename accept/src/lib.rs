@@ -1,6 +1,10 @@
 //! The one accept loop of both binaries: every listener (the router's HTTP, HTTPS,
 //! `tcp.listen`, HTTP/3 and admin listeners, the portproxy's gear, cluster and
-//! peer ports) runs [`run`], and says through [`Listener`] only what differs.
+//! peer ports, its metrics port and gear admin socket through [`Capped`]) runs
+//! [`run`], and says through [`Listener`] only what differs. One socket does not:
+//! the router's upgrade socket (`router::upgrade`) takes one successor at a time
+//! and reads its hello inline, so there is no slot to cap; its failed accepts
+//! follow the same rule (`nofile::after_accept_error`).
 //!
 //! Each client goes through the same steps, in this order:
 //!
@@ -129,6 +133,75 @@ pub async fn run<L: Listener>(
             }
         };
         listener.serve(client, peer, admitted, slot);
+    }
+}
+
+/// A listener with nothing to admit: each client takes one of a fixed number of
+/// slots, or is turned away (closed) when all are taken, and is served in a task
+/// of its own. For the small listeners that serve operators, not clients (the
+/// portproxy's metrics port and its gear admin socket): a scraper or a script
+/// that opens connections in a loop meets the same accept back-off and a cap,
+/// instead of a task per connection without end.
+pub struct Capped<S, F> {
+    source: S,
+    slots: Arc<Semaphore>,
+    serve: F,
+}
+
+impl<S, F> Capped<S, F>
+where
+    S: Source,
+    F: FnMut(S::Client, SocketAddr, OwnedSemaphorePermit),
+{
+    /// `serve` gets the client and its slot (it spawns; the slot goes back when
+    /// the task drops it); at most `cap` are served at once.
+    pub fn new(source: S, cap: usize, serve: F) -> Self {
+        Capped {
+            source,
+            slots: Arc::new(Semaphore::new(cap)),
+            serve,
+        }
+    }
+}
+
+impl<S, F> Listener for Capped<S, F>
+where
+    S: Source,
+    F: FnMut(S::Client, SocketAddr, OwnedSemaphorePermit),
+{
+    type Source = S;
+    type Admitted = ();
+
+    fn source(&mut self) -> &mut S {
+        &mut self.source
+    }
+
+    fn admit(&mut self, client: S::Client, _: SocketAddr) -> Option<(S::Client, ())> {
+        Some((client, ()))
+    }
+
+    fn slots(&self) -> Arc<Semaphore> {
+        self.slots.clone()
+    }
+
+    fn full(&mut self, _client: S::Client, _: &()) -> Option<S::Client> {
+        // Dropped: closed at once, never queued.
+        None
+    }
+
+    fn serve(&mut self, client: S::Client, peer: SocketAddr, (): (), slot: OwnedSemaphorePermit) {
+        (self.serve)(client, peer, slot);
+    }
+}
+
+/// A Unix socket's clients: they have no network address (the peer given is
+/// `0.0.0.0:0`); who may connect is the socket file's permissions.
+impl Source for tokio::net::UnixListener {
+    type Client = tokio::net::UnixStream;
+
+    async fn next(&mut self) -> io::Result<Option<(Self::Client, SocketAddr)>> {
+        let (stream, _) = self.accept().await?;
+        Ok(Some((stream, SocketAddr::from(([0, 0, 0, 0], 0)))))
     }
 }
 

@@ -161,3 +161,64 @@ async fn futures_poll<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
     })
     .await
 }
+
+/// A [`Capped`] listener on a real Unix socket: the clients beyond its cap are
+/// closed at once (they read the end), the ones within it are served, and a
+/// slot given back serves the next.
+#[tokio::test]
+async fn a_capped_listener_closes_what_is_beyond_its_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = std::env::temp_dir().join(format!("accept-capped-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    // Each served client is answered "hi" once it says something, then kept.
+    let mut capped = Capped::new(
+        listener,
+        2,
+        |mut stream: tokio::net::UnixStream, _, slot| {
+            tokio::spawn(async move {
+                let mut b = [0u8; 1];
+                if stream.read_exact(&mut b).await.is_ok() {
+                    let _ = stream.write_all(b"hi").await;
+                }
+                let _ = stream.read(&mut b).await;
+                drop(slot);
+            });
+        },
+    );
+    let errors = prometheus::IntCounter::new("e", "e").unwrap();
+    let server = tokio::spawn(async move {
+        run(&mut capped, "test", &errors, std::future::pending()).await;
+    });
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = tokio::net::UnixStream::connect(&path).await.unwrap();
+        c.write_all(b"?").await.unwrap();
+        let mut hi = [0u8; 2];
+        c.read_exact(&mut hi).await.unwrap();
+        assert_eq!(&hi, b"hi");
+        held.push(c);
+    }
+    let mut third = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let mut rest = Vec::new();
+    third.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "beyond the cap: closed, nothing served");
+    drop(held.pop());
+    // The slot comes back when the served task ends: the next client is served.
+    let mut answered = false;
+    for _ in 0..200 {
+        let mut c = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let _ = c.write_all(b"?").await;
+        let mut hi = [0u8; 2];
+        if c.read_exact(&mut hi).await.is_ok() {
+            answered = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(answered, "a slot given back serves the next client");
+    server.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

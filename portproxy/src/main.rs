@@ -267,7 +267,11 @@ async fn daemon(config: Config) -> anyhow::Result<()> {
     let admin = gear::admin::bind(&config.admin_socket)
         .await
         .with_context(|| format!("admin socket {}", config.admin_socket.display()))?;
-    tokio::spawn(gear::admin::listen(admin, gear.clone()));
+    tokio::spawn(gear::admin::listen(
+        admin,
+        gear.clone(),
+        metrics.accept_errors.clone(),
+    ));
     let cluster = match config.cluster.clone() {
         Some(c) => Some(portproxy::cluster::Cluster::start(shared.clone(), c).await?),
         None => None,

@@ -263,13 +263,15 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` (anything else: 404) on `listener` until the task is dropped.
+/// Scrapes served at once; one beyond that is closed at once.
+const MAX_SCRAPERS: usize = 16;
+
+/// Serves `GET /metrics` (anything else: 404) on `listener` until the task is
+/// dropped, through the one accept loop (`accept::run`: its back-off on a failed
+/// accept, [`MAX_SCRAPERS`] slots).
 pub async fn listen(listener: TcpListener, metrics: Metrics) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            continue;
-        };
+    let errors = metrics.accept_errors.clone();
+    let mut capped = accept::Capped::new(listener, MAX_SCRAPERS, move |stream, _, slot| {
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
@@ -293,8 +295,10 @@ pub async fn listen(listener: TcpListener, metrics: Metrics) {
                 .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(io, svc)
                 .await;
+            drop(slot);
         });
-    }
+    });
+    accept::run(&mut capped, "metrics", &errors, std::future::pending()).await;
 }
 
 /// Binds the metrics listener.

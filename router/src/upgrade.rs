@@ -204,9 +204,15 @@ impl Handover {
     /// The next successor that said hello (others are dropped).
     pub async fn next(&self) -> Request {
         loop {
-            let Ok((stream, _)) = self.listener.accept().await else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+            // One successor at a time, its hello read inline: no slot to cap
+            // (see the `accept` crate's doc); a failed accept follows the rule
+            // of every listener.
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    nofile::after_accept_error("upgrade", &e).await;
+                    continue;
+                }
             };
             let mut line = String::new();
             let mut reader = tokio::io::BufReader::new(stream);

@@ -69,18 +69,25 @@ pub async fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Serves requests until the task is dropped.
-pub async fn listen(listener: UnixListener, gear: Option<Arc<Gear>>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
+/// Requests served at once; a client beyond that is closed at once (the CLI
+/// makes one request and waits; only a runaway script makes more).
+const MAX_CLIENTS: usize = 32;
+
+/// Serves requests until the task is dropped, through the one accept loop
+/// (`accept::run`: its back-off on a failed accept, [`MAX_CLIENTS`] slots).
+pub async fn listen(
+    listener: UnixListener,
+    gear: Option<Arc<Gear>>,
+    errors: prometheus::IntCounter,
+) {
+    let mut capped = accept::Capped::new(listener, MAX_CLIENTS, move |stream, _, slot| {
         let gear = gear.clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(Duration::from_secs(30), one(stream, gear)).await;
+            drop(slot);
         });
-    }
+    });
+    accept::run(&mut capped, "admin", &errors, std::future::pending()).await;
 }
 
 async fn one(stream: UnixStream, gear: Option<Arc<Gear>>) -> std::io::Result<()> {
