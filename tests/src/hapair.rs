@@ -170,15 +170,23 @@ impl Pair {
             .spawn()
             .expect("router-supervise");
         self.routers[i] = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !std::fs::read_to_string(self.flag(i)).is_ok_and(|s| s.trim() == "0") {
-            assert!(
-                Instant::now() < deadline,
-                "router-{} not ready in 30 s",
-                NAMES[i]
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let log = self.dir.join(format!("router-{}.log", NAMES[i]));
+        crate::wait_for(
+            &format!("router-{} ready (its flag 0)", NAMES[i]),
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || match std::fs::read_to_string(self.flag(i)) {
+                Ok(s) if s.trim() == "0" => Ok(()),
+                flag => Err(format!(
+                    "flag {flag:?}; its log ends: {}",
+                    std::fs::read_to_string(&log)
+                        .unwrap_or_default()
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                )),
+            },
+        );
     }
 
     /// The router process itself (the supervisor's child).
@@ -260,6 +268,20 @@ impl Pair {
         )
     }
 
+    /// Waits until a GET through `ip` (a router's own address or a VIP) answers
+    /// 200; the timeout says what the last one got.
+    pub fn wait_served(&self, ip: &str, limit: Duration) {
+        crate::wait_for(
+            &format!("the app served on {ip}"),
+            limit,
+            Duration::from_millis(100),
+            || match self.get_why(ip)? {
+                200 => Ok(()),
+                other => Err(format!("status {other}")),
+            },
+        );
+    }
+
     /// Which router holds `vip` now, by name ("nobody" in a move's instant).
     pub fn holder_now(&self, vip: &str) -> &'static str {
         (0..2)
@@ -269,29 +291,29 @@ impl Pair {
 
     /// Which router holds `vip` (waiting up to `limit` for one to).
     pub fn holder(&self, vip: &str, limit: Duration) -> usize {
-        let start = Instant::now();
-        loop {
-            if let Some(i) = (0..2).find(|&i| self.topo.has_addr(NAMES[i], vip)) {
-                return i;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "nobody holds {vip} after {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait_for(
+            &format!("a holder of {vip}"),
+            limit,
+            Duration::from_millis(10),
+            || {
+                (0..2)
+                    .find(|&i| self.topo.has_addr(NAMES[i], vip))
+                    .ok_or_else(|| "nobody".to_string())
+            },
+        )
     }
 
     pub fn wait_vip(&self, i: usize, vip: &str, limit: Duration) -> Duration {
         let start = Instant::now();
-        while !self.topo.has_addr(NAMES[i], vip) {
-            assert!(
-                start.elapsed() < limit,
-                "VIP {vip} not on router-{} after {limit:?}",
-                NAMES[i]
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait_for(
+            &format!("VIP {vip} on router-{}", NAMES[i]),
+            limit,
+            Duration::from_millis(10),
+            || match self.topo.has_addr(NAMES[i], vip) {
+                true => Ok(()),
+                false => Err(format!("held by {}", self.holder_now(vip))),
+            },
+        );
         start.elapsed()
     }
 
@@ -310,17 +332,18 @@ impl Pair {
             .spawn()
             .expect("poller");
         let live = log.with_extension("log.live");
-        let start = Instant::now();
-        while std::fs::read_to_string(&live)
-            .map_or(0, |t| t.lines().filter(|l| l.ends_with(" 200")).count())
-            < 5
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the poller got no answers"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait_for(
+            "five answers of 200 to the poller",
+            Duration::from_secs(10),
+            Duration::from_millis(10),
+            || {
+                let text = std::fs::read_to_string(&live).unwrap_or_default();
+                match text.lines().filter(|l| l.ends_with(" 200")).count() {
+                    n if n >= 5 => Ok(()),
+                    _ => Err(format!("so far: {:?}", text.lines().last())),
+                }
+            },
+        );
         (child, log)
     }
 
@@ -389,18 +412,18 @@ impl Pair {
             .stdout(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("h3-client");
-        let start = Instant::now();
-        while std::fs::read_to_string(&log).map_or(0, |t| {
-            t.lines().filter(|l| l.contains("\"ok\":true")).count()
-        }) < 5
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "the HTTP/3 client got no answers: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait_for(
+            "five answers to the HTTP/3 client",
+            Duration::from_secs(15),
+            Duration::from_millis(10),
+            || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                match text.lines().filter(|l| l.contains("\"ok\":true")).count() {
+                    n if n >= 5 => Ok(()),
+                    _ => Err(text),
+                }
+            },
+        );
         (child, log)
     }
 
@@ -419,31 +442,28 @@ impl Pair {
         let _ = std::process::Command::new("kill")
             .args(["-USR2", &pid.to_string()])
             .status();
-        let start = Instant::now();
-        loop {
-            // Complete once the last instance's section is there.
-            if let Ok(text) = std::fs::read_to_string(stats)
-                && text.contains("Authentication Errors")
-            {
-                let mut lines = text.lines().map(str::trim);
-                let mut n = 0;
-                while let Some(l) = lines.next() {
-                    if l == "Advertisements:" {
-                        n += lines
-                            .next()
-                            .and_then(|r| r.strip_prefix("Received: "))
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .expect("a Received line after Advertisements");
-                    }
-                }
-                return n;
+        // Complete once the last instance's section is there.
+        let text = crate::wait_for(
+            "keepalived's statistics (SIGUSR2)",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || match std::fs::read_to_string(stats) {
+                Ok(text) if text.contains("Authentication Errors") => Ok(text),
+                other => Err(format!("{:?}", other.map(|t| t.len()))),
+            },
+        );
+        let mut lines = text.lines().map(str::trim);
+        let mut n = 0;
+        while let Some(l) = lines.next() {
+            if l == "Advertisements:" {
+                n += lines
+                    .next()
+                    .and_then(|r| r.strip_prefix("Received: "))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .expect("a Received line after Advertisements");
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "no keepalived statistics"
-            );
-            std::thread::sleep(Duration::from_millis(10));
         }
+        n
     }
 
     /// Waits until keepalived `i` logged `state` (e.g. "BACKUP") as its newest
@@ -451,20 +471,18 @@ impl Pair {
     pub fn wait_state(&self, i: usize, state: &str, limit: Duration) {
         let log = self.dir.join(format!("ka-{}.log", NAMES[i]));
         let want = format!("Entering {state} STATE");
-        let start = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let newest = text.lines().rev().find(|l| l.contains(" STATE"));
-            if newest.is_some_and(|l| l.contains(&want)) {
-                return;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "keepalived of router-{} not in {state} after {limit:?}: {newest:?}",
-                NAMES[i]
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::wait_for(
+            &format!("keepalived of router-{} in {state}", NAMES[i]),
+            limit,
+            Duration::from_millis(20),
+            || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                match text.lines().rev().find(|l| l.contains(" STATE")) {
+                    Some(l) if l.contains(&want) => Ok(()),
+                    newest => Err(format!("newest: {newest:?}")),
+                }
+            },
+        );
     }
 
     /// Stops the supervisor `i` gracefully (it flags, waits, then SIGTERMs the router).

@@ -71,19 +71,24 @@ fn served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str) -> Result<
 }
 
 fn wait_served(pair: &Pair, root: &std::path::Path, alias: &str, ip: &str, limit: Duration) {
-    let what = format!("{alias} served a verified certificate on {ip}");
     let start = Instant::now();
-    while let Err(why) = served(pair, root, alias, ip) {
-        if start.elapsed() > limit {
-            for n in NAMES {
-                let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
-                    .unwrap_or_default();
-                eprintln!("--- router-{n}:\n{}", tail(&log, 40));
-            }
-            panic!("timed out after {limit:?} waiting for {what}; last seen: {why}");
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    e2e::wait_for(
+        &format!("{alias} served a verified certificate on {ip}"),
+        limit,
+        Duration::from_millis(250),
+        || {
+            served(pair, root, alias, ip).inspect_err(|_| {
+                // Near the end, the routers' own account of why.
+                if start.elapsed() + Duration::from_millis(500) > limit {
+                    for n in NAMES {
+                        let log = std::fs::read_to_string(pair.dir.join(format!("router-{n}.log")))
+                            .unwrap_or_default();
+                        eprintln!("--- router-{n}:\n{}", tail(&log, 40));
+                    }
+                }
+            })
+        },
+    );
 }
 
 /// The lines of a router's log about ACME.
@@ -181,15 +186,19 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     // 2. Ordered by a, the VIP holder, killed once b holds its order's URL.
     let by_a = alias_ordered_by('a', "cart");
     pair.publish(&e2e::events::add_alias("app", "ns", &by_a));
-    let start = Instant::now();
-    while !peer_orders(&pair, 1).contains(&by_a) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "router-a's order never recorded on b: {}",
-            peer_orders(&pair, 1)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    e2e::wait_for(
+        "router-a's order recorded on b",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || {
+            let orders = peer_orders(&pair, 1);
+            if orders.contains(&by_a) {
+                Ok(())
+            } else {
+                Err(orders)
+            }
+        },
+    );
     assert!(
         served(&pair, &root, &by_a, A_IP).is_err(),
         "the order is in flight"
@@ -232,14 +241,11 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     wait_served(&pair, &root, &by_a, A_IP, Duration::from_secs(30));
     wait_served(&pair, &root, &by_b, A_IP, Duration::from_secs(5));
     assert_eq!(pebble.orders(), 2, "a restart orders nothing");
-    let start = Instant::now();
-    while !peer_reachable(&pair, 1) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "b sees a again (router_acme_peer_reachable)"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    e2e::wait_until(
+        "b sees a again (router_acme_peer_reachable)",
+        Duration::from_secs(10),
+        || peer_reachable(&pair, 1),
+    );
 
     // 4. Renewal: b renews its alias before expiry and both routers serve the
     // new certificate, with no failed request through the VIP meanwhile.

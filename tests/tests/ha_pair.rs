@@ -17,16 +17,8 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
     pair.start_keepalived(1);
     pair.wait_vip(0, VIP, Duration::from_secs(15));
     // Both routers applied the event from their own queue: each serves the route.
-    for (i, ip) in [A_IP, B_IP].iter().enumerate() {
-        let start = Instant::now();
-        while pair.get(ip) != Some(200) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "router-{} never routed the app",
-                NAMES[i]
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    for ip in [A_IP, B_IP] {
+        pair.wait_served(ip, Duration::from_secs(20));
     }
     assert_eq!(pair.get(VIP), Some(200), "served through the VIP");
 
@@ -53,11 +45,7 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
     let _ = pair.routers[0].take().map(|mut c| c.wait());
     pair.start_router(0);
     pair.wait_vip(0, VIP, Duration::from_secs(10));
-    let back = Instant::now();
-    while pair.get(VIP) != Some(200) {
-        assert!(back.elapsed() < Duration::from_secs(10), "VIP serves again");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    pair.wait_served(VIP, Duration::from_secs(20));
 
     // Graceful stop of the active router: flag first, VIP moves, then the drain.
     let (mut poll, log) = pair.poller(VIP, 4.0);
@@ -88,11 +76,7 @@ fn http3_clients_are_back_within_a_second_after_a_kill() {
     pair.start_keepalived(1);
     pair.wait_vip(0, VIP, Duration::from_secs(15));
     for ip in [A_IP, B_IP] {
-        let start = Instant::now();
-        while pair.get(ip) != Some(200) {
-            assert!(start.elapsed() < Duration::from_secs(20), "route on {ip}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        pair.wait_served(ip, Duration::from_secs(20));
     }
     let (mut client, log) = pair.h3_poller(VIP, 5.0);
     let _ = std::process::Command::new("kill")
@@ -132,14 +116,7 @@ fn nopreempt_keeps_the_vip_where_it_is_and_tls_sessions_resume_across_failover()
     // With nopreempt the first router ready may win the election: either is fine.
     let first = pair.holder(VIP, Duration::from_secs(15));
     let other = 1 - first;
-    let start = Instant::now();
-    while pair.get(VIP) != Some(200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "route never served"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    pair.wait_served(VIP, Duration::from_secs(20));
     // A TLS session from the first router ...
     let sess = pair.dir.join("session.pem");
     let s_client = |extra: &str| {
@@ -180,14 +157,15 @@ fn nopreempt_keeps_the_vip_where_it_is_and_tls_sessions_resume_across_failover()
     // the VIP.
     pair.wait_state(first, "BACKUP", Duration::from_secs(10));
     let before = pair.adverts_received(first);
-    let start = Instant::now();
-    while pair.adverts_received(first) < before + 3 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no adverts from the holder"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    e2e::wait_for(
+        "three adverts from the holder",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || match pair.adverts_received(first) - before {
+            n if n >= 3 => Ok(()),
+            n => Err(format!("{n} so far")),
+        },
+    );
     assert!(
         pair.topo.has_addr(NAMES[other], VIP) && !pair.topo.has_addr(NAMES[first], VIP),
         "VIP moved back despite nopreempt"
@@ -204,14 +182,7 @@ fn active_active_each_vip_served_and_a_death_moves_only_its_vip() {
     pair.wait_vip(0, VIP, Duration::from_secs(15));
     pair.wait_vip(1, VIP2, Duration::from_secs(15));
     for vip in [VIP, VIP2] {
-        let start = Instant::now();
-        while pair.get(vip) != Some(200) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{vip} never served"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        pair.wait_served(vip, Duration::from_secs(20));
     }
     // router-b dies: its VIP moves to router-a, router-a's VIP stays.
     let _ = std::process::Command::new("kill")
@@ -238,20 +209,7 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
     pair.start_keepalived(1);
     pair.wait_vip(0, VIP, Duration::from_secs(15));
     for ip in [A_IP, B_IP, VIP] {
-        e2e::wait_for(
-            &format!("the app served on {ip}"),
-            Duration::from_secs(20),
-            Duration::from_millis(100),
-            || {
-                pair.get_why(ip).and_then(|c| {
-                    if c == 200 {
-                        Ok(())
-                    } else {
-                        Err(format!("status {c}"))
-                    }
-                })
-            },
-        );
+        pair.wait_served(ip, Duration::from_secs(20));
     }
     let (mut load, log) = pair.keepalive_load(VIP, 20.0, 8);
 

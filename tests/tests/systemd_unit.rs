@@ -103,34 +103,41 @@ impl Container {
             .expect("systemd-nspawn");
         let pid = nspawn.id();
         // The container's init is nspawn's child, once it has become systemd.
-        let mut leader = None;
-        for _ in 0..300 {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            if let Some(first) = children.split_whitespace().next()
-                && std::fs::read_to_string(format!("/proc/{first}/comm"))
-                    .is_ok_and(|c| c.trim() == "systemd")
-            {
-                leader = first.parse().ok();
-                break;
-            }
-            if let Ok(Some(status)) = nspawn.try_wait() {
-                panic!("systemd-nspawn exited before booting: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let leader = leader.expect("the container's init within 30 s");
+        let leader: u32 = e2e::wait_for(
+            "the container's init (systemd, nspawn's child)",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || {
+                if let Ok(Some(status)) = nspawn.try_wait() {
+                    panic!("systemd-nspawn exited before booting: {status}");
+                }
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default();
+                let first = children.split_whitespace().next().ok_or("no child yet")?;
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{first}/comm")).unwrap_or_default();
+                match comm.trim() {
+                    "systemd" => first.parse().map_err(|e| format!("{first}: {e}")),
+                    other => Err(format!("its child is {other:?}")),
+                }
+            },
+        );
         let c = Container { nspawn, leader };
         // Waits for the boot to finish (running, or degraded with a failed unit);
         // until its manager listens, systemctl prints nothing.
-        let mut state = String::new();
-        for _ in 0..60 {
-            state = c.sh("systemctl is-system-running --wait 2>/dev/null || true");
-            if !state.trim().is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        let state = e2e::wait_for(
+            "systemctl is-system-running to answer",
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || {
+                let state = c.sh("systemctl is-system-running --wait 2>/dev/null || true");
+                if state.trim().is_empty() {
+                    Err("no answer yet".to_string())
+                } else {
+                    Ok(state)
+                }
+            },
+        );
         assert!(
             state.trim() == "running" || state.trim() == "degraded",
             "boot ended {state:?}"
@@ -162,16 +169,20 @@ impl Container {
 
     /// Polls `script` until its output holds `want` (30 s at most).
     fn until(&self, what: &str, script: &str, want: &str) -> String {
-        for _ in 0..300 {
+        let (limit, start) = (Duration::from_secs(30), std::time::Instant::now());
+        e2e::wait_for(what, limit, Duration::from_millis(100), || {
             let got = self.sh(script);
             if got.contains(want) {
-                return got;
+                return Ok(got);
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let status = self
-            .sh("systemctl status router --no-pager; journalctl -u router --no-pager | tail -20");
-        panic!("{what}: `{script}` never gave {want:?}\n{status}");
+            // Near the end, the unit's own account of why.
+            let status = if start.elapsed() + Duration::from_secs(2) > limit {
+                self.sh("systemctl status router --no-pager; journalctl -u router --no-pager | tail -20")
+            } else {
+                String::new()
+            };
+            Err(format!("`{script}` gave {got:?}, not {want:?}\n{status}"))
+        })
     }
 }
 
