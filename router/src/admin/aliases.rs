@@ -1,0 +1,91 @@
+//! `POST`/`DELETE /aliases/{name}/split`: a name's requests shared between apps by
+//! weight (blue/green).
+
+use super::*;
+
+impl Admin {
+    /// `POST` (with the weights) or `DELETE` (`req` is `None`) `/aliases/{name}/split`.
+    pub(super) async fn split(
+        &self,
+        raw: &str,
+        req: Option<Request<Incoming>>,
+    ) -> Response<Full<Bytes>> {
+        let Some(name) = percent_decode(raw)
+            .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
+        else {
+            return text(StatusCode::BAD_REQUEST, "not a host name\n");
+        };
+        let weights = match req {
+            Some(req) => {
+                let body = match read_limited(req.into_body(), MAX_ADMIN_BODY, self.body_deadline)
+                    .await
+                {
+                    Ok(b) => b,
+                    Err(status) => {
+                        return text(
+                            status,
+                            "the body is a JSON object under 16 KiB, sent within limits.header_read_timeout\n",
+                        );
+                    }
+                };
+                let weights: BTreeMap<String, u32> = match serde_json::from_slice(&body) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            &format!(
+                                "the body is {{\"app-namespace\": weight, ...}} with whole weights: {e}\n"
+                            ),
+                        );
+                    }
+                };
+                let split = match Split::new(weights.clone()) {
+                    Ok(s) => s,
+                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                };
+                let table = self.table.load();
+                if table.lookup(&name).is_none() {
+                    return text(
+                        StatusCode::NOT_FOUND,
+                        &format!("{name} is not a name in the route table\n"),
+                    );
+                }
+                if let Some(missing) = split.apps().find(|k| table.app(k).is_none()) {
+                    return text(
+                        StatusCode::NOT_FOUND,
+                        &format!("{missing} is not an app in the route table\n"),
+                    );
+                }
+                Some((weights, Arc::new(split)))
+            }
+            None => None,
+        };
+        if let Err(e) = self
+            .splits
+            .set(&name, weights.as_ref().map(|(w, _)| w.clone()))
+        {
+            tracing::error!(name, error = %e, "cannot persist the split");
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("split not saved, nothing changed: {e}\n"),
+            );
+        }
+        let key: Arc<str> = Arc::from(name.as_str());
+        self.table.rcu(|t| {
+            let mut next = RouteTable::clone(t);
+            match &weights {
+                Some((_, split)) => {
+                    next.splits.insert(key.clone(), split.clone());
+                }
+                None => {
+                    next.splits.remove(&key);
+                }
+            }
+            Arc::new(next)
+        });
+        json(&serde_json::json!({
+            "name": name,
+            "split": weights.map(|(w, _)| w),
+        }))
+    }
+}

@@ -1,0 +1,138 @@
+//! `GET /backends` and `POST /backends/{address:port}/rotate-out|rotate-in`: every
+//! member's state, and taking one out of (or back into) service.
+
+use super::*;
+
+/// Longest rotate-out wait an operator may ask for.
+pub(super) const MAX_DRAIN_WAIT: Duration = Duration::from_secs(3600);
+pub(super) const DEFAULT_DRAIN_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Serialize)]
+pub(super) struct LiveMemberDoc<'a> {
+    address: &'a str,
+    health: &'static str,
+    rotate: &'static str,
+    in_flight: usize,
+    tunnels: usize,
+    idle_connections: usize,
+    apps: &'a [String],
+}
+
+#[derive(Serialize)]
+pub(super) struct RotateDoc<'a> {
+    address: &'a str,
+    rotate: &'static str,
+    /// Whether the address is a member of some route now.
+    member: bool,
+    /// rotate-out only: `drained` or `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'static str>,
+    in_flight: usize,
+    waited_ms: u128,
+}
+
+impl Admin {
+    pub(super) fn backends(&self) -> Response<Full<Bytes>> {
+        let table = self.table.load_full();
+        let mut apps: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for r in table.routes() {
+            for m in &r.members {
+                apps.entry(&m.member.addr)
+                    .or_default()
+                    .push(format!("{}-{}", r.name, r.namespace));
+            }
+        }
+        let live = self.registry.live();
+        let members: Vec<LiveMemberDoc> = live
+            .iter()
+            .map(|b| LiveMemberDoc {
+                address: &b.addr,
+                health: b.health.get().as_str(),
+                rotate: if b.rotated_out() { "out" } else { "in" },
+                in_flight: b.in_flight(),
+                tunnels: b.tunnels(),
+                idle_connections: b.pool.idle_count(),
+                apps: apps.get(&*b.addr).map_or(&[], |v| v.as_slice()),
+            })
+            .collect();
+        // Rotated out but not a member now (removed, or not announced yet).
+        let absent: Vec<String> = self
+            .registry
+            .rotated_out()
+            .into_iter()
+            .filter(|a| !live.iter().any(|b| *b.addr == **a))
+            .collect();
+        json(&serde_json::json!({
+            "backends": members,
+            "rotated_out_absent": absent,
+        }))
+    }
+}
+
+impl Admin {
+    /// `{address:port}/rotate-out` or `{address:port}/rotate-in`.
+    pub(super) async fn rotate(&self, rest: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+        let Some((raw, action)) = rest.rsplit_once('/') else {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        };
+        let out = match action {
+            "rotate-out" => true,
+            "rotate-in" => false,
+            _ => return text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+        let Some(addr) = percent_decode(raw).filter(|a| valid_member_address(a)) else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "the member is written address:port, e.g. 10.0.0.1:35531\n",
+            );
+        };
+        let mut wait = DEFAULT_DRAIN_WAIT;
+        for (k, v) in query_params(query) {
+            if k == "timeout" {
+                match humantime::parse_duration(v) {
+                    Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
+                    _ => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            "timeout is a duration such as 90s or 2m, at most 1h\n",
+                        );
+                    }
+                }
+            }
+        }
+        if out && self.registry.find(&addr).is_none() {
+            return text(
+                StatusCode::NOT_FOUND,
+                &format!("{addr} is not a member of any route\n"),
+            );
+        }
+        let member = match self.registry.rotate(&addr, out) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(member = %addr, error = %e, "cannot persist rotate state");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("rotate state not saved, nothing changed: {e}\n"),
+                );
+            }
+        };
+        tracing::info!(member = %addr, rotate = if out { "out" } else { "in" }, "rotated by operator");
+        let start = Instant::now();
+        let result = match (&member, out) {
+            (Some(b), true) => Some(if b.drain(wait).await {
+                "drained"
+            } else {
+                "timeout"
+            }),
+            _ => None,
+        };
+        json(&RotateDoc {
+            address: &addr,
+            rotate: if out { "out" } else { "in" },
+            member: member.is_some(),
+            result,
+            in_flight: member.as_ref().map_or(0, |m| m.in_flight()),
+            waited_ms: start.elapsed().as_millis(),
+        })
+    }
+}

@@ -1,0 +1,109 @@
+//! `tls:` and `upstream.tls`: certificates served, tickets, and TLS to members; the
+//! checks of `tls:`.
+
+use super::*;
+
+/// Client-facing TLS.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM chain served when no alias certificate matches the SNI name (normally the
+    /// `*.<cloud_domain>` wildcard, which covers the HA names), and without SNI.
+    pub default_cert: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#1, PKCS#8 or SEC1; may be encrypted).
+    pub default_key: Option<PathBuf>,
+    /// A file whose first line is the pass phrase of an encrypted `default_key`.
+    pub default_key_pass_file: Option<PathBuf>,
+    /// Secret shared by both routers of the pair (at least 32 random bytes) from
+    /// which session-ticket keys are derived, so clients resume after failover.
+    pub session_ticket_key_file: Option<PathBuf>,
+    /// How often the ticket key changes (tickets live one to two periods).
+    #[serde(with = "humantime_serde")]
+    pub session_ticket_rotation: Duration,
+    /// Session resumption at all (without a key file: this router's memory only).
+    pub resumption: bool,
+    /// A removed certificate whose alias stays is served this long, so that the
+    /// broker's `remove_ssl` + `add_ssl` replacement leaves no gap.
+    #[serde(with = "humantime_serde")]
+    pub replace_grace: Duration,
+    /// Answer plain HTTP for hosts that have a certificate with a redirect to HTTPS
+    /// (301 for GET/HEAD, 308 otherwise).
+    pub redirect_http: bool,
+    /// Time a client has to finish its TLS handshake.
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TlsConfig {
+    fn default() -> TlsConfig {
+        TlsConfig {
+            default_cert: None,
+            default_key: None,
+            default_key_pass_file: None,
+            session_ticket_key_file: None,
+            session_ticket_rotation: Duration::from_secs(3600),
+            resumption: true,
+            replace_grace: Duration::from_secs(10),
+            redirect_http: false,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// TLS towards `ssl_to_gear` members.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// PEM bundle of the CAs that sign the members' certificates (default: the
+    /// system bundle).
+    pub ca_file: Option<PathBuf>,
+    /// Check the member's certificate. `false` encrypts without authenticating.
+    #[serde(default = "yes")]
+    pub verify: bool,
+}
+
+impl Default for UpstreamTls {
+    fn default() -> UpstreamTls {
+        UpstreamTls {
+            ca_file: None,
+            verify: true,
+        }
+    }
+}
+
+impl Config {
+    /// `tls`.
+    pub(super) fn validate_tls(&self) -> Result<(), Invalid> {
+        let t = &self.tls;
+        if t.default_cert.is_some() != t.default_key.is_some() {
+            let field = if t.default_cert.is_some() {
+                "tls.default_key"
+            } else {
+                "tls.default_cert"
+            };
+            return Err((
+                field,
+                "tls.default_cert and tls.default_key go together".into(),
+            ));
+        }
+        if self.tls.redirect_http && self.listen.https.is_none() {
+            return Err((
+                "tls.redirect_http",
+                "redirecting to HTTPS needs listen.https".into(),
+            ));
+        }
+        if self.listen.http3.is_some() && self.listen.https.is_none() {
+            return Err((
+                "listen.http3",
+                "HTTP/3 is announced on HTTPS responses and shares its certificates: it needs listen.https".into(),
+            ));
+        }
+        if self.http3.max_concurrent_streams == Some(0) {
+            return Err(("http3.max_concurrent_streams", "must be at least 1".into()));
+        }
+        if t.session_ticket_rotation < Duration::from_secs(60) {
+            return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
+        }
+        Ok(())
+    }
+}
