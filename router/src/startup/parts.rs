@@ -1,0 +1,200 @@
+//! What `Router::bind` makes before anything serves: the per-app policies, the first
+//! route table, the member registry, the names, the TLS state, the predecessor's
+//! sockets, the reconcile client, the ACME state and the admin API.
+
+use super::*;
+
+/// The app settings saved in the state directory, the configuration's defaults
+/// and the affinity key.
+pub(super) fn app_policies(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<crate::policy::Policies, StartError> {
+    let store = crate::policy::store::SettingsStore::open(&config.state_dir)?;
+    let key = crate::policy::affinity::AffinityKey::load(
+        config.affinity_key_file.as_deref(),
+        &config.state_dir,
+    )?;
+    let clients = crate::policy::clients::Clients::new(metrics.app_untracked.clone());
+    Ok(crate::policy::Policies::new(
+        store,
+        config.app_defaults.clone(),
+        key,
+        clients,
+    ))
+}
+
+/// The route table before any event: the saved blue/green splits only.
+pub(super) fn initial_table(splits: &SplitStore) -> RouteTable {
+    RouteTable {
+        splits: splits
+            .all()
+            .into_iter()
+            .filter_map(|(name, w)| Some((Arc::from(name.as_str()), Arc::new(Split::new(w).ok()?))))
+            .collect(),
+        ..RouteTable::default()
+    }
+}
+
+/// Every member's slots, pool and health, from `upstream` and `health`.
+pub(super) fn member_registry(
+    config: &Config,
+    metrics: &Metrics,
+    workers: Option<&Workers>,
+) -> Result<Arc<MemberRegistry>, StartError> {
+    Ok(Arc::new(MemberRegistry::new(MemberRegistryConfig {
+        max_in_flight: config.upstream.max_connections_per_backend,
+        max_per_source: config.upstream.max_per_source(),
+        reserve_percent: config.upstream.source_reserve,
+        pool: PoolSettings {
+            max_idle: config.upstream.max_idle(),
+            workers: workers.map_or(1, |w| w.threads()),
+            idle_timeout: config.upstream.idle_timeout,
+            opened: metrics.upstream_connections.clone(),
+        },
+        health: config.health.settings(),
+        metrics: metrics.health.clone(),
+        rotate: crate::members::rotate::RotateStore::open(&config.state_dir)?,
+        checkers: Some(tokio::runtime::Handle::current()),
+    })))
+}
+
+/// How host names are made from apps (the route table's builder needs it).
+pub(super) fn naming(config: &Config) -> Naming {
+    Naming {
+        cloud_domain: config.cloud_domain.to_ascii_lowercase(),
+        ha_prefix: config.ha_dns_prefix.clone(),
+        ha_suffix: config.ha_dns_suffix.clone(),
+        app_dns: config.app_dns,
+        endpoint_types: config.endpoint_types.clone(),
+        balance: config.upstream.balance,
+        fail_open: config.health.fail_open,
+        tcp: config.tcp.listen.iter().map(|p| p.matcher()).collect(),
+    }
+}
+
+/// The certificate index and the shared ticket key, if one is configured.
+/// The live certificates, when there is an HTTPS listener.
+pub(super) type LiveCerts = Option<Arc<ArcSwap<crate::tls::store::Certs>>>;
+pub(super) type TlsState = (Arc<Mutex<CertIndex>>, Option<Arc<SharedTicketer>>);
+
+/// The certificate index (with the default certificate, which must load) and the
+/// shared ticket key, if one is configured.
+pub(super) fn tls_state(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+    metrics: &Metrics,
+) -> Result<TlsState, StartError> {
+    let default_cert = load_default_cert(&config.tls, provider)?;
+    if let Some(l) = &default_cert {
+        metrics.tls.set_expiry("default", l.not_after);
+    }
+    // The saved state is the first update: its certificates load lazily.
+    let certs = Arc::new(Mutex::new(
+        CertIndex::new(
+            default_cert.map(|l| l.key),
+            provider.clone(),
+            metrics.tls.clone(),
+            config.tls.replace_grace,
+        )
+        .restoring(),
+    ));
+    let ticketer = match &config.tls.session_ticket_key_file {
+        Some(path) if config.tls.resumption => Some(Arc::new(SharedTicketer::open(
+            path,
+            config.tls.session_ticket_rotation,
+        )?)),
+        _ => None,
+    };
+    Ok((certs, ticketer))
+}
+
+/// Where a successor asks for these sockets. Without it, an upgrade is a restart.
+pub(super) async fn handover(
+    config: &Config,
+    inherited: bool,
+) -> Result<Option<Handover>, StartError> {
+    // Where a successor asks for these sockets. Without it, an upgrade is a restart.
+    Ok(match Handover::bind(&config.state_dir, inherited).await {
+        Ok(h) => Some(h),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(StartError::Handover(e));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no upgrade socket: `router upgrade` cannot take over from this process");
+            None
+        }
+    })
+}
+
+/// The client `reconcile:` asks the broker with, if configured.
+pub(super) fn reconcile_client(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<Arc<crate::reconcile::broker::Client>>, StartError> {
+    Ok(config
+        .reconcile
+        .as_ref()
+        .map(|r| r.client(provider.clone()).map(Arc::new))
+        .transpose()?)
+}
+
+/// ACME's state (with `acme.directory`): what the issuer and the admin API's
+/// `/acme/*` share.
+pub(super) fn acme_state(
+    config: &Config,
+    live: &Live,
+    certs: &Arc<std::sync::Mutex<CertIndex>>,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Option<Arc<crate::tls::acme::Shared>> {
+    let challenges = live.load().proxy.acme.clone()?;
+    Some(Arc::new(crate::tls::acme::Shared::new(
+        &config.state_dir,
+        challenges,
+        certs.clone(),
+        provider.clone(),
+    )))
+}
+
+/// The admin API's state.
+pub(super) fn admin_api(
+    config: &Config,
+    (table, registry, metrics): (Arc<ArcSwap<RouteTable>>, Arc<MemberRegistry>, Arc<Metrics>),
+    (splits, policies, certs, acme): (
+        Arc<SplitStore>,
+        Arc<crate::policy::Policies>,
+        LiveCerts,
+        Option<Arc<crate::tls::acme::Shared>>,
+    ),
+    token: Option<String>,
+    recent: Arc<crate::table::recent::Recent>,
+    reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
+) -> Admin {
+    Admin {
+        table,
+        registry: registry.clone(),
+        metrics,
+        ready: Arc::new(AtomicBool::new(false)),
+        splits,
+        policies,
+        token: arc_swap::ArcSwapOption::from(token.map(Arc::new)),
+        audit: Default::default(),
+        reconcile,
+        recent,
+        source: match config.spi.source {
+            SourceKind::Spool => "spool",
+            SourceKind::Stomp => "stomp",
+            SourceKind::Amqp => "amqp",
+            SourceKind::None => "none",
+        },
+        // Where parked messages are: the spool's `failed/`, else the state's.
+        body_deadline: config.limits.header_read_timeout,
+        names: ArcSwap::from_pointee(crate::admin::Names::new(&config.admin.hosts)),
+        certs,
+        acme,
+        dead_letters: match (&config.spi.source, &config.spi.spool) {
+            (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
+            _ => config.state_dir.join("dead-letters"),
+        },
+    }
+}
