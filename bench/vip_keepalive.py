@@ -45,6 +45,8 @@ def client(n, start):
                 conn = None
         except Exception as e:  # every failure is a data point, never a crash
             status = "ERR:" + type(e).__name__ + ":" + "_".join(str(e).split())
+            if conn is not None and conn.sock is not None:
+                status += ":port=" + str(conn.sock.getsockname()[1])
             if conn is not None:
                 conn.close()
             conn = None

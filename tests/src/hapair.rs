@@ -36,8 +36,9 @@ pub struct Pair {
 pub const NAMES: [&str; 2] = ["a", "b"];
 
 /// How long a new VIP holder forwards the old holder's connections in the tests
-/// (`gen-config --handover`; 30 s by default).
-pub const HANDOVER: Duration = Duration::from_secs(5);
+/// (`gen-config --handover`; 35 s by default): longer than the routers'
+/// `shutdown_grace` here (5 s), as the default is than the default's (30 s).
+pub const HANDOVER: Duration = Duration::from_secs(7);
 
 impl Pair {
     /// Namespaces, broker, backend, both routers (ready) and, with `vip2`, the
@@ -372,6 +373,27 @@ impl Pair {
                 (0..clients).all(|n| text.contains(&format!(" {n} 200")))
             },
         );
+        (child, log)
+    }
+
+    /// A WebSocket through `vip` (bench/vip_websocket.py) sending a message every
+    /// 20 ms for `secs`; returns once it has had an echo. Its log, once the
+    /// child has ended, is one JSON line: echoes, longest wait, how it ended.
+    pub fn websocket(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
+        let log = self
+            .dir
+            .join(format!("ws-{}.log", Instant::now().elapsed().as_nanos()));
+        let child = self
+            .topo
+            .cmd("c", "python3")
+            .arg(repo().join("bench/vip_websocket.py"))
+            .args([vip, &secs.to_string(), log.to_str().expect("path"), HOST])
+            .spawn()
+            .expect("vip_websocket.py");
+        let live = log.with_extension("log.live");
+        crate::wait_until("a WebSocket echo", Duration::from_secs(10), || {
+            std::fs::read_to_string(&live).is_ok_and(|t| t.contains("echoed"))
+        });
         (child, log)
     }
 

@@ -197,7 +197,8 @@ fn active_active_each_vip_served_and_a_death_moves_only_its_vip() {
 /// A planned stop of the VIP holder, then its failback (the recovered router
 /// taking the VIP back: preemption on), under eight keep-alive HTTP/1.1 clients
 /// and with a 50 MB download in flight at each move: no request fails on its first
-/// try and both downloads complete. The new holder forwards the old one's open
+/// try and both downloads complete. A WebSocket open on the leaving router keeps
+/// echoing until that router's grace ends, which closes it cleanly: never reset. The new holder forwards the old one's open
 /// connections for `HANDOVER` (keepalived/router-handover); the old one drains
 /// them (SIGTERM on the stop, SIGUSR1 on the failback).
 #[test]
@@ -212,6 +213,7 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         pair.wait_served(ip, Duration::from_secs(20));
     }
     let (mut load, log) = pair.keepalive_load(VIP, 20.0, 8);
+    let (mut ws, ws_log) = pair.websocket(VIP, 15.0);
 
     // The planned stop: a download of 2.6 s at 20 MB/s begins, then a leaves.
     let started = Instant::now();
@@ -221,7 +223,10 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
     let got = download_result(download);
     let took = started.elapsed();
     let _ = pair.routers[0].take().map(|mut c| c.wait());
-    eprintln!("planned stop: VIP on b after {moved:?}; the download {got:?} in {took:?}");
+    eprintln!(
+        "planned stop at {:.3}: VIP on b after {moved:?}; the download {got:?} in {took:?}",
+        epoch() - took.as_secs_f64()
+    );
     assert_eq!(
         got,
         Ok(BYTES),
@@ -240,7 +245,10 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
     let moved = pair.wait_vip(0, VIP, Duration::from_secs(10));
     let got = download_result(download);
     let took = started.elapsed();
-    eprintln!("failback: VIP on a after {moved:?}; the download {got:?} in {took:?}");
+    eprintln!(
+        "failback at {:.3}: VIP on a after {moved:?}; the download {got:?} in {took:?}",
+        epoch() - took.as_secs_f64() + moved.as_secs_f64()
+    );
     assert_eq!(
         got,
         Ok(BYTES),
@@ -255,6 +263,22 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         "the failback came within the forwarding window"
     );
 
+    ws.wait().expect("WebSocket client");
+    let ws_end: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&ws_log)
+            .expect("WebSocket log")
+            .trim(),
+    )
+    .expect("the WebSocket client's summary");
+    eprintln!("WebSocket open on the leaving router: {ws_end}");
+    assert_eq!(
+        ws_end["ending"], "closed",
+        "a WebSocket on the leaving router is closed at its grace's end, never reset: {ws_end}"
+    );
+    assert!(
+        ws_end["echoed"].as_u64() > Some(100),
+        "it kept echoing through the move: {ws_end}"
+    );
     load.wait().expect("keep-alive clients");
     let report = load_report(&log);
     eprintln!(
@@ -273,4 +297,11 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         "no first-try failure over a planned stop and its failback:\n{}",
         report.failed.join("\n")
     );
+}
+
+/// Now in seconds since the epoch, as the clients' logs write it.
+fn epoch() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
