@@ -1,5 +1,5 @@
 //! `/acme/*`: what the two routers of a pair put on and take from each other
-//! for ACME (see `crate::issuer`, `crate::tls::acme`). Every call, reads included, needs the admin
+//! for ACME (see `crate::issuer`, `crate::issuer::shared`). Every call, reads included, needs the admin
 //! token: the account and the certificates carry private keys.
 //!
 //! | call | answer |
@@ -18,7 +18,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::{Admin, json, read_limited, text};
-use crate::tls::acme::{Saved, Shared, valid_alias};
+use crate::issuer::shared::{IssuedCert, Shared, valid_alias};
 
 /// Largest `/acme/*` body: a certificate chain and its key, as JSON.
 const MAX_ACME_BODY: usize = 256 * 1024;
@@ -74,7 +74,7 @@ impl Admin {
                     order(shared, alias, &method, &body)
                 }
                 Some(("certificates", alias)) if method == Method::PUT => {
-                    match serde_json::from_slice::<Saved>(&body) {
+                    match serde_json::from_slice::<IssuedCert>(&body) {
                         Ok(saved) => match shared.accept(alias, &saved) {
                             Ok(true) => text(StatusCode::OK, "saved and served\n"),
                             Ok(false) => text(StatusCode::OK, "this router's is as recent\n"),

@@ -119,7 +119,7 @@ pub struct Admin {
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     /// ACME's state (`acme.directory` set): what a pair's peer puts and takes
     /// through `/acme/*` (see [`acme`]).
-    pub acme: Option<Arc<crate::tls::acme::Shared>>,
+    pub acme: Option<Arc<crate::issuer::shared::Shared>>,
 }
 
 /// `admin:` settings.

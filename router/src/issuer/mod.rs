@@ -37,11 +37,12 @@
 
 mod peer;
 mod renewal;
+pub mod shared;
 
 pub use peer::{Peer, PeerError};
 use renewal::Held;
 
-use crate::tls::acme::{Entry, PAGE, Saved, Shared, valid_alias};
+use crate::issuer::shared::{Entry, IssuedCert, PAGE, Shared, valid_alias};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -193,13 +194,13 @@ impl Manager {
             };
             if let Some(saved) = self.shared.load(&alias) {
                 self.shared.indexed(&alias, saved.issued_at);
-                self.serve(&alias, &saved);
+                self.install(&alias, &saved);
             }
         }
     }
 
     /// Loads and serves a certificate (a key that does not load: logged, counted).
-    fn serve(&mut self, alias: &str, saved: &Saved) {
+    fn install(&mut self, alias: &str, saved: &IssuedCert) {
         match keys::load(
             &saved.chain_pem,
             &saved.key_pem,
@@ -211,7 +212,7 @@ impl Manager {
                     alias.to_string(),
                     Held::new(loaded.not_after, saved.issued_at),
                 );
-                self.shared.serve(alias, Some(loaded));
+                self.shared.install(alias, Some(loaded));
                 self.metrics.acme_certificates.set(self.held.len() as i64);
             }
             Err(e) => {
@@ -310,7 +311,7 @@ impl Manager {
             } else if !self.held.contains_key(&alias) {
                 // Put by the peer before this router has the alias (or after
                 // it left): not served; kept for KEEP_GONE, as a leaving one.
-                self.shared.serve(&alias, None);
+                self.shared.install(&alias, None);
                 self.gone.entry(alias).or_insert_with(Instant::now);
             }
         }
@@ -332,7 +333,7 @@ impl Manager {
     /// peer put a newer one).
     fn reload_saved(&mut self, alias: &str) {
         if let Some(saved) = self.shared.load(alias) {
-            self.serve(alias, &saved);
+            self.install(alias, &saved);
         }
     }
 
@@ -582,7 +583,7 @@ impl Manager {
         if let Err(e) = self.shared.save(&alias, &saved) {
             tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
         }
-        self.serve(&alias, &saved);
+        self.install(&alias, &saved);
         self.failed.remove(&alias);
         self.metrics.acme_failures(&alias, 0);
         self.metrics.acme_order(true);
@@ -592,8 +593,8 @@ impl Manager {
 
     /// What the CA sent, if it is a chain for our key and not yet expired (else
     /// the order failed, and the certificate in service stays).
-    fn checked(&self, issued: acme::Issued) -> Result<Saved, String> {
-        let saved = Saved {
+    fn checked(&self, issued: acme::Issued) -> Result<IssuedCert, String> {
+        let saved = IssuedCert {
             chain_pem: issued.chain_pem,
             key_pem: issued.key_pem,
             issued_at: unix_now(),
@@ -615,7 +616,7 @@ impl Manager {
 
     /// Puts `alias`'s new certificate on the peer (which otherwise takes it at
     /// its next catch-up).
-    async fn put_on_peer(&self, alias: &str, saved: &Saved) {
+    async fn put_on_peer(&self, alias: &str, saved: &IssuedCert) {
         let Some(p) = &self.pair else {
             return;
         };
@@ -655,7 +656,7 @@ impl Manager {
         let now = Instant::now();
         for alias in unwanted(&self.held, wanted) {
             self.held.remove(&alias);
-            self.shared.serve(&alias, None);
+            self.shared.install(&alias, None);
             self.gone.entry(alias).or_insert(now);
         }
         for alias in unwanted(&self.failed, wanted) {
@@ -773,7 +774,7 @@ mod tests {
     }
 
     fn saved(dir: &Path, alias: &str, chain_pem: &str, key_pem: &str) {
-        let saved = Saved {
+        let saved = IssuedCert {
             chain_pem: chain_pem.into(),
             key_pem: key_pem.into(),
             issued_at: unix_now(),
@@ -842,7 +843,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("issuer-peer-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (m, certs) = manager(&dir);
-        let saved = |(chain_pem, key_pem): (String, String), issued_at| Saved {
+        let saved = |(chain_pem, key_pem): (String, String), issued_at| IssuedCert {
             chain_pem,
             key_pem,
             issued_at,
@@ -870,7 +871,7 @@ mod tests {
             Some(record.clone())
         );
         // A peer recording without end is held to MAX_ANSWERS orders.
-        for i in 0..crate::tls::acme::MAX_ANSWERS {
+        for i in 0..crate::issuer::shared::MAX_ANSWERS {
             assert!(
                 m.shared
                     .peer_order(&format!("o{i}.example.com"), Some(record.clone()))

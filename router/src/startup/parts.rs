@@ -146,9 +146,9 @@ pub(super) fn acme_state(
     live: &Live,
     certs: &Arc<std::sync::Mutex<CertIndex>>,
     provider: &Arc<rustls::crypto::CryptoProvider>,
-) -> Option<Arc<crate::tls::acme::Shared>> {
+) -> Option<Arc<crate::issuer::shared::Shared>> {
     let challenges = live.load().proxy.acme.clone()?;
-    Some(Arc::new(crate::tls::acme::Shared::new(
+    Some(Arc::new(crate::issuer::shared::Shared::new(
         &config.state_dir,
         challenges,
         certs.clone(),
@@ -164,7 +164,7 @@ pub(super) fn admin_api(
         Arc<SplitStore>,
         Arc<crate::policy::Policies>,
         LiveCerts,
-        Option<Arc<crate::tls::acme::Shared>>,
+        Option<Arc<crate::issuer::shared::Shared>>,
     ),
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,

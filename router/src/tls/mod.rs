@@ -10,7 +10,6 @@
 //!   [`rewind`]: the stream with those bytes put back for our own handshake;
 //! - [`client`]: TLS towards `ssl_to_gear` members.
 
-pub mod acme;
 pub mod client;
 pub mod hello;
 pub mod keys;

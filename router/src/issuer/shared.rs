@@ -40,7 +40,7 @@ pub const MAX_ANSWERS: usize = 1024;
 
 /// An issued certificate as saved (and as put on the peer).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Saved {
+pub struct IssuedCert {
     pub chain_pem: String,
     pub key_pem: String,
     /// When it was issued (seconds since the epoch): renewal is due at two
@@ -54,12 +54,12 @@ pub struct Saved {
 pub struct Entry {
     pub alias: String,
     #[serde(flatten)]
-    pub saved: Saved,
+    pub saved: IssuedCert,
 }
 
 /// Why a certificate from the peer was not kept.
 #[derive(Debug, thiserror::Error)]
-pub enum Refused {
+pub enum PeerCertRefused {
     #[error("{0}: not an alias name")]
     Name(String),
     #[error("{alias}: {reason}")]
@@ -126,7 +126,7 @@ impl Shared {
     }
 
     /// `alias`'s saved certificate, if any (and readable).
-    pub fn load(&self, alias: &str) -> Option<Saved> {
+    pub fn load(&self, alias: &str) -> Option<IssuedCert> {
         std::fs::read(self.cert_path(alias))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -141,7 +141,7 @@ impl Shared {
 
     /// Saves `saved` as `alias`'s certificate (0600), unless the one saved is
     /// as recent; whether it was saved.
-    pub fn save(&self, alias: &str, saved: &Saved) -> std::io::Result<bool> {
+    pub fn save(&self, alias: &str, saved: &IssuedCert) -> std::io::Result<bool> {
         if self
             .load(alias)
             .is_some_and(|old| old.issued_at > saved.issued_at || old.chain_pem == saved.chain_pem)
@@ -163,27 +163,29 @@ impl Shared {
 
     /// A certificate the peer issued for `alias`: checked (it loads, its key
     /// is its own), saved if newer than ours, and handed to the issuer to serve.
-    pub fn accept(&self, alias: &str, saved: &Saved) -> Result<bool, Refused> {
+    pub fn accept(&self, alias: &str, saved: &IssuedCert) -> Result<bool, PeerCertRefused> {
         if !valid_alias(alias) {
-            return Err(Refused::Name(alias.to_string()));
+            return Err(PeerCertRefused::Name(alias.to_string()));
         }
         let loaded =
             keys::load(&saved.chain_pem, &saved.key_pem, None, &self.provider).map_err(|e| {
-                Refused::Certificate {
+                PeerCertRefused::Certificate {
                     alias: alias.to_string(),
                     reason: e.to_string(),
                 }
             })?;
-        let saved_now = self.save(alias, saved).map_err(|source| Refused::Io {
-            alias: alias.to_string(),
-            source,
-        })?;
+        let saved_now = self
+            .save(alias, saved)
+            .map_err(|source| PeerCertRefused::Io {
+                alias: alias.to_string(),
+                source,
+            })?;
         // The peer's order for it, if one is recorded, has ended.
         lock(&self.orders).remove(alias);
         if saved_now {
             // Served at once (the issuer may be busy with an order of its own);
             // the issuer checks at its next look that the alias still wants it.
-            self.serve(alias, Some(loaded));
+            self.install(alias, Some(loaded));
             lock(&self.arrived).push(alias.to_string());
             self.wake.notify_one();
         }
@@ -249,7 +251,7 @@ impl Shared {
     }
 
     /// Serves `loaded` as `alias`'s ACME certificate (`None`: no longer).
-    pub fn serve(&self, alias: &str, loaded: Option<keys::Loaded>) {
+    pub fn install(&self, alias: &str, loaded: Option<keys::Loaded>) {
         lock(&self.certs).set_acme(alias, loaded);
     }
 
