@@ -117,6 +117,24 @@ pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut(
     }
 }
 
+/// The sum of the samples of `name` in a Prometheus text `page` whose labels
+/// include every one of `labels` (a counter split by a label the caller does
+/// not care about, e.g. `router_tls_handshakes_total{kind="full"}` over its
+/// `group`s).
+pub fn metric_sum(page: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let has_all = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (n == name && has_all).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 /// The blocking tests' [`eventually`]: calls `check` every `every` until it
 /// answers `Ok`, and returns its value; after `limit`, panics naming `what` and
 /// the last `Err` (why it was not yet so: a status, a log's tail), so that a

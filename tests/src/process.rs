@@ -166,6 +166,18 @@ impl RouterProcess {
         })
     }
 
+    /// [`crate::metric_sum`] over the admin `/metrics`.
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let Some(admin) = self.admin else { return 0.0 };
+        let raw = crate::raw::exchange(
+            admin,
+            b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await;
+        crate::metric_sum(&String::from_utf8_lossy(&raw), name, labels)
+    }
+
     /// A raw HTTP/1.1 GET with `Connection: close`; the status code, if any.
     pub async fn status(&self, host: &str, path: &str) -> Option<u16> {
         crate::raw::status(

@@ -337,6 +337,12 @@ impl TestRouter {
         })
     }
 
+    /// [`crate::metric_sum`] over this router's `/metrics`.
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let (_, text) = self.admin_get("/metrics").await;
+        crate::metric_sum(&text, name, labels)
+    }
+
     /// How much a counter sample grew since it read `before` (a sample not yet
     /// exported reads 0).
     pub async fn grown_since(&self, sample: &str, before: f64) -> f64 {

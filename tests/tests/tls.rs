@@ -180,7 +180,11 @@ async fn sni_picks_the_alias_certificate_the_wildcard_or_the_default() {
         "{out}"
     );
 
-    assert!(r.metric("router_tls_handshakes_total{kind=\"full\"}").await >= Some(4.0));
+    assert!(
+        r.metric_sum("router_tls_handshakes_total", &[("kind", "full")])
+            .await
+            >= 4.0
+    );
     let expiry = r
         .metric(&format!(
             "router_tls_certificate_expiry_timestamp_seconds{{alias=\"{ALIAS}\"}}"
@@ -474,9 +478,9 @@ async fn sessions_resume_on_the_other_router_with_the_shared_ticket_key() {
         "B counted the resumption",
         Duration::from_secs(5),
         async || {
-            b.metric("router_tls_handshakes_total{kind=\"resumed\"}")
+            b.metric_sum("router_tls_handshakes_total", &[("kind", "resumed")])
                 .await
-                == Some(1.0)
+                == 1.0
         },
     )
     .await;
@@ -1128,4 +1132,106 @@ async fn the_server_picks_the_cipher_suite_by_its_own_order() {
         "TLS_CHACHA20_POLY1305_SHA256"
     };
     assert_eq!(tls13, want);
+}
+
+/// The key-exchange groups (`tls.groups`, `tls::groups`): by default a rustls
+/// client (aws-lc-rs, which offers the hybrid first) agrees on `X25519MLKEM768`,
+/// an OpenSSL 3.0 client offering only X25519 still connects on `x25519`, and
+/// each is counted under its `group`; a router told `[x25519]` agrees on X25519
+/// with the rustls client too, and one whose groups the client does not share
+/// refuses the handshake.
+#[tokio::test]
+async fn handshakes_agree_on_the_configured_groups_and_are_counted_by_group() {
+    let pki = Pki::new();
+    let ca_pem = std::fs::read_to_string(&pki.ca_file).expect("CA");
+    let full = |group: &'static str| [("kind", "full"), ("group", group)];
+
+    let r = TestRouter::start_https(e2e::tempdir("tls"), &pki.tls_section("")).await;
+    let tls = connect(
+        https(&r),
+        "www.example.com",
+        &client_config(&ca_pem, &[b"http/1.1"]),
+    )
+    .await
+    .expect("rustls handshake");
+    assert_eq!(
+        tls.get_ref()
+            .1
+            .negotiated_key_exchange_group()
+            .map(|g| g.name()),
+        Some(rustls::NamedGroup::X25519MLKEM768),
+        "the hybrid post-quantum group by default"
+    );
+    drop(tls);
+    let addr = https(&r).to_string();
+    let ca = pki.ca_file.display().to_string();
+    let args = [
+        "s_client",
+        "-connect",
+        &addr,
+        "-servername",
+        "www.example.com",
+    ];
+    let (_, out) = run(
+        "openssl",
+        &[&args[..], &["-CAfile", &ca, "-groups", "X25519"]].concat(),
+    )
+    .await;
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    assert!(
+        out.contains("X25519"),
+        "openssl names the group it agreed on: {out}"
+    );
+    e2e::eventually(
+        "each handshake counted under its group",
+        Duration::from_secs(5),
+        async || {
+            r.metric_sum("router_tls_handshakes_total", &full("x25519mlkem768"))
+                .await
+                == 1.0
+                && r.metric_sum("router_tls_handshakes_total", &full("x25519"))
+                    .await
+                    == 1.0
+        },
+    )
+    .await;
+    r.stop().await;
+
+    let r = TestRouter::start_https(
+        e2e::tempdir("tls"),
+        &pki.tls_section("  groups: [X25519]\n"),
+    )
+    .await;
+    let tls = connect(
+        https(&r),
+        "www.example.com",
+        &client_config(&ca_pem, &[b"http/1.1"]),
+    )
+    .await
+    .expect("rustls handshake");
+    assert_eq!(
+        tls.get_ref()
+            .1
+            .negotiated_key_exchange_group()
+            .map(|g| g.name()),
+        Some(rustls::NamedGroup::X25519),
+        "tls.groups: [x25519] picks X25519 from a client that offers the hybrid first"
+    );
+    r.stop().await;
+
+    let r = TestRouter::start_https(
+        e2e::tempdir("tls"),
+        &pki.tls_section("  groups: [secp384r1]\n"),
+    )
+    .await;
+    let (_, out) = run(
+        "openssl",
+        &[&args[..], &["-CAfile", &ca, "-groups", "X25519"]].concat(),
+    )
+    .await;
+    assert!(
+        !out.contains("Verify return code: 0 (ok)"),
+        "no group in common: no handshake: {out}"
+    );
+    r.stop().await;
 }

@@ -407,3 +407,21 @@ fn acme_settings_are_checked_with_their_line() {
         assert!(e.contains("r.yaml:") && e.contains(field), "{bad}: {e}");
     }
 }
+
+#[test]
+fn tls_groups_are_named_known_and_once() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    assert_eq!(c.tls.groups, crate::tls::groups::default_names());
+    let ok = format!("{GOOD}tls:\n  groups: [X25519, secp256r1]\n");
+    assert_eq!(
+        Config::parse(&ok, "r.yaml").expect("valid").tls.groups,
+        ["X25519", "secp256r1"]
+    );
+    for bad in ["[x448]", "[]", "[x25519, X25519]"] {
+        let e = err(&format!("{GOOD}tls:\n  groups: {bad}\n")).to_string();
+        assert!(
+            e.contains("r.yaml:") && e.contains("tls.groups"),
+            "{bad}: {e}"
+        );
+    }
+}

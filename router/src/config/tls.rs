@@ -32,6 +32,10 @@ pub struct TlsConfig {
     /// Time a client has to finish its TLS handshake.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
+    /// The key-exchange groups offered, most preferred first (see
+    /// `crate::tls::groups`): by default the hybrid post-quantum
+    /// `x25519mlkem768`, then `x25519`, `secp256r1`, `secp384r1`.
+    pub groups: Vec<String>,
 }
 
 impl Default for TlsConfig {
@@ -46,6 +50,7 @@ impl Default for TlsConfig {
             replace_grace: Duration::from_secs(10),
             redirect_http: false,
             handshake_timeout: Duration::from_secs(10),
+            groups: crate::tls::groups::default_names(),
         }
     }
 }
@@ -75,6 +80,7 @@ impl Config {
     /// `tls`.
     pub(super) fn validate_tls(&self) -> Result<(), Invalid> {
         let t = &self.tls;
+        crate::tls::groups::check(&t.groups).map_err(|e| ("tls.groups", e))?;
         if t.default_cert.is_some() != t.default_key.is_some() {
             let field = if t.default_cert.is_some() {
                 "tls.default_key"

@@ -555,13 +555,27 @@ impl HealthMetrics {
     }
 }
 
+/// The `group` label values of `router_tls_handshakes_total`: the key-exchange
+/// groups the router can agree on (`crate::tls::groups` names them the same),
+/// then `none` (a resumption without one).
+pub const TLS_GROUPS: [&str; 7] = [
+    "x25519mlkem768",
+    "secp256r1mlkem768",
+    "mlkem768",
+    "x25519",
+    "secp256r1",
+    "secp384r1",
+    "none",
+];
+
 /// TLS: handshakes, failures by reason, certificates. The expiry gauge is labelled
 /// by alias, so its series count is the number of alias certificates (plus one for
 /// the default certificate, `alias="default"`); each is removed with its certificate.
 #[derive(Clone)]
 pub struct TlsMetrics {
-    /// `router_tls_handshakes_total{kind}`: full, resumed (resolved once).
-    handshakes: [IntCounter; 2],
+    /// `router_tls_handshakes_total{kind,group}`: full, resumed, by the
+    /// key-exchange group agreed ([`TLS_GROUPS`]; resolved once).
+    handshakes: [[IntCounter; TLS_GROUPS.len()]; 2],
     failures: IntCounterVec,
     pub certificates: IntGauge,
     certificate_errors: IntCounterVec,
@@ -585,12 +599,13 @@ impl TlsMetrics {
     fn new(r: &Registry) -> prometheus::Result<TlsMetrics> {
         let handshakes = counters!(
             "router_tls_handshakes_total",
-            "Completed client handshakes, by kind (full, resumed)",
-            &["kind"],
+            "Completed client handshakes, by kind (full, resumed) and key-exchange group",
+            &["kind", "group"],
             r
         )?;
         Ok(TlsMetrics {
-            handshakes: ["full", "resumed"].map(|k| handshakes.with_label_values(&[k])),
+            handshakes: ["full", "resumed"]
+                .map(|k| TLS_GROUPS.map(|g| handshakes.with_label_values(&[k, g]))),
             failures: counters!(
                 "router_tls_handshake_failures_total",
                 "Failed client handshakes, by reason",
@@ -674,8 +689,14 @@ impl TlsMetrics {
         TlsMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
     }
 
-    pub fn handshake(&self, resumed: bool) {
-        self.handshakes[usize::from(resumed)].inc();
+    /// A completed handshake; `group` one of [`TLS_GROUPS`] (anything else is
+    /// counted as the last, `none`).
+    pub fn handshake(&self, resumed: bool, group: &str) {
+        let g = TLS_GROUPS
+            .iter()
+            .position(|l| *l == group)
+            .unwrap_or(TLS_GROUPS.len() - 1);
+        self.handshakes[usize::from(resumed)][g].inc();
     }
 
     pub fn handshake_failed(&self, reason: &str) {

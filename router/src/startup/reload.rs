@@ -183,6 +183,7 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.resumption" => tls.resumption,
         "tls.replace_grace" => tls.replace_grace,
         "tls.redirect_http" => tls.redirect_http,
+        "tls.groups" => tls.groups,
         "affinity_key_file" => affinity_key_file,
         "http3" => http3,
     }

@@ -211,8 +211,10 @@ pub async fn handshake(
             None
         }
         Ok(Ok(tls)) => {
-            let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-            metrics.handshake(resumed);
+            let conn = tls.get_ref().1;
+            let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            let group = conn.negotiated_key_exchange_group().map(|g| g.name());
+            metrics.handshake(resumed, super::groups::label(group));
             Some(tls)
         }
         Ok(Err(failure)) => {
