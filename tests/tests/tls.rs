@@ -1147,22 +1147,11 @@ async fn handshakes_agree_on_the_configured_groups_and_are_counted_by_group() {
     let full = |group: &'static str| [("kind", "full"), ("group", group)];
 
     let r = TestRouter::start_https(e2e::tempdir("tls"), &pki.tls_section("")).await;
-    let tls = connect(
-        https(&r),
-        "www.example.com",
-        &client_config(&ca_pem, &[b"http/1.1"]),
-    )
-    .await
-    .expect("rustls handshake");
     assert_eq!(
-        tls.get_ref()
-            .1
-            .negotiated_key_exchange_group()
-            .map(|g| g.name()),
+        agreed_group(&r, &ca_pem).await,
         Some(rustls::NamedGroup::X25519MLKEM768),
         "the hybrid post-quantum group by default"
     );
-    drop(tls);
     let addr = https(&r).to_string();
     let ca = pki.ca_file.display().to_string();
     let args = [
@@ -1202,18 +1191,8 @@ async fn handshakes_agree_on_the_configured_groups_and_are_counted_by_group() {
         &pki.tls_section("  groups: [X25519]\n"),
     )
     .await;
-    let tls = connect(
-        https(&r),
-        "www.example.com",
-        &client_config(&ca_pem, &[b"http/1.1"]),
-    )
-    .await
-    .expect("rustls handshake");
     assert_eq!(
-        tls.get_ref()
-            .1
-            .negotiated_key_exchange_group()
-            .map(|g| g.name()),
+        agreed_group(&r, &ca_pem).await,
         Some(rustls::NamedGroup::X25519),
         "tls.groups: [x25519] picks X25519 from a client that offers the hybrid first"
     );
@@ -1234,4 +1213,20 @@ async fn handshakes_agree_on_the_configured_groups_and_are_counted_by_group() {
         "no group in common: no handshake: {out}"
     );
     r.stop().await;
+}
+
+/// The key-exchange group a rustls client (aws-lc-rs's defaults) agrees on with
+/// `r`'s HTTPS listener.
+async fn agreed_group(r: &TestRouter, ca_pem: &str) -> Option<rustls::NamedGroup> {
+    let tls = connect(
+        https(r),
+        "www.example.com",
+        &client_config(ca_pem, &[b"http/1.1"]),
+    )
+    .await
+    .expect("rustls handshake");
+    tls.get_ref()
+        .1
+        .negotiated_key_exchange_group()
+        .map(|g| g.name())
 }
