@@ -1,6 +1,8 @@
 //! `/acme/*`: what the two routers of a pair put on and take from each other
-//! for ACME (see `crate::issuer`, `crate::issuer::shared`). Every call, reads included, needs the admin
-//! token: the account and the certificates carry private keys.
+//! for ACME: the admin API's one entry to `crate::issuer::shared`, which holds
+//! what these calls read and change and decides what it keeps; this file only
+//! maps HTTP onto it. Every call, reads included, needs the admin token: the
+//! account and the certificates carry private keys.
 //!
 //! | call | answer |
 //! |---|---|
@@ -18,7 +20,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::{Admin, json, read_limited, text};
-use crate::issuer::shared::{IssuedCert, Shared, valid_alias};
+use crate::issuer::shared::{AccountRefused, AccountTaken, IssuedCert, Shared, valid_alias};
 
 /// Largest `/acme/*` body: a certificate chain and its key, as JSON.
 const MAX_ACME_BODY: usize = 256 * 1024;
@@ -90,39 +92,23 @@ impl Admin {
 }
 
 fn account(shared: &Shared) -> Response<Full<Bytes>> {
-    match std::fs::read(shared.dir().join(acme::ACCOUNT_FILE)) {
-        Ok(bytes) => Response::builder()
+    match shared.account() {
+        Some(bytes) => Response::builder()
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(bytes)))
             .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "answer\n")),
-        Err(_) => text(StatusCode::NOT_FOUND, "no ACME account yet\n"),
+        None => text(StatusCode::NOT_FOUND, "no ACME account yet\n"),
     }
 }
 
 fn put_account(shared: &Shared, body: &[u8]) -> Response<Full<Bytes>> {
-    if !acme::is_account(body) {
-        return text(StatusCode::BAD_REQUEST, "not an ACME account\n");
-    }
-    let path = shared.dir().join(acme::ACCOUNT_FILE);
-    match std::fs::read(&path) {
-        Ok(ours) if ours == body => text(StatusCode::OK, "the same account\n"),
-        Ok(_) => text(
-            StatusCode::CONFLICT,
-            "this router has another ACME account (delete one router's state_dir/acme/account.json to share one)\n",
-        ),
-        Err(_) => {
-            let saved = std::fs::create_dir_all(shared.dir())
-                .and_then(|()| durable_file::write(&path, body));
-            match saved {
-                Ok(()) => {
-                    tracing::info!("ACME account put here by the peer");
-                    text(StatusCode::CREATED, "saved\n")
-                }
-                Err(e) => text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("not saved: {e}\n"),
-                ),
-            }
+    match shared.take_account(body) {
+        Ok(AccountTaken::Same) => text(StatusCode::OK, "the same account\n"),
+        Ok(AccountTaken::Saved) => text(StatusCode::CREATED, "saved\n"),
+        Err(e @ AccountRefused::NotAnAccount) => text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+        Err(e @ AccountRefused::Another) => text(StatusCode::CONFLICT, &format!("{e}\n")),
+        Err(e @ AccountRefused::Io(_)) => {
+            text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n"))
         }
     }
 }

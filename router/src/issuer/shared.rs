@@ -71,6 +71,28 @@ pub enum PeerCertRefused {
     },
 }
 
+/// What became of an account the peer put here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AccountTaken {
+    /// This router had none: it has the peer's now.
+    Saved,
+    /// This router has the same one.
+    Same,
+}
+
+/// Why an account the peer put here was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountRefused {
+    #[error("not an ACME account")]
+    NotAnAccount,
+    #[error(
+        "this router has another ACME account (delete one router's state_dir/acme/account.json to share one)"
+    )]
+    Another,
+    #[error("not saved: {0}")]
+    Io(std::io::Error),
+}
+
 /// The state shared by the issuer and the admin API (see the module doc).
 pub struct Shared {
     /// `state_dir/acme`.
@@ -94,6 +116,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The ACME account (`account.json`) as saved, if there is one yet.
+    pub fn account(&self) -> Option<Vec<u8>> {
+        std::fs::read(self.dir().join(::acme::ACCOUNT_FILE)).ok()
+    }
+
+    /// The peer's account, kept if this router has none; the same one is
+    /// fine; another one is refused (two accounts would order twice).
+    pub fn take_account(&self, body: &[u8]) -> Result<AccountTaken, AccountRefused> {
+        if !::acme::is_account(body) {
+            return Err(AccountRefused::NotAnAccount);
+        }
+        let path = self.dir().join(::acme::ACCOUNT_FILE);
+        match std::fs::read(&path) {
+            Ok(ours) if ours == body => Ok(AccountTaken::Same),
+            Ok(_) => Err(AccountRefused::Another),
+            Err(_) => {
+                std::fs::create_dir_all(self.dir())
+                    .and_then(|()| durable_file::write(&path, body))
+                    .map_err(AccountRefused::Io)?;
+                tracing::info!("ACME account put here by the peer");
+                Ok(AccountTaken::Saved)
+            }
+        }
+    }
+
     pub fn new(
         state_dir: &Path,
         challenges: Arc<Challenges>,
