@@ -59,3 +59,106 @@ fn no_production_module_is_over_800_lines() {
         over.join("\n")
     );
 }
+
+/// The top-level modules `crate::NAME` that `src`'s module `top` names outside
+/// comments and its tests.
+fn uses_of(src: &Path) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for f in files {
+        let rel = f.strip_prefix(src).expect("under src");
+        let top = rel
+            .components()
+            .next()
+            .map(|c| {
+                c.as_os_str()
+                    .to_string_lossy()
+                    .trim_end_matches(".rs")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        if top == "main" || top == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for line in production
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+        {
+            for (i, _) in line.match_indices("crate::") {
+                let name: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != top {
+                    graph.entry(top.clone()).or_default().insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle in `graph`, if there is one (as the modules that form it).
+fn a_cycle(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Option<Vec<String>> {
+    fn walk(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        let here = path.last().cloned().unwrap_or_default();
+        for next in graph.get(&here).into_iter().flatten() {
+            if let Some(at) = path.iter().position(|p| p == next) {
+                let mut cycle = path[at..].to_vec();
+                cycle.push(next.clone());
+                return Some(cycle);
+            }
+            if done.contains(next) {
+                continue;
+            }
+            path.push(next.clone());
+            if let Some(c) = walk(graph, path, done) {
+                return Some(c);
+            }
+            path.pop();
+        }
+        done.insert(here);
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for start in graph.keys() {
+        if let Some(c) = walk(graph, &mut vec![start.clone()], &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn no_import_cycle_between_a_crates_modules() {
+    for krate in ["router", "spi-consumer", "portproxy"] {
+        let graph = uses_of(&repo().join(krate).join("src"));
+        assert!(graph.len() > 3, "{krate}: modules found: {graph:?}");
+        if let Some(cycle) = a_cycle(&graph) {
+            panic!("{krate}: import cycle {}", cycle.join(" -> "));
+        }
+    }
+    // The check sees one when there is one.
+    let mut looped = std::collections::BTreeMap::new();
+    for (a, b) in [
+        ("admin", "issuer"),
+        ("issuer", "config"),
+        ("config", "admin"),
+    ] {
+        looped
+            .entry(a.to_string())
+            .or_insert_with(std::collections::BTreeSet::new)
+            .insert(b.to_string());
+    }
+    assert!(a_cycle(&looped).is_some());
+}

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::members::health as member_health;
 
 mod acme;
-pub use acme::{AcmeChallenge, AcmeConfig, AcmeNode};
+pub use crate::issuer::settings::{AcmeChallenge, AcmeConfig, AcmeNode};
 mod health;
 pub use health::HealthConfig;
 mod listen;

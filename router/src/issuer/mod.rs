@@ -37,6 +37,7 @@
 
 mod peer;
 mod renewal;
+pub mod settings;
 pub mod shared;
 
 pub use peer::{Peer, PeerError};
@@ -54,10 +55,10 @@ use tokio::task::JoinSet;
 
 use acme::{Answer, OrderRecord, Publishing};
 
-use crate::config::{AcmeChallenge, AcmeConfig};
 use crate::metrics::TlsMetrics;
 use crate::table::RouteTable;
 use crate::tls::keys;
+use settings::{AcmeChallenge, AcmeConfig};
 
 /// How long the saved key of an alias that left stays on disk.
 pub const KEEP_GONE: Duration = Duration::from_secs(3600);
