@@ -427,6 +427,13 @@ impl<'a> From<&'a Fields> for FieldsRef<'a> {
 }
 
 impl<'a> FieldsRef<'a> {
+    /// A request's fields: as they came (`raw`, whose request's map is then
+    /// empty), else in its map.
+    #[inline]
+    pub fn of<B>(req: &'a http::Request<B>, raw: Option<&'a Fields>) -> FieldsRef<'a> {
+        raw.map_or(FieldsRef::Map(req.headers()), FieldsRef::Raw)
+    }
+
     /// The values of every field of the kind `name`, in order. Inline: the
     /// request path asks this of the same fields several times, and each call
     /// is a few instructions once the variant is known.

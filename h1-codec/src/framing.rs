@@ -462,31 +462,56 @@ impl Framing {
             return Ok(());
         }
         if !empty {
-            match this {
-                Some(FramingField::ContentLength) => {
-                    let value = content_length([&self.value[..self.value_len]])
-                        .ok()
-                        .flatten()
-                        .ok_or(Violation::BadLength)?;
-                    if self.length.is_some_and(|l| l != value) {
-                        return Err(Violation::BadLength);
-                    }
-                    self.length = Some(value);
-                }
-                Some(FramingField::TransferEncoding) => self.chunked = true,
-                Some(FramingField::Upgrade) => self.upgrade = true,
-                _ => {}
-            }
-            return Ok(());
+            return self.field_line(this);
         }
-        // The head is complete.
+        self.head_end()
+    }
+
+    /// The end of a field line of a head: what a framing field says is kept.
+    fn field_line(&mut self, this: Option<FramingField>) -> Result<(), Violation> {
+        match this {
+            Some(FramingField::ContentLength) => {
+                let value = content_length([&self.value[..self.value_len]])
+                    .ok()
+                    .flatten()
+                    .ok_or(Violation::BadLength)?;
+                if self.length.is_some_and(|l| l != value) {
+                    return Err(Violation::BadLength);
+                }
+                self.length = Some(value);
+            }
+            Some(FramingField::TransferEncoding) => self.chunked = true,
+            Some(FramingField::Upgrade) => self.upgrade = true,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The empty line that completes a head: where its body ends, and the
+    /// head's fields forgotten for the next.
+    fn head_end(&mut self) -> Result<(), Violation> {
         if self.chunked && self.length.is_some() {
             return Err(Violation::LengthAndChunked);
         }
         // An upgrade request's own body (RFC 9110 §7.8: the switch comes after
         // the request) is followed like any other; what comes after it is not.
         self.upgrading = self.upgrade;
-        let (state, body) = if self.upgrade && !self.chunked && self.length.unwrap_or(0) == 0 {
+        let (state, body) = self.body_of_head();
+        self.state = state;
+        self.finished = Some(body);
+        self.crossed = true;
+        self.saw_request_line = false;
+        self.length = None;
+        self.chunked = false;
+        self.upgrade = false;
+        self.first = false;
+        Ok(())
+    }
+
+    /// Where the body of the head just read ends, and how a server reading
+    /// it sees it (an upgrade's is followed, then the stream is not).
+    fn body_of_head(&self) -> (State, BodyFraming) {
+        if self.upgrade && !self.chunked && self.length.unwrap_or(0) == 0 {
             (State::Off, BodyFraming::Close)
         } else if self.upgrade && self.chunked {
             (State::ChunkSize(ChunkLine::default()), BodyFraming::Close)
@@ -500,16 +525,7 @@ impl Framing {
                 Some(n) => (State::Body(n), BodyFraming::Length(n)),
                 None => (State::Head, BodyFraming::Empty),
             }
-        };
-        self.state = state;
-        self.finished = Some(body);
-        self.crossed = true;
-        self.saw_request_line = false;
-        self.length = None;
-        self.chunked = false;
-        self.upgrade = false;
-        self.first = false;
-        Ok(())
+        }
     }
 }
 

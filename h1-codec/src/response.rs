@@ -71,16 +71,8 @@ pub fn parse_response_head(
         let mut res = httparse::Response::new(&mut []);
         let parsed = httparse::ParserConfig::default()
             .parse_response_with_uninit_headers(&mut res, buf, &mut slots);
-        let len = match parsed {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                return Err(ParseError::HeadTooLarge);
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(ParseError::Head("too many header fields"));
-            }
-            Err(_) => return Err(ParseError::Head("malformed")),
+        let Some(len) = complete_len(parsed, buf.len())? else {
+            return Ok(None);
         };
         let code = res.code.ok_or(ParseError::Head("no status"))?;
         let status = StatusCode::from_u16(code).map_err(|_| ParseError::Head("bad status"))?;
@@ -117,15 +109,7 @@ pub fn parse_response_head(
             return Err(ParseError::Head("bad header"));
         };
         let reason = reason.and_then(|(at, n)| fields.head_slice(at, n));
-        let keep_alive = if version == Version::HTTP_10 {
-            has_token(&fields, Name::Connection, "keep-alive")
-        } else {
-            !has_token(&fields, Name::Connection, "close")
-        };
-        let no_body =
-            head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let (framing, suspect) = body_framing(&fields, version, no_body)?;
-        let keep_alive = keep_alive && !suspect && framing != BodyFraming::Close;
+        let (framing, keep_alive) = framing_and_keep_alive(&fields, (status, version), head)?;
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -135,6 +119,44 @@ pub fn parse_response_head(
             reason,
         }));
     }
+}
+
+/// The length of a complete head from httparse's verdict on `buffered` bytes;
+/// `None`: more bytes are needed.
+#[inline]
+fn complete_len(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    buffered: usize,
+) -> Result<Option<usize>, ParseError> {
+    match parsed {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) if buffered > MAX_HEAD => Err(ParseError::HeadTooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(ParseError::Head("too many header fields")),
+        Err(_) => Err(ParseError::Head("malformed")),
+    }
+}
+
+/// How a final response's body is framed, and whether its connection may
+/// serve another request after it (`head`: the request was HEAD, whose
+/// response has no body whatever it says).
+#[inline]
+fn framing_and_keep_alive(
+    fields: &Fields,
+    (status, version): (StatusCode, Version),
+    head: bool,
+) -> Result<(BodyFraming, bool), ParseError> {
+    let keep_alive = if version == Version::HTTP_10 {
+        has_token(fields, Name::Connection, "keep-alive")
+    } else {
+        !has_token(fields, Name::Connection, "close")
+    };
+    let no_body = head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let (framing, suspect) = body_framing(fields, version, no_body)?;
+    Ok((
+        framing,
+        keep_alive && !suspect && framing != BodyFraming::Close,
+    ))
 }
 
 /// How a response's body is framed by its fields (RFC 9112 §6.3), and whether
@@ -232,15 +254,7 @@ impl Chunked {
                     let Some(eol) = line_end(buf, MAX_CHUNK_LINE)? else {
                         return Ok(Decoded::More);
                     };
-                    let mut line = ChunkLine::default();
-                    let mut size = None;
-                    for &b in &buf[..eol + 2] {
-                        size = line.push(b).map_err(|e| match e {
-                            ChunkLineError::BareLineEnd => ParseError::Chunk("bare CR or LF"),
-                            ChunkLineError::Bad => ParseError::Chunk("bad chunk size"),
-                        })?;
-                    }
-                    let size = size.ok_or(ParseError::Chunk("bad chunk size"))?;
+                    let size = chunk_size(&buf[..eol + 2])?;
                     buf.advance(eol + 2);
                     self.state = if size == 0 {
                         ChunkState::Trailers
@@ -273,47 +287,67 @@ impl Chunked {
                     self.state = ChunkState::Size;
                 }
                 ChunkState::Trailers => {
-                    // The trailer section ends at an empty line; none at all is the
-                    // common case.
-                    if buf.starts_with(b"\r\n") {
-                        buf.advance(2);
+                    let decoded = trailers(buf)?;
+                    if !matches!(decoded, Decoded::More) {
                         self.state = ChunkState::Done;
-                        return Ok(Decoded::End);
                     }
-                    let end = find(buf, b"\r\n\r\n", MAX_HEAD)?;
-                    // Lines end with CRLF only: httparse would end the section at
-                    // a bare `\n\n` before the CRLFCRLF looked for here, and hyper's
-                    // client refuses it (found by the `member_response` fuzz target).
-                    if bare_line_end(&buf[..end.map_or(buf.len(), |e| e + 4)]) {
-                        return Err(ParseError::Chunk("bare CR or LF in the trailers"));
-                    }
-                    let Some(end) = end else {
-                        return Ok(Decoded::More);
-                    };
-                    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                    let trailers = match httparse::parse_headers(&buf[..end + 4], &mut slots) {
-                        Ok(httparse::Status::Complete((_, fields))) => {
-                            let mut map = HeaderMap::with_capacity(fields.len());
-                            for h in fields {
-                                let (Ok(name), Ok(value)) = (
-                                    HeaderName::from_bytes(h.name.as_bytes()),
-                                    HeaderValue::from_bytes(h.value),
-                                ) else {
-                                    return Err(ParseError::Chunk("bad trailer field"));
-                                };
-                                map.append(name, value);
-                            }
-                            map
-                        }
-                        _ => return Err(ParseError::Chunk("bad trailer section")),
-                    };
-                    buf.advance(end + 4);
-                    self.state = ChunkState::Done;
-                    return Ok(Decoded::Trailers(trailers));
+                    return Ok(decoded);
                 }
             }
         }
     }
+}
+
+/// The size a chunk-size line (with its CRLF) gives.
+#[inline]
+fn chunk_size(line_bytes: &[u8]) -> Result<u64, ParseError> {
+    let mut line = ChunkLine::default();
+    let mut size = None;
+    for &b in line_bytes {
+        size = line.push(b).map_err(|e| match e {
+            ChunkLineError::BareLineEnd => ParseError::Chunk("bare CR or LF"),
+            ChunkLineError::Bad => ParseError::Chunk("bad chunk size"),
+        })?;
+    }
+    size.ok_or(ParseError::Chunk("bad chunk size"))
+}
+
+/// The trailer section at the start of `buf`, removed from it: the end (none
+/// at all, the common case), the trailers, or `More` when it is not whole yet.
+fn trailers(buf: &mut BytesMut) -> Result<Decoded, ParseError> {
+    // The trailer section ends at an empty line.
+    if buf.starts_with(b"\r\n") {
+        buf.advance(2);
+        return Ok(Decoded::End);
+    }
+    let end = find(buf, b"\r\n\r\n", MAX_HEAD)?;
+    // Lines end with CRLF only: httparse would end the section at a bare
+    // `\n\n` before the CRLFCRLF looked for here, and hyper's client refuses
+    // it (found by the `member_response` fuzz target).
+    if bare_line_end(&buf[..end.map_or(buf.len(), |e| e + 4)]) {
+        return Err(ParseError::Chunk("bare CR or LF in the trailers"));
+    }
+    let Some(end) = end else {
+        return Ok(Decoded::More);
+    };
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let Ok(httparse::Status::Complete((_, fields))) =
+        httparse::parse_headers(&buf[..end + 4], &mut slots)
+    else {
+        return Err(ParseError::Chunk("bad trailer section"));
+    };
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for h in fields {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) else {
+            return Err(ParseError::Chunk("bad trailer field"));
+        };
+        map.append(name, value);
+    }
+    buf.advance(end + 4);
+    Ok(Decoded::Trailers(map))
 }
 
 /// Whether `bytes` has an LF not after a CR, or a CR before anything but an LF (a

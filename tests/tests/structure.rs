@@ -162,3 +162,82 @@ fn no_import_cycle_between_a_crates_modules() {
     }
     assert!(a_cycle(&looped).is_some());
 }
+
+/// The request path: every function a request passes through between its
+/// connection's accept and its access-log line, in the folders that hold
+/// only that path (`router/src/request/`, `router/src/upstream/`), plus the
+/// HTTP/1 codec. Each phase is one function that fits on a screen (see
+/// `docs/connection-lifecycle.md`, "A request's phases").
+const REQUEST_PATH: [&str; 3] = ["router/src/request", "router/src/upstream", "h1-codec/src"];
+const MAX_REQUEST_PATH_FN_LINES: usize = 60;
+
+/// Each function in `text` (rustfmt's layout: a `fn` line, its body closed by
+/// a `}` at the same indentation) with its first line number and length, the
+/// `#[cfg(test)]` part left out.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = line.len() - body.len();
+        let words: Vec<&str> = body.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let qualifiers = ["pub", "async", "const", "unsafe", "extern"];
+        if !words[..at]
+            .iter()
+            .all(|w| qualifiers.contains(w) || w.starts_with("pub("))
+            || body.ends_with(';')
+        {
+            continue;
+        }
+        let name = words
+            .get(at + 1)
+            .map_or("", |w| w.split(['(', '<']).next().unwrap_or(w));
+        let closing = " ".repeat(indent) + "}";
+        if let Some(end) = lines[i..].iter().position(|l| *l == closing) {
+            out.push((name.to_owned(), i + 1, end + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_on_the_request_path_is_over_60_lines() {
+    let mut files = Vec::new();
+    for dir in REQUEST_PATH {
+        rust_files(&repo().join(dir), &mut files);
+    }
+    let mut seen = 0;
+    let mut over = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("source");
+        for (name, line, len) in functions(&text) {
+            seen += 1;
+            if len > MAX_REQUEST_PATH_FN_LINES {
+                let at = f.strip_prefix(repo()).unwrap_or(f).display();
+                over.push(format!("{at}:{line} {name}: {len} lines"));
+            }
+        }
+    }
+    assert!(seen > 300, "functions found on the request path: {seen}");
+    over.sort();
+    assert!(
+        over.is_empty(),
+        "request-path functions over {MAX_REQUEST_PATH_FN_LINES} lines (one phase, one screen):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn the_function_finder_measures_what_rustfmt_lays_out() {
+    let text = "fn a() {\n    x();\n}\n\nimpl T {\n    pub(crate) async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n    fn c();\n}\n";
+    assert_eq!(
+        functions(text),
+        vec![("a".to_owned(), 1, 3), ("b".to_owned(), 6, 5)]
+    );
+}

@@ -28,7 +28,7 @@ use crate::members::probe::{Check, StatusMatch};
 use crate::table::balance::Balance;
 pub use upstream::UpstreamConfig;
 
-pub use crate::request::headers::ForwardedSettings;
+pub use crate::request::client_conn::ForwardedSettings;
 pub use crate::request::limits::Limits;
 /// `spi.amqp`: the AMQP source's own settings type.
 pub use spi_consumer::source::amqp::AmqpConfig;

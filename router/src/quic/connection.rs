@@ -16,7 +16,7 @@ use tokio::sync::{Notify, watch};
 use super::body::H3Body;
 use crate::request::activity::{Activity, ConnectionSlot};
 use crate::request::body::ProxyBody;
-use crate::request::headers::ClientConn;
+use crate::request::client_conn::ClientConn;
 use crate::request::lifecycle::{Event, Watch, next_event};
 use crate::request::listener::{Serving, stopped};
 use crate::request::upload::Received;
@@ -114,16 +114,9 @@ impl QuicConnection {
             let certs = self.serving.proxy.certs.as_ref()?;
             Some(certs.load().served_for(&sni))
         });
-        let watch = Watch {
-            stop: self.stop,
-            kill: self.kill,
-            // Not evicted: a listener at its cap refuses new QUIC clients instead.
-            evict: Arc::new(Notify::new()),
-            activity: activity.clone(),
-            first: limits.header_read_timeout,
-            idle: limits.idle_timeout,
-            send_timeout: limits.send_timeout,
-        };
+        // Not evicted: a listener at its cap refuses new QUIC clients instead.
+        let never = Arc::new(Notify::new());
+        let watch = Watch::of(limits, (self.stop, self.kill), never, activity.clone());
         let ended = Requests {
             h3,
             serving: self.serving.clone(),

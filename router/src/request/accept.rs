@@ -48,9 +48,9 @@ use tokio::sync::{Notify, watch};
 
 use super::Proxy;
 use super::activity::{Activity, ConnectionSlot};
+use super::client_conn::ClientConn;
 use super::client_io::{ClientIo, Stream};
 use super::h1;
-use super::headers::ClientConn;
 use super::lifecycle::{Event, Watch, next_event};
 use super::limits::Limits;
 use super::listener::{Gate, Live, Slots, stopped};
@@ -455,28 +455,13 @@ impl Connection {
             let io = match tls {
                 None => Stream::Plain(stream),
                 // The handshake runs in the connection's task, never in this loop.
-                // Boxed: the handshake's state is freed once it is done, not
-                // kept in the task for the connection's whole life.
                 Some(acceptor) => {
-                    let tls = TlsListener {
-                        acceptor,
-                        handshake_timeout: serving.handshake_timeout,
-                    };
-                    let proxy = &serving.proxy;
-                    let metrics = &proxy.metrics.tls;
+                    let handshake = handshake(&serving, acceptor, stream, &mut conn, &activity);
                     match tokio::select! {
-                        s = Box::pin(hello_then_handshake(proxy, &tls, stream, conn.key(), &activity, metrics)) => s,
+                        s = handshake => s,
                         _ = evict.notified() => None,
                     } {
-                        Some(s) => {
-                            // Which certificate this connection presented: requests
-                            // for names that would get another are 421 (coalescing).
-                            if let Some(sni) = s.get_ref().1.server_name() {
-                                // Not shared yet: `make_mut` does not copy.
-                                Arc::make_mut(&mut conn).served = Some(tls.acceptor.served(sni));
-                            }
-                            Stream::Tls(Box::new(s))
-                        }
+                        Some(s) => s,
                         None => return,
                     }
                 }
@@ -485,29 +470,14 @@ impl Connection {
             // Told to close gracefully (drain, idle): HTTP/1 after the response
             // in progress, h2 with a GOAWAY.
             let finish = Arc::new(AtomicBool::new(false));
-            let own = h1::Settings {
-                head: h1::HeadLimits {
-                    max_bytes: limits.max_header_bytes,
-                    max_headers: limits.max_headers,
-                    max_body: limits.body_buffer_bytes,
-                },
-                header_read_timeout: limits.header_read_timeout,
-            };
+            let own = h1::Settings::of(limits);
             // Every quiet state has a deadline (see `Activity`); shutdown and
             // quiet both end the connection gracefully (h1: after the response in
             // flight; h2: GOAWAY), and the kill switch drops it after the grace.
             // They are waited for in one future with a waker of its own, so
             // they are polled when one of them fires, never on the connection's
             // own wake-ups (several per request).
-            let watch = Watch {
-                stop,
-                kill,
-                evict,
-                activity: activity.clone(),
-                first: limits.header_read_timeout,
-                idle: limits.idle_timeout,
-                send_timeout: limits.send_timeout,
-            };
+            let watch = Watch::of(limits, (stop, kill), evict, activity.clone());
             let first = limits.header_read_timeout;
             // Each request gets the proxy settings live at its start.
             drop(serving);
@@ -522,6 +492,33 @@ impl Connection {
             drop(member_of);
         }
     }
+}
+
+/// The TLS handshake of a connection to the HTTPS listener (after a look at
+/// its ClientHello when there are passthrough apps), `None` when it failed;
+/// with the certificate it presented recorded in `conn` (requests for names
+/// that would get another are 421: coalescing). Boxed: the handshake's state
+/// is freed once it is done, not kept in the task for the connection's whole
+/// life.
+async fn handshake(
+    serving: &crate::request::listener::Serving,
+    acceptor: crate::tls::server::Acceptor,
+    stream: tokio::net::TcpStream,
+    conn: &mut Arc<ClientConn>,
+    activity: &Arc<Activity>,
+) -> Option<Stream> {
+    let tls = &TlsListener {
+        acceptor,
+        handshake_timeout: serving.handshake_timeout,
+    };
+    let (proxy, metrics) = (&serving.proxy, &serving.proxy.metrics.tls);
+    let hello = hello_then_handshake(proxy, tls, stream, conn.key(), activity, metrics);
+    let s = Box::pin(hello).await?;
+    if let Some(sni) = s.get_ref().1.server_name() {
+        // Not shared yet: `make_mut` does not copy.
+        Arc::make_mut(conn).served = Some(tls.acceptor.served(sni));
+    }
+    Some(Stream::Tls(Box::new(s)))
 }
 
 /// The connection's HTTP: HTTP/1.1 on the router's own path while it can, hyper

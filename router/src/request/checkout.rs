@@ -1,23 +1,21 @@
-//! A request's member, checked out: a slot on it (within its client key's share)
+//! The checkout phase: a request's member, picked ([`Destination::pick`]: the
+//! affinity cookie's if it is eligible, else the route's balancer's) and
+//! checked out: a slot on it (within its client key's share)
 //! and a connection to it (HTTP/1.1 from the pool, or the member's shared h2
 //! connection); on another member of the route when nothing was sent and the one
 //! retry decision allows ([`super::retry`]). The other member is chosen by the
 //! route's own balancer ([`Route::pick_other`]): the same health, rotate and
 //! `fail_open` rules as the first pick.
 
-use h1_codec::fields::FieldsRef;
 use http::Method;
 use per_source::ClientKey;
 
 use super::Proxy;
 use super::error::ProxyError;
-use super::headers::ClientConn;
 use super::retry::{Replay, Retry, decide, idempotent};
-use super::route::Sticky;
+use super::route::{Destination, Sticky};
 use crate::members::{Full, Member, MemberSlot};
 use crate::metrics::UpstreamError;
-use crate::policy::Policy;
-use crate::policy::clients::ClientSlot;
 use crate::table::{Route, Target};
 use crate::upstream::{MemberTls, Upstream};
 
@@ -27,33 +25,6 @@ use crate::upstream::{MemberTls, Upstream};
 pub(super) type Requester = (ClientKey, usize);
 
 impl Proxy {
-    /// The app's policy admits the request's client (`None` without a policy:
-    /// nothing to hold), then a member is picked: the one the affinity cookie
-    /// names if it is eligible, else the route's balancer's. With them, whose
-    /// share of a member's slots the request counts in (its client key) and whose
-    /// idle member connections it may reuse (its worker).
-    #[inline]
-    pub(super) fn admit_and_pick(
-        &self,
-        conn: &ClientConn,
-        fields: FieldsRef<'_>,
-        route: &Route,
-        (policy, sticky): (Option<&Policy>, &Sticky),
-    ) -> Result<(Option<ClientSlot>, Target, Requester), ProxyError> {
-        let client = conn.client(fields);
-        let hold = match policy {
-            Some(p) => p
-                .admit(&route.app, client, &self.clients)
-                .map_err(|r| self.refused(p, r))?,
-            None => None,
-        };
-        let target = match sticky {
-            Sticky::Kept(t) => t.clone(),
-            _ => route.pick().ok_or(ProxyError::NoMember)?.clone(),
-        };
-        Ok((hold, target, (client.key, conn.worker)))
-    }
-
     /// A slot and a connection on `target` (HTTP/1.1 or h2, as `how` says); if
     /// that fails before anything was sent and the retry decision allows, once
     /// more on another member of the route (counted in
@@ -239,6 +210,17 @@ pub(super) struct H1Checkout<'a> {
     pub(super) fresh: bool,
 }
 
+impl<'a> H1Checkout<'a> {
+    /// A connection from the member's idle pool, or a new one.
+    pub(super) fn pooled(sni: &'a str, source: (ClientKey, usize)) -> H1Checkout<'a> {
+        H1Checkout {
+            sni,
+            source,
+            fresh: false,
+        }
+    }
+}
+
 impl Checkout for H1Checkout<'_> {
     type Out = (MemberSlot, Upstream);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
@@ -275,6 +257,18 @@ impl Checkout for TcpCheckout {
         match target.member.pool.dial(proxy.upstream).await {
             Ok(stream) => Ok((slot, stream)),
             Err(e) => Err(proxy.failed(&target.member, e.kind())),
+        }
+    }
+}
+
+impl Destination<'_> {
+    /// The member the request goes to: the one its affinity cookie names if
+    /// that is eligible, else the route's balancer's pick (none: 503).
+    #[inline]
+    pub(super) fn pick(&self) -> Result<Target, ProxyError> {
+        match &self.sticky {
+            Sticky::Kept(t) => Ok(t.clone()),
+            _ => Ok(self.route.pick().ok_or(ProxyError::NoMember)?.clone()),
         }
     }
 }

@@ -56,56 +56,7 @@ impl ProxyError {
         if let ProxyError::Refused(r) = self {
             return refused(r, request_id);
         }
-        let (status, text) = match self {
-            ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
-            ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
-            ProxyError::BadFraming => (
-                StatusCode::BAD_REQUEST,
-                "ambiguous request length (Content-Length and Transfer-Encoding)\n",
-            ),
-            ProxyError::MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed through this router\n",
-            ),
-            ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
-            ProxyError::Misdirected => (
-                StatusCode::MISDIRECTED_REQUEST,
-                "this connection cannot serve this host: open a new one\n",
-            ),
-            ProxyError::NoMember => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "application has no available backend\n",
-            ),
-            ProxyError::Refused(_) => (StatusCode::FORBIDDEN, "refused\n"),
-            ProxyError::Upstream(kind) => match kind {
-                // The member is full: like no member at all, try again later.
-                UpstreamError::Busy => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "application backend is at capacity\n",
-                ),
-                UpstreamError::SourceShare => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too many requests from this address to this application backend\n",
-                ),
-                UpstreamError::LocalResources => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "router is out of resources, try again\n",
-                ),
-                UpstreamError::ConnectTimeout | UpstreamError::ResponseTimeout => (
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "application backend timed out\n",
-                ),
-                UpstreamError::Connect
-                | UpstreamError::Reset
-                | UpstreamError::Protocol
-                | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
-                // Whose fault: the client's (its body broke off or was malformed).
-                UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
-                UpstreamError::ClientTimeout => {
-                    (StatusCode::REQUEST_TIMEOUT, "request body timed out\n")
-                }
-            },
-        };
+        let (status, text) = self.status_and_text();
         let mut resp = Response::new(page(text, request_id));
         *resp.status_mut() = status;
         resp.headers_mut().insert(
@@ -126,6 +77,63 @@ impl ProxyError {
             );
         }
         resp
+    }
+
+    /// The status and the page's one line for each error but a policy's refusal.
+    fn status_and_text(&self) -> (StatusCode, &'static str) {
+        match self {
+            ProxyError::BadHost => (StatusCode::BAD_REQUEST, "missing or invalid Host\n"),
+            ProxyError::BadTarget => (StatusCode::BAD_REQUEST, "invalid request target\n"),
+            ProxyError::BadFraming => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous request length (Content-Length and Transfer-Encoding)\n",
+            ),
+            ProxyError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed through this router\n",
+            ),
+            ProxyError::NoRoute => (StatusCode::NOT_FOUND, "no application for this host\n"),
+            ProxyError::Misdirected => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection cannot serve this host: open a new one\n",
+            ),
+            ProxyError::NoMember => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application has no available backend\n",
+            ),
+            ProxyError::Refused(_) => (StatusCode::FORBIDDEN, "refused\n"),
+            ProxyError::Upstream(kind) => upstream_status_and_text(*kind),
+        }
+    }
+}
+
+/// What a member's failure (or a client's body's) is answered with.
+fn upstream_status_and_text(kind: UpstreamError) -> (StatusCode, &'static str) {
+    match kind {
+        // The member is full: like no member at all, try again later.
+        UpstreamError::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "application backend is at capacity\n",
+        ),
+        UpstreamError::SourceShare => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests from this address to this application backend\n",
+        ),
+        UpstreamError::LocalResources => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "router is out of resources, try again\n",
+        ),
+        UpstreamError::ConnectTimeout | UpstreamError::ResponseTimeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "application backend timed out\n",
+        ),
+        UpstreamError::Connect
+        | UpstreamError::Reset
+        | UpstreamError::Protocol
+        | UpstreamError::Tls => (StatusCode::BAD_GATEWAY, "application backend failed\n"),
+        // Whose fault: the client's (its body broke off or was malformed).
+        UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
+        UpstreamError::ClientTimeout => (StatusCode::REQUEST_TIMEOUT, "request body timed out\n"),
     }
 }
 

@@ -12,73 +12,17 @@
 //! `GEAR` stickiness cookie), authorization, and so on.
 
 use super::trace::Trace;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use h1_codec::fields::{Fields, FieldsRef, Name};
 use h1_codec::request::is_underscored;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use per_source::{Client, ClientKey, KeyRule};
 
-use super::activity::Activity;
-use crate::tls::store::Served;
+use super::client_conn::ClientConn;
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 pub const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
-
-/// `forwarded:` in the configuration (see the module doc for the trust rule).
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ForwardedSettings {
-    /// Also send RFC 7239 `Forwarded` (`for`, `proto`, `host`, and `by` if set).
-    #[serde(default)]
-    pub header: bool,
-    /// `by=`: empty for none, `ip` for the address and port the client connected
-    /// to, or an obfuscated name (`_` then letters, digits, `.`, `_`, `-`).
-    #[serde(default)]
-    pub by: String,
-    /// Clients whose `X-Forwarded-For` and `Forwarded` are kept and appended to.
-    #[serde(default = "everyone")]
-    pub trusted: Vec<ipnet::IpNet>,
-}
-
-fn everyone() -> Vec<ipnet::IpNet> {
-    vec![
-        ipnet::IpNet::V4(ipnet::Ipv4Net::default()),
-        ipnet::IpNet::V6(ipnet::Ipv6Net::default()),
-    ]
-}
-
-impl Default for ForwardedSettings {
-    fn default() -> ForwardedSettings {
-        ForwardedSettings {
-            header: false,
-            by: String::new(),
-            trusted: everyone(),
-        }
-    }
-}
-
-impl ForwardedSettings {
-    pub fn trusts(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.trusted.iter().any(|n| n.contains(&ip))
-    }
-
-    /// `by` is empty, `ip` or an RFC 7239 obfuscated node name.
-    pub fn by_is_valid(&self) -> bool {
-        let b = self.by.as_str();
-        b.is_empty()
-            || b == "ip"
-            || (b.len() > 1
-                && b.starts_with('_')
-                && b[1..]
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-')))
-    }
-}
 
 pub const FORWARDED: HeaderName = header::FORWARDED;
 
@@ -264,140 +208,6 @@ fn protected_bytes(name: &[u8]) -> bool {
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
     let kind = Name::of(name.as_str().as_bytes());
     Name::HOP_BY_HOP.iter().position(|h| *h == kind)
-}
-
-/// What the router knows about the client's connection, with the header values
-/// derived from it rendered once per connection rather than once per request.
-#[derive(Clone, Debug)]
-pub struct ClientConn {
-    pub ip: IpAddr,
-    /// How client addresses are keyed for per-client counts (`limits.client_*_prefix`).
-    keys: KeyRule,
-    /// The connection's requests in flight (for its idle deadline).
-    pub activity: Arc<Activity>,
-    /// The port the client connected to (X-Forwarded-Port).
-    pub local_port: u16,
-    pub https: bool,
-    /// The client's own forwarding headers are kept (see the trust rule).
-    trusted: bool,
-    /// It is one of the proxies `forwarded.trusted` names (an explicit list, not
-    /// the default of every address): the real client is the one its
-    /// `X-Forwarded-For` names (see [`ClientConn::share_source`]).
-    behind_proxy: bool,
-    /// TLS with SNI: the certificate the connection presented (RFC 9110 §15.5.20:
-    /// requests for names that would get another are 421).
-    pub served: Option<Served>,
-    ip_value: HeaderValue,
-    port_value: HeaderValue,
-    /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
-    forwarded: Option<Arc<str>>,
-    /// The per-core worker serving the connection (0 without workers): whose idle
-    /// member connections its requests reuse (see [`crate::workers`]).
-    pub worker: usize,
-}
-
-impl ClientConn {
-    /// Whether this client's own forwarding fields (and request ID) are kept:
-    /// the trust rule, `forwarded.trusted`.
-    pub fn trusted(&self) -> bool {
-        self.trusted
-    }
-
-    pub fn new(
-        ip: IpAddr,
-        keys: KeyRule,
-        local_port: u16,
-        https: bool,
-        activity: Arc<Activity>,
-    ) -> ClientConn {
-        let ip = ip.to_canonical();
-        ClientConn {
-            ip,
-            keys,
-            activity,
-            local_port,
-            https,
-            trusted: true,
-            behind_proxy: false,
-            served: None,
-            ip_value: HeaderValue::from_str(&ip.to_string())
-                .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
-            port_value: HeaderValue::from(local_port),
-            forwarded: None,
-            worker: 0,
-        }
-    }
-
-    /// Applies `forwarded:` to this connection; `local` is the address the client
-    /// connected to (for `by=ip`).
-    pub fn with_forwarded(
-        mut self,
-        settings: &ForwardedSettings,
-        local: Option<SocketAddr>,
-    ) -> Self {
-        self.trusted = settings.trusts(self.ip);
-        self.behind_proxy = self.trusted && settings.trusted != everyone();
-        if settings.header {
-            let mut element = format!(
-                "for={};proto={}",
-                node(self.ip, None),
-                if self.https { "https" } else { "http" }
-            );
-            match (settings.by.as_str(), local) {
-                ("", _) => {}
-                ("ip", Some(local)) => {
-                    element.push_str(";by=");
-                    element.push_str(&node(local.ip(), Some(local.port())));
-                }
-                ("ip", None) => {}
-                (name, _) => {
-                    element.push_str(";by=");
-                    element.push_str(name);
-                }
-            }
-            self.forwarded = Some(Arc::from(element));
-        }
-        self
-    }
-}
-
-impl ClientConn {
-    /// The connection's own client key (the peer's, whatever its requests say).
-    pub fn key(&self) -> ClientKey {
-        self.keys.key(self.ip)
-    }
-
-    /// Who a request is from: the connection's address, or, from a proxy that
-    /// `forwarded.trusted` names, the address that proxy put last in
-    /// `X-Forwarded-For` (the client it saw). With the default trust of every
-    /// address a client could name anyone, so its own address counts.
-    pub fn client<'a>(&self, fields: impl Into<FieldsRef<'a>>) -> Client {
-        let ip = if self.behind_proxy {
-            fields
-                .into()
-                .values(Name::XForwardedFor)
-                .next_back()
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|v| v.rsplit(',').next())
-                .and_then(|last| last.trim().parse::<IpAddr>().ok())
-                .unwrap_or(self.ip)
-        } else {
-            self.ip
-        };
-        self.keys.client(ip)
-    }
-}
-
-/// An RFC 7239 node: an IPv4 address bare, an IPv6 one bracketed; with a port (or
-/// any IPv6) quoted.
-fn node(ip: IpAddr, port: Option<u16>) -> String {
-    let ip = ip.to_canonical();
-    match (ip, port) {
-        (IpAddr::V4(v4), None) => v4.to_string(),
-        (IpAddr::V4(v4), Some(p)) => format!("\"{v4}:{p}\""),
-        (IpAddr::V6(v6), None) => format!("\"[{v6}]\""),
-        (IpAddr::V6(v6), Some(p)) => format!("\"[{v6}]:{p}\""),
-    }
 }
 
 /// `value` as an RFC 7230 quoted-string.
@@ -713,6 +523,10 @@ pub(crate) fn head_by_name(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::activity::Activity;
+    use crate::request::client_conn::ForwardedSettings;
+    use per_source::KeyRule;
+    use std::net::IpAddr;
 
     #[test]
     fn hop_by_hop_names_are_found_by_text_in_their_order() {
@@ -996,7 +810,7 @@ mod tests {
             let settings = ForwardedSettings {
                 header,
                 by: String::new(),
-                trusted: if trusted { everyone() } else { vec!["10.0.0.0/8".parse().expect("net")] },
+                trusted: if trusted { ForwardedSettings::default().trusted } else { vec!["10.0.0.0/8".parse().expect("net")] },
             };
             let conn = conn("192.0.2.1", https, &settings);
             let host = HeaderValue::from_static("a.example");

@@ -44,6 +44,28 @@ pub(crate) struct Watch {
     pub(crate) send_timeout: Duration,
 }
 
+impl Watch {
+    /// The watch of a connection served with `limits`: `stop` (drain) and
+    /// `kill` (the grace is over), `evict` (its slot is wanted), and its
+    /// `activity`'s deadlines.
+    pub(crate) fn of(
+        limits: &super::limits::Limits,
+        (stop, kill): (watch::Receiver<bool>, watch::Receiver<bool>),
+        evict: Arc<Notify>,
+        activity: Arc<Activity>,
+    ) -> Watch {
+        Watch {
+            stop,
+            kill,
+            evict,
+            activity,
+            first: limits.header_read_timeout,
+            idle: limits.idle_timeout,
+            send_timeout: limits.send_timeout,
+        }
+    }
+}
+
 /// The next [`Event`] of a connection that is `closing` (draining) and, if so,
 /// already `shut` (told to close).
 ///

@@ -1,27 +1,36 @@
 //! The request path: route a client's request to a member and stream the answer back.
 //!
-//! In order ([`Proxy::response`]):
-//! 1. **host**: the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port and
-//!    trailing dot stripped; none or malformed → 400; over TLS, a host whose
-//!    certificate is not the one the connection presented → 421;
-//! 2. **route**: one load of the live table; unknown host → 404;
-//! 3. **pick**: a member (see [`crate::table::balance`]); none → 503;
-//! 4. **body**: a request body is read ahead up to `limits.body_buffer_bytes` before
-//!    a member is involved (see [`upload`]); too slow → 408, malformed → 400;
-//! 5. **slot and connection**: a free in-flight slot on that member (waiting briefly;
-//!    none → 503) and an idle or new connection. If that fails, nothing was sent: an
-//!    idempotent request tries once more on another member;
-//! 6. **forward**: the same method, path and query, Host and headers (minus hop-by-hop,
-//!    plus `X-Forwarded-*`) on a kept-alive HTTP/1.1 connection to `address:port`
-//!    (see [`crate::upstream`]);
-//!    refused/reset → 502, connect or response-header timeout → 504. An idempotent
-//!    request without a body whose reused connection closed before any response
-//!    byte is sent once more (on a new connection, or on another member if that one
-//!    now refuses). Connection failures and resets count towards the member's
-//!    passive ejection (see [`crate::members::health`]);
-//! 7. **respond**: stream the member's response back (minus hop-by-hop headers); a
-//!    `101 Switching Protocols` becomes a byte tunnel between the two upgraded
-//!    connections (WebSocket).
+//! A request is served by [`Proxy::answer`]: its [`context::Context`] (what its
+//! phases share) is made, the attempt loop ([`attempt`]) runs its phases in
+//! order, each a function in the file named after it, and the log phase
+//! ([`log`]) attaches what its end records:
+//! 1. **route** ([`route`]): `CONNECT` refused (405) and an ambiguous length
+//!    (400); the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port
+//!    and trailing dot stripped; none or malformed → 400; over TLS, a host whose
+//!    certificate is not the one the connection presented → 421; one load of
+//!    the live table; unknown host → 404; the app's policy and the member its
+//!    affinity cookie names; plain HTTP for a host with a certificate → 301/308;
+//! 2. **admit** ([`admit`]): the app's policy admits the client (403, 429, 503);
+//! 3. **checkout** ([`checkout`]): a member picked (the cookie's, else the
+//!    balancer's, see [`crate::table::balance`]; none → 503), a free in-flight
+//!    slot on it (waiting briefly; none → 503) and an idle or new connection.
+//!    If that fails, nothing was sent: an idempotent request tries once more
+//!    on another member;
+//! 4. **send** ([`send`]): the same method, path and query, Host and headers
+//!    (minus hop-by-hop, plus `X-Forwarded-*`), its body read ahead up to
+//!    `limits.body_buffer_bytes` before a member is involved (see [`upload`];
+//!    too slow → 408, malformed → 400), on a kept-alive HTTP/1.1 connection (see
+//!    [`crate::upstream`]) or an h2 stream; refused/reset → 502, connect or
+//!    response-header timeout → 504. Connection failures and resets count
+//!    towards the member's passive ejection (see [`crate::members::health`]);
+//! 5. **retry decision** ([`retry`]): an idempotent request without a body
+//!    whose member closed before any response byte is sent once more (on a new
+//!    connection, or on another member);
+//! 6. **respond** ([`respond`]): the member's response streamed back (minus
+//!    hop-by-hop headers); a `101 Switching Protocols` becomes a byte tunnel
+//!    between the two upgraded connections (WebSocket);
+//! 7. **log** ([`log`]): the head's time and member for the access line, and
+//!    the completion that counts the request when its body is done.
 //!
 //! Every error becomes a response in one place, [`ProxyError::response`]. If the
 //! client goes away mid-request, the connection (hyper's, or the own HTTP/1.1
@@ -31,45 +40,46 @@
 pub mod accept;
 pub mod access_log;
 pub mod activity;
+pub mod admit;
+pub mod attempt;
 pub mod body;
 pub mod checkout;
+pub mod client_conn;
 pub mod client_io;
+pub mod context;
 pub mod drain;
 pub mod error;
-pub mod forward;
 pub mod h1;
 pub mod h2_member;
 pub mod headers;
 pub mod lifecycle;
 pub mod limits;
 pub mod listener;
+pub mod log;
 pub mod own_waker;
 pub mod passthrough;
 pub mod respond;
 pub mod retry;
 pub mod route;
+pub mod send;
 pub mod trace;
 pub mod tunnel;
 pub mod upload;
 
 use std::convert::Infallible;
-
-use h1_codec::fields::{Fields, FieldsRef, Name};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use h1_codec::fields::{Fields, FieldsRef};
 use http::{Request, Response};
 
-use self::access_log::AccessRecord;
-use self::body::{Completion, ProxyBody};
-use self::headers::ClientConn;
+use self::body::ProxyBody;
+use self::client_conn::ClientConn;
+use self::context::Forwarded;
 use self::route::{Redirect, host_of};
-use self::trace::Trace;
 use self::upload::{Received, UploadSettings};
-use crate::members::MemberSlot;
 use crate::metrics::Metrics;
-use crate::metrics::apps::AppTraffic;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
 
@@ -90,7 +100,7 @@ pub struct Proxy {
     /// An upgraded tunnel with no byte either way for this long is closed.
     pub tunnel_idle_timeout: Duration,
     /// `Forwarded` and the trust rule for the client's forwarding headers.
-    pub forwarded: headers::ForwardedSettings,
+    pub forwarded: client_conn::ForwardedSettings,
     /// The live certificates (HTTPS): a request for a host whose certificate is not
     /// the connection's is 421.
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
@@ -103,28 +113,6 @@ pub struct Proxy {
     /// HTTP-01 answers of ACME orders in flight (`acme.directory` set), served on
     /// plain HTTP before routing (see [`crate::issuer`]).
     pub acme: Option<Arc<acme::Challenges>>,
-}
-
-/// A request that got no answer from a member: the router's own response
-/// (with the request's ID), counted against the app when a member failed.
-fn failed(e: &ProxyError, app: Option<&AppTraffic>, trace: &Trace) -> Forwarded {
-    if let (ProxyError::Upstream(_), Some(app)) = (e, app) {
-        app.upstream_error();
-    }
-    Forwarded::of(e.response(Some(trace.request_id.as_str())), None, None)
-}
-
-/// What forwarding produced besides the response.
-struct Forwarded {
-    response: Response<ProxyBody>,
-    in_flight: Option<MemberSlot>,
-    /// The member that answered when no slot travels with the response (an upgraded
-    /// tunnel holds its slot itself), for the access log.
-    member: Option<Arc<str>>,
-    /// The request's count against its app's `max_connections_per_client`.
-    hold: Option<crate::policy::clients::ClientSlot>,
-    /// An HTTP/1.1 member's fields as they came (see [`Answer`]).
-    fields: Option<Fields>,
 }
 
 /// A request's answer: the response and, when an HTTP/1.1 member gave it, the
@@ -141,41 +129,7 @@ pub struct Answer {
     pub request_id: trace::RequestId,
 }
 
-impl Forwarded {
-    /// A member's answer, with the slot that travels with it.
-    fn of(
-        response: Response<ProxyBody>,
-        in_flight: Option<MemberSlot>,
-        hold: Option<crate::policy::clients::ClientSlot>,
-    ) -> Forwarded {
-        Forwarded {
-            response,
-            in_flight,
-            member: None,
-            hold,
-            fields: None,
-        }
-    }
-}
-
 impl Proxy {
-    /// What the router adds to a response's head: `Connection: close` when the
-    /// HTTP/1 connection ends after it (never on a 101, which becomes a
-    /// tunnel the drain leaves alone), `Alt-Svc` for the HTTP/3 listener.
-    fn router_fields(&self, response: &mut Response<ProxyBody>, closing: bool, announce_h3: bool) {
-        if closing && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            response.headers_mut().insert(
-                http::header::CONNECTION,
-                http::HeaderValue::from_static("close"),
-            );
-        }
-        if announce_h3 && let Some(alt_svc) = &self.alt_svc {
-            response
-                .headers_mut()
-                .insert(http::header::ALT_SVC, alt_svc.clone());
-        }
-    }
-
     /// Serves one request for a server that takes a response with one map of
     /// its fields (hyper's h2 and HTTP/1, h3's); never fails (errors are
     /// responses).
@@ -210,91 +164,13 @@ impl Proxy {
         req: Box<Request<Received>>,
         raw: Option<Fields>,
     ) -> Answer {
-        let start = Instant::now();
-        // Streams of one connection (h2, h3): no `Connection` header, waits on the
-        // client's flow control tracked.
-        let h2 = matches!(req.version(), http::Version::HTTP_2 | http::Version::HTTP_3);
-        self.metrics.protocol(req.version());
-        let mut active = conn.activity.begin(h2);
-        let fields = raw
-            .as_ref()
-            .map_or(FieldsRef::Map(req.headers()), FieldsRef::Raw);
+        let fields = FieldsRef::of(&req, raw.as_ref());
         let host = host_of(&req, fields);
-        // The framing reader stops at a head naming an upgrade (what follows may
-        // be a tunnel), so a connection whose upgrade did not happen must not
-        // carry another request: it would reach hyper alone (found by the
-        // `client_stream` fuzz target: a bare LF after a refused upgrade).
-        let upgrade_asked = !h2 && fields.contains(Name::Upgrade);
-        // A `close` the client asked for, read token by token from the bytes:
-        // hyper skips a `Connection` value with a byte outside ASCII and would
-        // read the next request (found by the `client_stream` fuzz target).
-        let close_asked = !h2 && fields.values(Name::Connection).any(headers::says_close);
-        // HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`): decided
-        // here, so that one flag, not the version and the connection kind, waits
-        // across the forward.
-        let announce_h3 =
-            self.alt_svc.is_some() && conn.https && req.version() != http::Version::HTTP_3;
-        // The app's counters, once the request is routed to one; its ID and
-        // trace context.
-        let mut app = None;
-        let trace = Trace::of(fields, conn.trusted());
-        let received = req.body().declared_len();
-        let mut log = self
-            .access_log
-            .then(|| Box::new(AccessRecord::of(&req, conn.ip, host.as_ref())));
-        let Forwarded {
-            mut response,
-            in_flight,
-            member,
-            hold,
-            fields,
-        } = match self
-            .forward(&conn, req, host, raw, (&trace, &mut app))
-            .await
-        {
-            Ok(f) => f,
-            Err(e) => failed(&e, app.as_deref(), &trace),
+        let mut context = self.context(&conn, &req, fields, host.as_ref());
+        let forwarded = match self.attempt(&mut context, req, host, raw).await {
+            Ok(forwarded) => forwarded,
+            Err(e) => Forwarded::failed(&e, &context),
         };
-        // A request the router itself found malformed (400) ends its HTTP/1
-        // connection, as nginx and haproxy end it: what follows on it was sent
-        // by a client that frames requests otherwise (found by the
-        // `client_stream` fuzz target: a request after two Hosts was served).
-        let malformed = member.is_none()
-            && in_flight.is_none()
-            && response.status() == http::StatusCode::BAD_REQUEST;
-        if let Some(log) = log.as_mut() {
-            log.head = Some(start.elapsed());
-            log.ids = Some(trace.clone());
-            log.upstream = in_flight
-                .as_ref()
-                .map(|slot| slot.member().addr.clone())
-                .or(member);
-        }
-        // Draining, an upgrade that did not happen, a close the client asked for,
-        // or a malformed request: this HTTP/1 connection ends after this response.
-        let closing = !h2 && (active.closing() || upgrade_asked || close_asked || malformed);
-        self.router_fields(&mut response, closing, announce_h3);
-        // The head is handed to hyper: on h2 it now waits on the client's window.
-        active.wait_on_client();
-        let completion = Completion {
-            start,
-            status: response.status().as_u16(),
-            metrics: self.metrics.clone(),
-            log,
-            bytes: 0,
-            aborted: false,
-            in_flight,
-            active: Some(active),
-            hold,
-            app,
-            received,
-        };
-        let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
-        *response.body_mut() = body.with_completion(completion);
-        Answer {
-            response,
-            fields,
-            request_id: trace.request_id,
-        }
+        self.log(context, forwarded)
     }
 }

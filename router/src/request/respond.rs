@@ -1,43 +1,60 @@
-//! The member's answer on its way to the client: hop-by-hop fields removed, the
+//! The respond phase: the member's answer on its way to the client (its success
+//! or failure recorded against the member), hop-by-hop fields removed, the
 //! affinity cookie set when the member that answered is not the one the
-//! request's cookie named, an app policy's refusal counted, and an upgrade's 101
-//! turned into a tunnel.
+//! request's cookie named, an upgrade's 101 turned into a tunnel, and what the
+//! router adds to every head (`Connection: close`, `Alt-Svc`).
 
 use http::header::{self, HeaderMap};
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use hyper::body::Incoming;
 
+use super::Proxy;
 use super::body::ProxyBody;
+use super::client_conn::ClientConn;
+use super::context::Forwarded;
 use super::error::ProxyError;
-use super::headers::{ClientConn, remove_hop_by_hop};
+use super::headers::remove_hop_by_hop;
 use super::route::Sticky;
 use super::tunnel::Tunnel;
-use super::{Forwarded, Proxy};
 use crate::members::MemberSlot;
 use crate::metrics::{AffinityResult, UpstreamError};
+use crate::policy::Policy;
 use crate::policy::affinity::Affinity;
 use crate::policy::clients::ClientSlot;
-use crate::policy::{Policy, Refused};
 use crate::table::Target;
-use crate::upstream::{Lease, MemberHead, RequestBody, SendError, Upstream};
-
-use super::forward::Timeouts;
-use super::retry::{Reached, Replay, Retry, decide, idempotent};
-use crate::table::Route;
-use per_source::ClientKey;
-
-/// An upgrade request's head and body, and the client's side of the upgrade.
-pub(super) type UpgradeRequest = (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade);
+use crate::upstream::{Lease, MemberHead, SendError, Upstream};
 
 impl Proxy {
+    /// What the router adds to a response's head: `Connection: close` when the
+    /// HTTP/1 connection ends after it (never on a 101, which becomes a
+    /// tunnel the drain leaves alone), `Alt-Svc` for the HTTP/3 listener.
+    pub(super) fn router_fields(
+        &self,
+        response: &mut Response<ProxyBody>,
+        closing: bool,
+        announce_h3: bool,
+    ) {
+        if closing && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        if announce_h3 && let Some(alt_svc) = &self.alt_svc {
+            response
+                .headers_mut()
+                .insert(http::header::ALT_SVC, alt_svc.clone());
+        }
+    }
+
     /// What the last attempt on `target` got: the member's response head (its
     /// success recorded), or the failure counted against it.
     #[inline]
-    pub(super) fn answered(
+    pub(super) fn answered<T>(
         &self,
         target: &Target,
-        result: Result<MemberHead, Option<SendError>>,
-    ) -> Result<MemberHead, ProxyError> {
+        result: Result<T, Option<SendError>>,
+    ) -> Result<T, ProxyError> {
         match result {
             Ok(r) => {
                 target.member.health.record_success();
@@ -62,14 +79,13 @@ impl Proxy {
         response: MemberHead,
         (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
         (target, slot, up): (Target, MemberSlot, Upstream),
-        hold: Option<ClientSlot>,
     ) -> Forwarded {
         let (mut parts, fields) = response.into_parts();
         if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref()) {
             self.stick(affinity, sticky, &target, &mut parts.headers, https);
         }
         let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
-        let mut forwarded = Forwarded::of(Response::from_parts(parts, body), Some(slot), hold);
+        let mut forwarded = Forwarded::of(Response::from_parts(parts, body), Some(slot));
         forwarded.fields = Some(fields);
         forwarded
     }
@@ -112,84 +128,6 @@ impl Proxy {
         self.metrics.affinity(result);
         if let Some(cookie) = affinity.set_cookie(id, https) {
             headers.append(header::SET_COOKIE, cookie);
-        }
-    }
-
-    /// Counts a policy's refusal, by app and reason.
-    pub(super) fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
-        self.metrics
-            .app_refused
-            .with_label_values(&[&*policy.label, r.reason()])
-            .inc();
-        ProxyError::Refused(r)
-    }
-
-    /// An upgrade request (WebSocket) sent on its fresh connection; the member's
-    /// answer, or on 101 the tunnel (see [`Proxy::upgraded`]). A member that
-    /// closed before answering gets the one retry decision's second attempt, on a
-    /// fresh connection, when the request can be sent again as it was (`again`:
-    /// its head, when it has no body).
-    pub(super) async fn send_upgrade(
-        &self,
-        (parts, body, client_upgrade): UpgradeRequest,
-        (route, sni, source): (&Route, &str, (ClientKey, usize)),
-        (mut target, mut slot, up): (Target, MemberSlot, Upstream),
-        conn: &ClientConn,
-        (timeouts, hold): (Timeouts, Option<ClientSlot>),
-    ) -> Result<Forwarded, ProxyError> {
-        // Sent again as it was (another member, or a new connection) only
-        // without a body, as any request.
-        let again = matches!(body, RequestBody::Empty).then(|| parts.clone());
-        let req = Request::from_parts(parts, body);
-        let replay = Replay::Request {
-            idempotent: idempotent(req.method()),
-            exact: again.is_some(),
-        };
-        let mut sent = self.upgrade_on(&target, up, req, timeouts.response).await;
-        if let (Err(Some(e)), Some(parts)) = (&sent, again) {
-            let retry = decide(Reached::from(e), replay);
-            if retry != Retry::No {
-                let up = self
-                    .connect_again(
-                        (retry, replay),
-                        (route, sni, source),
-                        (&mut target, &mut slot),
-                        true,
-                    )
-                    .await?;
-                let req = Request::from_parts(parts, RequestBody::Empty);
-                sent = self.upgrade_on(&target, up, req, timeouts.response).await;
-            }
-        }
-        let response = match sent {
-            Ok(r) => r,
-            Err(Some(e)) => return Err(self.failed(&target.member, e.kind())),
-            Err(None) => {
-                return Err(self.failed(&target.member, UpstreamError::ResponseTimeout));
-            }
-        };
-        target.member.health.record_success();
-        Ok(self.upgraded(
-            response,
-            client_upgrade,
-            slot,
-            conn,
-            (timeouts.tunnel_idle, hold),
-        ))
-    }
-
-    /// One upgrade request on `up`: the member's answer, its failure, or `None`
-    /// when no answer came within `timeout`.
-    async fn upgrade_on(
-        &self,
-        target: &Target,
-        up: Upstream,
-        req: Request<RequestBody>,
-        timeout: std::time::Duration,
-    ) -> Result<Response<Incoming>, Option<SendError>> {
-        match tokio::time::timeout(timeout, up.send_upgrade(&target.member.addr, req)).await {
-            Ok(r) => r.map_err(Some),
-            Err(_) => Err(None),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The one retry decision of the router, for HTTP requests (to HTTP/1.1 and h2
+//! The retry decision, the one of the router, for HTTP requests (to HTTP/1.1 and h2
 //! members alike, WebSocket upgrades included), TLS passthrough and TCP ports.
 //!
 //! A failed attempt says how far it got ([`Reached`], read off the error as Pingora
@@ -20,10 +20,14 @@
 //! move to another member).
 
 use http::Method;
+use per_source::ClientKey;
 
+use super::Proxy;
 use super::error::ProxyError;
+use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
-use crate::upstream::SendError;
+use crate::table::{Route, Target};
+use crate::upstream::{SendError, Upstream};
 
 /// How far a failed attempt got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +108,44 @@ impl From<&SendError> for Reached {
         } else {
             Reached::Further
         }
+    }
+}
+
+impl Proxy {
+    /// The connection a second attempt goes on, as `retry` says: a new one to
+    /// the same member, or (if that fails too, or the decision says so) one to
+    /// another member of the route, `target` and `slot` moved to it. `fresh`: a
+    /// connection of its own, never one from the idle pool (an upgrade's).
+    pub(super) async fn connect_again(
+        &self,
+        (retry, replay): (Retry, Replay),
+        (route, sni, source): (&Route, &str, (ClientKey, usize)),
+        (target, slot): (&mut Target, &mut MemberSlot),
+        fresh: bool,
+    ) -> Result<Upstream, ProxyError> {
+        self.metrics.retries.inc();
+        let again = match retry {
+            Retry::SameMember => Box::pin(self.connect(target, sni, source.1)).await,
+            _ => Err(self.failed(&target.member, UpstreamError::Reset)),
+        };
+        match again {
+            Ok(up) => Ok(up),
+            Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
+                let other = route.pick_other(&target.member).ok_or(e)?.clone();
+                let (s, u) = self.checkout(&other, sni, source, fresh).await?;
+                (*target, *slot) = (other, s);
+                Ok(u)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What the one retry decision says of an attempt's result.
+pub(super) fn retry_of<T>(result: &Result<T, Option<SendError>>, replay: Replay) -> Retry {
+    match result {
+        Err(Some(e)) => decide(Reached::from(e), replay),
+        _ => Retry::No,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Routing a request: the host it addressed, the route for that host, and the
+//! The route phase: the host a request addressed, the route for that host (with
+//! its app's policy and the member its affinity cookie names), and the
 //! plain-HTTP → HTTPS redirect for hosts that have a certificate.
 
 use std::sync::Arc;
@@ -8,14 +9,16 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
+use super::Proxy;
 use super::body::ProxyBody;
+use super::client_conn::ClientConn;
+use super::context::Forwarded;
 use super::error::ProxyError;
-use super::headers::ClientConn;
 use super::upload::Received;
-use super::{Forwarded, Proxy};
 use crate::policy::Policy;
-use crate::table::{Route, Target};
+use crate::table::{Route, RouteTable, Target};
 use crate::tls::store::Certs;
+use h1_codec::request::framing_is_clear;
 
 /// The host the client addressed: `:authority` for h2 and absolute-form requests
 /// (RFC 9112 §3.2.2: it wins over Host), else the one Host header. Several Host
@@ -145,14 +148,33 @@ impl Redirect {
 }
 
 impl Proxy {
+    /// The route phase: what is refused before the host is read, the host,
+    /// an ACME CA's check of an order of ours (answered before routing and
+    /// redirects), then the route for the host (or the redirect to HTTPS).
+    pub(super) fn route<'h>(
+        &self,
+        conn: &ClientConn,
+        req: &Request<Received>,
+        fields: FieldsRef<'_>,
+        host: &'h Option<HeaderValue>,
+    ) -> Result<Routed<'h>, ProxyError> {
+        refuse_early(req, fields)?;
+        let host = host.as_ref().ok_or(ProxyError::BadHost)?;
+        if let Some(answer) = self.acme_answer(conn, req.uri().path()) {
+            return Ok(Routed::Answered(Box::new(answer)));
+        }
+        self.route_of(conn, req, fields, host)
+    }
+
     /// The route for the request's host, after the checks that need no member: a
     /// valid host, a certificate that serves it, no passthrough name on a
     /// terminated connection; with it, from the same table, the app's policy and
     /// the member its affinity cookie names. Plain HTTP for a host with a
     /// certificate may be answered with a redirect to HTTPS.
-    pub(super) fn route_of<'h>(
+    fn route_of<'h>(
         &self,
         conn: &ClientConn,
+        req: &Request<Received>,
         fields: FieldsRef<'_>,
         host: &'h HeaderValue,
     ) -> Result<Routed<'h>, ProxyError> {
@@ -170,30 +192,8 @@ impl Proxy {
         }
         // One table load; the guard is dropped before any await.
         let table = self.table.load();
-        let mut route = table.route_for(&name).ok_or(ProxyError::NoRoute)?;
-        let mut policy = table.policy_for(&route.app);
-        let mut sticky = Sticky::None;
-        if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref())
-            && let Some(id) = affinity.requested(fields)
-        {
-            // The cookie's member in this route, or in another app of a split.
-            let split = table.split_apps(&name);
-            let found = std::iter::once(route).chain(split).find_map(|r| {
-                r.members
-                    .iter()
-                    .find(|t| t.member.eligible() && t.member.affinity_id(affinity.key()) == id)
-                    .map(|t| (r, t))
-            });
-            sticky = match found {
-                Some((r, t)) => {
-                    if !Arc::ptr_eq(r, route) {
-                        (route, policy) = (r, table.policy_for(&r.app));
-                    }
-                    Sticky::Kept(t.clone())
-                }
-                None => Sticky::Moved,
-            };
-        }
+        let route = table.route_for(&name).ok_or(ProxyError::NoRoute)?;
+        let (route, policy, sticky) = sticky_of(&table, route, fields, &name);
         let (route, policy) = (route.clone(), policy.cloned());
         drop(table);
         // Names whose TLS the gear terminates are relayed before any handshake: a
@@ -205,20 +205,21 @@ impl Proxy {
             && let Some(redirect) = &self.redirect
             && redirect.covers(&route, &name)
         {
-            return Ok(Routed::Redirect);
+            let response = redirect.response(req, &name);
+            return Ok(Routed::Answered(Box::new(Forwarded::of(response, None))));
         }
         Ok(Routed::To(Destination {
             route,
+            host,
             name,
             policy,
             sticky,
         }))
     }
 
-    /// The redirect to HTTPS [`Proxy::route_of`] decided on.
     /// The HTTP-01 answer for `path` on a plain HTTP connection, if an ACME
     /// order of this router's is waiting for it.
-    pub(super) fn acme_answer(&self, conn: &ClientConn, path: &str) -> Option<Forwarded> {
+    fn acme_answer(&self, conn: &ClientConn, path: &str) -> Option<Forwarded> {
         if conn.https {
             return None;
         }
@@ -228,43 +229,80 @@ impl Proxy {
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .body(ProxyBody::full(answer))
             .ok()?;
-        Some(Forwarded::of(response, None, None))
-    }
-
-    pub(super) fn redirect_of(&self, req: &Request<Received>, host: &HeaderValue) -> Forwarded {
-        let name = host
-            .to_str()
-            .ok()
-            .and_then(normalize_host)
-            .unwrap_or_default();
-        let response = match &self.redirect {
-            Some(r) => r.response(req, &name),
-            None => ProxyError::NoRoute.response(None),
-        };
-        Forwarded {
-            response,
-            in_flight: None,
-            member: None,
-            hold: None,
-            fields: None,
-        }
+        Some(Forwarded::of(response, None))
     }
 }
 
-/// Where [`Proxy::route_of`] sends a request.
+/// The member a request's affinity cookie names (when its app has affinity),
+/// in its route or in another app of a blue/green split, with that app's route
+/// and policy.
+fn sticky_of<'t>(
+    table: &'t RouteTable,
+    route: &'t Arc<Route>,
+    fields: FieldsRef<'_>,
+    name: &str,
+) -> (&'t Arc<Route>, Option<&'t Arc<Policy>>, Sticky) {
+    let policy = table.policy_for(&route.app);
+    let Some(affinity) = policy.and_then(|p| p.affinity.as_ref()) else {
+        return (route, policy, Sticky::None);
+    };
+    let Some(id) = affinity.requested(fields) else {
+        return (route, policy, Sticky::None);
+    };
+    let split = table.split_apps(name);
+    let found = std::iter::once(route).chain(split).find_map(|r| {
+        r.members
+            .iter()
+            .find(|t| t.member.eligible() && t.member.affinity_id(affinity.key()) == id)
+            .map(|t| (r, t))
+    });
+    match found {
+        Some((r, t)) if !Arc::ptr_eq(r, route) => {
+            (r, table.policy_for(&r.app), Sticky::Kept(t.clone()))
+        }
+        Some((_, t)) => (route, policy, Sticky::Kept(t.clone())),
+        None => (route, policy, Sticky::Moved),
+    }
+}
+
+/// What is refused before the host is even read: `CONNECT` (405: a reverse proxy
+/// opens no tunnels to arbitrary places) and an ambiguous body length (a
+/// smuggling attempt; h2 has none).
+fn refuse_early(req: &Request<Received>, fields: FieldsRef<'_>) -> Result<(), ProxyError> {
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::MethodNotAllowed);
+    }
+    if req.version() < http::Version::HTTP_2 && !framing_is_clear(fields, req.version()) {
+        return Err(ProxyError::BadFraming);
+    }
+    Ok(())
+}
+
+/// Where [`Proxy::route`] sends a request.
 pub(super) enum Routed<'h> {
     To(Destination<'h>),
-    /// Nowhere: the answer is a redirect to HTTPS.
-    Redirect,
+    /// Nowhere: the router answers (a redirect to HTTPS, an ACME check).
+    Answered(Box<Forwarded>),
 }
 
 /// A routed request: its route, the host name (normalised), the app's policy and
 /// what its affinity cookie said.
 pub(super) struct Destination<'h> {
     pub(super) route: Arc<Route>,
+    /// The host as the client sent it (the member gets it as it came).
+    pub(super) host: &'h HeaderValue,
+    /// The host normalised: what TLS members are asked for (SNI) and verified
+    /// against.
     pub(super) name: std::borrow::Cow<'h, str>,
     pub(super) policy: Option<Arc<Policy>>,
     pub(super) sticky: Sticky,
+}
+
+impl Destination<'_> {
+    /// The app's members speak h2 (`h2: true` in its settings).
+    pub(super) fn h2_members(&self) -> bool {
+        self.policy.as_ref().is_some_and(|p| p.h2)
+    }
 }
 
 /// The member a request's affinity cookie names.

@@ -72,62 +72,23 @@ impl H2Conn {
         })?;
         let deadline = tokio::time::Instant::now() + settings.connect_timeout;
         let stream = dial(addr, target, deadline).await?;
-        let mut builder = http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .keep_alive_interval(PING_EVERY)
-            .keep_alive_timeout(PING_TIMEOUT)
-            .keep_alive_while_idle(true);
-        let failed = |e: hyper::Error| SendError::Tls {
-            addr: addr.clone(),
-            source: std::io::Error::other(e),
+        let send = match tls {
+            None => {
+                let connect = |e| SendError::Connect {
+                    addr: addr.clone(),
+                    source: std::io::Error::other(e),
+                };
+                h2_handshake(TokioIo::new(stream), addr, deadline, connect).await?
+            }
+            Some(tls) => {
+                let stream = tls_with_h2(stream, tls, addr, deadline).await?;
+                let failed = |e| SendError::Tls {
+                    addr: addr.clone(),
+                    source: std::io::Error::other(e),
+                };
+                h2_handshake(TokioIo::new(stream), addr, deadline, failed).await?
+            }
         };
-        let send =
-            match tls {
-                None => {
-                    let handshake = builder.handshake(TokioIo::new(stream));
-                    let (send, conn) = tokio::time::timeout_at(deadline, handshake)
-                        .await
-                        .map_err(|_| SendError::ConnectTimeout { addr: addr.clone() })?
-                        .map_err(|e| SendError::Connect {
-                            addr: addr.clone(),
-                            source: std::io::Error::other(e),
-                        })?;
-                    tokio::spawn(drive(conn, addr.clone()));
-                    send
-                }
-                Some(tls) => {
-                    let name = rustls::pki_types::ServerName::try_from(tls.host.to_string())
-                        .map_err(|e| SendError::Tls {
-                            addr: addr.clone(),
-                            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-                        })?;
-                    let connect = tls
-                        .connector
-                        .with_alpn(vec![b"h2".to_vec()])
-                        .connect(name, stream);
-                    let stream = tokio::time::timeout_at(deadline, connect)
-                        .await
-                        .map_err(|_| SendError::ConnectTimeout { addr: addr.clone() })?
-                        .map_err(|source| SendError::Tls {
-                            addr: addr.clone(),
-                            source,
-                        })?;
-                    if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                        return Err(SendError::Tls {
-                            addr: addr.clone(),
-                            source: std::io::Error::other("the member did not agree to h2 (ALPN)"),
-                        });
-                    }
-                    let handshake = builder.handshake(TokioIo::new(stream));
-                    let (send, conn) = tokio::time::timeout_at(deadline, handshake)
-                        .await
-                        .map_err(|_| SendError::ConnectTimeout { addr: addr.clone() })?
-                        .map_err(failed)?;
-                    tokio::spawn(drive(conn, addr.clone()));
-                    send
-                }
-            };
         opened.inc();
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Open {
             sni: sni.map(Arc::from),
@@ -135,6 +96,64 @@ impl H2Conn {
         });
         Ok(send)
     }
+}
+
+/// TLS to a member that must agree to h2 (ALPN), within `deadline`.
+async fn tls_with_h2(
+    stream: tokio::net::TcpStream,
+    tls: MemberTls<'_>,
+    addr: &Arc<str>,
+    deadline: tokio::time::Instant,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, SendError> {
+    let name = rustls::pki_types::ServerName::try_from(tls.host.to_string()).map_err(|e| {
+        SendError::Tls {
+            addr: addr.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        }
+    })?;
+    let connect = tls
+        .connector
+        .with_alpn(vec![b"h2".to_vec()])
+        .connect(name, stream);
+    let stream = tokio::time::timeout_at(deadline, connect)
+        .await
+        .map_err(|_| SendError::ConnectTimeout { addr: addr.clone() })?
+        .map_err(|source| SendError::Tls {
+            addr: addr.clone(),
+            source,
+        })?;
+    if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+        return Err(SendError::Tls {
+            addr: addr.clone(),
+            source: std::io::Error::other("the member did not agree to h2 (ALPN)"),
+        });
+    }
+    Ok(stream)
+}
+
+/// The h2 handshake on `io` within `deadline` (its failure as `failed` says),
+/// the connection then driven by a task of its own.
+async fn h2_handshake<I>(
+    io: I,
+    addr: &Arc<str>,
+    deadline: tokio::time::Instant,
+    failed: impl FnOnce(hyper::Error) -> SendError,
+) -> Result<SendRequest<RequestBody>, SendError>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(PING_EVERY)
+        .keep_alive_timeout(PING_TIMEOUT)
+        .keep_alive_while_idle(true);
+    let (send, conn) = tokio::time::timeout_at(deadline, builder.handshake(io))
+        .await
+        .map_err(|_| SendError::ConnectTimeout { addr: addr.clone() })?
+        .map_err(failed)?;
+    tokio::spawn(drive(conn, addr.clone()));
+    Ok(send)
 }
 
 /// Runs a connection until it ends (the member closed it, a ping went unanswered,

@@ -78,30 +78,11 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, framed: Option<Head>) -> P
     let Ok(method) = Method::from_bytes(method.as_bytes()) else {
         return Parsed::Other;
     };
-    // The framing reader's head: the same end, and a body this path reads
-    // whole (chunked, an upgrade, or a body past `max_body` is hyper's).
-    let body = match framed {
-        Some(h) if h.end - h.start == len as u64 => match h.body {
-            BodyFraming::Empty => 0,
-            BodyFraming::Length(n) => match usize::try_from(n) {
-                Ok(n) if n <= limits.max_body => n,
-                _ => return Parsed::Other,
-            },
-            BodyFraming::Chunked | BodyFraming::Close => return Parsed::Other,
-        },
-        _ => return Parsed::Other,
+    let Some(body) = whole_body(framed, len, limits) else {
+        return Parsed::Other;
     };
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"connection") {
-            // Keep-alive is the default; a close, an upgrade or another token is
-            // hyper's to handle.
-            if !h.value.eq_ignore_ascii_case(b"keep-alive") {
-                return Parsed::Other;
-            }
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            return Parsed::Other;
-        }
+    if req.headers.iter().any(hypers) {
+        return Parsed::Other;
     }
     // A body still on its way is hyper's to read, with its deadlines and 408.
     if buf.len() < len + body {
@@ -119,11 +100,7 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, framed: Option<Head>) -> P
         .map(|_| Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)));
     let (Some(Ok(uri)), Some(fields)) = (uri, Fields::with_head(head.clone(), index)) else {
         // A target the `http` crate refuses (rare): hyper gets every byte.
-        let mut whole = BytesMut::with_capacity(head.len() + buf.len());
-        whole.extend_from_slice(&head);
-        whole.extend_from_slice(buf);
-        *buf = whole;
-        return Parsed::Other;
+        return give_back(buf, &head);
     };
     let body = buf.split_to(body).freeze();
     let (mut parts, ()) = Request::new(()).into_parts();
@@ -136,4 +113,41 @@ pub fn parse(buf: &mut BytesMut, limits: &HeadLimits, framed: Option<Head>) -> P
         parts: Box::new(parts),
         fields,
     }
+}
+
+/// The length of a body this path reads whole, from the framing reader's head
+/// (which must end where httparse's does): none, or a `Content-Length` within
+/// `max_body`; `None` for chunked, an upgrade, or a body past `max_body`
+/// (hyper's).
+#[inline]
+fn whole_body(framed: Option<Head>, len: usize, limits: &HeadLimits) -> Option<usize> {
+    match framed {
+        Some(h) if h.end - h.start == len as u64 => match h.body {
+            BodyFraming::Empty => Some(0),
+            BodyFraming::Length(n) => usize::try_from(n).ok().filter(|n| *n <= limits.max_body),
+            BodyFraming::Chunked | BodyFraming::Close => None,
+        },
+        _ => None,
+    }
+}
+
+/// A field that makes the request hyper's: `Expect`, or a `Connection` other
+/// than `keep-alive` (the default; a close, an upgrade or another token is
+/// hyper's to handle).
+#[inline]
+fn hypers(h: &httparse::Header<'_>) -> bool {
+    let name = h.name.as_bytes();
+    (name.eq_ignore_ascii_case(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive"))
+        || name.eq_ignore_ascii_case(b"expect")
+}
+
+/// The head taken out of `buf` put back before what follows it: hyper reads
+/// the connection from its first byte.
+#[cold]
+fn give_back(buf: &mut BytesMut, head: &[u8]) -> Parsed {
+    let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+    whole.extend_from_slice(head);
+    whole.extend_from_slice(buf);
+    *buf = whole;
+    Parsed::Other
 }

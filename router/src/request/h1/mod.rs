@@ -50,8 +50,8 @@ use tokio::time::Sleep;
 use self::head::Parsed;
 use self::response::{BodyLength, DateCache, Encoder};
 use super::body::ProxyBody;
+use super::client_conn::ClientConn;
 use super::client_io::ClientIo;
-use super::headers::ClientConn;
 use super::own_waker::{Flag, OwnWaker};
 use super::upload::Received;
 use super::{Answer, Proxy};
@@ -75,6 +75,20 @@ pub struct Settings {
     pub head: HeadLimits,
     /// `limits.header_read_timeout`: a begun head must be complete within it.
     pub header_read_timeout: std::time::Duration,
+}
+
+impl Settings {
+    /// The path's settings from the listener's `limits`.
+    pub fn of(limits: &crate::request::limits::Limits) -> Settings {
+        Settings {
+            head: HeadLimits {
+                max_bytes: limits.max_header_bytes,
+                max_headers: limits.max_headers,
+                max_body: limits.body_buffer_bytes,
+            },
+            header_read_timeout: limits.header_read_timeout,
+        }
+    }
 }
 
 /// Serves `io` until it closes or needs hyper (see the module doc); each request

@@ -365,24 +365,11 @@ impl UpstreamState {
                     let data = self.rbuf.split().freeze();
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                BodyState::Chunked(chunked) => match chunked.decode(&mut self.rbuf) {
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    // Trailers are the last frame: the body has ended with them
-                    // (a server may never poll past them).
-                    Ok(Decoded::Trailers(t)) => {
-                        self.body = BodyState::Done;
-                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                BodyState::Chunked(_) => {
+                    if let Some(frame) = self.chunked_frame() {
+                        return Poll::Ready(frame);
                     }
-                    Ok(Decoded::End) => {
-                        self.body = BodyState::Done;
-                        return Poll::Ready(None);
-                    }
-                    Ok(Decoded::More) => {}
-                    Err(e) => {
-                        self.broken();
-                        return Poll::Ready(Some(Err(e.into())));
-                    }
-                },
+                }
                 BodyState::Length(_) | BodyState::Close => {}
             }
             match ready!(poll_fill(&mut self.io, &mut self.rbuf, cx)) {
@@ -399,6 +386,32 @@ impl UpstreamState {
                     self.broken();
                     return Poll::Ready(Some(Err(e.into())));
                 }
+            }
+        }
+    }
+
+    /// What the chunked decoder makes of the bytes read: a frame (the
+    /// trailers are the last: the body has ended with them, a server may never
+    /// poll past them), the end, or `None` when it needs more bytes.
+    #[inline]
+    fn chunked_frame(&mut self) -> Option<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        let BodyState::Chunked(chunked) = &mut self.body else {
+            return None;
+        };
+        match chunked.decode(&mut self.rbuf) {
+            Ok(Decoded::Data(data)) => Some(Some(Ok(Frame::data(data)))),
+            Ok(Decoded::Trailers(t)) => {
+                self.body = BodyState::Done;
+                Some(Some(Ok(Frame::trailers(t))))
+            }
+            Ok(Decoded::End) => {
+                self.body = BodyState::Done;
+                Some(None)
+            }
+            Ok(Decoded::More) => None,
+            Err(e) => {
+                self.broken();
+                Some(Some(Err(e.into())))
             }
         }
     }

@@ -104,6 +104,29 @@ impl Outgoing {
         self.done && self.written == self.out.len() && self.flushed
     }
 
+    /// A body frame, encoded for the wire (a chunk when the body is chunked),
+    /// or its trailers kept for the last chunk.
+    #[inline]
+    fn gather(&mut self, frame: Frame<Bytes>) {
+        match frame.into_data() {
+            Ok(data) if self.chunked => encode::encode_chunk(&data, &mut self.out),
+            Ok(data) => self.out.extend_from_slice(&data),
+            Err(frame) => {
+                if let Ok(t) = frame.into_trailers() {
+                    self.trailers = Some(t);
+                }
+            }
+        }
+    }
+
+    /// The body has ended: the last chunk (with the trailers), if chunked.
+    fn end(&mut self) {
+        if self.chunked {
+            encode::encode_last_chunk(self.trailers.as_ref(), &mut self.out);
+        }
+        self.done = true;
+    }
+
     /// Gathers the body frames that are ready, then writes; `Ready(Ok(true))` if
     /// anything moved.
     pub(super) fn poll_write(
@@ -118,22 +141,11 @@ impl Outgoing {
                 match Pin::new(&mut *body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         progressed = true;
-                        match frame.into_data() {
-                            Ok(data) if self.chunked => encode::encode_chunk(&data, &mut self.out),
-                            Ok(data) => self.out.extend_from_slice(&data),
-                            Err(frame) => {
-                                if let Ok(t) = frame.into_trailers() {
-                                    self.trailers = Some(t);
-                                }
-                            }
-                        }
+                        self.gather(frame);
                     }
                     Poll::Ready(None) => {
                         progressed = true;
-                        if self.chunked {
-                            encode::encode_last_chunk(self.trailers.as_ref(), &mut self.out);
-                        }
-                        self.done = true;
+                        self.end();
                     }
                     Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(WriteError::Body(e))),
                     Poll::Pending => break,

@@ -1,0 +1,46 @@
+//! The admit phase: the app's policy admits the request's client, or refuses
+//! it (allow/deny 403, maintenance 503, the rate and at-once limits 429; see
+//! [`crate::policy`]), each refusal counted by app and reason.
+
+use h1_codec::fields::FieldsRef;
+
+use super::Proxy;
+use super::checkout::Requester;
+use super::client_conn::ClientConn;
+use super::error::ProxyError;
+use super::route::Destination;
+use crate::policy::clients::ClientSlot;
+use crate::policy::{Policy, Refused};
+
+impl Proxy {
+    /// Admits the request's client to its destination's app: its hold on the
+    /// app's `max_connections_per_client` (`None` without a policy: nothing
+    /// to hold), and whose it is for its member (its client key, whose share
+    /// of a member's slots it counts in, and the worker serving it, whose idle
+    /// member connections it may reuse).
+    #[inline]
+    pub(super) fn admit(
+        &self,
+        conn: &ClientConn,
+        fields: FieldsRef<'_>,
+        destination: &Destination<'_>,
+    ) -> Result<(Option<ClientSlot>, Requester), ProxyError> {
+        let client = conn.client(fields);
+        let hold = match destination.policy.as_deref() {
+            Some(p) => p
+                .admit(&destination.route.app, client, &self.clients)
+                .map_err(|r| self.refused(p, r))?,
+            None => None,
+        };
+        Ok((hold, (client.key, conn.worker)))
+    }
+
+    /// Counts a policy's refusal, by app and reason.
+    pub(super) fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
+        self.metrics
+            .app_refused
+            .with_label_values(&[&*policy.label, r.reason()])
+            .inc();
+        ProxyError::Refused(r)
+    }
+}

@@ -1,0 +1,175 @@
+//! The attempt loop: the one place a request's phases are called, in order
+//! (Pingora's `ProxyHttp` is the model; each phase is a function in the file
+//! named after it):
+//!
+//! | phase | function | file |
+//! |---|---|---|
+//! | route | [`Proxy::route`] | `route.rs` |
+//! | admit | [`Proxy::admit`] | `admit.rs` |
+//! | checkout | [`Destination::pick`], [`Proxy::checkout_now`], [`Proxy::checkout_or_other`] | `checkout.rs` |
+//! | send | [`prepare`], [`Proxy::read_body`], [`encoded`], the member connection's `send` | `send.rs` |
+//! | retry decision | [`retry_of`], [`Proxy::connect_again`] | `retry.rs` |
+//! | respond | [`Proxy::answered`], [`Proxy::respond_h1`] | `respond.rs` |
+//! | log | [`Proxy::log`] | `log.rs` |
+//!
+//! An HTTP/1.1 member's request is sent inline here (as a function of its own,
+//! moving its future and results cost 1 000 instructions a request); an h2
+//! member's ([`Proxy::attempt_h2`]) and an upgrade's ([`Proxy::attempt_upgrade`])
+//! take the same phases with their own send, boxed (their futures are not
+//! part of every HTTP/1.1 request's).
+
+use h1_codec::fields::{Fields, FieldsRef};
+use http::Request;
+use http::header::HeaderValue;
+
+use super::Proxy;
+use super::body::ProxyBody;
+use super::checkout::{H1Checkout, H2Checkout, Requester};
+use super::context::{Context, Forwarded};
+use super::error::ProxyError;
+use super::retry::{Replay, Retry, idempotent, retry_of};
+use super::route::{Destination, Routed};
+use super::send::{Protocol, Timeouts, encoded, prepare};
+use super::upload::Received;
+use crate::policy::clients::ClientSlot;
+use crate::table::Target;
+use crate::upstream::RequestBody;
+
+impl Proxy {
+    /// One request's way to a member and back: routed, admitted, checked out,
+    /// sent (once more if the retry decision allows), answered. `host`: the
+    /// host it addressed; `raw`: its fields as they came (the own HTTP/1.1
+    /// path, the request's map then empty).
+    pub(super) async fn attempt(
+        &self,
+        context: &mut Context<'_>,
+        mut req: Box<Request<Received>>,
+        host: Option<HeaderValue>,
+        mut raw: Option<Fields>,
+    ) -> Result<Forwarded, ProxyError> {
+        let fields = FieldsRef::of(&req, raw.as_ref());
+        let to = match self.route(context.conn, &req, fields, &host)? {
+            Routed::To(destination) => destination,
+            Routed::Answered(answer) => return Ok(*answer),
+        };
+        context.app = Some(to.route.traffic.clone());
+        let (hold, source) = self.admit(context.conn, fields, &to)?;
+        let target = to.pick()?;
+        let conn = (context.conn, &context.trace);
+        let (protocol, body) = prepare((&mut req, &mut raw), &to, &target, conn)?;
+        let body = self.read_body(body).await?;
+        let timeouts = Timeouts::of(self, to.policy.as_deref());
+        match protocol {
+            Protocol::H1 => {}
+            Protocol::H2 { trailers } => {
+                let parts = (req.into_parts().0, body);
+                let how = (target, source, hold);
+                return Box::pin(self.attempt_h2(context, &to, how, parts, trailers)).await;
+            }
+            Protocol::Upgrade(client) => {
+                let parts = (req.into_parts().0, body, client);
+                let how = (target, source, hold);
+                return Box::pin(self.attempt_upgrade(context, &to, how, parts, timeouts)).await;
+            }
+        }
+        let how = H1Checkout::pooled(&to.name, source);
+        let (mut target, (mut slot, mut up)) = match self.checkout_now(&target, &how) {
+            Some(now) => (target, now),
+            None => Box::pin(self.checkout_or_other(&to.route, target, req.method(), how)).await?,
+        };
+        let (mut request, replay) = encoded((req, body), raw.as_ref(), conn, to.host);
+        let mut retried = false;
+        let head = loop {
+            let result = up
+                .send(&target.member.addr, &mut request, timeouts.response)
+                .await;
+            let retry = retry_of(&result, replay);
+            if retry == Retry::No || retried {
+                break self.answered(&target, result)?;
+            }
+            retried = true;
+            let (at, on) = ((&*to.route, &*to.name, source), (&mut target, &mut slot));
+            up = Box::pin(self.connect_again((retry, replay), at, on, false)).await?;
+            request.rewind();
+        };
+        let sticky = (to.policy.as_deref(), &to.sticky, context.conn.https);
+        Ok(self.respond_h1(head, sticky, (target, slot, up)).held(hold))
+    }
+
+    /// [`Proxy::attempt`] for an app whose members speak h2: checked out on
+    /// `target` (or another member, when nothing was sent), exchanged, and
+    /// answered as over HTTP/1.1.
+    async fn attempt_h2(
+        &self,
+        context: &Context<'_>,
+        to: &Destination<'_>,
+        (target, source, hold): (Target, Requester, Option<ClientSlot>),
+        (parts, body): (http::request::Parts, RequestBody),
+        trailers: bool,
+    ) -> Result<Forwarded, ProxyError> {
+        let timeout = Timeouts::of(self, to.policy.as_deref()).response;
+        let how = H2Checkout {
+            sni: &to.name,
+            source,
+        };
+        let method = parts.method.clone();
+        let (target, (slot, send)) = self
+            .checkout_or_other(&to.route, target, &method, how)
+            .await?;
+        let response = self
+            .exchange_h2(&target, send, (parts, body), (trailers, timeout))
+            .await?;
+        let (mut parts, body) = response.into_parts();
+        let sticky = (to.policy.as_deref(), &to.sticky);
+        self.respond_head(&mut parts.headers, sticky, &target, context.conn.https);
+        let response = http::Response::from_parts(parts, ProxyBody::detached(body));
+        Ok(Forwarded::of(response, Some(slot)).held(hold))
+    }
+
+    /// [`Proxy::attempt`] for an upgrade (WebSocket): checked out on a fresh
+    /// connection of its own, sent, and on 101 turned into a tunnel (see
+    /// [`Proxy::upgraded`]). A member that closed before answering gets the
+    /// retry decision's second attempt, on a fresh connection, when the
+    /// request can be sent again as it was (it has no body).
+    async fn attempt_upgrade(
+        &self,
+        context: &Context<'_>,
+        to: &Destination<'_>,
+        (target, source, hold): (Target, Requester, Option<ClientSlot>),
+        (parts, body, client): (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade),
+        timeouts: Timeouts,
+    ) -> Result<Forwarded, ProxyError> {
+        let sni: &str = &to.name;
+        let how = H1Checkout {
+            sni,
+            source,
+            fresh: true,
+        };
+        let (mut target, (mut slot, up)) = self
+            .checkout_or_other(&to.route, target, &parts.method, how)
+            .await?;
+        let mut again = matches!(body, RequestBody::Empty).then(|| parts.clone());
+        let replay = Replay::Request {
+            idempotent: idempotent(&parts.method),
+            exact: again.is_some(),
+        };
+        let req = Request::from_parts(parts, body);
+        let mut sent = self.upgrade_on(&target, up, req, timeouts.response).await;
+        // At most once: `again` is taken.
+        while let (Err(Some(_)), Some(parts)) = (&sent, again.take()) {
+            let retry = retry_of(&sent, replay);
+            if retry == Retry::No {
+                break;
+            }
+            let at = (&*to.route, sni, source);
+            let up = self
+                .connect_again((retry, replay), at, (&mut target, &mut slot), true)
+                .await?;
+            let req = Request::from_parts(parts, RequestBody::Empty);
+            sent = self.upgrade_on(&target, up, req, timeouts.response).await;
+        }
+        let response = self.answered(&target, sent)?;
+        let (conn, idle) = (context.conn, timeouts.tunnel_idle);
+        Ok(self.upgraded(response, client, slot, conn, (idle, hold)))
+    }
+}

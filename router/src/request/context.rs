@@ -1,0 +1,131 @@
+//! What the phases of one request share ([`Context`], Pingora's per-request
+//! `CTX`) and what its attempt produced ([`Forwarded`]): made when the head
+//! arrives ([`Proxy::context`]), filled in by the phases as they run (the app
+//! once routed), and read last by the log phase ([`super::log`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use h1_codec::fields::{Fields, FieldsRef, Name};
+use http::header::HeaderValue;
+use http::{Request, Response};
+
+use super::Proxy;
+use super::access_log::AccessRecord;
+use super::activity::ActiveRequest;
+use super::body::ProxyBody;
+use super::client_conn::ClientConn;
+use super::error::ProxyError;
+use super::headers;
+use super::trace::Trace;
+use super::upload::Received;
+use crate::members::MemberSlot;
+use crate::metrics::apps::AppTraffic;
+use crate::policy::clients::ClientSlot;
+
+/// One request's shared state, from its head to its log line. What a phase
+/// produces for the next (the route, the member, the connection) is passed on
+/// as a value instead; this holds only what more than one phase reads.
+pub(super) struct Context<'c> {
+    pub(super) conn: &'c ClientConn,
+    /// When the head was read: the duration's start and `head_ms`'s.
+    pub(super) start: Instant,
+    /// Its ID and trace context (see [`super::trace`]).
+    pub(super) trace: Trace,
+    /// The app's counters, once the request is routed to one.
+    pub(super) app: Option<Arc<AppTraffic>>,
+    /// Boxed: most routers log no requests (`access_log`).
+    pub(super) log: Option<Box<AccessRecord>>,
+    /// The request body's declared length, for the app's byte counts.
+    pub(super) received: u64,
+    /// Its place in the connection's activity (idle deadline, drain).
+    pub(super) active: ActiveRequest,
+    /// A stream of a multiplexed connection (h2, h3): no `Connection` field.
+    pub(super) stream: bool,
+    /// The client's request says its HTTP/1 connection ends after it: a
+    /// `close` it asked for, read token by token from the bytes (hyper skips a
+    /// `Connection` value with a byte outside ASCII and would read the next
+    /// request), or an upgrade (the framing reader stops at a head naming one,
+    /// so a connection whose upgrade did not happen must not carry another
+    /// request; both found by the `client_stream` fuzz target).
+    pub(super) last_on_connection: bool,
+    /// HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`).
+    pub(super) announce_h3: bool,
+}
+
+impl Proxy {
+    /// A request's context: `fields` are its fields (in its map, or as they
+    /// came), `host` the host it addressed (for the access log).
+    pub(super) fn context<'c>(
+        &self,
+        conn: &'c ClientConn,
+        req: &Request<Received>,
+        fields: FieldsRef<'_>,
+        host: Option<&HeaderValue>,
+    ) -> Context<'c> {
+        let start = Instant::now();
+        let stream = matches!(req.version(), http::Version::HTTP_2 | http::Version::HTTP_3);
+        self.metrics.protocol(req.version());
+        let last_on_connection = !stream
+            && (fields.contains(Name::Upgrade)
+                || fields.values(Name::Connection).any(headers::says_close));
+        Context {
+            conn,
+            start,
+            trace: Trace::of(fields, conn.trusted()),
+            app: None,
+            log: self
+                .access_log
+                .then(|| Box::new(AccessRecord::of(req, conn.ip, host))),
+            received: req.body().declared_len(),
+            active: conn.activity.begin(stream),
+            stream,
+            last_on_connection,
+            announce_h3: self.alt_svc.is_some()
+                && conn.https
+                && req.version() != http::Version::HTTP_3,
+        }
+    }
+}
+
+/// What a request's attempt produced besides the response.
+pub(super) struct Forwarded {
+    pub(super) response: Response<ProxyBody>,
+    pub(super) in_flight: Option<MemberSlot>,
+    /// The member that answered when no slot travels with the response (an upgraded
+    /// tunnel holds its slot itself), for the access log.
+    pub(super) member: Option<Arc<str>>,
+    /// The request's count against its app's `max_connections_per_client`.
+    pub(super) hold: Option<ClientSlot>,
+    /// An HTTP/1.1 member's fields as they came (see [`super::Answer`]).
+    pub(super) fields: Option<Fields>,
+}
+
+impl Forwarded {
+    /// An answer, with the member's slot that travels with it.
+    pub(super) fn of(response: Response<ProxyBody>, in_flight: Option<MemberSlot>) -> Forwarded {
+        Forwarded {
+            response,
+            in_flight,
+            member: None,
+            hold: None,
+            fields: None,
+        }
+    }
+
+    /// The same, holding the request's count against its app's limit until
+    /// the response is done.
+    pub(super) fn held(mut self, hold: Option<ClientSlot>) -> Forwarded {
+        self.hold = hold;
+        self
+    }
+
+    /// A request that got no answer from a member: the router's own response
+    /// (with the request's ID), counted against the app when a member failed.
+    pub(super) fn failed(e: &ProxyError, context: &Context<'_>) -> Forwarded {
+        if let (ProxyError::Upstream(_), Some(app)) = (e, &context.app) {
+            app.upstream_error();
+        }
+        Forwarded::of(e.response(Some(context.trace.request_id.as_str())), None)
+    }
+}

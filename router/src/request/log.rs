@@ -1,0 +1,65 @@
+//! The log phase: what a request leaves behind. When its response head is
+//! final ([`Proxy::log`]) the access record learns the member and the head's
+//! time, and the body takes the request's [`Completion`], which, when the body
+//! is done or dropped, counts the request (status, duration, bytes; the app's
+//! and the member's figures), frees the member's slot and the client's hold,
+//! and writes the access line ([`super::access_log`]).
+
+use super::body::{Completion, ProxyBody};
+use super::context::{Context, Forwarded};
+use super::{Answer, Proxy};
+
+impl Proxy {
+    /// The last phase of the request path: the response's head as the client
+    /// gets it (with what the router adds, see [`Proxy::router_fields`]), and
+    /// its completion attached to its body.
+    pub(super) fn log(&self, mut context: Context<'_>, forwarded: Forwarded) -> Answer {
+        let Forwarded {
+            mut response,
+            in_flight,
+            member,
+            hold,
+            fields,
+        } = forwarded;
+        // A request the router itself found malformed (400) ends its HTTP/1
+        // connection, as nginx and haproxy end it: what follows on it was sent
+        // by a client that frames requests otherwise (found by the
+        // `client_stream` fuzz target: a request after two Hosts was served).
+        let malformed = member.is_none()
+            && in_flight.is_none()
+            && response.status() == http::StatusCode::BAD_REQUEST;
+        if let Some(log) = context.log.as_mut() {
+            log.head = Some(context.start.elapsed());
+            log.ids = Some(context.trace.clone());
+            log.upstream = in_flight
+                .as_ref()
+                .map(|slot| slot.member().addr.clone())
+                .or(member);
+        }
+        let closing = !context.stream
+            && (context.active.closing() || context.last_on_connection || malformed);
+        self.router_fields(&mut response, closing, context.announce_h3);
+        // The head is handed to the server: on h2 it now waits on the client's window.
+        context.active.wait_on_client();
+        let completion = Completion {
+            start: context.start,
+            status: response.status().as_u16(),
+            metrics: self.metrics.clone(),
+            log: context.log,
+            bytes: 0,
+            aborted: false,
+            in_flight,
+            active: Some(context.active),
+            hold,
+            app: context.app,
+            received: context.received,
+        };
+        let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
+        *response.body_mut() = body.with_completion(completion);
+        Answer {
+            response,
+            fields,
+            request_id: context.trace.request_id,
+        }
+    }
+}
