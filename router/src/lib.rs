@@ -25,6 +25,7 @@ pub mod log_limit;
 pub mod members;
 pub mod memory;
 pub mod metrics;
+pub mod pair;
 pub mod policy;
 pub mod quic;
 pub mod reconcile;

@@ -137,6 +137,24 @@ impl Pair {
         }
     }
 
+    /// Router `i`'s configuration with its admin listener off loopback, as
+    /// a pair's link needs it: on every address, TLS with `admin.crt`
+    /// (both routers' addresses, the pair's CA) and `token` in
+    /// `admin.token`, written here (0600).
+    pub fn admin_off_loopback(&self, i: usize, token: &str) -> String {
+        let d = self.dir.display();
+        let path = self.dir.join("admin.token");
+        std::fs::write(&path, token).expect("token");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("chmod");
+        std::fs::read_to_string(self.config(i))
+            .expect("config")
+            .replace("admin: 127.0.0.1:9090", "admin: 0.0.0.0:9090")
+            + &format!(
+                "admin:\n  token_file: {d}/admin.token\n  tls_cert: {d}/admin.crt\n  tls_key: {d}/admin.key\n  tls_ca: {d}/ca.pem\n"
+            )
+    }
+
     /// Router `i`'s configuration file.
     pub fn config(&self, i: usize) -> PathBuf {
         self.dir.join(format!("router-{}.yaml", NAMES[i]))

@@ -30,13 +30,10 @@ const TOKEN: &str = "acme-pair-test-token";
 /// Router `i`'s configuration with the admin listener off loopback (TLS, the
 /// token) and ACME from `pebble`, its peer the other router.
 fn acme_config(pair: &Pair, pebble: &Pebble, i: usize) -> String {
-    let d = pair.dir.display();
-    let base = std::fs::read_to_string(pair.config(i)).expect("config");
     let other = [B_IP, A_IP][i];
-    base.replace("admin: 127.0.0.1:9090", "admin: 0.0.0.0:9090")
+    pair.admin_off_loopback(i, TOKEN)
         + &format!(
-            "admin:\n  token_file: {d}/admin.token\n  tls_cert: {d}/admin.crt\n  tls_key: {d}/admin.key\n  tls_ca: {d}/ca.pem\n\
-             acme:\n  directory: {dir}\n  ca_file: {ca}\n  check_interval: 1s\n  peer: \"{other}:9090\"\n  node: {node}\n  peer_timeout: 3s\n\
+            "acme:\n  directory: {dir}\n  ca_file: {ca}\n  check_interval: 1s\n  peer: \"{other}:9090\"\n  node: {node}\n  peer_timeout: 3s\n\
              app_defaults:\n  acme: true\n",
             dir = pebble.directory,
             ca = pebble.ca_file.display(),
@@ -144,10 +141,6 @@ fn one_order_per_alias_for_the_pair_served_by_both_and_a_kill_mid_order_loses_no
     let pebble = Pebble::start_at(&place, 8080, 8443, Some(60));
     let root = pair.dir.join("pebble-root.pem");
     std::fs::write(&root, pebble.root()).expect("root");
-    let token = pair.dir.join("admin.token");
-    std::fs::write(&token, TOKEN).expect("token");
-    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .expect("chmod");
     for i in 0..2 {
         std::fs::write(pair.config(i), acme_config(&pair, &pebble, i)).expect("config");
     }

@@ -60,17 +60,31 @@ impl Admin {
             }
             None => None,
         };
-        if let Err(e) = self
-            .splits
-            .set(&name, weights.as_ref().map(|(w, _)| w.clone()))
-        {
+        if let Err(e) = self.put_split(&name, weights.clone()) {
             tracing::error!(name, error = %e, "cannot persist the split");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("split not saved, nothing changed: {e}\n"),
             );
         }
-        let key: Arc<str> = Arc::from(name.as_str());
+        let shared = weights.as_ref().map(|(w, _)| w);
+        self.share(crate::pair::Key::Split(name.clone()), &shared);
+        json(&serde_json::json!({
+            "name": name,
+            "split": weights.map(|(w, _)| w),
+        }))
+    }
+
+    /// Saves `name`'s split (`None`: removes it), then puts it in the live
+    /// table: the same for an operator's call and an entry from the peer.
+    pub(super) fn put_split(
+        &self,
+        name: &str,
+        weights: Option<(BTreeMap<String, u32>, Arc<Split>)>,
+    ) -> Result<(), crate::table::split::SplitStoreError> {
+        self.splits
+            .set(name, weights.as_ref().map(|(w, _)| w.clone()))?;
+        let key: Arc<str> = Arc::from(name);
         self.table.rcu(|t| {
             let mut next = RouteTable::clone(t);
             match &weights {
@@ -83,9 +97,6 @@ impl Admin {
             }
             Arc::new(next)
         });
-        json(&serde_json::json!({
-            "name": name,
-            "split": weights.map(|(w, _)| w),
-        }))
+        Ok(())
     }
 }

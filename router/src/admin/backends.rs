@@ -29,6 +29,19 @@ pub(super) struct RotateDoc<'a> {
     result: Option<&'static str>,
     in_flight: usize,
     waited_ms: u128,
+    /// With a pair: each router's own result (this one first), `result`
+    /// being `drained` only when both drained.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    routers: Vec<RouterRotate>,
+}
+
+/// One router's part of a pair's rotate-out or rotate-in.
+#[derive(Serialize)]
+pub(super) struct RouterRotate {
+    /// `a` or `b`, or the peer's admin address.
+    router: String,
+    /// `drained`, `timeout`, `in`, or why the peer did not answer.
+    result: String,
 }
 
 impl Admin {
@@ -86,20 +99,10 @@ impl Admin {
                 "the member is written address:port, e.g. 10.0.0.1:35531\n",
             );
         };
-        let mut wait = DEFAULT_DRAIN_WAIT;
-        for (k, v) in query_params(query) {
-            if k == "timeout" {
-                match humantime::parse_duration(v) {
-                    Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
-                    _ => {
-                        return text(
-                            StatusCode::BAD_REQUEST,
-                            "timeout is a duration such as 90s or 2m, at most 1h\n",
-                        );
-                    }
-                }
-            }
-        }
+        let (wait, local) = match rotate_query(query) {
+            Ok(q) => q,
+            Err(answer) => return answer,
+        };
         if out && self.registry.find(&addr).is_none() {
             return text(
                 StatusCode::NOT_FOUND,
@@ -117,15 +120,37 @@ impl Admin {
             }
         };
         tracing::info!(member = %addr, rotate = if out { "out" } else { "in" }, "rotated by operator");
+        self.share(crate::pair::Key::Rotate(addr.clone()), &out);
         let start = Instant::now();
-        let result = match (&member, out) {
-            (Some(b), true) => Some(if b.drain(wait).await {
-                "drained"
-            } else {
-                "timeout"
-            }),
-            _ => None,
+        let here = async {
+            match (&member, out) {
+                (Some(b), true) => Some(if b.drain(wait).await {
+                    "drained"
+                } else {
+                    "timeout"
+                }),
+                _ => None,
+            }
         };
+        let peer = self.pair.as_ref().filter(|_| !local);
+        let there = async {
+            match peer {
+                Some(link) => Some(rotate_on_peer(link, raw, action, wait).await),
+                None => None,
+            }
+        };
+        let (mut result, there) = tokio::join!(here, there);
+        let mut routers = Vec::new();
+        if let (Some(there), Some(link)) = (there, &self.pair) {
+            routers.push(RouterRotate {
+                router: link.state.node().as_str().to_string(),
+                result: result.unwrap_or("in").to_string(),
+            });
+            if out && there.result != "drained" {
+                result = Some("timeout");
+            }
+            routers.push(there);
+        }
         json(&RotateDoc {
             address: &addr,
             rotate: if out { "out" } else { "in" },
@@ -133,6 +158,69 @@ impl Admin {
             result,
             in_flight: member.as_ref().map_or(0, |m| m.in_flight()),
             waited_ms: start.elapsed().as_millis(),
+            routers,
         })
+    }
+}
+
+/// A rotate call's `timeout` (default 30 s, at most an hour) and whether it
+/// is for this router only (`pair=local`: the peer's own call), or the 400.
+#[allow(clippy::result_large_err)]
+fn rotate_query(query: Option<&str>) -> Result<(Duration, bool), Response<Full<Bytes>>> {
+    let mut wait = DEFAULT_DRAIN_WAIT;
+    let mut local = false;
+    for (k, v) in query_params(query) {
+        match k {
+            "timeout" => match humantime::parse_duration(v) {
+                Ok(d) if d <= MAX_DRAIN_WAIT => wait = d,
+                _ => {
+                    return Err(text(
+                        StatusCode::BAD_REQUEST,
+                        "timeout is a duration such as 90s or 2m, at most 1h\n",
+                    ));
+                }
+            },
+            "pair" => local = v == "local",
+            _ => {}
+        }
+    }
+    Ok((wait, local))
+}
+
+/// The same rotate call on the pair's other router, for it alone
+/// (`pair=local`), within the drain wait and the link's own deadline: its
+/// result, or why it did not answer.
+async fn rotate_on_peer(
+    link: &crate::pair::link::Link,
+    raw: &str,
+    action: &str,
+    wait: Duration,
+) -> RouterRotate {
+    let path = format!(
+        "/backends/{raw}/{action}?timeout={}ms&pair=local",
+        wait.as_millis()
+    );
+    let answer = link
+        .peer
+        .call_within(wait + link.timeout, Method::POST, &path, Vec::new())
+        .await;
+    let result = match answer {
+        Ok((StatusCode::OK, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .map(|doc| match doc.get("result").and_then(|r| r.as_str()) {
+                Some(r) => r.to_string(),
+                // Rotated in, or not a member there: nothing to drain.
+                None if action == "rotate-out" => "drained".to_string(),
+                None => "in".to_string(),
+            })
+            .unwrap_or_else(|| "unreadable answer".to_string()),
+        // Not a member there: nothing to drain (its rotate state is shared).
+        Ok((StatusCode::NOT_FOUND, _)) if action == "rotate-out" => "drained".to_string(),
+        Ok((status, body)) => format!("{status}: {}", String::from_utf8_lossy(&body).trim()),
+        Err(e) => format!("unreachable: {e}"),
+    };
+    RouterRotate {
+        router: link.peer.addr().to_string(),
+        result,
     }
 }

@@ -17,6 +17,7 @@
 //! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
 //! | `/acme/*` | what a router pair's two routers put on and take from each other for ACME, token needed for reads too (see [`acme`]) |
+//! | `POST /pair/updates` | the pair's other router's shared-state entries (settings, splits, rotate states), applied when newer; answers this router's epoch (see [`pair`]) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
 //! the opposite call; rotating out an address that is no member is a 404 (a typo
@@ -70,6 +71,7 @@ mod reconcile;
 mod respond;
 use respond::{asset, json, percent_decode, query_params, read_limited, text};
 mod origin;
+mod pair;
 mod routes;
 pub use origin::Names;
 mod settings;
@@ -120,6 +122,9 @@ pub struct Admin {
     /// ACME's state (`acme.directory` set): what a pair's peer puts and takes
     /// through `/acme/*` (see [`acme`]).
     pub acme: Option<Arc<crate::issuer::shared::Shared>>,
+    /// The pair's link (`pair.peer`): what is put here is shared with the
+    /// other router, and what it puts is applied here (see [`pair`]).
+    pub pair: Option<Arc<crate::pair::link::Link>>,
 }
 
 /// `admin:` settings.
@@ -251,6 +256,12 @@ impl Admin {
                 );
             }
             return Ok(r);
+        }
+        if path == "/pair/updates" {
+            if req.method() != Method::POST {
+                return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"));
+            }
+            return Ok(self.pair_updates(req).await);
         }
         if path == "/reconcile" {
             if req.method() != Method::POST {

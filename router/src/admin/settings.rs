@@ -78,15 +78,28 @@ impl Admin {
                 &format!("{app} is not an app in the route table\n"),
             );
         }
-        if let Err(e) = self.policies.store.set(&app, change) {
+        if let Err(e) = self.put_settings(&app, change.clone()) {
             tracing::error!(app, error = %e, "cannot persist the app settings");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("settings not saved, nothing changed: {e}\n"),
             );
         }
-        crate::table::publish_policies(&self.table, &self.policies);
+        self.share(crate::pair::Key::Settings(app.clone()), &change);
         self.show(&app)
+    }
+
+    /// Saves `app`'s own settings (`None`: it follows the defaults again),
+    /// then applies them to the live table: the same for an operator's call
+    /// and an entry from the peer.
+    pub(super) fn put_settings(
+        &self,
+        app: &str,
+        settings: Option<AppSettings>,
+    ) -> Result<(), crate::policy::store::StoreError> {
+        self.policies.store.set(app, settings)?;
+        crate::table::publish_policies(&self.table, &self.policies);
+        Ok(())
     }
 
     fn show(&self, app: &str) -> Response<Full<Bytes>> {

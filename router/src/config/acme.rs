@@ -55,27 +55,7 @@ impl Config {
         let Some(peer) = &a.peer else {
             return Ok(());
         };
-        let port_ok = peer
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
-        if !port_ok {
-            return Err((
-                "acme.peer",
-                format!("{peer:?}: the other router's admin address, host:port"),
-            ));
-        }
-        if a.node.is_none() {
-            return Err((
-                "acme.node",
-                "a pair (acme.peer) needs this router's name in it: a or b".into(),
-            ));
-        }
-        if self.admin.token_file.is_none() || self.listen.admin.is_none() {
-            return Err((
-                "acme.peer",
-                "a pair shares certificate keys through the admin API: it needs listen.admin and admin.token_file (the same token on both routers)".into(),
-            ));
-        }
+        self.check_peer(("acme.peer", peer), ("acme.node", a.node))?;
         Ok(())
     }
 }

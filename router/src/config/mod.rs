@@ -14,7 +14,9 @@ use serde::Deserialize;
 use crate::members::health as member_health;
 
 mod acme;
-pub use crate::issuer::settings::{AcmeChallenge, AcmeConfig, AcmeNode};
+mod pair;
+pub use crate::issuer::settings::{AcmeChallenge, AcmeConfig};
+pub use crate::pair::{Node, PairSettings};
 mod health;
 pub use health::HealthConfig;
 mod listen;
@@ -108,6 +110,10 @@ pub struct Config {
     /// (`app_defaults.acme` or an app's own `acme: true`); off without `directory`.
     #[serde(default)]
     pub acme: AcmeConfig,
+    /// The router pair's link (see `crate::pair`): what an operator puts on
+    /// either router applies on both.
+    #[serde(default)]
+    pub pair: PairSettings,
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).
@@ -241,6 +247,7 @@ impl Config {
         self.validate_health()?;
         self.validate_reconcile()?;
         self.validate_acme()?;
+        self.validate_pair()?;
         Ok(())
     }
 

@@ -361,7 +361,7 @@ fn acme_settings_are_checked_with_their_line() {
         "admin:\n  token_file: /etc/router/admin.token\nacme:\n  peer: \"10.0.0.2:9090\"\n  node: b\n  peer_timeout: 5s\n",
     );
     let c = Config::parse(&pair, "r.yaml").expect("a pair");
-    assert_eq!(c.acme.node, Some(crate::config::AcmeNode::B));
+    assert_eq!(c.acme.node, Some(crate::config::Node::B));
     assert_eq!(c.acme.peer_timeout, Duration::from_secs(5));
     for (bad, field) in [
         (
@@ -423,5 +423,45 @@ fn tls_groups_are_named_known_and_once() {
             e.contains("r.yaml:") && e.contains("tls.groups"),
             "{bad}: {e}"
         );
+    }
+}
+
+#[test]
+fn pair_settings_default_to_acme_and_are_checked() {
+    let with_admin = format!("{GOOD}admin:\n  token_file: /etc/router/admin.token\n");
+    let ok =
+        format!("{with_admin}pair:\n  peer: \"10.0.0.2:9090\"\n  node: a\n  interval: 500ms\n");
+    let c = Config::parse(&ok, "r.yaml").expect("a pair");
+    assert_eq!(c.pair.node, Some(crate::config::Node::A));
+    assert_eq!(c.pair.interval, Duration::from_millis(500));
+    assert_eq!(c.pair.timeout, Duration::from_secs(3));
+    // acme.peer and acme.node alone still make the pair.
+    let acme = format!("{with_admin}acme:\n  peer: \"10.0.0.2:9090\"\n  node: b\n");
+    let c = Config::parse(&acme, "r.yaml").expect("acme's pair");
+    let link = crate::pair::link::effective(&c.pair, (c.acme.peer.as_deref(), c.acme.node));
+    assert_eq!(
+        link,
+        Some(("10.0.0.2:9090".to_string(), crate::config::Node::B))
+    );
+    for (bad, field) in [
+        (
+            format!("{with_admin}pair:\n  peer: \"10.0.0.2:9090\"\n"),
+            "pair.node",
+        ),
+        (format!("{with_admin}pair:\n  node: a\n"), "pair.peer"),
+        (
+            format!("{with_admin}pair:\n  peer: \"10.0.0.2\"\n  node: a\n"),
+            "pair.peer",
+        ),
+        (
+            format!("{GOOD}pair:\n  peer: \"10.0.0.2:9090\"\n  node: a\n"),
+            "pair.peer",
+        ),
+        (
+            format!("{with_admin}pair:\n  peer: \"10.0.0.2:9090\"\n  node: a\n  timeout: 10ms\n"),
+            "pair.timeout",
+        ),
+    ] {
+        assert_eq!(err(&bad).field, field, "{bad}");
     }
 }

@@ -19,9 +19,9 @@
 //! certificate at once; its saved key is deleted [`KEEP_GONE`] later (a remove
 //! and add of the alias in between keeps it).
 //!
-//! **A pair** (`acme.peer`, the other router's admin address; `acme.node`, `a`
-//! or `b`) shares all of it through the two admin APIs ([`peer`], served by
-//! `admin::acme`), so that the CA sees one order per alias and both routers
+//! **A pair** (`pair.peer` or `acme.peer`, the other router's admin address;
+//! `pair.node` or `acme.node`, `a` or `b`) shares all of it over the pair's one
+//! link ([`crate::pair::peer`], served by `admin::acme`), so that the CA sees one order per alias and both routers
 //! serve its certificate:
 //! - each alias has one orderer, [`orderer`]'s pick of `a` or `b`; a router
 //!   whose peer has not answered for `acme.peer_timeout` orders every alias;
@@ -35,12 +35,11 @@
 //! - router `a` creates the account and `b` takes it from `a` (`b` creates one
 //!   only while `a` does not answer).
 
-mod peer;
 mod renewal;
 pub mod settings;
 pub mod shared;
 
-pub use peer::{Peer, PeerError};
+pub use crate::pair::{Peer, PeerError};
 use renewal::Held;
 
 use crate::issuer::shared::{Entry, IssuedCert, PAGE, Shared, valid_alias};
@@ -99,9 +98,9 @@ pub struct Pair {
 }
 
 impl Pair {
-    pub fn new(peer: Peer, node_b: bool, timeout: Duration) -> Pair {
+    pub fn new(peer: Arc<Peer>, node_b: bool, timeout: Duration) -> Pair {
         Pair {
-            peer: Arc::new(peer),
+            peer,
             node_b,
             timeout,
             // Counted as up until it had `timeout` to answer after our start.

@@ -41,20 +41,11 @@ pub struct AcmeConfig {
     pub peer: Option<String>,
     /// This router's name in the pair, `a` or `b`: each alias is ordered by
     /// one of them; `a` creates the account.
-    pub node: Option<AcmeNode>,
+    pub node: Option<crate::pair::Node>,
     /// How long the peer may not answer before this router orders for every
     /// alias (and takes over the peer's orders in flight).
     #[serde(with = "humantime_serde")]
     pub peer_timeout: Duration,
-}
-
-/// `acme.node`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-pub enum AcmeNode {
-    #[serde(rename = "a")]
-    A,
-    #[serde(rename = "b")]
-    B,
 }
 
 /// `acme.challenge`.

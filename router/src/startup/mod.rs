@@ -67,6 +67,10 @@ pub enum StartError {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("pair.peer: {0}")]
+    PairPeer(#[from] crate::pair::PeerError),
+    #[error("state_dir/pair.json: {0}")]
+    PairState(crate::pair::state::StateError),
     #[error("spi.stomp.passcode_file {path}: {source}")]
     Passcode {
         path: PathBuf,
@@ -241,10 +245,11 @@ impl Router {
         let reconcile = reconcile_client(&config, &provider)?;
         let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
         let acme = acme_state(&config, &live, &certs, &provider);
+        let pair = pair_link(&config, &metrics)?;
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
-            (splits, policies, https_certs.clone(), acme),
+            (splits, policies, https_certs.clone(), acme, pair),
             token,
             recent,
             reconcile.is_some().then_some(reconcile_tx),

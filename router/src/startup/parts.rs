@@ -156,16 +156,52 @@ pub(super) fn acme_state(
     )))
 }
 
+/// The pair's link (`pair.peer`, or `acme.peer`): its shared state, loaded
+/// from `state_dir/pair.json`, and its peer, reached as `router check-pair`
+/// reaches it. None without a pair.
+pub(super) fn pair_link(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<Option<Arc<crate::pair::link::Link>>, StartError> {
+    let acme = (config.acme.peer.as_deref(), config.acme.node);
+    let Some((addr, node)) = crate::pair::link::effective(&config.pair, acme) else {
+        return Ok(None);
+    };
+    let off_loopback = config.listen.admin.is_some_and(|a| !a.ip().is_loopback());
+    let peer = crate::pair::Peer::new(
+        &addr,
+        off_loopback,
+        config.admin.tls_ca.as_deref(),
+        super::admin_token(config)?,
+        config.acme.peer_timeout.min(config.acme.request_timeout),
+    )?;
+    let state = crate::pair::State::open(&config.state_dir, node).map_err(StartError::PairState)?;
+    let metrics = crate::pair::link::PairMetrics::new(&metrics.registry, &addr)?;
+    Ok(Some(Arc::new(crate::pair::link::Link {
+        peer: Arc::new(peer),
+        state: Arc::new(state),
+        metrics,
+        epoch: crate::pair::link::new_epoch(),
+        timeout: config.pair.timeout,
+        interval: config.pair.interval,
+    })))
+}
+
+/// What the admin API changes and shows: the splits, the app settings, the
+/// live certificates, ACME's shared state, the pair's link.
+pub(super) type AdminState = (
+    Arc<SplitStore>,
+    Arc<crate::policy::Policies>,
+    LiveCerts,
+    Option<Arc<crate::issuer::shared::Shared>>,
+    Option<Arc<crate::pair::link::Link>>,
+);
+
 /// The admin API's state.
 pub(super) fn admin_api(
     config: &Config,
     (table, registry, metrics): (Arc<ArcSwap<RouteTable>>, Arc<MemberRegistry>, Arc<Metrics>),
-    (splits, policies, certs, acme): (
-        Arc<SplitStore>,
-        Arc<crate::policy::Policies>,
-        LiveCerts,
-        Option<Arc<crate::issuer::shared::Shared>>,
-    ),
+    (splits, policies, certs, acme, pair): AdminState,
     token: Option<String>,
     recent: Arc<crate::table::recent::Recent>,
     reconcile: Option<tokio::sync::mpsc::Sender<crate::reconcile::Job>>,
@@ -192,6 +228,7 @@ pub(super) fn admin_api(
         names: ArcSwap::from_pointee(crate::admin::Names::new(&config.admin.hosts)),
         certs,
         acme,
+        pair,
         dead_letters: match (&config.spi.source, &config.spi.spool) {
             (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
             _ => config.state_dir.join("dead-letters"),

@@ -107,14 +107,16 @@ fn spawn_reconcile_timer(
     }))
 }
 
-/// The tasks only some configurations run: the reconcile timer, the ACME issuer.
+/// The tasks only some configurations run: the reconcile timer, the ACME
+/// issuer, the pair's link.
 pub(super) fn spawn_timers(
     config: &crate::config::Config,
     admin: &Arc<crate::admin::Admin>,
-) -> [Option<JoinHandle<()>>; 2] {
+) -> [Option<JoinHandle<()>>; 3] {
     [
         spawn_reconcile_timer(config.reconcile.as_ref(), admin.reconcile.as_ref()),
         spawn_issuer(config, admin),
+        spawn_pair_link(admin),
     ]
 }
 
@@ -126,13 +128,7 @@ fn spawn_issuer(
 ) -> Option<JoinHandle<()>> {
     let shared = admin.acme.clone()?;
     config.acme.directory.as_ref()?;
-    let pair = match pair(config) {
-        Ok(pair) => pair,
-        Err(e) => {
-            tracing::error!(error = %e, "acme.peer: no calls to the peer; this router orders alone");
-            None
-        }
-    };
+    let pair = pair(config, admin);
     let mut issuer = crate::issuer::Manager::new(
         config.acme.clone(),
         admin.table.clone(),
@@ -150,24 +146,21 @@ fn spawn_issuer(
     Some(tokio::spawn(issuer.run()))
 }
 
-/// The pair's other router (`acme.peer`), reached as `router check-pair`
-/// reaches it.
-fn pair(config: &crate::config::Config) -> anyhow::Result<Option<crate::issuer::Pair>> {
-    let Some(addr) = config.acme.peer.as_deref() else {
-        return Ok(None);
-    };
-    let off_loopback = config.listen.admin.is_some_and(|a| !a.ip().is_loopback());
-    let peer = crate::issuer::Peer::new(
-        addr,
-        off_loopback,
-        config.admin.tls_ca.as_deref(),
-        super::admin_token(config)?,
-        config.acme.peer_timeout.min(config.acme.request_timeout),
-    )?;
-    let node_b = config.acme.node == Some(crate::config::AcmeNode::B);
-    Ok(Some(crate::issuer::Pair::new(
-        peer,
-        node_b,
+/// ACME's part of the pair: the link's peer (`pair.peer`, or `acme.peer`).
+fn pair(
+    config: &crate::config::Config,
+    admin: &crate::admin::Admin,
+) -> Option<crate::issuer::Pair> {
+    let link = admin.pair.as_ref()?;
+    Some(crate::issuer::Pair::new(
+        link.peer.clone(),
+        link.state.node() == crate::config::Node::B,
         config.acme.peer_timeout,
-    )))
+    ))
+}
+
+/// The pair's link's sender (see [`crate::pair::link`]); none without a pair.
+fn spawn_pair_link(admin: &crate::admin::Admin) -> Option<JoinHandle<()>> {
+    let link = admin.pair.clone()?;
+    Some(tokio::spawn(link.run()))
 }

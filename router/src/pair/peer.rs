@@ -1,11 +1,13 @@
-//! Calls to the pair's other router's admin API (`acme.peer`), as `router
-//! check-pair` makes them: with the admin token, over TLS verified against
-//! `admin.tls_ca` when the admin listeners are off loopback (the pair's are
-//! set alike), plain on loopback.
+//! The pair's one link: calls to the other router's admin API (`pair.peer`,
+//! or `acme.peer`), as `router check-pair` makes them: with the admin token,
+//! over TLS verified against `admin.tls_ca` when the admin listeners are off
+//! loopback (the pair's are set alike), plain on loopback. The shared state's
+//! updates ([`super::link`]), a rotate-out's wait on the peer and ACME's
+//! sharing (`crate::issuer`) all go over it.
 //!
-//! One connection per call: the calls are a few per order and one catch-up per
-//! `acme.check_interval`, not worth a pool. Each has a deadline
-//! (`acme.peer_timeout`, at most `acme.request_timeout`) and a cap on the
+//! One connection per call: the calls are one update per change or per
+//! `pair.interval`, a few per ACME order, not worth a pool (a TLS 1.3
+//! handshake is about 120 µs here). Each has a deadline and a cap on the
 //! answer's size, so a peer that hangs or floods costs one failed call.
 
 use std::sync::Arc;
@@ -25,7 +27,7 @@ const MAX_ANSWER: usize = 4 * 1024 * 1024;
 /// Why a call to the peer failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
-    #[error("acme.peer {0:?}: an admin address is host:port")]
+    #[error("pair.peer {0:?}: an admin address is host:port")]
     Address(String),
     #[error("admin.tls_ca: {0}")]
     Tls(#[from] crate::tls::client::ClientTlsError),
@@ -89,10 +91,22 @@ impl Peer {
         path: &str,
         body: Vec<u8>,
     ) -> Result<(StatusCode, Bytes), PeerError> {
+        self.call_within(self.timeout, method, path, body).await
+    }
+
+    /// [`Peer::call`] with a deadline of its own (a rotate-out waits for the
+    /// peer's drain).
+    pub async fn call_within(
+        &self,
+        timeout: Duration,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Bytes), PeerError> {
         let what = format!("{method} {}{path}", self.addr);
-        tokio::time::timeout(self.timeout, self.exchange(&what, method, path, body))
+        tokio::time::timeout(timeout, self.exchange(&what, method, path, body))
             .await
-            .map_err(|_| PeerError::Timeout(what.clone(), self.timeout))?
+            .map_err(|_| PeerError::Timeout(what.clone(), timeout))?
     }
 
     async fn exchange(

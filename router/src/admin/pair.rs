@@ -1,0 +1,125 @@
+//! `POST /pair/updates`: the pair's other router's shared-state entries (see
+//! [`crate::pair`]), each applied here when it is newer than what is here,
+//! through the same steps as the operator's call that made it (the settings
+//! store, the splits, the rotate state), then acknowledged with this router's
+//! epoch. The token is needed (it is a mutating call). And [`Admin::share`]:
+//! what an operator's call put here, recorded for the peer.
+
+use super::*;
+use crate::pair::link::{Ack, Updates};
+use crate::pair::{Key, Update};
+use crate::policy::settings::AppSettings;
+
+/// Largest `/pair/updates` body: a page of entries, each at most an app's
+/// settings with its maintenance page.
+const MAX_UPDATES_BODY: usize = 4 * 1024 * 1024;
+
+impl Admin {
+    /// Records a change an operator's call made here, for the peer; a change
+    /// that cannot be recorded is logged (it stays in force here; `router
+    /// check-pair` shows the difference).
+    pub(super) fn share<T: Serialize>(&self, key: Key, value: &T) {
+        let Some(link) = &self.pair else {
+            return;
+        };
+        let value = match serde_json::to_value(value) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(key = %key.text(), error = %e, "pair: cannot encode the change");
+                return;
+            }
+        };
+        if let Err(e) = link.state.local(&key, value) {
+            tracing::error!(key = %key.text(), error = %e, "pair: cannot save the change for the peer");
+        }
+    }
+
+    /// `POST /pair/updates`.
+    pub(super) async fn pair_updates(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let Some(link) = &self.pair else {
+            return text(
+                StatusCode::NOT_FOUND,
+                "this router has no pair (pair.peer)\n",
+            );
+        };
+        let body = match read_limited(req.into_body(), MAX_UPDATES_BODY, self.body_deadline).await {
+            Ok(b) => b,
+            Err(status) => return text(status, "the body is the pair's updates, under 4 MiB\n"),
+        };
+        let updates: Updates = match serde_json::from_slice(&body) {
+            Ok(u) => u,
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("updates: {e}\n")),
+        };
+        if updates.node == link.state.node().as_str() {
+            return text(
+                StatusCode::CONFLICT,
+                "both routers of the pair are named the same (pair.node)\n",
+            );
+        }
+        let mut applied = 0;
+        for update in &updates.updates {
+            if !link.state.is_newer(update) {
+                continue;
+            }
+            // One that cannot apply here (a version of the router that does
+            // not know a setting) does not hold the link up: logged, left for
+            // the next full send, shown by `router check-pair`.
+            if let Err(e) = self.apply(update) {
+                tracing::error!(key = %update.key.text(), error = %e, "pair: the peer's entry cannot apply here");
+                continue;
+            }
+            applied += 1;
+            if let Err(e) = link.state.remote(update) {
+                tracing::error!(key = %update.key.text(), error = %e, "pair: cannot save the peer's entry");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("not saved: {e}\n"),
+                );
+            }
+        }
+        link.metrics.received.inc_by(applied as u64);
+        if applied > 0 {
+            tracing::info!(peer = %updates.node, applied, "pair: the peer's changes applied");
+        }
+        json(&Ack {
+            epoch: link.epoch,
+            applied,
+        })
+    }
+
+    /// One entry from the peer, applied as the operator's call that made it
+    /// would have (without the checks against the table: the peer made them,
+    /// and this router's table may not have the app yet).
+    fn apply(&self, update: &Update) -> Result<(), String> {
+        let value = update.value.clone();
+        match &update.key {
+            Key::Settings(app) => {
+                let settings: Option<AppSettings> =
+                    serde_json::from_value(value).map_err(|e| e.to_string())?;
+                if let Some(s) = &settings {
+                    s.check().map_err(|e| e.to_string())?;
+                }
+                self.put_settings(app, settings).map_err(|e| e.to_string())
+            }
+            Key::Split(name) => {
+                let weights: Option<BTreeMap<String, u32>> =
+                    serde_json::from_value(value).map_err(|e| e.to_string())?;
+                let split = match weights {
+                    Some(w) => {
+                        let split = Split::new(w.clone()).map_err(|e| e.to_string())?;
+                        Some((w, Arc::new(split)))
+                    }
+                    None => None,
+                };
+                self.put_split(name, split).map_err(|e| e.to_string())
+            }
+            Key::Rotate(addr) => {
+                let out: bool = serde_json::from_value(value).map_err(|e| e.to_string())?;
+                self.registry
+                    .rotate(addr, out)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The pair as one router: what an operator puts on either router of a
+//! keepalived pair applies on both.
+//!
+//! - **One link** ([`peer`]): the other router's admin API (`pair.peer`, or
+//!   `acme.peer` where only that is set), with the admin token, over TLS off
+//!   loopback. The platform's broker was the other carrier at hand; the link
+//!   does not depend on it because the pair must agree while the broker is
+//!   away (it is the pair's own state, not routing events), and the admin API
+//!   already had the token, the TLS and the audit.
+//! - **One state** ([`state`]): each app's own settings, each name's
+//!   blue/green split and each member's rotate state is an entry with a
+//!   version (a hybrid clock: milliseconds, one more than any version seen,
+//!   the node in the lowest bit), kept in `state_dir/pair.json`. A write on
+//!   either router gets a version above every version that router has seen;
+//!   an entry from the peer applies only when its version is higher, so the
+//!   later write wins and a router coming back never rolls a newer one back.
+//! - **Incremental updates with acknowledgements** ([`link`]): each change
+//!   has a sequence number; the sender posts the entries the peer has not
+//!   acknowledged (`POST /pair/updates`), at once on a change and every
+//!   `pair.interval` otherwise. A link that drops resumes where the peer's last
+//!   acknowledgement left it; a peer that restarted (its answer names another
+//!   epoch) is sent everything at once.
+
+pub mod link;
+pub mod peer;
+pub mod state;
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use peer::{Peer, PeerError};
+pub use state::{Key, State, Update};
+
+/// `pair:`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PairSettings {
+    /// The other router's admin address, `host:port` (default: `acme.peer`).
+    pub peer: Option<String>,
+    /// This router's name in the pair, `a` or `b` (default: `acme.node`).
+    pub node: Option<Node>,
+    /// A call on the link that takes longer has failed.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// How often the link is tried when nothing changes (the peer's
+    /// reachability and the catch-up after a drop are no older than this).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for PairSettings {
+    fn default() -> PairSettings {
+        PairSettings {
+            peer: None,
+            node: None,
+            timeout: Duration::from_secs(3),
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A router's name in its pair (`pair.node`, `acme.node`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Node {
+    #[serde(rename = "a")]
+    A,
+    #[serde(rename = "b")]
+    B,
+}
+
+impl Node {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Node::A => "a",
+            Node::B => "b",
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The pair as one router, through the real path: two routers in network
+//! namespaces, their admin listeners off loopback (TLS, the token), each the
+//! other's `pair.peer`. A setting, a split and a rotate-out put on one router
+//! are in force on the other; a rotate-out answers once both drained; a router
+//! that was down catches up at once, and the older entries it sends back never
+//! roll the newer ones back; a link cut and restored loses nothing put
+//! meanwhile. Needs root and network namespaces (see
+//! `e2e::netns`).
+
+use std::time::Duration;
+
+use e2e::hapair::{NAMES, Pair, publish_route};
+use e2e::netns::{A_IP, B_IP, MQ_IP};
+
+const TOKEN: &str = "pair-state-test-token";
+
+/// Router `i`'s configuration: admin off loopback (TLS, the token), the
+/// other router as its peer.
+fn pair_config(pair: &Pair, i: usize) -> String {
+    let other = [B_IP, A_IP][i];
+    pair.admin_off_loopback(i, TOKEN)
+        + &format!(
+            "pair:\n  peer: \"{other}:9090\"\n  node: {node}\n  interval: 300ms\n  timeout: 2s\n",
+            node = NAMES[i],
+        )
+}
+
+/// A call on router `i`'s admin API: the status and the body.
+fn admin(pair: &Pair, i: usize, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let ip = [A_IP, B_IP][i];
+    let mut cmd = pair.topo.cmd(NAMES[i], "curl");
+    cmd.args(["-s", "-m", "40", "-X", method, "--cacert"])
+        .arg(pair.dir.join("ca.pem"))
+        .args(["-H", &format!("Authorization: Bearer {TOKEN}")])
+        .args(["-w", "\n%{http_code}"]);
+    if let Some(body) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data", body]);
+    }
+    let out = cmd
+        .arg(format!("https://{ip}:9090{path}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Router `i`'s metrics page.
+fn metrics(pair: &Pair, i: usize) -> String {
+    let ip = [A_IP, B_IP][i];
+    pair.topo.sh(
+        NAMES[i],
+        &format!("curl -s -m 2 http://{ip}:9091/metrics || true"),
+    )
+}
+
+/// Waits until router `i`'s `GET path` answers 200 with a body containing
+/// `want` (whitespace aside: the API pretty-prints); the failure says what it
+/// answered last.
+fn wait_shows(pair: &Pair, i: usize, path: &str, want: &str, what: &str) {
+    e2e::wait_for(
+        &format!("router {} {what}", NAMES[i]),
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || match admin(pair, i, "GET", path, None) {
+            (200, body) if compact(&body).contains(want) => Ok(()),
+            (status, body) => Err(format!("{path}: {status} {}", compact(&body))),
+        },
+    );
+}
+
+/// Waits until router `i`'s `router_pair_peer_up` is `up` (`why`: what the
+/// test did to make it so).
+fn wait_peer_up(pair: &Pair, i: usize, up: u8, why: &str) {
+    let other = [B_IP, A_IP][i];
+    let want = format!("router_pair_peer_up{{peer=\"{other}:9090\"}} {up}");
+    e2e::wait_until(
+        &format!("router {} counts its peer {up} ({why})", NAMES[i]),
+        Duration::from_secs(10),
+        || metrics(pair, i).contains(&want),
+    );
+}
+
+/// Puts `app-ns`'s `max_connections_per_client` on router `i` (`when`: for
+/// the failure message).
+fn put_limit(pair: &Pair, i: usize, limit: u32, when: &str) {
+    let body = format!("{{\"max_connections_per_client\": {limit}}}");
+    let (status, answer) = admin(pair, i, "PUT", "/apps/app-ns/settings", Some(&body));
+    assert_eq!(status, 200, "PUT on {} {when}: {answer}", NAMES[i]);
+}
+
+/// `body` without whitespace.
+fn compact(body: &str) -> String {
+    body.split_whitespace().collect()
+}
+
+#[test]
+fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
+    let mut pair = Pair::prepare(&[]);
+    for i in 0..2 {
+        std::fs::write(pair.config(i), pair_config(&pair, i)).expect("config");
+    }
+    pair.start_router(0);
+    pair.start_router(1);
+    publish_route(&pair);
+    wait_shows(&pair, 1, "/routes", "app-ns", "has the app");
+    wait_shows(&pair, 0, "/routes", "app-ns", "has the app");
+    wait_peer_up(&pair, 0, 1, "both started");
+    wait_peer_up(&pair, 1, 1, "both started");
+
+    // 1. A setting put on a is in force on b.
+    put_limit(&pair, 0, 50, "with both up");
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":50",
+        "has a's setting",
+    );
+
+    // 2. A split put on b is in force on a.
+    let host = e2e::hapair::HOST;
+    let (status, body) = admin(
+        &pair,
+        1,
+        "POST",
+        &format!("/aliases/{host}/split"),
+        Some(r#"{"app-ns": 7}"#),
+    );
+    assert_eq!(status, 200, "split on b: {body}");
+    wait_shows(&pair, 0, "/routes", "\"app-ns\":7", "has b's split");
+
+    // 3. A rotate-out on a takes the member out on both and answers once both
+    // drained, naming each router's result.
+    let member = format!("{MQ_IP}:8080");
+    let (status, body) = admin(
+        &pair,
+        0,
+        "POST",
+        &format!("/backends/{member}/rotate-out?timeout=5s"),
+        None,
+    );
+    assert_eq!(status, 200, "rotate-out on a: {body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(doc["result"], "drained", "{body}");
+    let routers = doc["routers"].as_array().expect("routers");
+    assert_eq!(routers.len(), 2, "{body}");
+    assert_eq!(routers[0]["router"], "a", "{body}");
+    assert_eq!(routers[1]["router"], format!("{B_IP}:9090"), "{body}");
+    assert_eq!(routers[1]["result"], "drained", "{body}");
+    wait_shows(
+        &pair,
+        1,
+        "/backends",
+        "\"rotate\":\"out\"",
+        "has the member rotated out",
+    );
+    // And rotate-in on b brings it back on a.
+    let (status, body) = admin(
+        &pair,
+        1,
+        "POST",
+        &format!("/backends/{member}/rotate-in"),
+        None,
+    );
+    assert_eq!(status, 200, "rotate-in on b: {body}");
+    wait_shows(
+        &pair,
+        0,
+        "/backends",
+        "\"rotate\":\"in\"",
+        "has the member back in",
+    );
+
+    // 4. b goes away; a's setting changes meanwhile; a counts b down.
+    pair.stop_router(1);
+    wait_peer_up(&pair, 0, 0, "b stopped");
+    put_limit(&pair, 0, 80, "with b down");
+    // b comes back with its older entries (max_connections_per_client 50) and sends them: the
+    // newer one stays on a, and b takes it at once.
+    pair.start_router(1);
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":80",
+        "caught up with a's newer setting",
+    );
+    let (_, on_a) = admin(&pair, 0, "GET", "/apps/app-ns/settings", None);
+    assert!(
+        compact(&on_a).contains("\"max_connections_per_client\":80"),
+        "b's older entry rolled a back: {on_a}"
+    );
+
+    // 5. The link cut (b drops a's packets to and from its admin port) and
+    // restored: what each put meanwhile is in force on both afterwards.
+    let cut = format!(
+        "nft add table inet pairtest && \
+         nft add chain inet pairtest input '{{ type filter hook input priority 0; }}' && \
+         nft add rule inet pairtest input ip saddr {A_IP} tcp dport 9090 drop && \
+         nft add rule inet pairtest input ip saddr {A_IP} tcp sport 9090 drop && echo cut"
+    );
+    assert!(
+        pair.topo.sh("b", &cut).contains("cut"),
+        "nft in b's namespace"
+    );
+    wait_peer_up(&pair, 0, 0, "the link cut");
+    put_limit(&pair, 0, 90, "with the link cut");
+    let (status, body) = admin(
+        &pair,
+        1,
+        "POST",
+        &format!("/aliases/{host}/split"),
+        Some(r#"{"app-ns": 3}"#),
+    );
+    assert_eq!(status, 200, "split on b, link cut: {body}");
+    pair.topo.sh("b", "nft delete table inet pairtest");
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":90",
+        "has a's setting put while cut",
+    );
+    wait_shows(
+        &pair,
+        0,
+        "/routes",
+        "\"app-ns\":3",
+        "has b's split put while cut",
+    );
+    let received = e2e::metric_sum(
+        &metrics(&pair, 1),
+        "router_pair_updates_received_total",
+        &[],
+    );
+    assert!(received >= 1.0, "b counted what it applied: {received}");
+}
