@@ -136,6 +136,29 @@ impl ClientKey {
     }
 }
 
+impl ClientKey {
+    /// A key as [`fmt::Display`] writes it (an address, or a prefix in CIDR
+    /// notation), masked as [`KeyRule::key`] masks: what another router (the
+    /// pair's) sent.
+    pub fn parse(text: &str) -> Option<ClientKey> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, Some(p.parse::<u8>().ok()?)),
+            None => (text.parse::<IpAddr>().ok()?, None),
+        };
+        let rule = match addr {
+            IpAddr::V4(_) => KeyRule {
+                v4: prefix.unwrap_or(32).min(32),
+                v6: 128,
+            },
+            IpAddr::V6(_) => KeyRule {
+                v4: 32,
+                v6: prefix.unwrap_or(128).min(128),
+            },
+        };
+        Some(rule.key(addr))
+    }
+}
+
 impl fmt::Display for ClientKey {
     /// An address alone, a prefix in CIDR notation (`2001:db8:1:2::/64`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -153,6 +176,17 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("address")
+    }
+
+    #[test]
+    fn a_key_written_is_read_back_the_same() {
+        let r = KeyRule::default();
+        for a in ["192.0.2.7", "2001:db8:1:2::9", "::ffff:192.0.2.7"] {
+            let key = r.key(ip(a));
+            assert_eq!(ClientKey::parse(&key.to_string()), Some(key), "{a}");
+        }
+        assert_eq!(ClientKey::parse("nonsense"), None);
+        assert_eq!(ClientKey::parse("192.0.2.7/x"), None);
     }
 
     #[test]

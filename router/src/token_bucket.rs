@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 /// How fast a bucket refills and how much it holds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rate {
     pub per_second: f64,
     pub burst: f64,
@@ -45,6 +45,17 @@ impl TokenBucket {
         } else {
             Err((1.0 - self.tokens) / rate.per_second)
         }
+    }
+}
+
+impl TokenBucket {
+    /// `n` tokens spent elsewhere (the pair's other router served them):
+    /// taken now, down to one burst of debt at most, so that a client that
+    /// was served there waits here in proportion, and a burst of counts never
+    /// locks it out for longer than a burst takes to refill.
+    pub fn spend(&mut self, rate: &Rate, n: f64, now: Instant) {
+        self.tokens = (self.level(rate, now) - n).max(-rate.burst);
+        self.at = now;
     }
 }
 

@@ -236,3 +236,76 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     );
     assert!(received >= 1.0, "b counted what it applied: {received}");
 }
+
+/// `bench/pair_limit.py` from the client namespace: (served, refused, other).
+fn limit_load(pair: &Pair, ips: &str, rate: u32, secs: u32) -> (u32, u32, u32) {
+    let out = pair
+        .topo
+        .cmd("c", "python3")
+        .arg(e2e::hapair::repo().join("bench/pair_limit.py"))
+        .args([ips, &rate.to_string(), &secs.to_string(), e2e::hapair::HOST])
+        .output()
+        .expect("pair_limit.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let n: Vec<u32> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(
+        n.len(),
+        3,
+        "pair_limit.py: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (n[0], n[1], n[2])
+}
+
+#[test]
+fn a_client_alternating_between_the_routers_is_limited_once() {
+    let mut pair = Pair::prepare(&[]);
+    for i in 0..2 {
+        std::fs::write(pair.config(i), pair_config(&pair, i)).expect("config");
+    }
+    pair.start_router(0);
+    pair.start_router(1);
+    publish_route(&pair);
+    wait_peer_up(&pair, 0, 1, "both started");
+    wait_peer_up(&pair, 1, 1, "both started");
+    let limit = r#"{"rate_limit": {"requests_per_second": 10, "burst": 10}}"#;
+    let (status, body) = admin(&pair, 0, "PUT", "/apps/app-ns/settings", Some(limit));
+    assert_eq!(status, 200, "PUT the limit on a: {body}");
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"requests_per_second\":10",
+        "has the limit",
+    );
+
+    // 30 requests a second for 8 s, every other one to each router: one
+    // router alone would serve 8 x 10 + 10 = 90, two unshared routers 180.
+    let both = format!("{A_IP},{B_IP}");
+    let (served, refused, other) = limit_load(&pair, &both, 30, 8);
+    eprintln!("alternating, both up: {served} served, {refused} refused (429), {other} other");
+    assert_eq!(other, 0, "every request is served or refused");
+    let bound = (1.25 * 10.0 * 8.0 + 10.0) as u32;
+    assert!(
+        served <= bound,
+        "a client is limited once across the pair: {served} served > {bound} (1.25 x the limit x 8 s + one burst)"
+    );
+    assert!(served >= 70, "the limit is still served: {served} < 70");
+    let bytes = e2e::metric_sum(&metrics(&pair, 0), "router_pair_count_bytes_total", &[]);
+    assert!(bytes > 0.0, "a sent its counts: {bytes} bytes");
+
+    // b killed: a alone still serves the whole limit (never waits on b,
+    // never zero): 4 s at 30/s against 10/s.
+    pair.stop_router(1);
+    wait_peer_up(&pair, 0, 0, "b stopped");
+    let (served, refused, other) = limit_load(&pair, A_IP, 30, 4);
+    eprintln!("a alone: {served} served, {refused} refused, {other} other");
+    assert_eq!(other, 0, "every request is served or refused");
+    assert!(
+        (30..=52).contains(&served),
+        "the survivor serves the whole limit (4 s x 10/s, with at most one burst of debt or credit): {served}"
+    );
+}

@@ -18,6 +18,7 @@
 //! | `GET /audit` | the last admin actions (who, what, result) |
 //! | `/acme/*` | what a router pair's two routers put on and take from each other for ACME, token needed for reads too (see [`acme`]) |
 //! | `POST /pair/updates` | the pair's other router's shared-state entries (settings, splits, rotate states), applied when newer; answers this router's epoch (see [`pair`]) |
+//! | `POST /pair/counts` | the tokens the pair's other router's clients took from each app's rate limit, taken here too (see [`crate::pair::counts`]) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
 //! the opposite call; rotating out an address that is no member is a 404 (a typo
@@ -257,9 +258,12 @@ impl Admin {
             }
             return Ok(r);
         }
-        if path == "/pair/updates" {
+        if path == "/pair/updates" || path == "/pair/counts" {
             if req.method() != Method::POST {
                 return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"));
+            }
+            if path == "/pair/counts" {
+                return Ok(self.pair_counts(req).await);
             }
             return Ok(self.pair_updates(req).await);
         }

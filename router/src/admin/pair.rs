@@ -6,6 +6,7 @@
 //! what an operator's call put here, recorded for the peer.
 
 use super::*;
+use crate::pair::counts::Counts;
 use crate::pair::link::{Ack, Updates};
 use crate::pair::{Key, Update};
 use crate::policy::settings::AppSettings;
@@ -13,6 +14,10 @@ use crate::policy::settings::AppSettings;
 /// Largest `/pair/updates` body: a page of entries, each at most an app's
 /// settings with its maintenance page.
 const MAX_UPDATES_BODY: usize = 4 * 1024 * 1024;
+
+/// Largest `/pair/counts` body: one entry per bucket kept at most (100 000,
+/// about 25 bytes each).
+const MAX_COUNTS_BODY: usize = 8 * 1024 * 1024;
 
 impl Admin {
     /// Records a change an operator's call made here, for the peer; a change
@@ -85,6 +90,33 @@ impl Admin {
             epoch: link.epoch,
             applied,
         })
+    }
+
+    /// `POST /pair/counts`: the tokens the peer's clients took from its rate
+    /// limits since its last call, taken here too (see [`crate::pair::counts`]).
+    pub(super) async fn pair_counts(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        if self.pair.is_none() {
+            return text(
+                StatusCode::NOT_FOUND,
+                "this router has no pair (pair.peer)\n",
+            );
+        }
+        let body = match read_limited(req.into_body(), MAX_COUNTS_BODY, self.body_deadline).await {
+            Ok(b) => b,
+            Err(status) => return text(status, "the body is the pair's counts, under 8 MiB\n"),
+        };
+        let counts: Counts = match serde_json::from_slice(&body) {
+            Ok(c) => c,
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("counts: {e}\n")),
+        };
+        let (entries, bad) = counts.entries();
+        for count in &entries {
+            self.policies.clients.add_peer(count);
+        }
+        if bad > 0 {
+            tracing::warn!(peer = %counts.node, bad, "pair: unreadable rate-limit counts left out");
+        }
+        text(StatusCode::OK, "ok\n")
     }
 
     /// One entry from the peer, applied as the operator's call that made it

@@ -22,9 +22,13 @@ impl Config {
             ("pair.peer", peer),
             ("pair.node", p.node.or(self.acme.node)),
         )?;
-        for (field, d) in [("pair.timeout", p.timeout), ("pair.interval", p.interval)] {
-            if d < Duration::from_millis(100) {
-                return Err((field, "must be at least 100ms".into()));
+        for (field, d) in [
+            ("pair.timeout", p.timeout),
+            ("pair.interval", p.interval),
+            ("pair.limit_interval", p.limit_interval),
+        ] {
+            if d < Duration::from_millis(50) {
+                return Err((field, "must be at least 50ms".into()));
             }
         }
         Ok(())

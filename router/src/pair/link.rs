@@ -9,7 +9,9 @@
 //! answered), `router_pair_updates_sent_total`,
 //! `router_pair_updates_received_total` (applied here, from the peer: newer
 //! than what was here), `router_pair_lag_seconds` (how long the oldest entry
-//! the peer has not acknowledged has waited; 0 when it has them all).
+//! the peer has not acknowledged has waited; 0 when it has them all), and the
+//! shared limit's `router_pair_count_bytes_total` and
+//! `router_pair_counts_dropped_total`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +53,12 @@ pub struct PairMetrics {
     pub sent: IntCounter,
     pub received: IntCounter,
     pub lag: Gauge,
+    /// `router_pair_count_bytes_total`: what the link carries for the shared
+    /// rate limit (see [`super::counts`]).
+    pub count_bytes: IntCounter,
+    /// `router_pair_counts_dropped_total`: tokens counted here the peer did
+    /// not take (the link down, or slow).
+    pub counts_dropped: IntCounter,
 }
 
 impl PairMetrics {
@@ -75,7 +83,15 @@ impl PairMetrics {
             "router_pair_lag_seconds",
             "How long the oldest entry the pair's other router has not acknowledged has waited",
         )?;
-        for c in [&sent, &received] {
+        let count_bytes = IntCounter::new(
+            "router_pair_count_bytes_total",
+            "Bytes of rate-limit counts sent to the pair's other router",
+        )?;
+        let counts_dropped = IntCounter::new(
+            "router_pair_counts_dropped_total",
+            "Rate-limit tokens counted here that the pair's other router did not take (link down or slow)",
+        )?;
+        for c in [&sent, &received, &count_bytes, &counts_dropped] {
             r.register(Box::new(c.clone()))?;
         }
         r.register(Box::new(lag.clone()))?;
@@ -84,6 +100,8 @@ impl PairMetrics {
             sent,
             received,
             lag,
+            count_bytes,
+            counts_dropped,
         })
     }
 }
@@ -98,6 +116,8 @@ pub struct Link {
     pub epoch: u64,
     pub timeout: Duration,
     pub interval: Duration,
+    /// `pair.limit_interval` (see [`super::counts`]).
+    pub limit_interval: Duration,
 }
 
 impl Link {

@@ -20,7 +20,11 @@
 //!   `pair.interval` otherwise. A link that drops resumes where the peer's last
 //!   acknowledgement left it; a peer that restarted (its answer names another
 //!   epoch) is sent everything at once.
+//! - **One limit** ([`counts`]): each router tells the other how many
+//!   tokens each client took from each app's rate limit, every
+//!   `pair.limit_interval`, and takes as many from its own buckets.
 
+pub mod counts;
 pub mod link;
 pub mod peer;
 pub mod state;
@@ -47,6 +51,10 @@ pub struct PairSettings {
     /// reachability and the catch-up after a drop are no older than this).
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// How often the rate-limit counts go to the peer (see [`counts`]): the
+    /// shared limit's error bound is one interval of the limit's rate.
+    #[serde(with = "humantime_serde")]
+    pub limit_interval: Duration,
 }
 
 impl Default for PairSettings {
@@ -56,6 +64,7 @@ impl Default for PairSettings {
             node: None,
             timeout: Duration::from_secs(3),
             interval: Duration::from_secs(1),
+            limit_interval: Duration::from_millis(200),
         }
     }
 }

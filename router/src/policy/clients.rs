@@ -53,15 +53,40 @@ impl std::hash::Hasher for KeyHash {
 
 type Map<V> = HashMap<Key, V, std::hash::BuildHasherDefault<KeyHash>>;
 
+/// A client's bucket for an app, and what the pair's other router has not
+/// been told of it yet.
+#[derive(Debug)]
+struct Bucket {
+    tokens: TokenBucket,
+    /// Tokens taken here since the last count sent to the peer (pair only).
+    unsent: u32,
+    /// Whose it is and its rate, for the peer (which may have no bucket yet).
+    app: AppKey,
+    rate: Rate,
+}
+
+/// One client's requests to one app counted on the pair's other router, or
+/// here for it ([`Clients::take_unsent`], [`Clients::add_peer`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerCount {
+    pub app: AppKey,
+    pub rate: Rate,
+    pub client: ClientKey,
+    pub n: u32,
+}
+
 /// The state of every app's limits.
 #[derive(Debug)]
 pub struct Clients {
-    buckets: [Mutex<Map<TokenBucket>>; SHARDS],
+    buckets: [Mutex<Map<Bucket>>; SHARDS],
     in_flight: Arc<[Mutex<Map<u32>>; SHARDS]>,
     hasher: std::hash::RandomState,
     /// Clients let through untracked because their shard was full
     /// (`router_app_limit_untracked_total`).
     untracked: prometheus::IntCounter,
+    /// A pair shares the rate limits (see [`crate::pair::counts`]): tokens
+    /// taken here are counted for the peer.
+    shared: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Clients {
@@ -84,7 +109,14 @@ impl Clients {
             in_flight: Arc::new(std::array::from_fn(|_| Mutex::new(Map::default()))),
             hasher: std::hash::RandomState::new(),
             untracked,
+            shared: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on, tokens taken here are counted for the pair's other router.
+    pub fn share_with_peer(&self) {
+        self.shared
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// One keyed hash of (app, client) picks the shard and, with the address, is
@@ -109,19 +141,79 @@ impl Clients {
     ) -> Result<(), Refused> {
         let (key, shard) = self.key(app, client);
         let mut buckets = lock(&self.buckets[shard]);
+        let Some(bucket) = self.bucket(&mut buckets, key, (app, rate), now) else {
+            self.untracked.inc();
+            return Ok(());
+        };
+        bucket
+            .tokens
+            .take(rate, now)
+            .map_err(|wait| Refused::Rate {
+                retry_after: wait.ceil().max(1.0) as u64,
+            })?;
+        if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
+            bucket.unsent = bucket.unsent.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// `key`'s bucket in its shard's map, made full if there is none and the
+    /// shard has room (first forgetting the buckets that refilled and owe the
+    /// peer nothing); `None` when it has none.
+    fn bucket<'m>(
+        &self,
+        buckets: &'m mut Map<Bucket>,
+        key: Key,
+        (app, rate): (&AppKey, &Rate),
+        now: Instant,
+    ) -> Option<&'m mut Bucket> {
         if !buckets.contains_key(&key) && buckets.len() >= MAX_TRACKED / SHARDS {
-            buckets.retain(|_, b| b.level(rate, now) < rate.burst);
+            buckets.retain(|_, b| b.tokens.level(rate, now) < rate.burst || b.unsent > 0);
             if buckets.len() >= MAX_TRACKED / SHARDS {
-                self.untracked.inc();
-                return Ok(());
+                return None;
             }
         }
-        let bucket = buckets
-            .entry(key)
-            .or_insert_with(|| TokenBucket::full(rate, now));
-        bucket.take(rate, now).map_err(|wait| Refused::Rate {
-            retry_after: wait.ceil().max(1.0) as u64,
-        })
+        Some(buckets.entry(key).or_insert_with(|| Bucket {
+            tokens: TokenBucket::full(rate, now),
+            unsent: 0,
+            app: app.clone(),
+            rate: *rate,
+        }))
+    }
+
+    /// The tokens taken here since the last call, by client and app (at most
+    /// one entry per bucket kept: [`MAX_TRACKED`]), for the pair's other
+    /// router; each bucket's count starts again from zero.
+    pub fn take_unsent(&self) -> Vec<PeerCount> {
+        let mut out = Vec::new();
+        for shard in &self.buckets {
+            for ((_, client), b) in lock(shard).iter_mut() {
+                if b.unsent > 0 {
+                    out.push(PeerCount {
+                        app: b.app.clone(),
+                        rate: b.rate,
+                        client: *client,
+                        n: std::mem::take(&mut b.unsent),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Tokens the pair's other router took for `count`'s client: taken here
+    /// too (down to one burst of debt), so that a client counts once across
+    /// the pair. Never counted back to the peer.
+    pub fn add_peer(&self, count: &PeerCount) {
+        self.add_peer_at(count, Instant::now());
+    }
+
+    fn add_peer_at(&self, count: &PeerCount, now: Instant) {
+        let (key, shard) = self.key(&count.app, count.client);
+        let mut buckets = lock(&self.buckets[shard]);
+        if let Some(bucket) = self.bucket(&mut buckets, key, (&count.app, &count.rate), now) {
+            bucket.tokens.spend(&count.rate, f64::from(count.n), now);
+        }
     }
 
     /// Counts one request of `client` to `app` in flight, unless `max` are.
@@ -213,6 +305,45 @@ mod tests {
         let t1 = t0 + Duration::from_millis(500);
         assert!(c.take_token_at(&app("a"), ip, &rate, t1).is_ok());
         assert!(c.take_token_at(&app("a"), ip, &rate, t1).is_err());
+    }
+
+    #[test]
+    fn a_pair_counts_a_client_once_and_never_echoes_the_peer() {
+        let rate = Rate {
+            per_second: 1.0,
+            burst: 10.0,
+        };
+        let (a, b) = (Clients::default(), Clients::default());
+        a.share_with_peer();
+        b.share_with_peer();
+        let (ip, t0) = (key("192.0.2.1"), Instant::now());
+        for _ in 0..6 {
+            assert!(a.take_token_at(&app("a"), ip, &rate, t0).is_ok());
+        }
+        let counts = a.take_unsent();
+        assert_eq!(counts.len(), 1);
+        assert_eq!((counts[0].client, counts[0].n), (ip, 6));
+        assert!(a.take_unsent().is_empty(), "sent once");
+        for c in &counts {
+            b.add_peer_at(c, t0);
+        }
+        // b's bucket lost a's six: four left, then 429.
+        let served = (0..10)
+            .filter(|_| b.take_token_at(&app("a"), ip, &rate, t0).is_ok())
+            .count();
+        assert_eq!(served, 4);
+        // What b took for a's counts is not sent back; what it served is.
+        let back = b.take_unsent();
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].n, 4);
+        // A flood of counts costs at most one burst of debt.
+        let flood = PeerCount {
+            n: 1_000_000,
+            ..counts[0].clone()
+        };
+        b.add_peer_at(&flood, t0);
+        let refill = t0 + std::time::Duration::from_secs(11);
+        assert!(b.take_token_at(&app("a"), ip, &rate, refill).is_ok());
     }
 
     #[test]

@@ -184,6 +184,7 @@ pub(super) fn pair_link(
         epoch: crate::pair::link::new_epoch(),
         timeout: config.pair.timeout,
         interval: config.pair.interval,
+        limit_interval: config.pair.limit_interval,
     })))
 }
 

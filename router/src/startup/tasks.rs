@@ -108,15 +108,16 @@ fn spawn_reconcile_timer(
 }
 
 /// The tasks only some configurations run: the reconcile timer, the ACME
-/// issuer, the pair's link.
+/// issuer, the pair's link and its shared limit.
 pub(super) fn spawn_timers(
     config: &crate::config::Config,
     admin: &Arc<crate::admin::Admin>,
-) -> [Option<JoinHandle<()>>; 3] {
+) -> [Option<JoinHandle<()>>; 4] {
     [
         spawn_reconcile_timer(config.reconcile.as_ref(), admin.reconcile.as_ref()),
         spawn_issuer(config, admin),
         spawn_pair_link(admin),
+        spawn_pair_counts(admin),
     ]
 }
 
@@ -163,4 +164,14 @@ fn pair(
 fn spawn_pair_link(admin: &crate::admin::Admin) -> Option<JoinHandle<()>> {
     let link = admin.pair.clone()?;
     Some(tokio::spawn(link.run()))
+}
+
+/// The pair's shared rate limit's sender (see [`crate::pair::counts`]).
+fn spawn_pair_counts(admin: &crate::admin::Admin) -> Option<JoinHandle<()>> {
+    let link = admin.pair.clone()?;
+    let interval = link.limit_interval;
+    let clients = admin.policies.clients.clone();
+    Some(tokio::spawn(crate::pair::counts::run(
+        link, clients, interval,
+    )))
 }
