@@ -247,7 +247,41 @@ fn check_pair(config: &Config, peer: &str) -> anyhow::Result<Vec<String>> {
             ));
         }
     }
+    out.extend(pair_versions(config, peer));
     Ok(out)
+}
+
+/// With a pair's link (`pair.peer`): each shared entry whose version differs
+/// between the two routers, and why (`GET /pair/state`); nothing without one.
+fn pair_versions(config: &Config, peer: &str) -> Vec<String> {
+    let state = |at| {
+        admin_call(config, at, "GET", "/pair/state", b"")
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+    };
+    let (Some(ours), Some(theirs)) = (state(None), state(Some(peer))) else {
+        return Vec::new();
+    };
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        ours["versions"].as_object().unwrap_or(&empty),
+        theirs["versions"].as_object().unwrap_or(&empty),
+    );
+    let why = if ours["peer_up"] != true || theirs["peer_up"] != true {
+        "the link is down (router_pair_peer_up 0): it is taken when the link is back"
+    } else {
+        "the older side has not taken the newer yet (router_pair_lag_seconds), or could not apply it (its log says why)"
+    };
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let v = |m: &serde_json::Map<String, serde_json::Value>| {
+                m.get(k).map_or("none".to_string(), |v| v.to_string())
+            };
+            format!("{k}: version {} here, {} on {peer}: {why}", v(a), v(b))
+        })
+        .collect()
 }
 
 /// Calls the running router's admin API (`listen.admin`, or the peer `at`,

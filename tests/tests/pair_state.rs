@@ -18,11 +18,43 @@ const TOKEN: &str = "pair-state-test-token";
 /// other router as its peer.
 fn pair_config(pair: &Pair, i: usize) -> String {
     let other = [B_IP, A_IP][i];
+    let key = pair.dir.join("affinity.key");
+    std::fs::write(&key, [9u8; 32]).expect("affinity key");
     pair.admin_off_loopback(i, TOKEN)
         + &format!(
-            "pair:\n  peer: \"{other}:9090\"\n  node: {node}\n  interval: 300ms\n  timeout: 2s\n",
+            "affinity_key_file: {key}\npair:\n  peer: \"{other}:9090\"\n  node: {node}\n  interval: 300ms\n  timeout: 2s\n",
+            key = key.display(),
             node = NAMES[i],
         )
+}
+
+/// `router check-pair` run on router `i` against the other: its exit code
+/// and what it printed.
+fn check_pair(pair: &Pair, i: usize) -> (Option<i32>, String) {
+    let (ip, other) = ([A_IP, B_IP][i], [B_IP, A_IP][i]);
+    // The CLI calls its own router at listen.admin: its address, which the
+    // admin certificate names.
+    let cli = pair.dir.join(format!("cli-{}.yaml", NAMES[i]));
+    let config = std::fs::read_to_string(pair.config(i)).expect("config");
+    std::fs::write(
+        &cli,
+        config.replace("admin: 0.0.0.0:9090", &format!("admin: {ip}:9090")),
+    )
+    .expect("cli config");
+    let out = pair
+        .topo
+        .cmd(NAMES[i], e2e::bin("router").to_str().expect("path"))
+        .arg("--config")
+        .arg(&cli)
+        .args(["check-pair", &format!("{other}:9090")])
+        .output()
+        .expect("router check-pair");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
 }
 
 /// A call on router `i`'s admin API: the status and the body.
@@ -94,8 +126,9 @@ fn compact(body: &str) -> String {
     body.split_whitespace().collect()
 }
 
-#[test]
-fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
+/// Both routers started as each other's peer, the test app routed on both,
+/// each reaching the other.
+fn started_pair() -> Pair {
     let mut pair = Pair::prepare(&[]);
     for i in 0..2 {
         std::fs::write(pair.config(i), pair_config(&pair, i)).expect("config");
@@ -107,6 +140,12 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     wait_shows(&pair, 0, "/routes", "app-ns", "has the app");
     wait_peer_up(&pair, 0, 1, "both started");
     wait_peer_up(&pair, 1, 1, "both started");
+    pair
+}
+
+#[test]
+fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
+    let mut pair = started_pair();
 
     // 1. A setting put on a is in force on b.
     put_limit(&pair, 0, 50, "with both up");
@@ -229,6 +268,18 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
         "\"app-ns\":3",
         "has b's split put while cut",
     );
+    // 6. In agreement: the same settings, key and shared entries' versions
+    // (which `GET /pair/state` lists, and check-pair compares).
+    let (status, state) = admin(&pair, 1, "GET", "/pair/state", None);
+    let state = compact(&state);
+    assert!(
+        status == 200
+            && state.contains("\"settings:app-ns\":")
+            && state.contains("\"peer_up\":true"),
+        "b's /pair/state: {status} {state}"
+    );
+    let (code, text) = check_pair(&pair, 0);
+    assert_eq!(code, Some(0), "router check-pair on a: {text}");
     let received = e2e::metric_sum(
         &metrics(&pair, 1),
         "router_pair_updates_received_total",
@@ -262,15 +313,7 @@ fn limit_load(pair: &Pair, ips: &str, rate: u32, secs: u32) -> (u32, u32, u32) {
 
 #[test]
 fn a_client_alternating_between_the_routers_is_limited_once() {
-    let mut pair = Pair::prepare(&[]);
-    for i in 0..2 {
-        std::fs::write(pair.config(i), pair_config(&pair, i)).expect("config");
-    }
-    pair.start_router(0);
-    pair.start_router(1);
-    publish_route(&pair);
-    wait_peer_up(&pair, 0, 1, "both started");
-    wait_peer_up(&pair, 1, 1, "both started");
+    let mut pair = started_pair();
     let limit = r#"{"rate_limit": {"requests_per_second": 10, "burst": 10}}"#;
     let (status, body) = admin(&pair, 0, "PUT", "/apps/app-ns/settings", Some(limit));
     assert_eq!(status, 200, "PUT the limit on a: {body}");

@@ -17,6 +17,7 @@
 //! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
 //! | `/acme/*` | what a router pair's two routers put on and take from each other for ACME, token needed for reads too (see [`acme`]) |
+//! | `GET /pair/state` | the pair's shared entries' versions, this router's name and epoch, whether the peer answers: what `router check-pair` explains a difference with |
 //! | `POST /pair/updates` | the pair's other router's shared-state entries (settings, splits, rotate states), applied when newer; answers this router's epoch (see [`pair`]) |
 //! | `POST /pair/counts` | the tokens the pair's other router's clients took from each app's rate limit, taken here too (see [`crate::pair::counts`]) |
 //!
@@ -344,6 +345,7 @@ impl Admin {
                 r
             }
             "/routes" => self.routes(),
+            "/pair/state" => self.pair_state(),
             "/backends" => self.backends(),
             "/audit" => json(&serde_json::json!({
                 "actions": self.audit.entries(),

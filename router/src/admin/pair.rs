@@ -39,6 +39,31 @@ impl Admin {
         }
     }
 
+    /// `GET /pair/state`: the version of every shared entry here, and the
+    /// link's state (values are on `/apps/settings`, `/routes`, `/backends`).
+    pub(super) fn pair_state(&self) -> Response<Full<Bytes>> {
+        let Some(link) = &self.pair else {
+            return text(
+                StatusCode::NOT_FOUND,
+                "this router has no pair (pair.peer)\n",
+            );
+        };
+        let versions: BTreeMap<String, u64> = link
+            .state
+            .all()
+            .into_iter()
+            .map(|(key, (_, version))| (key, version))
+            .collect();
+        json(&serde_json::json!({
+            "node": link.state.node().as_str(),
+            "epoch": link.epoch,
+            "peer": link.peer.addr(),
+            "peer_up": link.metrics.up.get() == 1,
+            "lag_seconds": link.metrics.lag.get(),
+            "versions": versions,
+        }))
+    }
+
     /// `POST /pair/updates`.
     pub(super) async fn pair_updates(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let Some(link) = &self.pair else {
