@@ -442,23 +442,36 @@ impl Pair {
     /// `vip` every 20 ms for `secs`, on one QUIC connection as long as it lives;
     /// returns once it has had five answers.
     pub fn h3_poller(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
-        let log = self.dir.join("h3-poll.log");
+        self.stream_poller("h3-client", vip, secs, "\"ok\":true")
+    }
+
+    /// The same with an h2 client over TLS (`h2-client loop`: each GET a
+    /// stream of the current connection, a new connection once it takes no
+    /// more, after a GOAWAY).
+    pub fn h2_poller(&self, vip: &str, secs: f64) -> (Child, PathBuf) {
+        self.stream_poller("h2-client", vip, secs, "\"status\":200")
+    }
+
+    /// `client loop VIP:8443 HOST ca.pem / 20 SECS` in the client namespace,
+    /// its lines in a log; returns once five lines contain `ok`.
+    fn stream_poller(&self, client: &str, vip: &str, secs: f64, ok: &str) -> (Child, PathBuf) {
+        let log = self.dir.join(format!("{client}-poll.log"));
         let child = self
             .topo
-            .cmd("c", crate::bin("h3-client").to_str().expect("path"))
+            .cmd("c", crate::bin(client).to_str().expect("path"))
             .args(["loop", &format!("{vip}:8443"), HOST])
             .arg(self.dir.join("ca.pem"))
             .args(["/", "20", &secs.to_string()])
             .stdout(std::fs::File::create(&log).expect("log"))
             .spawn()
-            .expect("h3-client");
+            .expect(client);
         crate::wait_for(
-            "five answers to the HTTP/3 client",
+            &format!("five answers to {client}"),
             Duration::from_secs(15),
             Duration::from_millis(10),
             || {
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
-                match text.lines().filter(|l| l.contains("\"ok\":true")).count() {
+                match text.lines().filter(|l| l.contains(ok)).count() {
                     n if n >= 5 => Ok(()),
                     _ => Err(text),
                 }

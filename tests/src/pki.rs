@@ -154,3 +154,23 @@ pub fn pkcs12_truststore(dir: &Path, ca_pem: &str) -> PathBuf {
     assert!(ok, "keytool failed");
     out
 }
+
+/// A TLS 1.3 client configuration (aws-lc-rs) trusting the CA certificates
+/// in the PEM file `ca`, offering `alpn`: the test clients' (`h2-client`,
+/// `h3-client`).
+pub fn client_tls(ca: &str, alpn: &[u8]) -> anyhow::Result<rustls::ClientConfig> {
+    use anyhow::Context as _;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).with_context(|| ca.to_string())?;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    Ok(tls)
+}

@@ -213,6 +213,7 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         pair.wait_served(ip, Duration::from_secs(20));
     }
     let (mut load, log) = pair.keepalive_load(VIP, 20.0, 8);
+    let (mut h2, h2_log) = pair.h2_poller(VIP, 20.0);
     let (mut ws, ws_log) = pair.websocket(VIP, 15.0);
 
     // The planned stop: a download of 2.6 s at 20 MB/s begins, then a leaves.
@@ -296,6 +297,37 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         report.failed.is_empty(),
         "no first-try failure over a planned stop and its failback:\n{}",
         report.failed.join("\n")
+    );
+    h2.wait().expect("h2 client");
+    let text = std::fs::read_to_string(&h2_log).expect("h2 log");
+    let summary: serde_json::Value = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["summary"].clone())
+        .expect("the h2 client's summary");
+    eprintln!("h2 client over TLS: {summary}");
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.contains("\"error\"")
+                || l.contains("connect_error")
+                || (l.contains("\"status\"") && !l.contains("\"status\":200"))
+        })
+        .collect();
+    assert!(
+        summary["requests"].as_u64() > Some(500),
+        "the h2 client ran: {summary}"
+    );
+    assert_eq!(
+        summary["failed"],
+        0,
+        "no h2 stream failed on its first try over a planned stop and its failback: {summary}\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        summary["connections"].as_u64() >= Some(2),
+        "the h2 client moved to a new connection after the leaving router's GOAWAY: {summary}"
     );
 }
 

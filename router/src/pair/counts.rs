@@ -120,3 +120,62 @@ pub async fn run(link: Arc<Link>, clients: Arc<Clients>, interval: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(n: u32) -> Vec<PeerCount> {
+        let app = spi_consumer::AppKey::parse("shop-prod").expect("app");
+        let rule = per_source::KeyRule::default();
+        (0..n)
+            .map(|i| PeerCount {
+                app: app.clone(),
+                rate: Rate {
+                    per_second: 10.0,
+                    burst: 20.0,
+                },
+                client: rule.key(std::net::IpAddr::from((0x0a00_0000u32 + i).to_be_bytes())),
+                n: 1 + i % 7,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counts_travel_whole_and_small() {
+        let sent = counts(10_000);
+        let body = serde_json::to_vec(&Counts::of("a", sent.clone())).expect("json");
+        // 10 000 active IPv4 client keys in one message: what the link carries
+        // each limit_interval at most for them (bench/RESULTS.md, issue 50).
+        let per_key = body.len() as f64 / 10_000.0;
+        eprintln!(
+            "10 000 client keys: {} bytes, {per_key:.1} per key",
+            body.len()
+        );
+        assert!(per_key < 24.0, "{per_key} bytes a key");
+        let back: Counts = serde_json::from_slice(&body).expect("read back");
+        let (got, bad) = back.entries();
+        assert_eq!(bad, 0);
+        assert_eq!(got, sent);
+    }
+
+    #[test]
+    fn unreadable_counts_are_left_out_not_applied() {
+        let mut c = Counts::of("a", counts(2));
+        c.apps[0].clients.push(("not an address".into(), 5));
+        c.apps.push(AppCounts {
+            app: "noapp".into(),
+            per_second: 1.0,
+            burst: 1.0,
+            clients: vec![("10.0.0.1".into(), 1)],
+        });
+        c.apps.push(AppCounts {
+            app: "zero-rate".into(),
+            per_second: 0.0,
+            burst: 1.0,
+            clients: vec![("10.0.0.1".into(), 1)],
+        });
+        let (got, bad) = c.entries();
+        assert_eq!((got.len(), bad), (2, 3));
+    }
+}

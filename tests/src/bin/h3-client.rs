@@ -18,24 +18,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use bytes::{Buf as _, Bytes};
 
 type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
 fn client_config(ca: &str) -> anyhow::Result<quinn::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).with_context(|| ca.to_string())?;
-    use rustls::pki_types::pem::PemObject as _;
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-        roots.add(cert?)?;
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let tls = e2e::pki::client_tls(ca, b"h3")?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
     let mut transport = quinn::TransportConfig::default();
