@@ -121,6 +121,28 @@ fn put_limit(pair: &Pair, i: usize, limit: u32, when: &str) {
     assert_eq!(status, 200, "PUT on {} {when}: {answer}", NAMES[i]);
 }
 
+/// Cuts the link: b drops a's packets to and from its admin port (nftables
+/// in b's namespace); returns once a counts b down.
+fn cut_link(pair: &Pair) {
+    let cut = format!(
+        "nft add table inet pairtest && \
+         nft add chain inet pairtest input '{{ type filter hook input priority 0; }}' && \
+         nft add rule inet pairtest input ip saddr {A_IP} tcp dport 9090 drop && \
+         nft add rule inet pairtest input ip saddr {A_IP} tcp sport 9090 drop && echo cut"
+    );
+    assert!(
+        pair.topo.sh("b", &cut).contains("cut"),
+        "nft in b's namespace"
+    );
+    wait_peer_up(pair, 0, 0, "the link cut");
+}
+
+/// Restores the link [`cut_link`] cut; returns once a counts b up again.
+fn restore_link(pair: &Pair) {
+    pair.topo.sh("b", "nft delete table inet pairtest");
+    wait_peer_up(pair, 0, 1, "the link restored");
+}
+
 /// `body` without whitespace.
 fn compact(body: &str) -> String {
     body.split_whitespace().collect()
@@ -233,17 +255,7 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
 
     // 5. The link cut (b drops a's packets to and from its admin port) and
     // restored: what each put meanwhile is in force on both afterwards.
-    let cut = format!(
-        "nft add table inet pairtest && \
-         nft add chain inet pairtest input '{{ type filter hook input priority 0; }}' && \
-         nft add rule inet pairtest input ip saddr {A_IP} tcp dport 9090 drop && \
-         nft add rule inet pairtest input ip saddr {A_IP} tcp sport 9090 drop && echo cut"
-    );
-    assert!(
-        pair.topo.sh("b", &cut).contains("cut"),
-        "nft in b's namespace"
-    );
-    wait_peer_up(&pair, 0, 0, "the link cut");
+    cut_link(&pair);
     put_limit(&pair, 0, 90, "with the link cut");
     let (status, body) = admin(
         &pair,
@@ -253,7 +265,7 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
         Some(r#"{"app-ns": 3}"#),
     );
     assert_eq!(status, 200, "split on b, link cut: {body}");
-    pair.topo.sh("b", "nft delete table inet pairtest");
+    restore_link(&pair);
     wait_shows(
         &pair,
         1,
@@ -339,6 +351,18 @@ fn a_client_alternating_between_the_routers_is_limited_once() {
     assert!(served >= 70, "the limit is still served: {served} < 70");
     let bytes = e2e::metric_sum(&metrics(&pair, 0), "router_pair_count_bytes_total", &[]);
     assert!(bytes > 0.0, "a sent its counts: {bytes} bytes");
+
+    // The link cut: each router enforces the limit alone (never zero, never
+    // waiting on the link), at most twice the limit across the pair.
+    cut_link(&pair);
+    let (served, refused, other) = limit_load(&pair, &both, 30, 4);
+    eprintln!("alternating, link cut: {served} served, {refused} refused, {other} other");
+    assert_eq!(other, 0, "every request is served or refused");
+    assert!(
+        (40..=102).contains(&served),
+        "with the link cut each router serves the limit alone (4 s x 10/s at least, two routers' worth at most): {served}"
+    );
+    restore_link(&pair);
 
     // b killed: a alone still serves the whole limit (never waits on b,
     // never zero): 4 s at 30/s against 10/s.
