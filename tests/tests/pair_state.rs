@@ -4,7 +4,8 @@
 //! are in force on the other; a rotate-out answers once both drained; a router
 //! that was down catches up at once, and the older entries it sends back never
 //! roll the newer ones back; a link cut and restored loses nothing put
-//! meanwhile. Needs root and network namespaces (see
+//! meanwhile; a rate limit and the requests in flight count a client once
+//! across the pair. Needs root and network namespaces (see
 //! `e2e::netns`).
 
 use std::time::Duration;
@@ -292,6 +293,63 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     );
     let (code, text) = check_pair(&pair, 0);
     assert_eq!(code, Some(0), "router check-pair on a: {text}");
+    // 7. Requests in flight count once across the pair: two slow requests
+    // held on a, max_connections_per_client 2: b refuses a third (429) while
+    // they run, and serves again once they ended.
+    put_limit(&pair, 0, 2, "for requests in flight");
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":2",
+        "has the in-flight limit",
+    );
+    let slow: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            pair.topo
+                .cmd("c", "curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "20"])
+                .args(["-H", &format!("Host: {host}")])
+                .arg(format!("http://{A_IP}:8080/slow?ms=4000"))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("curl")
+        })
+        .collect();
+    let on_b = || {
+        e2e::hapair::curl_status(
+            pair.topo
+                .cmd("c", "curl")
+                .args(["-m", "5", "-H", &format!("Host: {host}")])
+                .arg(format!("http://{B_IP}:8080/")),
+        )
+    };
+    e2e::wait_for(
+        "b refuses a third request in flight (429)",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || match on_b() {
+            Ok(429) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    for child in slow {
+        let out = child.wait_with_output().expect("curl");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "200",
+            "a slow request held on a"
+        );
+    }
+    e2e::wait_for(
+        "b serves again once a's requests ended",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || match on_b() {
+            Ok(200) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
     let received = e2e::metric_sum(
         &metrics(&pair, 1),
         "router_pair_updates_received_total",

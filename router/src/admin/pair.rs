@@ -138,6 +138,13 @@ impl Admin {
         for count in &entries {
             self.policies.clients.add_peer(count);
         }
+        let (held, bad_held) = counts.held();
+        let fresh_for = self
+            .pair
+            .as_ref()
+            .map_or(Duration::ZERO, |l| 3 * l.limit_interval);
+        self.policies.clients.set_peer_held(&held, fresh_for);
+        let bad = bad + bad_held;
         if bad > 0 {
             tracing::warn!(peer = %counts.node, bad, "pair: unreadable rate-limit counts left out");
         }

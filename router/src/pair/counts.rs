@@ -13,6 +13,13 @@
 //! - **The peer away**: nothing arrives, each router enforces the whole limit
 //!   alone; never zero, never waiting on the peer. The sending runs in its own
 //!   task with a deadline of one interval: a request never waits on the link.
+//! - **Requests in flight** (`max_connections_per_client`): each call also
+//!   names every client's requests in flight here, per app (sent every
+//!   interval while there are any, then once with none); the peer counts them
+//!   with its own for three intervals, so that a client holds at most the
+//!   limit across the pair (within one interval of requests that began or
+//!   ended meanwhile). A peer that stops sending is forgotten: each router
+//!   then counts its own alone.
 //! - **Bounded**: a message holds at most one entry per bucket kept
 //!   (`policy::clients::MAX_TRACKED`, 100 000: about 2.5 MB of JSON at most);
 //!   one million client keys are still 100 000 buckets (the rest untracked,
@@ -26,14 +33,26 @@ use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::link::Link;
-use crate::policy::clients::{Clients, PeerCount};
+use crate::policy::clients::{Clients, PeerCount, PeerHeld};
 use crate::token_bucket::Rate;
 
-/// `POST /pair/counts`: per app (and its rate), the clients' counts.
+/// `POST /pair/counts`: per app (and its rate), the clients' counts; and
+/// every client's requests in flight per app (all of them: a client not
+/// named holds none).
 #[derive(Serialize, Deserialize)]
 pub struct Counts {
     pub node: String,
     pub apps: Vec<AppCounts>,
+    #[serde(default)]
+    pub held: Vec<AppHeld>,
+}
+
+/// One app's clients' requests in flight on the sender.
+#[derive(Serialize, Deserialize)]
+pub struct AppHeld {
+    pub app: String,
+    /// `[client key, requests in flight]`.
+    pub clients: Vec<(String, u32)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -47,8 +66,8 @@ pub struct AppCounts {
 }
 
 impl Counts {
-    /// What `counts` says, grouped by app.
-    pub fn of(node: &str, counts: Vec<PeerCount>) -> Counts {
+    /// What `counts` and `held` say, grouped by app.
+    pub fn of(node: &str, counts: Vec<PeerCount>, held: Vec<PeerHeld>) -> Counts {
         let mut apps: BTreeMap<String, AppCounts> = BTreeMap::new();
         for c in counts {
             let entry = apps.entry(c.app.to_string()).or_insert_with(|| AppCounts {
@@ -59,10 +78,42 @@ impl Counts {
             });
             entry.clients.push((c.client.to_string(), c.n));
         }
+        let mut by_app: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
+        for h in held {
+            by_app
+                .entry(h.app.to_string())
+                .or_default()
+                .push((h.client.to_string(), h.n));
+        }
         Counts {
             node: node.to_string(),
             apps: apps.into_values().collect(),
+            held: by_app
+                .into_iter()
+                .map(|(app, clients)| AppHeld { app, clients })
+                .collect(),
         }
+    }
+
+    /// The requests in flight again, the unreadable entries left out (and
+    /// how many).
+    pub fn held(&self) -> (Vec<PeerHeld>, usize) {
+        let mut out = Vec::new();
+        let mut bad = 0;
+        for app in &self.held {
+            let key = spi_consumer::AppKey::parse(&app.app);
+            for (client, n) in &app.clients {
+                match (&key, per_source::ClientKey::parse(client)) {
+                    (Some(key), Some(client)) => out.push(PeerHeld {
+                        app: key.clone(),
+                        client,
+                        n: *n,
+                    }),
+                    _ => bad += 1,
+                }
+            }
+        }
+        (out, bad)
     }
 
     /// The counts again, the unreadable entries left out (and how many).
@@ -98,14 +149,19 @@ pub async fn run(link: Arc<Link>, clients: Arc<Clients>, interval: Duration) {
     clients.share_with_peer();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether the last call named requests in flight: one more call (with
+    // none) then tells the peer they ended.
+    let mut held_before = false;
     loop {
         tick.tick().await;
         let counts = clients.take_unsent();
-        if counts.is_empty() {
+        let held = clients.held_now();
+        if counts.is_empty() && held.is_empty() && !held_before {
             continue;
         }
+        held_before = !held.is_empty();
         let n: u64 = counts.iter().map(|c| u64::from(c.n)).sum();
-        let body = Counts::of(link.state.node().as_str(), counts);
+        let body = Counts::of(link.state.node().as_str(), counts, held);
         let Ok(body) = serde_json::to_vec(&body) else {
             continue;
         };
@@ -144,7 +200,7 @@ mod tests {
     #[test]
     fn counts_travel_whole_and_small() {
         let sent = counts(10_000);
-        let body = serde_json::to_vec(&Counts::of("a", sent.clone())).expect("json");
+        let body = serde_json::to_vec(&Counts::of("a", sent.clone(), Vec::new())).expect("json");
         // 10 000 active IPv4 client keys in one message: what the link carries
         // each limit_interval at most for them (bench/RESULTS.md, issue 50).
         let per_key = body.len() as f64 / 10_000.0;
@@ -161,7 +217,7 @@ mod tests {
 
     #[test]
     fn unreadable_counts_are_left_out_not_applied() {
-        let mut c = Counts::of("a", counts(2));
+        let mut c = Counts::of("a", counts(2), Vec::new());
         c.apps[0].clients.push(("not an address".into(), 5));
         c.apps.push(AppCounts {
             app: "noapp".into(),

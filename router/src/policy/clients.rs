@@ -75,11 +75,35 @@ pub struct PeerCount {
     pub n: u32,
 }
 
+/// A client's requests in flight to an app, and whose they are (for the
+/// pair's other router).
+#[derive(Debug)]
+struct Held {
+    n: u32,
+    app: AppKey,
+}
+
+/// A client's requests in flight to an app on the pair's other router, or
+/// here for it ([`Clients::held_now`], [`Clients::set_peer_held`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerHeld {
+    pub app: AppKey,
+    pub client: ClientKey,
+    pub n: u32,
+}
+
 /// The state of every app's limits.
 #[derive(Debug)]
 pub struct Clients {
     buckets: [Mutex<Map<Bucket>>; SHARDS],
-    in_flight: Arc<[Mutex<Map<u32>>; SHARDS]>,
+    in_flight: Arc<[Mutex<Map<Held>>; SHARDS]>,
+    /// The pair's other router's requests in flight, as it last sent them,
+    /// counted until `peer_held_until` (a peer that stops sending is
+    /// forgotten).
+    peer_held: [Mutex<Map<u32>>; SHARDS],
+    /// Milliseconds since `started`.
+    peer_held_until: std::sync::atomic::AtomicU64,
+    started: Instant,
     hasher: std::hash::RandomState,
     /// Clients let through untracked because their shard was full
     /// (`router_app_limit_untracked_total`).
@@ -107,6 +131,9 @@ impl Clients {
         Clients {
             buckets: std::array::from_fn(|_| Mutex::new(Map::default())),
             in_flight: Arc::new(std::array::from_fn(|_| Mutex::new(Map::default()))),
+            peer_held: std::array::from_fn(|_| Mutex::new(Map::default())),
+            peer_held_until: std::sync::atomic::AtomicU64::new(0),
+            started: Instant::now(),
             hasher: std::hash::RandomState::new(),
             untracked,
             shared: std::sync::atomic::AtomicBool::new(false),
@@ -216,15 +243,23 @@ impl Clients {
         }
     }
 
-    /// Counts one request of `client` to `app` in flight, unless `max` are.
+    /// Counts one request of `client` to `app` in flight, unless `max` are
+    /// (here and, on a pair, on the other router as it last said).
     pub fn hold(&self, app: &AppKey, client: ClientKey, max: u32) -> Result<ClientSlot, Refused> {
         let (key, shard) = self.key(app, client);
+        let peer = self.peer_held_of(key, shard);
         let mut counts = lock(&self.in_flight[shard]);
-        let n = counts.entry(key).or_insert(0);
-        if *n >= max {
+        let held = counts.entry(key).or_insert_with(|| Held {
+            n: 0,
+            app: app.clone(),
+        });
+        if held.n.saturating_add(peer) >= max {
+            if held.n == 0 {
+                counts.remove(&key);
+            }
             return Err(Refused::MemberSlot);
         }
-        *n += 1;
+        held.n += 1;
         Ok(ClientSlot {
             key,
             shard,
@@ -232,10 +267,57 @@ impl Clients {
         })
     }
 
+    /// The peer's count for `key`, while it is fresh (0 without a pair).
+    fn peer_held_of(&self, key: Key, shard: usize) -> u32 {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.shared.load(Relaxed) {
+            return 0;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        if now >= self.peer_held_until.load(Relaxed) {
+            return 0;
+        }
+        lock(&self.peer_held[shard]).get(&key).copied().unwrap_or(0)
+    }
+
+    /// Every client's requests in flight here, by app (for the peer).
+    pub fn held_now(&self) -> Vec<PeerHeld> {
+        let mut out = Vec::new();
+        for shard in self.in_flight.iter() {
+            for ((_, client), held) in lock(shard).iter() {
+                out.push(PeerHeld {
+                    app: held.app.clone(),
+                    client: *client,
+                    n: held.n,
+                });
+            }
+        }
+        out
+    }
+
+    /// The pair's other router's requests in flight, all of them (what it
+    /// does not name holds none there), counted with this router's for
+    /// `valid_for` (the peer sends again well within it while it holds any).
+    pub fn set_peer_held(&self, held: &[PeerHeld], valid_for: std::time::Duration) {
+        let mut by_shard: Vec<Vec<(Key, u32)>> = vec![Vec::new(); SHARDS];
+        for h in held {
+            let (key, shard) = self.key(&h.app, h.client);
+            by_shard[shard].push((key, h.n));
+        }
+        for (shard, entries) in self.peer_held.iter().zip(by_shard) {
+            let mut map = lock(shard);
+            map.clear();
+            map.extend(entries);
+        }
+        let until = (self.started.elapsed() + valid_for).as_millis() as u64;
+        self.peer_held_until
+            .store(until, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Requests in flight counted for `app` from `client` (tests, the status page).
     pub fn in_flight(&self, app: &AppKey, client: ClientKey) -> u32 {
         let (key, shard) = self.key(app, client);
-        lock(&self.in_flight[shard]).get(&key).copied().unwrap_or(0)
+        lock(&self.in_flight[shard]).get(&key).map_or(0, |h| h.n)
     }
 
     /// Buckets kept now.
@@ -249,15 +331,15 @@ impl Clients {
 pub struct ClientSlot {
     key: Key,
     shard: usize,
-    counts: Arc<[Mutex<Map<u32>>; SHARDS]>,
+    counts: Arc<[Mutex<Map<Held>>; SHARDS]>,
 }
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         let mut counts = lock(&self.counts[self.shard]);
-        if let Some(n) = counts.get_mut(&self.key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(held) = counts.get_mut(&self.key) {
+            held.n = held.n.saturating_sub(1);
+            if held.n == 0 {
                 counts.remove(&self.key);
             }
         }
@@ -344,6 +426,39 @@ mod tests {
         b.add_peer_at(&flood, t0);
         let refill = t0 + std::time::Duration::from_secs(11);
         assert!(b.take_token_at(&app("a"), ip, &rate, refill).is_ok());
+    }
+
+    #[test]
+    fn a_pair_counts_requests_in_flight_once_while_the_peer_says_so() {
+        let (a, b) = (Clients::default(), Clients::default());
+        a.share_with_peer();
+        b.share_with_peer();
+        let ip = key("192.0.2.1");
+        let held: Vec<ClientSlot> = (0..2)
+            .map(|_| a.hold(&app("a"), ip, 3).expect("held on a"))
+            .collect();
+        let now = a.held_now();
+        assert_eq!(now.len(), 1);
+        assert_eq!((now[0].client, now[0].n), (ip, 2));
+        b.set_peer_held(&now, Duration::from_secs(60));
+        let third = b.hold(&app("a"), ip, 3).expect("the third, on b");
+        assert!(
+            matches!(b.hold(&app("a"), ip, 3), Err(Refused::MemberSlot)),
+            "a fourth across the pair is refused"
+        );
+        assert_eq!(b.in_flight(&app("a"), ip), 1, "a refusal leaves no count");
+        // Another app is not touched; a's requests end: b counts its own only.
+        assert!(b.hold(&app("b"), ip, 1).is_ok());
+        drop(held);
+        b.set_peer_held(&a.held_now(), Duration::from_secs(60));
+        assert!(b.hold(&app("a"), ip, 3).is_ok());
+        drop(third);
+        // A peer that stops sending is forgotten.
+        b.set_peer_held(&now, Duration::ZERO);
+        let all: Vec<ClientSlot> = (0..3)
+            .map(|_| b.hold(&app("a"), ip, 3).expect("b alone"))
+            .collect();
+        assert_eq!(all.len(), 3);
     }
 
     #[test]
