@@ -171,7 +171,7 @@ async fn relay(
     proxy: &Proxy,
     rule: usize,
     port: &TcpPort,
-    client: TcpStream,
+    mut client: TcpStream,
     (peer, key): (SocketAddr, ClientKey),
 ) -> &'static str {
     let _ = client.set_nodelay(true);
@@ -201,8 +201,8 @@ async fn relay(
     target.member.health.record_success();
     let _tunnel = slot.into_tunnel();
     crate::request::tunnel::relay(
-        client,
-        member,
+        &mut client,
+        &mut member,
         proxy.tunnel_idle_timeout,
         &target.member.addr,
     )

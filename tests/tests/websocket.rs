@@ -1,5 +1,7 @@
 //! WebSocket through the router: 101 passthrough, then a byte tunnel both ways.
 
+use std::time::Duration;
+
 use e2e::{Backend, TestRouter, events};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
@@ -336,4 +338,96 @@ async fn an_upgrade_a_member_closed_unanswered_goes_to_another_member() {
         retries >= closed as f64,
         "each closed handshake was sent again: {retries} retries, {closed} closed"
     );
+}
+
+/// A WebSocket still open when the grace ends is closed cleanly: the router
+/// tells both sides the stream ended and reads what the client still sends
+/// until it closes (at most a second) before the process exits. Without that,
+/// what the client sent after the router's socket went (the process gone) was
+/// answered with a reset (found by the pair's planned-move test, about one
+/// run in ten). The client here is raw bytes: masked frames every millisecond,
+/// going on for 100 ms after it read the end, as a client that has not
+/// processed the end yet does.
+#[tokio::test]
+async fn a_websocket_open_at_the_grace_end_is_closed_not_reset() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let b = Backend::start().await;
+    let dir = e2e::tempdir("ws-grace");
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "shutdown_grace: 300ms\n");
+    let cfg = e2e::process::spool_router(&dir, &events::add_lb("myapp", "demo", b.addr), &config);
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    let host = "ha-myapp-demo.example.com";
+    e2e::eventually("routed", Duration::from_secs(10), async || {
+        router.status(host, "/").await == Some(200)
+    })
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(router.http)
+        .await
+        .expect("connect");
+    let upgrade = format!(
+        "GET /chat HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(upgrade.as_bytes()).await.expect("upgrade");
+    let mut head = [0u8; 1024];
+    let n = tcp.read(&mut head).await.expect("101");
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    let (mut rd, mut wr) = tcp.into_split();
+    // A masked text frame of 64 bytes (mask 0: the payload as it is).
+    let mut frame = vec![0x81, 0x80 | 64, 0, 0, 0, 0];
+    frame.extend_from_slice(&[b'x'; 64]);
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended_w = ended.clone();
+    let writer = tokio::spawn(async move {
+        let mut after_end = 0;
+        loop {
+            if let Err(e) = wr.write_all(&frame).await {
+                return Some(e);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if ended_w.load(std::sync::atomic::Ordering::Relaxed) {
+                after_end += 1;
+                if after_end >= 100 {
+                    return None;
+                }
+            }
+        }
+    });
+    let mut got = [0u8; 8192];
+    assert!(
+        rd.read(&mut got).await.expect("an echo") > 0,
+        "an echo before the stop"
+    );
+    router.signal("TERM");
+    let mut echoed = 0usize;
+    let read_end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match rd.read(&mut got).await {
+                Ok(0) => return None,
+                Ok(n) => echoed += n,
+                Err(e) => return Some(e),
+            }
+        }
+    })
+    .await
+    .expect("the tunnel ended within the grace and the linger");
+    ended.store(true, std::sync::atomic::Ordering::Relaxed);
+    let write_end = writer.await.expect("writer");
+    let reset = |e: &Option<std::io::Error>| {
+        e.as_ref().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            )
+        })
+    };
+    assert!(
+        !reset(&read_end) && !reset(&write_end),
+        "the WebSocket open at the grace's end was reset, not closed (after {echoed} bytes echoed): read {read_end:?}, write {write_end:?}"
+    );
+    assert!(echoed > 1000, "it echoed through the grace: {echoed} bytes");
 }

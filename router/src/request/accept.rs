@@ -258,7 +258,7 @@ impl accept::Listener for HttpListener {
         let local = (forwarded.header && forwarded.by == "ip")
             .then(|| stream.local_addr().ok())
             .flatten();
-        let conn = ClientConn::new(
+        let mut conn = ClientConn::new(
             peer.ip(),
             keys,
             self.local_port,
@@ -266,6 +266,7 @@ impl accept::Listener for HttpListener {
             activity.clone(),
         )
         .with_forwarded(forwarded, local);
+        conn.kill = Some(self.kill.clone());
         let connection = Connection {
             peer,
             conn,
@@ -298,6 +299,9 @@ async fn drain(name: &str, slots: &Slots, grace: Duration, kill: watch::Sender<b
             "grace period over; closing the remaining connections"
         );
         let _ = kill.send(true);
+        // Tunnels close cleanly (see `tunnel::close_cleanly`): a moment for
+        // them before the process ends.
+        let _ = tokio::time::timeout(super::tunnel::LINGER, slots.sem.acquire_many(all)).await;
     }
 }
 

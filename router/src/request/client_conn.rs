@@ -41,6 +41,10 @@ pub struct ClientConn {
     /// The per-core worker serving the connection (0 without workers): whose idle
     /// member connections its requests reuse (see [`crate::workers`]).
     pub worker: usize,
+    /// Its listener's kill switch (the grace is over), for what outlives the
+    /// connection's own task: a tunnel it became closes cleanly on it
+    /// ([`super::tunnel`]). `None`: no tunnels (HTTP/3).
+    pub kill: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ClientConn {
@@ -72,6 +76,7 @@ impl ClientConn {
             port_value: HeaderValue::from(local_port),
             forwarded: None,
             worker: 0,
+            kill: None,
         }
     }
 

@@ -41,7 +41,7 @@ impl Proxy {
     pub async fn pass_through(
         &self,
         route: Arc<Route>,
-        client: TcpStream,
+        mut client: TcpStream,
         hello: Vec<u8>,
         peer: ClientKey,
         connection: Arc<Activity>,
@@ -70,8 +70,8 @@ impl Proxy {
         let _tunnel = slot.into_tunnel();
         let _ = client.set_nodelay(true);
         super::tunnel::relay(
-            client,
-            member,
+            &mut client,
+            &mut member,
             self.tunnel_idle_timeout,
             &target.member.addr,
         )

@@ -159,6 +159,7 @@ impl Proxy {
             connection: conn.activity.clone(),
             idle_timeout,
             hold,
+            kill: conn.kill.clone(),
         };
         let member_upgrade = hyper::upgrade::on(&mut response);
         let member = tunnel.member.clone();
