@@ -138,10 +138,13 @@ fn cut_link(pair: &Pair) {
     wait_peer_up(pair, 0, 0, "the link cut");
 }
 
-/// Restores the link [`cut_link`] cut; returns once a counts b up again.
+/// Restores the link [`cut_link`] cut; returns once each router counts the
+/// other up again (b's own call in flight when the link came back fails
+/// first, after `pair.timeout`: each side sees the link on its own calls).
 fn restore_link(pair: &Pair) {
     pair.topo.sh("b", "nft delete table inet pairtest");
     wait_peer_up(pair, 0, 1, "the link restored");
+    wait_peer_up(pair, 1, 1, "the link restored");
 }
 
 /// `body` without whitespace.
