@@ -60,6 +60,42 @@ fn routes_through_the_vip_and_fails_over_on_kill_and_on_graceful_stop() {
     failback(&mut pair, "the failback after the graceful stop");
 }
 
+/// The h2 client's summary ([`Pair::h2_poller`]): it ran, no stream failed on
+/// its first try, and it moved to a new connection after a GOAWAY.
+fn h2_streams_all_answered(mut h2: std::process::Child, h2_log: &std::path::Path) {
+    h2.wait().expect("h2 client");
+    let text = std::fs::read_to_string(h2_log).expect("h2 log");
+    let summary: serde_json::Value = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["summary"].clone())
+        .expect("the h2 client's summary");
+    eprintln!("h2 client over TLS: {summary}");
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.contains("\"error\"")
+                || l.contains("connect_error")
+                || (l.contains("\"status\"") && !l.contains("\"status\":200"))
+        })
+        .collect();
+    assert!(
+        summary["requests"].as_u64() > Some(500),
+        "the h2 client ran: {summary}"
+    );
+    assert_eq!(
+        summary["failed"],
+        0,
+        "no h2 stream failed on its first try over a planned stop and its failback: {summary}\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        summary["connections"].as_u64() >= Some(2),
+        "the h2 client moved to a new connection after the leaving router's GOAWAY: {summary}"
+    );
+}
+
 /// Starts router a again under a request loop through the VIP (a new
 /// connection every 20 ms) and waits for its preemption to take the VIP back:
 /// a planned move, which fails no request.
@@ -230,7 +266,7 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         pair.wait_served(ip, Duration::from_secs(20));
     }
     let (mut load, log) = pair.keepalive_load(VIP, 20.0, 8);
-    let (mut h2, h2_log) = pair.h2_poller(VIP, 20.0);
+    let (h2, h2_log) = pair.h2_poller(VIP, 20.0);
     let (mut ws, ws_log) = pair.websocket(VIP, 15.0);
 
     // The planned stop: a download of 2.6 s at 20 MB/s begins, then a leaves.
@@ -315,37 +351,7 @@ fn a_planned_stop_and_its_failback_reset_nothing() {
         "no first-try failure over a planned stop and its failback:\n{}",
         report.failed.join("\n")
     );
-    h2.wait().expect("h2 client");
-    let text = std::fs::read_to_string(&h2_log).expect("h2 log");
-    let summary: serde_json::Value = text
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| v["summary"].clone())
-        .expect("the h2 client's summary");
-    eprintln!("h2 client over TLS: {summary}");
-    let failures: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            l.contains("\"error\"")
-                || l.contains("connect_error")
-                || (l.contains("\"status\"") && !l.contains("\"status\":200"))
-        })
-        .collect();
-    assert!(
-        summary["requests"].as_u64() > Some(500),
-        "the h2 client ran: {summary}"
-    );
-    assert_eq!(
-        summary["failed"],
-        0,
-        "no h2 stream failed on its first try over a planned stop and its failback: {summary}\n{}",
-        failures.join("\n")
-    );
-    assert!(
-        summary["connections"].as_u64() >= Some(2),
-        "the h2 client moved to a new connection after the leaving router's GOAWAY: {summary}"
-    );
+    h2_streams_all_answered(h2, &h2_log);
 }
 
 /// Now in seconds since the epoch, as the clients' logs write it.

@@ -169,6 +169,111 @@ fn started_pair() -> Pair {
     pair
 }
 
+/// A rotate-out on a takes the member out on both and answers once both
+/// drained, naming each router's result; a rotate-in on b brings it back on a.
+fn one_rotate_out(pair: &Pair) {
+    let member = format!("{MQ_IP}:8080");
+    let (status, body) = admin(
+        pair,
+        0,
+        "POST",
+        &format!("/backends/{member}/rotate-out?timeout=5s"),
+        None,
+    );
+    assert_eq!(status, 200, "rotate-out on a: {body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(doc["result"], "drained", "{body}");
+    let routers = doc["routers"].as_array().expect("routers");
+    assert_eq!(routers.len(), 2, "{body}");
+    assert_eq!(routers[0]["router"], "a", "{body}");
+    assert_eq!(routers[1]["router"], format!("{B_IP}:9090"), "{body}");
+    assert_eq!(routers[1]["result"], "drained", "{body}");
+    wait_shows(
+        pair,
+        1,
+        "/backends",
+        "\"rotate\":\"out\"",
+        "has the member rotated out",
+    );
+    // And rotate-in on b brings it back on a.
+    let (status, body) = admin(
+        pair,
+        1,
+        "POST",
+        &format!("/backends/{member}/rotate-in"),
+        None,
+    );
+    assert_eq!(status, 200, "rotate-in on b: {body}");
+    wait_shows(
+        pair,
+        0,
+        "/backends",
+        "\"rotate\":\"in\"",
+        "has the member back in",
+    );
+}
+
+/// Requests in flight count once across the pair: two slow requests held on
+/// a, `max_connections_per_client` 2: b refuses a third (429) while they run,
+/// and serves again once they ended.
+fn requests_in_flight_count_once(pair: &Pair) {
+    let host = e2e::hapair::HOST;
+    put_limit(pair, 0, 2, "for requests in flight");
+    wait_shows(
+        pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":2",
+        "has the in-flight limit",
+    );
+    let slow: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            pair.topo
+                .cmd("c", "curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "20"])
+                .args(["-H", &format!("Host: {host}")])
+                .arg(format!("http://{A_IP}:8080/slow?ms=4000"))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("curl")
+        })
+        .collect();
+    let on_b = || {
+        e2e::hapair::curl_status(
+            pair.topo
+                .cmd("c", "curl")
+                .args(["-m", "5", "-H", &format!("Host: {host}")])
+                .arg(format!("http://{B_IP}:8080/")),
+        )
+    };
+    e2e::wait_for(
+        "b refuses a third request in flight (429)",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || match on_b() {
+            Ok(429) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    for child in slow {
+        let out = child.wait_with_output().expect("curl");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "200",
+            "a slow request held on a"
+        );
+    }
+    e2e::wait_for(
+        "b serves again once a's requests ended",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || match on_b() {
+            Ok(200) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+}
+
 #[test]
 fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     let mut pair = started_pair();
@@ -195,47 +300,7 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     assert_eq!(status, 200, "split on b: {body}");
     wait_shows(&pair, 0, "/routes", "\"app-ns\":7", "has b's split");
 
-    // 3. A rotate-out on a takes the member out on both and answers once both
-    // drained, naming each router's result.
-    let member = format!("{MQ_IP}:8080");
-    let (status, body) = admin(
-        &pair,
-        0,
-        "POST",
-        &format!("/backends/{member}/rotate-out?timeout=5s"),
-        None,
-    );
-    assert_eq!(status, 200, "rotate-out on a: {body}");
-    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(doc["result"], "drained", "{body}");
-    let routers = doc["routers"].as_array().expect("routers");
-    assert_eq!(routers.len(), 2, "{body}");
-    assert_eq!(routers[0]["router"], "a", "{body}");
-    assert_eq!(routers[1]["router"], format!("{B_IP}:9090"), "{body}");
-    assert_eq!(routers[1]["result"], "drained", "{body}");
-    wait_shows(
-        &pair,
-        1,
-        "/backends",
-        "\"rotate\":\"out\"",
-        "has the member rotated out",
-    );
-    // And rotate-in on b brings it back on a.
-    let (status, body) = admin(
-        &pair,
-        1,
-        "POST",
-        &format!("/backends/{member}/rotate-in"),
-        None,
-    );
-    assert_eq!(status, 200, "rotate-in on b: {body}");
-    wait_shows(
-        &pair,
-        0,
-        "/backends",
-        "\"rotate\":\"in\"",
-        "has the member back in",
-    );
+    one_rotate_out(&pair);
 
     // 4. b goes away; a's setting changes meanwhile; a counts b down.
     pair.stop_router(1);
@@ -296,63 +361,7 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     );
     let (code, text) = check_pair(&pair, 0);
     assert_eq!(code, Some(0), "router check-pair on a: {text}");
-    // 7. Requests in flight count once across the pair: two slow requests
-    // held on a, max_connections_per_client 2: b refuses a third (429) while
-    // they run, and serves again once they ended.
-    put_limit(&pair, 0, 2, "for requests in flight");
-    wait_shows(
-        &pair,
-        1,
-        "/apps/app-ns/settings",
-        "\"max_connections_per_client\":2",
-        "has the in-flight limit",
-    );
-    let slow: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            pair.topo
-                .cmd("c", "curl")
-                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "20"])
-                .args(["-H", &format!("Host: {host}")])
-                .arg(format!("http://{A_IP}:8080/slow?ms=4000"))
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("curl")
-        })
-        .collect();
-    let on_b = || {
-        e2e::hapair::curl_status(
-            pair.topo
-                .cmd("c", "curl")
-                .args(["-m", "5", "-H", &format!("Host: {host}")])
-                .arg(format!("http://{B_IP}:8080/")),
-        )
-    };
-    e2e::wait_for(
-        "b refuses a third request in flight (429)",
-        Duration::from_secs(3),
-        Duration::from_millis(50),
-        || match on_b() {
-            Ok(429) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    for child in slow {
-        let out = child.wait_with_output().expect("curl");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "200",
-            "a slow request held on a"
-        );
-    }
-    e2e::wait_for(
-        "b serves again once a's requests ended",
-        Duration::from_secs(3),
-        Duration::from_millis(50),
-        || match on_b() {
-            Ok(200) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
+    requests_in_flight_count_once(&pair);
     let received = e2e::metric_sum(
         &metrics(&pair, 1),
         "router_pair_updates_received_total",
