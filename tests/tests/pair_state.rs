@@ -349,6 +349,18 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
         "\"app-ns\":3",
         "has b's split put while cut",
     );
+    // Bad input on the link: a body that is not the updates is 400 and
+    // changes nothing; without the token, 401.
+    let (status, body) = admin(&pair, 1, "POST", "/pair/updates", Some("{not json"));
+    assert_eq!(status, 400, "garbage on /pair/updates: {body}");
+    let (status, body) = admin(&pair, 1, "POST", "/pair/counts", Some(r#"{"node": 3}"#));
+    assert_eq!(status, 400, "garbage on /pair/counts: {body}");
+    let no_token = pair.topo.sh(
+        "c",
+        &format!("curl -s -o /dev/null -w '%{{http_code}}' -k -X POST --data '{{}}' https://{B_IP}:9090/pair/updates"),
+    );
+    assert_eq!(no_token.trim(), "401", "/pair/updates without the token");
+
     // 6. In agreement: the same settings, key and shared entries' versions
     // (which `GET /pair/state` lists, and check-pair compares).
     let (status, state) = admin(&pair, 1, "GET", "/pair/state", None);

@@ -64,6 +64,27 @@ impl Admin {
         }))
     }
 
+    /// The JSON body of a call from the peer (`what` it carries, at most
+    /// `limit` bytes, within `limits.header_read_timeout`), or the 4xx.
+    async fn peer_body<T: serde::de::DeserializeOwned>(
+        &self,
+        req: Request<Incoming>,
+        limit: usize,
+        what: &str,
+    ) -> Result<T, Response<Full<Bytes>>> {
+        let body = read_limited(req.into_body(), limit, self.body_deadline)
+            .await
+            .map_err(|status| {
+                let mib = limit / (1024 * 1024);
+                text(
+                    status,
+                    &format!("the body is the pair's {what}, under {mib} MiB\n"),
+                )
+            })?;
+        serde_json::from_slice(&body)
+            .map_err(|e| text(StatusCode::BAD_REQUEST, &format!("{what}: {e}\n")))
+    }
+
     /// `POST /pair/updates`.
     pub(super) async fn pair_updates(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let Some(link) = &self.pair else {
@@ -72,13 +93,9 @@ impl Admin {
                 "this router has no pair (pair.peer)\n",
             );
         };
-        let body = match read_limited(req.into_body(), MAX_UPDATES_BODY, self.body_deadline).await {
-            Ok(b) => b,
-            Err(status) => return text(status, "the body is the pair's updates, under 4 MiB\n"),
-        };
-        let updates: Updates = match serde_json::from_slice(&body) {
+        let updates: Updates = match self.peer_body(req, MAX_UPDATES_BODY, "updates").await {
             Ok(u) => u,
-            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("updates: {e}\n")),
+            Err(answer) => return answer,
         };
         if updates.node == link.state.node().as_str() {
             return text(
@@ -126,13 +143,9 @@ impl Admin {
                 "this router has no pair (pair.peer)\n",
             );
         }
-        let body = match read_limited(req.into_body(), MAX_COUNTS_BODY, self.body_deadline).await {
-            Ok(b) => b,
-            Err(status) => return text(status, "the body is the pair's counts, under 8 MiB\n"),
-        };
-        let counts: Counts = match serde_json::from_slice(&body) {
+        let counts: Counts = match self.peer_body(req, MAX_COUNTS_BODY, "counts").await {
             Ok(c) => c,
-            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("counts: {e}\n")),
+            Err(answer) => return answer,
         };
         let (entries, bad) = counts.entries();
         for count in &entries {
