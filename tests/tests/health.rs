@@ -36,16 +36,10 @@ fn load(
 
 #[tokio::test]
 async fn a_killed_member_is_ejected_without_client_errors_and_used_again_after_rise() {
-    let a = Backend::start().await;
-    let b = Backend::start().await;
-    let b_addr = b.addr;
     // Active checks off: only passive detection can take an up member down (a
     // down one is still probed, which brings it back).
-    let r = Arc::new(TestRouter::start(&format!("{FAST}  checks: false\n")).await);
-    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
-    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
-    r.wait_health(a.addr, "up").await;
-    r.wait_health(b_addr, "up").await;
+    let (a, b, r) = two_members(&format!("{FAST}  checks: false\n")).await;
+    let (b_addr, r) = (b.addr, Arc::new(r));
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(&r, 4, &stop);
@@ -93,6 +87,17 @@ async fn a_killed_member_is_ejected_without_client_errors_and_used_again_after_r
             .await,
         Some(1.0)
     );
+}
+
+/// Two members of `myapp-demo` (`HA`) on a router started with `config`, both up.
+async fn two_members(config: &str) -> (Backend, Backend, TestRouter) {
+    let (a, b) = (Backend::start().await, Backend::start().await);
+    let r = TestRouter::start(config).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
+    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(a.addr, "up").await;
+    r.wait_health(b.addr, "up").await;
+    (a, b, r)
 }
 
 async fn eventually_proxied(b: &Backend) {
@@ -363,16 +368,11 @@ async fn keep_awake_checks_go_to_the_front_end_with_the_app_host() {
 
 #[tokio::test]
 async fn with_checks_off_a_passively_ejected_member_is_probed_back() {
-    let a = Backend::start().await;
-    let b = Backend::start().await;
-    let b_addr = b.addr;
-    let r = TestRouter::start(
+    let (a, b, r) = two_members(
         "health:\n  checks: false\n  interval: 200ms\n  timeout: 150ms\n  jitter: 20ms\n  rise: 2\n",
     )
     .await;
-    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", a.addr));
-    r.drop_event("02.yaml", &events::add_lb("myapp", "demo", b.addr));
-    r.wait_health(b_addr, "up").await;
+    let b_addr = b.addr;
     assert_eq!(
         r.metric("router_health_checks_total{result=\"pass\"}")
             .await,
@@ -476,4 +476,78 @@ async fn client_body_failures_are_never_charged_to_the_member() {
     );
     // The member still serves everyone.
     assert_eq!(r.get("ha-myapp-demo.example.com", "/").await.0, 200);
+}
+
+/// Slow start (`upstream.slow_start`): a member restarted under load takes a
+/// share that rises over the window as documented (round robin: half the
+/// requests warm, `share / 2` while warming), counted second by second by the
+/// members themselves; `/backends` shows the share while it warms and nothing
+/// after.
+#[tokio::test]
+async fn a_restarted_member_is_eased_back_in_over_slow_start() {
+    let (a, b, r) = two_members(&format!(
+        "{FAST}upstream:\n  balance: round_robin\n  slow_start: 8s\n"
+    ))
+    .await;
+    let (b_addr, r) = (b.addr, Arc::new(r));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(&r, 4, &stop);
+    drop(b);
+    r.wait_health(b_addr, "down").await;
+    let b = Backend::start_on(b_addr).await;
+    r.wait_health(b_addr, "up").await;
+
+    // Each second: the member's share at its start and end (from /backends),
+    // and the requests each member counted in it.
+    let share = async || {
+        let state = r.backend_state(b_addr).await.expect("listed");
+        state["warming"]["share_percent"]
+            .as_f64()
+            .map(|p| p / 100.0)
+    };
+    let mut seconds = Vec::new();
+    let mut at = (share().await, a.proxied(), b.proxied());
+    while seconds.len() < 12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = (share().await, a.proxied(), b.proxied());
+        seconds.push((at.0, now.0, now.1 - at.1, now.2 - at.2));
+        at = now;
+        if seconds.last().is_some_and(|s| s.0.is_none()) {
+            break; // one whole second warm
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.expect("join");
+    }
+    eprintln!("slow start, second by second: {seconds:?}");
+    let table =
+        format!("(share at start, at end, a's requests, b's requests) each second: {seconds:?}");
+    let fraction = |&(_, _, a, b): &(Option<f64>, Option<f64>, usize, usize)| {
+        assert!(a + b > 50, "too few requests to tell a share: {table}");
+        b as f64 / (a + b) as f64
+    };
+    let (first, last) = (seconds.first().expect("one"), seconds.last().expect("one"));
+    assert!(
+        first.0.is_some_and(|s| s < 0.3),
+        "warming from the start: {table}"
+    );
+    assert!(last.0.is_none(), "warm within the window: {table}");
+    for s in &seconds {
+        // Round robin: b takes its share of its turns, so half its mean share.
+        let expected = match (s.0, s.1) {
+            (Some(from), Some(to)) => (from + to) / 4.0,
+            (Some(from), None) => (from + 1.0) / 4.0,
+            (None, _) => 0.5,
+        };
+        let f = fraction(s);
+        assert!(
+            (f - expected).abs() < 0.12,
+            "b took {f:.2} of a second's requests, its share says {expected:.2}: {table}"
+        );
+    }
+    assert!(
+        fraction(last) > fraction(first) + 0.2,
+        "the share rose: {table}"
+    );
 }

@@ -16,6 +16,9 @@ pub(super) struct LiveMemberDoc<'a> {
     tunnels: usize,
     idle_connections: usize,
     apps: &'a [String],
+    /// Slow start: its share while it warms up; absent when warm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warming: Option<crate::members::warm::Warming>,
 }
 
 #[derive(Serialize)]
@@ -66,6 +69,7 @@ impl Admin {
                 tunnels: b.tunnels(),
                 idle_connections: b.pool.idle_count(),
                 apps: apps.get(&*b.addr).map_or(&[], |v| v.as_slice()),
+                warming: b.health.warming(),
             })
             .collect();
         // Rotated out but not a member now (removed, or not announced yet).

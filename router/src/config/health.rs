@@ -78,6 +78,7 @@ impl HealthConfig {
             fall: self.fall,
             gate_new: self.gate_new,
             passive_failures: self.passive_failures,
+            slow_start: Duration::ZERO,
         }
     }
 }

@@ -225,6 +225,14 @@ impl Config {
         Config::parse(&text, &path.display().to_string())
     }
 
+    /// How members are checked and eased in (`health.*`, `upstream.slow_start`).
+    pub fn member_health(&self) -> crate::members::health::HealthSettings {
+        crate::members::health::HealthSettings {
+            slow_start: self.upstream.slow_start,
+            ..self.health.settings()
+        }
+    }
+
     /// Parses and validates configuration text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         let config: Config = config_file::from_yaml(text, file)?;
@@ -347,6 +355,9 @@ impl Config {
         }
         if !(1..=100).contains(&self.upstream.source_share) {
             return Err(("upstream.source_share", "a percentage from 1 to 100".into()));
+        }
+        if self.upstream.slow_start > Duration::from_secs(3600) {
+            return Err(("upstream.slow_start", "at most 1h".into()));
         }
         if self.upstream.source_reserve > 50 {
             return Err((

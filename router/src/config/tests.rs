@@ -217,6 +217,20 @@ fn health_defaults_and_errors() {
 }
 
 #[test]
+fn slow_start_is_off_by_default_and_bounded() {
+    let c = Config::parse(GOOD, "r.yaml").expect("valid");
+    assert_eq!(c.member_health().slow_start, Duration::ZERO);
+    let c = Config::parse(&format!("{GOOD}  slow_start: 30s\n"), "r.yaml").expect("valid");
+    assert_eq!(c.member_health().slow_start, Duration::from_secs(30));
+    let e = err(&format!("{GOOD}  slow_start: 2h\n"));
+    assert_eq!(
+        (e.line, e.field.as_str()),
+        (Some(13), "upstream.slow_start"),
+        "{e}"
+    );
+}
+
+#[test]
 fn tls_keys_go_together_and_redirect_needs_https() {
     let e = err(&format!(
         "{GOOD}tls:\n  default_cert: /etc/router/wild.pem\n"

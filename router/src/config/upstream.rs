@@ -35,6 +35,10 @@ pub struct UpstreamConfig {
     pub max_idle_per_backend: Option<usize>,
     /// `p2c` (least outstanding of two random members) or `round_robin`.
     pub balance: Balance,
+    /// A member that comes up takes its share of traffic over this long
+    /// (`members::warm`); zero: at once.
+    #[serde(with = "humantime_serde")]
+    pub slow_start: Duration,
     /// TLS towards members that expect it.
     pub tls: UpstreamTls,
 }
@@ -51,6 +55,7 @@ impl Default for UpstreamConfig {
             source_reserve: 10,
             max_idle_per_backend: None,
             balance: Balance::default(),
+            slow_start: Duration::ZERO,
             tls: UpstreamTls::default(),
         }
     }

@@ -31,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::probe::{Check, Outcome, Probe};
+use super::warm::{Warming, Warmup};
 use crate::metrics::HealthMetrics;
 
 /// What the router believes about a member.
@@ -98,6 +99,9 @@ pub struct HealthSettings {
     pub gate_new: bool,
     /// Connect failures or resets in a row that eject a member at once; 0 = never.
     pub passive_failures: u32,
+    /// `upstream.slow_start`: a member that comes up takes its share over this
+    /// long (see [`super::warm`]); zero: at once.
+    pub slow_start: Duration,
 }
 
 impl Default for HealthSettings {
@@ -112,6 +116,7 @@ impl Default for HealthSettings {
             fall: 3,
             gate_new: true,
             passive_failures: 3,
+            slow_start: Duration::ZERO,
         }
     }
 }
@@ -132,6 +137,10 @@ pub struct Tracker {
     metrics: HealthMetrics,
     /// The last transitions, newest last (the status page).
     history: crate::ring::Ring<Transition>,
+    /// Slow start: its share while it warms up after coming up.
+    warmup: Warmup,
+    /// Its first `Unknown → Up` warms it up too (announced after start-up).
+    new: bool,
 }
 
 /// How many transitions a member remembers.
@@ -178,6 +187,8 @@ impl Tracker {
     ) -> Tracker {
         metrics.set_up(&addr, initial == Health::Up);
         Tracker {
+            warmup: Warmup::default(),
+            new: false,
             addr,
             probe,
             cell: HealthCell::new(initial),
@@ -191,6 +202,39 @@ impl Tracker {
 
     pub fn get(&self) -> Health {
         self.cell.get()
+    }
+
+    /// A member announced after start-up: it warms up when it first comes up
+    /// (at once if it starts up).
+    pub fn announced_later(mut self) -> Tracker {
+        self.new = true;
+        if self.cell.get() == Health::Up {
+            self.warm_up();
+        }
+        self
+    }
+
+    fn warm_up(&self) {
+        if !self.settings.load().slow_start.is_zero() {
+            self.warmup.begin();
+        }
+    }
+
+    /// Its slow-start share of a warm member's traffic; `None` (the usual
+    /// case, one relaxed load): all of it.
+    #[inline]
+    pub fn share(&self) -> Option<f64> {
+        self.warmup.share(|| self.settings.load().slow_start)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn warmup(&self) -> &Warmup {
+        &self.warmup
+    }
+
+    /// Its warm-up as the admin API shows it.
+    pub fn warming(&self) -> Option<Warming> {
+        self.warmup.warming(self.settings.load().slow_start)
     }
 
     pub fn addr(&self) -> &Arc<str> {
@@ -302,6 +346,9 @@ impl Tracker {
                     Health::Up => false,
                 };
                 if up && self.cell.transition(seen, Health::Up) {
+                    if seen == Health::Down || self.new {
+                        self.warm_up();
+                    }
                     if seen == Health::Down {
                         self.metrics.recoveries.inc();
                         tracing::info!(member = %self.addr, "member is up again");

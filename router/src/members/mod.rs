@@ -24,6 +24,7 @@ pub mod health;
 pub mod probe;
 pub mod reserve;
 pub mod rotate;
+pub mod warm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -537,13 +538,20 @@ impl MemberRegistry {
             tunnels: AtomicUsize::new(0),
             slots: Arc::new(Semaphore::new(self.max_in_flight)),
             pool: Arc::new(Pool::new(addr.clone(), self.pool.clone())),
-            health: Arc::new(Tracker::new(
-                addr.clone(),
-                probe(),
-                initial,
-                self.health.clone(),
-                self.metrics.clone(),
-            )),
+            health: Arc::new({
+                let t = Tracker::new(
+                    addr.clone(),
+                    probe(),
+                    initial,
+                    self.health.clone(),
+                    self.metrics.clone(),
+                );
+                if Instant::now() < self.startup_until {
+                    t
+                } else {
+                    t.announced_later()
+                }
+            }),
             rotated_out: AtomicBool::new(self.rotate.contains(&addr)),
             drained: Notify::new(),
             sources: (self.max_per_source < self.max_in_flight).then(|| Sources {

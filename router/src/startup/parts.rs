@@ -52,7 +52,7 @@ pub(super) fn member_registry(
             idle_timeout: config.upstream.idle_timeout,
             opened: metrics.upstream_connections.clone(),
         },
-        health: config.health.settings(),
+        health: config.member_health(),
         metrics: metrics.health.clone(),
         rotate: crate::members::rotate::RotateStore::open(&config.state_dir)?,
         checkers: Some(tokio::runtime::Handle::current()),

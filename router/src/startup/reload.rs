@@ -115,7 +115,7 @@ impl Reloader {
             .store(Arc::new(crate::admin::Names::new(&config.admin.hosts)));
         let current = self.live.load_full();
         let proxy = with_settings(Kept::of(&current.proxy), &config);
-        self.registry.set_health(config.health.settings());
+        self.registry.set_health(config.member_health());
         self.metrics.app_traffic.set_limits(config.metrics.limits());
         self.admin
             .policies

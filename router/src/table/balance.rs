@@ -8,6 +8,9 @@
 //!   sending it its share).
 //! - [`Balance::RoundRobin`]: each member in turn.
 //!
+//! Either way a member warming up after it came up (`upstream.slow_start`, see
+//! [`crate::members::warm`]) is a candidate for only its share of picks.
+//!
 //! Cookies pass untouched either way, so the gear haproxy's `GEAR` stickiness still
 //! pins a session to a gear behind the member.
 
@@ -16,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::Deserialize;
 
 use crate::members::Member;
+use crate::members::warm::Draw;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -52,7 +56,16 @@ impl Balance {
             Balance::RoundRobin => cursor.fetch_add(1, Ordering::Relaxed),
             Balance::P2c => 0,
         };
-        if let Some(t) = self.pick_among(items, start, |m| m.eligible() && other(m)) {
+        // Slow start: a warming member is a candidate only for its share of
+        // picks; when none else is, it takes the request anyway.
+        let draw = Draw::default();
+        let admitted = |m: &Member| m.eligible() && other(m) && draw.admits(m.health.share());
+        if let Some(t) = self.pick_among(items, start, admitted) {
+            return Some(t);
+        }
+        if draw.met()
+            && let Some(t) = self.pick_among(items, start, |m| m.eligible() && other(m))
+        {
             return Some(t);
         }
         if fail_open {
@@ -264,5 +277,43 @@ mod tests {
                 .pick(&ms, &cursor, true, Some(&ms[0]))
                 .is_none()
         );
+    }
+
+    /// Slow start: a member halfway through its warm-up takes about half of
+    /// a warm member's share with either balancer, and all of it once it is
+    /// the only member that can take the request.
+    #[test]
+    fn a_warming_member_takes_its_share() {
+        let (ms, r) = members(2);
+        r.set_health(crate::members::health::HealthSettings {
+            slow_start: Duration::from_secs(100),
+            ..Default::default()
+        });
+        ms[1].health.warmup().began_ago(Duration::from_secs(50));
+        let share = ms[1].health.share().expect("warming");
+        assert!((0.49..0.52).contains(&share), "{share}");
+        let cursor = AtomicUsize::new(0);
+        for balance in [Balance::P2c, Balance::RoundRobin] {
+            let picks = 20_000;
+            let warming = (0..picks)
+                .filter(|_| {
+                    let m = balance.pick(&ms, &cursor, true, None).expect("member");
+                    Arc::ptr_eq(m, &ms[1])
+                })
+                .count();
+            // Warm, each would take half; at share 0.5 a quarter.
+            let fraction = warming as f64 / picks as f64;
+            assert!(
+                (0.22..0.28).contains(&fraction),
+                "{balance:?}: the warming member took {fraction} of the picks"
+            );
+            // The other out (a retry moving away from it): the warming one takes all.
+            for _ in 0..100 {
+                let m = balance
+                    .pick(&ms, &cursor, false, Some(&ms[0]))
+                    .expect("the warming member, whatever its share");
+                assert!(Arc::ptr_eq(m, &ms[1]));
+            }
+        }
     }
 }
