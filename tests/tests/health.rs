@@ -38,7 +38,7 @@ fn load(
 async fn a_killed_member_is_ejected_without_client_errors_and_used_again_after_rise() {
     // Active checks off: only passive detection can take an up member down (a
     // down one is still probed, which brings it back).
-    let (a, b, r) = two_members(&format!("{FAST}  checks: false\n")).await;
+    let (_a, b, r) = two_members(&format!("{FAST}  checks: false\n")).await;
     let (b_addr, r) = (b.addr, Arc::new(r));
 
     let stop = Arc::new(AtomicBool::new(false));
