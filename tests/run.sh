@@ -60,10 +60,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-if ! target/h3-venv/bin/python3 -c 'import aioquic' >/dev/null 2>&1; then
+# And an OTLP receiver built on the reference protobuf definitions
+# (opentelemetry-proto, tests/otlp/receiver.py, tests/tests/traces.rs), same virtualenv.
+if ! target/h3-venv/bin/python3 -c 'import aioquic, opentelemetry.proto' >/dev/null 2>&1; then
   rm -rf target/h3-venv
   /usr/bin/python3 -m venv target/h3-venv
-  target/h3-venv/bin/pip install -q 'aioquic>=1.2,<2'
+  target/h3-venv/bin/pip install -q 'aioquic>=1.2,<2' 'opentelemetry-proto>=1.27,<2'
 fi
 
 cargo fmt --all -- --check

@@ -142,6 +142,39 @@ impl RouterProcess {
         .unwrap_or_else(|_| panic!("no log line with {what:?}"))
     }
 
+    /// Waits (up to 10 s) for the access line of the request for `path`
+    /// (`access_log: {format: json, enabled: true}`).
+    pub async fn access_line(&mut self, path: &str) -> serde_json::Value {
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                let v = self.logs.recv().await.expect("router running");
+                if v["target"] == "access" && v["path"] == path {
+                    return v;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no access line for {path}"))
+    }
+
+    /// A router started on `dir` (spool source, JSON access lines, `extra`
+    /// appended to its configuration) with one app, `myapp-demo`, on member
+    /// `b`; returned once a request through it reaches the member.
+    pub async fn one_app(tag: &str, b: &crate::Backend, extra: &str) -> RouterProcess {
+        let dir = crate::tempdir(tag);
+        let config = spool_config(&dir, "127.0.0.1:0", true, extra);
+        let first = crate::events::add_lb("myapp", "demo", b.addr);
+        let r = RouterProcess::start(&spool_router(&dir, &first, &config)).await;
+        let http = r.http;
+        crate::eventually("route", Duration::from_secs(10), async || {
+            let req = b"GET /warm HTTP/1.1\r\nHost: ha-myapp-demo.example.com\r\nConnection: close\r\n\r\n";
+            let resp = crate::raw::exchange(http, req, Duration::from_secs(10)).await;
+            crate::raw::status(&resp) == Some(200)
+        })
+        .await;
+        r
+    }
+
     /// Sends a signal (`TERM`, `KILL`, ...) with kill(1).
     pub fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")

@@ -70,6 +70,15 @@ async fn read_to_close(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
     (out, closed)
 }
 
+/// The body of a raw HTTP/1.x response: what follows its head.
+pub fn body(resp: &[u8]) -> &[u8] {
+    let at = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(0, |i| i + 4);
+    &resp[at..]
+}
+
 /// The status code of a raw HTTP/1.x response, if it starts like one.
 pub fn status(response: &[u8]) -> Option<u16> {
     let text = std::str::from_utf8(response.get(..12)?).ok()?;

@@ -4,24 +4,11 @@
 
 use std::time::Duration;
 
-use e2e::process::{RouterProcess, spool_config, spool_router};
-use e2e::{Backend, Echo, events, raw};
+use e2e::process::RouterProcess;
+use e2e::{Backend, Echo, raw};
 
 const HOST: &str = "ha-myapp-demo.example.com";
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-async fn router(tag: &str, b: &Backend, extra: &str) -> RouterProcess {
-    let dir = e2e::tempdir(tag);
-    let config = spool_config(&dir, "127.0.0.1:0", true, extra);
-    let cfg = spool_router(&dir, &events::add_lb("myapp", "demo", b.addr), &config);
-    let r = RouterProcess::start(&cfg).await;
-    let http = r.http;
-    e2e::eventually("route", Duration::from_secs(10), async || {
-        raw::status(&get(http, "/warm", "").await) == Some(200)
-    })
-    .await;
-    r
-}
 
 async fn get(http: std::net::SocketAddr, path: &str, fields: &str) -> Vec<u8> {
     let req = format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{fields}Connection: close\r\n\r\n");
@@ -43,32 +30,10 @@ fn response_field(resp: &[u8], name: &str) -> Vec<String> {
         .collect()
 }
 
-fn body(resp: &[u8]) -> &[u8] {
-    let at = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(0, |i| i + 4);
-    &resp[at..]
-}
-
-/// The access line of the request for `path`.
-async fn access_line(r: &mut RouterProcess, path: &str) -> serde_json::Value {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let v = r.logs.recv().await.expect("router running");
-            if v["target"] == "access" && v["path"] == path {
-                return v;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no access line for {path}"))
-}
-
 #[tokio::test]
 async fn a_made_id_and_a_new_trace_reach_the_member_the_client_and_the_log() {
     let b = Backend::start().await;
-    let mut r = router("ids-made", &b, "").await;
+    let mut r = RouterProcess::one_app("ids-made", &b, "").await;
     let resp = get(
         r.http,
         "/one",
@@ -76,7 +41,7 @@ async fn a_made_id_and_a_new_trace_reach_the_member_the_client_and_the_log() {
     )
     .await;
     assert_eq!(raw::status(&resp), Some(200));
-    let echo = Echo::parse(body(&resp));
+    let echo = Echo::parse(raw::body(&resp));
     let id = echo
         .header("x-request-id")
         .expect("an ID to the member")
@@ -106,7 +71,7 @@ async fn a_made_id_and_a_new_trace_reach_the_member_the_client_and_the_log() {
         echo.header("tracestate").is_none(),
         "dropped with an invalid parent"
     );
-    let line = access_line(&mut r, "/one").await;
+    let line = r.access_line("/one").await;
     assert_eq!(line["request_id"], id.as_str(), "{line}");
     assert_eq!(line["trace_id"], &parent[3..35], "{line}");
 }
@@ -114,14 +79,14 @@ async fn a_made_id_and_a_new_trace_reach_the_member_the_client_and_the_log() {
 #[tokio::test]
 async fn a_trusted_clients_id_and_trace_are_continued() {
     let b = Backend::start().await;
-    let mut r = router("ids-kept", &b, "").await;
+    let mut r = RouterProcess::one_app("ids-kept", &b, "").await;
     let resp = get(
         r.http,
         "/two",
         &format!("X-Request-Id: client-7\r\ntraceparent: {PARENT}\r\ntracestate: k=v\r\n"),
     )
     .await;
-    let echo = Echo::parse(body(&resp));
+    let echo = Echo::parse(raw::body(&resp));
     assert_eq!(echo.header("x-request-id"), Some("client-7"));
     assert_eq!(response_field(&resp, "x-request-id"), ["client-7"]);
     let parent = echo.header("traceparent").expect("traceparent");
@@ -133,7 +98,7 @@ async fn a_trusted_clients_id_and_trace_are_continued() {
     );
     assert!(parent.ends_with("-01"), "the flags kept");
     assert_eq!(echo.header("tracestate"), Some("k=v"));
-    let line = access_line(&mut r, "/two").await;
+    let line = r.access_line("/two").await;
     assert_eq!(line["request_id"], "client-7");
     assert_eq!(line["trace_id"], &PARENT[3..35]);
 }
@@ -141,9 +106,10 @@ async fn a_trusted_clients_id_and_trace_are_continued() {
 #[tokio::test]
 async fn an_untrusted_clients_id_is_replaced_and_error_pages_carry_the_id() {
     let b = Backend::start().await;
-    let r = router("ids-untrusted", &b, "forwarded:\n  trusted: [10.0.0.0/8]\n").await;
+    let r =
+        RouterProcess::one_app("ids-untrusted", &b, "forwarded:\n  trusted: [10.0.0.0/8]\n").await;
     let resp = get(r.http, "/three", "X-Request-Id: client-8\r\n").await;
-    let echo = Echo::parse(body(&resp));
+    let echo = Echo::parse(raw::body(&resp));
     let id = echo.header("x-request-id").expect("id").to_string();
     assert_ne!(id, "client-8", "not trusted: replaced");
     assert_eq!(response_field(&resp, "x-request-id"), [id]);
@@ -153,7 +119,7 @@ async fn an_untrusted_clients_id_is_replaced_and_error_pages_carry_the_id() {
     assert_eq!(raw::status(&resp), Some(404));
     let ids = response_field(&resp, "x-request-id");
     assert_eq!(ids.len(), 1);
-    let page = String::from_utf8_lossy(body(&resp)).to_string();
+    let page = String::from_utf8_lossy(raw::body(&resp)).to_string();
     assert!(page.contains(&format!("request id: {}", ids[0])), "{page}");
     // And a member's failure (502): the same.
     b.force_status(0);
@@ -161,6 +127,6 @@ async fn an_untrusted_clients_id_is_replaced_and_error_pages_carry_the_id() {
     let resp = get(r.http, "/gone", "").await;
     assert_eq!(raw::status(&resp), Some(502));
     let ids = response_field(&resp, "x-request-id");
-    let page = String::from_utf8_lossy(body(&resp)).to_string();
+    let page = String::from_utf8_lossy(raw::body(&resp)).to_string();
     assert!(page.contains(&format!("request id: {}", ids[0])), "{page}");
 }

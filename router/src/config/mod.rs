@@ -114,6 +114,9 @@ pub struct Config {
     /// either router applies on both.
     #[serde(default)]
     pub pair: PairSettings,
+    /// Spans out over OTLP (see `crate::traces`); off without `endpoint`.
+    #[serde(default)]
+    pub traces: crate::traces::TracesConfig,
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).
@@ -356,6 +359,7 @@ impl Config {
         if !(1..=100).contains(&self.upstream.source_share) {
             return Err(("upstream.source_share", "a percentage from 1 to 100".into()));
         }
+        self.traces.check()?;
         if self.upstream.slow_start > Duration::from_secs(3600) {
             return Err(("upstream.slow_start", "at most 1h".into()));
         }

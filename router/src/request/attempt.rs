@@ -33,6 +33,7 @@ use super::send::{Protocol, Timeouts, encoded, prepare};
 use super::upload::Received;
 use crate::policy::clients::ClientSlot;
 use crate::table::Target;
+use crate::traces::Moment;
 use crate::upstream::RequestBody;
 
 impl Proxy {
@@ -52,7 +53,7 @@ impl Proxy {
             Routed::To(destination) => destination,
             Routed::Answered(answer) => return Ok(*answer),
         };
-        context.app = Some(to.route.traffic.clone());
+        context.routed(&to.route);
         let (hold, source) = self.admit(context.conn, fields, &to)?;
         let target = to.pick()?;
         let conn = (context.conn, &context.trace);
@@ -77,6 +78,8 @@ impl Proxy {
             Some(now) => (target, now),
             None => Box::pin(self.checkout_or_other(&to.route, target, req.method(), how)).await?,
         };
+        context.mark(Moment::Connected);
+        let conn = (context.conn, &context.trace);
         let (mut request, replay) = encoded((req, body), raw.as_ref(), conn, to.host);
         let mut retried = false;
         let head = loop {
@@ -88,6 +91,7 @@ impl Proxy {
                 break self.answered(&target, result)?;
             }
             retried = true;
+            context.mark(Moment::Retry);
             let (at, on) = ((&*to.route, &*to.name, source), (&mut target, &mut slot));
             up = Box::pin(self.connect_again((retry, replay), at, on, false)).await?;
             request.rewind();
@@ -101,7 +105,7 @@ impl Proxy {
     /// answered as over HTTP/1.1.
     async fn attempt_h2(
         &self,
-        context: &Context<'_>,
+        context: &mut Context<'_>,
         to: &Destination<'_>,
         (target, source, hold): (Target, Requester, Option<ClientSlot>),
         (parts, body): (http::request::Parts, RequestBody),
@@ -116,6 +120,7 @@ impl Proxy {
         let (target, (slot, send)) = self
             .checkout_or_other(&to.route, target, &method, how)
             .await?;
+        context.mark(Moment::Connected);
         let response = self
             .exchange_h2(&target, send, (parts, body), (trailers, timeout))
             .await?;
@@ -133,7 +138,7 @@ impl Proxy {
     /// request can be sent again as it was (it has no body).
     async fn attempt_upgrade(
         &self,
-        context: &Context<'_>,
+        context: &mut Context<'_>,
         to: &Destination<'_>,
         (target, source, hold): (Target, Requester, Option<ClientSlot>),
         (parts, body, client): (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade),
@@ -148,6 +153,7 @@ impl Proxy {
         let (mut target, (mut slot, up)) = self
             .checkout_or_other(&to.route, target, &parts.method, how)
             .await?;
+        context.mark(Moment::Connected);
         let mut again = matches!(body, RequestBody::Empty).then(|| parts.clone());
         let replay = Replay::Request {
             idempotent: idempotent(&parts.method),
@@ -161,6 +167,7 @@ impl Proxy {
             if retry == Retry::No {
                 break;
             }
+            context.mark(Moment::Retry);
             let at = (&*to.route, sni, source);
             let up = self
                 .connect_again((retry, replay), at, (&mut target, &mut slot), true)

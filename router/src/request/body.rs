@@ -149,6 +149,8 @@ pub struct Completion {
     /// request body's bytes.
     pub app: Option<Arc<AppTraffic>>,
     pub received: u64,
+    /// Its span, exported when the response is done (sampled requests, spans on).
+    pub span: Option<Box<crate::traces::SpanRecord>>,
 }
 
 impl Drop for Completion {
@@ -171,6 +173,9 @@ impl Drop for Completion {
         }
         if let Some(log) = self.log.take() {
             (*log).emit(self.status, self.bytes, elapsed, self.aborted);
+        }
+        if let Some(span) = self.span.take() {
+            span.finish(self.status, self.bytes, self.aborted);
         }
     }
 }

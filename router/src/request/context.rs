@@ -22,6 +22,7 @@ use super::upload::Received;
 use crate::members::MemberSlot;
 use crate::metrics::apps::AppTraffic;
 use crate::policy::clients::ClientSlot;
+use crate::traces::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
 /// produces for the next (the route, the member, the connection) is passed on
@@ -51,6 +52,27 @@ pub(super) struct Context<'c> {
     pub(super) last_on_connection: bool,
     /// HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`).
     pub(super) announce_h3: bool,
+    /// Its span, when spans are exported and its trace is sampled.
+    pub(super) span: Option<Box<SpanRecord>>,
+}
+
+impl Context<'_> {
+    /// The request reached `route`'s app: its counters, and its span's.
+    pub(super) fn routed(&mut self, route: &crate::table::Route) {
+        self.app = Some(route.traffic.clone());
+        if let Some(span) = self.span.as_mut() {
+            span.app = Some(format!("{}-{}", route.name, route.namespace));
+            span.mark(Moment::Routed);
+        }
+    }
+
+    /// A moment of the request, for its span (if it has one).
+    #[inline]
+    pub(super) fn mark(&mut self, moment: Moment) {
+        if let Some(span) = self.span.as_mut() {
+            span.mark(moment);
+        }
+    }
 }
 
 impl Proxy {
@@ -69,10 +91,31 @@ impl Proxy {
         let last_on_connection = !stream
             && (fields.contains(Name::Upgrade)
                 || fields.values(Name::Connection).any(headers::says_close));
+        let sample = self.traces.as_ref().map_or(Sample::OFF, |t| t.sample);
+        let trace = Trace::of(fields, conn.trusted(), sample);
+        let span = self
+            .traces
+            .as_ref()
+            .filter(|_| trace.sampled())
+            .map(|spans| {
+                let started = Started {
+                    traceparent: trace.traceparent(),
+                    parent: trace.parent,
+                    start,
+                    method: req.method(),
+                    host,
+                    uri: req.uri(),
+                    version: req.version(),
+                    client: conn.ip,
+                    request_id: trace.request_id.as_str(),
+                };
+                SpanRecord::start(spans, started)
+            });
         Context {
             conn,
             start,
-            trace: Trace::of(fields, conn.trusted()),
+            trace,
+            span,
             app: None,
             log: self
                 .access_log

@@ -815,7 +815,7 @@ mod tests {
             let conn = conn("192.0.2.1", https, &settings);
             let host = HeaderValue::from_static("a.example");
             let mut written = Vec::new();
-            let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted());
+            let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted(), Default::default());
             encode_for_member((&http::Method::GET, "/p?q=1"), &raw, (&conn, &trace), &host, &mut written);
             let mut map = raw.to_map(6);
             remove_hop_by_hop(&mut map, false);

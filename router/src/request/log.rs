@@ -8,6 +8,7 @@
 use super::body::{Completion, ProxyBody};
 use super::context::{Context, Forwarded};
 use super::{Answer, Proxy};
+use crate::traces::Moment;
 
 impl Proxy {
     /// The last phase of the request path: the response's head as the client
@@ -28,13 +29,20 @@ impl Proxy {
         let malformed = member.is_none()
             && in_flight.is_none()
             && response.status() == http::StatusCode::BAD_REQUEST;
-        if let Some(log) = context.log.as_mut() {
-            log.head = Some(context.start.elapsed());
-            log.ids = Some(context.trace.clone());
-            log.upstream = in_flight
+        if context.log.is_some() || context.span.is_some() {
+            let upstream = in_flight
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
+            if let Some(span) = context.span.as_mut() {
+                span.mark(Moment::ResponseHead);
+                span.member = upstream.clone();
+            }
+            if let Some(log) = context.log.as_mut() {
+                log.head = Some(context.start.elapsed());
+                log.ids = Some(context.trace.clone());
+                log.upstream = upstream;
+            }
         }
         let closing = !context.stream
             && (context.active.closing() || context.last_on_connection || malformed);
@@ -53,6 +61,7 @@ impl Proxy {
             hold,
             app: context.app,
             received: context.received,
+            span: context.span,
         };
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
         *response.body_mut() = body.with_completion(completion);

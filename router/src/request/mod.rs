@@ -113,6 +113,8 @@ pub struct Proxy {
     /// HTTP-01 answers of ACME orders in flight (`acme.directory` set), served on
     /// plain HTTP before routing (see [`crate::issuer`]).
     pub acme: Option<Arc<acme::Challenges>>,
+    /// Spans out over OTLP (`traces.endpoint`; see [`crate::traces`]).
+    pub traces: Option<Arc<crate::traces::Spans>>,
 }
 
 /// A request's answer: the response and, when an HTTP/1.1 member gave it, the

@@ -8,7 +8,8 @@
 //! - **`traceparent`**: a valid one from the client is continued (its trace ID and
 //!   flags, the router's own span ID as the parent the member sees) and its
 //!   `tracestate` passed on; none, or an invalid one, starts a trace (a new trace
-//!   ID, the sampled flag off) and any `tracestate` is dropped, as the
+//!   ID, the sampled flag set only for the share `traces.sample_ratio` samples
+//!   when spans are exported, see [`crate::traces`]) and any `tracestate` is dropped, as the
 //!   recommendation says. The access log carries the trace ID.
 //!
 //! IDs are made from a per-process random seed and a per-thread counter through
@@ -22,6 +23,8 @@ use std::sync::OnceLock;
 
 use h1_codec::fields::{FieldsRef, Name};
 use http::HeaderValue;
+
+use crate::traces::Sample;
 
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
@@ -43,6 +46,8 @@ pub struct Trace {
     traceparent: [u8; TRACEPARENT_LEN],
     /// The client's `tracestate` goes on (its `traceparent` was valid).
     pub keep_state: bool,
+    /// The client's span (its `traceparent`'s parent ID), when it sent a valid one.
+    pub parent: Option<[u8; 16]>,
 }
 
 /// A request's ID: one made here (32 hex digits: the trace ID when the trace
@@ -90,7 +95,9 @@ impl RequestId {
 impl Trace {
     /// The trace of a request whose fields are `fields`, from a client whose
     /// forwarding fields are trusted or not.
-    pub fn of(fields: FieldsRef<'_>, trusted: bool) -> Trace {
+    /// New traces are sampled by `sample` (`traces.sample_ratio`; see
+    /// [`crate::traces`]); a continued one keeps its parent's flags.
+    pub fn of(fields: FieldsRef<'_>, trusted: bool, sample: Sample) -> Trace {
         // Most requests carry neither field: one bit test each.
         let kept = (trusted && fields.contains(Name::XRequestId))
             .then(|| {
@@ -117,8 +124,9 @@ impl Trace {
         traceparent[35] = b'-';
         traceparent[52] = b'-';
         let keep_state = parent.is_some();
+        let parent_span = parent.map(|p| p.2);
         let request_id = match parent {
-            Some((trace_id, flags)) => {
+            Some((trace_id, flags, _)) => {
                 let [span] = ids::<1>();
                 traceparent[3..35].copy_from_slice(&trace_id);
                 write_hex(span, &mut traceparent[36..52]);
@@ -130,7 +138,8 @@ impl Trace {
                 let trace_id = hex32([high, low]);
                 traceparent[3..35].copy_from_slice(&trace_id);
                 write_hex(span, &mut traceparent[36..52]);
-                traceparent[53..].copy_from_slice(b"00");
+                let flags = if sample.new_trace(low) { b"01" } else { b"00" };
+                traceparent[53..].copy_from_slice(flags);
                 kept.unwrap_or(RequestId(Repr::Made(trace_id)))
             }
         };
@@ -138,7 +147,17 @@ impl Trace {
             request_id,
             traceparent,
             keep_state,
+            parent: parent_span,
         }
+    }
+
+    /// Whether the trace is sampled (its flags' low bit): a span is exported
+    /// for it when spans are on.
+    pub fn sampled(&self) -> bool {
+        matches!(
+            self.traceparent[54],
+            b'1' | b'3' | b'5' | b'7' | b'9' | b'b' | b'd' | b'f'
+        )
     }
 
     /// The `traceparent` value the member gets.
@@ -178,7 +197,7 @@ fn is_plain_id(v: &[u8]) -> bool {
 /// exactly as long as that version says; a later version at least that long
 /// with `-` after it; lower-case hex; no all-zero trace or parent ID; never
 /// version `ff`).
-fn parse_traceparent(v: &[u8]) -> Option<([u8; 32], [u8; 2])> {
+fn parse_traceparent(v: &[u8]) -> Option<([u8; 32], [u8; 2], [u8; 16])> {
     let v = trim(v);
     if v.len() < TRACEPARENT_LEN {
         return None;
@@ -198,7 +217,11 @@ fn parse_traceparent(v: &[u8]) -> Option<([u8; 32], [u8; 2])> {
     {
         return None;
     }
-    Some((trace.try_into().ok()?, flags.try_into().ok()?))
+    Some((
+        trace.try_into().ok()?,
+        flags.try_into().ok()?,
+        parent.try_into().ok()?,
+    ))
 }
 
 fn trim(v: &[u8]) -> &[u8] {

@@ -238,6 +238,7 @@ impl Router {
                     .and_then(|b| b.socket.local_addr().ok())
                     .and_then(|a| config.http3.alt_svc_value(a.port())),
                 acme: config.acme.directory.as_ref().map(|_| Arc::default()),
+                traces: traces(&config, &metrics)?,
             },
             (&live_certs, &provider),
             listeners.https.as_ref().map(|(l, _)| l),

@@ -188,6 +188,37 @@ pub(super) fn pair_link(
     })))
 }
 
+/// Spans out over OTLP (`traces.endpoint`, see [`crate::traces`]): the
+/// request path's handle, its exporter task started. None when off.
+pub(super) fn traces(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<Option<Arc<crate::traces::Spans>>, StartError> {
+    if config.traces.endpoint.is_none() {
+        return Ok(None);
+    }
+    let trace_metrics = crate::traces::TraceMetrics::new(&metrics.registry)?;
+    let (spans, queue) = crate::traces::Spans::new(&config.traces, trace_metrics.clone());
+    let identity = crate::traces::export::Identity {
+        service_name: config.traces.service_name.clone(),
+        node: config
+            .pair
+            .node
+            .or(config.acme.node)
+            .map(|n| n.as_str().to_owned()),
+        host_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into()),
+    };
+    tokio::spawn(crate::traces::export::run(
+        queue,
+        config.traces.clone(),
+        identity,
+        trace_metrics,
+    ));
+    Ok(Some(spans))
+}
+
 /// What the admin API changes and shows: the splits, the app settings, the
 /// live certificates, ACME's shared state, the pair's link.
 pub(super) type AdminState = (

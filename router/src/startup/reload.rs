@@ -29,6 +29,7 @@ pub(super) struct Kept {
     pub(super) clients: Arc<crate::policy::clients::Clients>,
     pub(super) alt_svc: Option<http::HeaderValue>,
     pub(super) acme: Option<Arc<acme::Challenges>>,
+    pub(super) traces: Option<Arc<crate::traces::Spans>>,
 }
 
 impl Kept {
@@ -42,6 +43,7 @@ impl Kept {
             clients: p.clients.clone(),
             alt_svc: p.alt_svc.clone(),
             acme: p.acme.clone(),
+            traces: p.traces.clone(),
         }
     }
 }
@@ -70,6 +72,7 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
         clients: base.clients,
         alt_svc: base.alt_svc,
         acme: base.acme,
+        traces: base.traces,
     }
 }
 
@@ -186,5 +189,6 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.groups" => tls.groups,
         "affinity_key_file" => affinity_key_file,
         "http3" => http3,
+        "traces" => traces,
     }
 }

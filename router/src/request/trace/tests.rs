@@ -3,7 +3,7 @@ use h1_codec::fields::Fields;
 
 fn trace_of(head: &str, trusted: bool) -> Trace {
     let fields = Fields::of_head(head.as_bytes()).expect("a head");
-    Trace::of(FieldsRef::Raw(&fields), trusted)
+    Trace::of(FieldsRef::Raw(&fields), trusted, Sample::OFF)
 }
 
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -96,4 +96,37 @@ fn made_ids_differ() {
         })
         .collect();
     assert_eq!(seen.len(), 1000);
+}
+
+/// Sampling (`traces.sample_ratio`): parent-based for a continued trace, by
+/// ratio for a new one; the flag the member sees says which.
+#[test]
+fn new_traces_are_sampled_by_ratio_and_continued_ones_by_their_parent() {
+    let head = |tp: &str| format!("GET / HTTP/1.1\r\nHost: a\r\n{tp}\r\n");
+    let of = |head: &str, sample| {
+        let fields = Fields::of_head(head.as_bytes()).expect("a head");
+        Trace::of(FieldsRef::Raw(&fields), false, sample)
+    };
+    let new = head("");
+    assert!(!of(&new, Sample::OFF).sampled());
+    let all = of(&new, Sample::ratio(1.0));
+    assert!(all.sampled() && all.traceparent().ends_with(b"-01"));
+    assert_eq!(all.parent, None);
+    let sampled = (0..10_000)
+        .filter(|_| of(&new, Sample::ratio(0.25)).sampled())
+        .count();
+    assert!((2_200..2_800).contains(&sampled), "a quarter: {sampled}");
+    // The parent decides, whatever the ratio.
+    let yes = of(&head(&format!("traceparent: {PARENT}\r\n")), Sample::OFF);
+    assert!(yes.sampled());
+    assert_eq!(yes.parent, Some(*b"00f067aa0ba902b7"));
+    let not = PARENT.replace("-01", "-00");
+    let no = of(
+        &head(&format!("traceparent: {not}\r\n")),
+        Sample::ratio(1.0),
+    );
+    assert!(!no.sampled());
+    // Flags other than 01 with the sampled bit set: 0b is sampled (bit 0).
+    let odd = PARENT.replace("-01", "-0b");
+    assert!(of(&head(&format!("traceparent: {odd}\r\n")), Sample::OFF).sampled());
 }

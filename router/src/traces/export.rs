@@ -1,0 +1,261 @@
+//! The exporter task: finished spans from the queue, in batches, encoded as
+//! OTLP protobuf and POSTed to the collector (OTLP/HTTP, `traces.endpoint`)
+//! on one kept-alive connection. A batch the collector does not take in
+//! `traces.timeout` with a 2xx (down, slow, refusing, 429 or 503 included) is
+//! dropped and counted: retrying would hold spans the queue needs for newer
+//! requests, and a collector in trouble is better given less.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use tokio::sync::mpsc::Receiver;
+
+use super::otlp::{self, int, string};
+use super::{SpanRecord, TraceMetrics, TracesConfig};
+
+/// Where spans go: `http://host:port/path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `host:port`, as connected to and sent as `Host`.
+    pub authority: String,
+    pub path: String,
+}
+
+impl Endpoint {
+    pub fn parse(s: &str) -> Result<Endpoint, String> {
+        let uri: http::Uri = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(format!(
+                    "{s:?}: https is not supported; send to a collector on this node or its pod network over http"
+                ));
+            }
+            _ => return Err(format!("{s:?}: an http:// URL")),
+        }
+        let authority = uri.authority().ok_or(format!("{s:?}: no host"))?;
+        let port = authority.port_u16().unwrap_or(80);
+        let path = match uri.path() {
+            "" | "/" => "/v1/traces".to_owned(),
+            p => p.to_owned(),
+        };
+        Ok(Endpoint {
+            authority: format!("{}:{port}", authority.host()),
+            path,
+        })
+    }
+}
+
+/// What names the router in every span's resource.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub service_name: String,
+    /// The pair's node (`a`, `b`), if in a pair.
+    pub node: Option<String>,
+    pub host_name: String,
+}
+
+impl Identity {
+    fn attributes(&self) -> Vec<otlp::KeyValue> {
+        let instance = match &self.node {
+            Some(node) => format!("{}/{node}", self.host_name),
+            None => self.host_name.clone(),
+        };
+        let mut v = vec![
+            string("service.name", &self.service_name),
+            string("service.version", env!("CARGO_PKG_VERSION")),
+            string("service.instance.id", instance),
+            string("host.name", &self.host_name),
+        ];
+        if let Some(node) = &self.node {
+            v.push(string("router.pair.node", node));
+        }
+        v
+    }
+}
+
+/// Runs until the request path's side is dropped.
+pub async fn run(
+    mut rx: Receiver<Box<SpanRecord>>,
+    config: TracesConfig,
+    identity: Identity,
+    metrics: TraceMetrics,
+) {
+    let Some(endpoint) = config
+        .endpoint
+        .as_deref()
+        .and_then(|e| Endpoint::parse(e).ok())
+    else {
+        return;
+    };
+    let resource = identity.attributes();
+    let mut conn: Option<SendRequest<Full<Bytes>>> = None;
+    let mut batch = Vec::with_capacity(config.batch);
+    loop {
+        if rx.recv_many(&mut batch, config.batch).await == 0 {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + config.interval;
+        while batch.len() < config.batch {
+            let room = config.batch - batch.len();
+            let more = tokio::time::timeout_at(deadline, rx.recv_many(&mut batch, room));
+            match more.await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let body = encode(&batch, &resource);
+        let n = batch.len();
+        batch.clear();
+        let sent = tokio::time::timeout(config.timeout, post(&mut conn, &endpoint, body)).await;
+        match sent {
+            Ok(Ok(())) => metrics.exported.inc_by(n as u64),
+            Ok(Err(why)) => {
+                conn = None;
+                tracing::warn!(endpoint = %endpoint.authority, spans = n, why, "span export failed");
+                metrics.dropped("export_failed", n);
+            }
+            Err(_) => {
+                conn = None;
+                tracing::warn!(endpoint = %endpoint.authority, spans = n, "span export timed out");
+                metrics.dropped("export_failed", n);
+            }
+        }
+    }
+}
+
+/// One export request on the kept connection (a new one if there is none).
+async fn post(
+    conn: &mut Option<SendRequest<Full<Bytes>>>,
+    endpoint: &Endpoint,
+    body: Vec<u8>,
+) -> Result<(), String> {
+    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+        let stream = tokio::net::TcpStream::connect(&endpoint.authority)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let (send, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = driver.await;
+        });
+        *conn = Some(send);
+    }
+    let send = conn.as_mut().ok_or("no connection")?;
+    send.ready().await.map_err(|e| format!("connection: {e}"))?;
+    let req = http::Request::post(&endpoint.path)
+        .header(http::header::HOST, &endpoint.authority)
+        .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    // Read the (small) answer whole so the connection can carry the next batch.
+    let _ = resp.into_body().collect().await;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("collector answered {status}"))
+    }
+}
+
+/// A batch as one `ExportTraceServiceRequest`.
+pub fn encode(batch: &[Box<SpanRecord>], resource: &[otlp::KeyValue]) -> Vec<u8> {
+    otlp::ExportTraceServiceRequest {
+        resource_spans: vec![otlp::ResourceSpans {
+            resource: Some(otlp::Resource {
+                attributes: resource.to_vec(),
+            }),
+            scope_spans: vec![otlp::ScopeSpans {
+                scope: Some(otlp::InstrumentationScope {
+                    name: "router".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                }),
+                spans: batch.iter().map(|s| span(s)).collect(),
+            }],
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// Span flags: `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE` and `..._IS_REMOTE`.
+const HAS_IS_REMOTE: u32 = 0x100;
+const IS_REMOTE: u32 = 0x200;
+
+fn span(s: &SpanRecord) -> otlp::Span {
+    let tp = &s.traceparent;
+    let hex = |h: &[u8]| hex::decode(h).unwrap_or_default();
+    let trace_flags = hex(&tp[53..55]).first().copied().unwrap_or(0);
+    let (path, query) = s.path.split_once('?').unwrap_or((&s.path, ""));
+    let mut attributes = vec![
+        string("http.request.method", s.method.as_str()),
+        string("url.path", path),
+        string("server.address", &s.host),
+        string("network.protocol.version", version(s.version)),
+        string("client.address", s.client.to_canonical().to_string()),
+        int("http.response.status_code", i64::from(s.status)),
+        int(
+            "http.response.body.size",
+            i64::try_from(s.bytes).unwrap_or(i64::MAX),
+        ),
+        string("router.request_id", &s.request_id),
+    ];
+    if !query.is_empty() {
+        attributes.push(string("url.query", query));
+    }
+    if let Some(app) = &s.app {
+        attributes.push(string("router.app", app));
+    }
+    if let Some(member) = &s.member {
+        attributes.push(string("router.member", &**member));
+    }
+    if s.retries > 0 {
+        attributes.push(int("router.retries", i64::from(s.retries)));
+    }
+    let status = (s.status >= 500 || s.aborted).then(|| otlp::Status {
+        message: if s.aborted {
+            "aborted before the response's end".into()
+        } else {
+            String::new()
+        },
+        code: otlp::STATUS_ERROR,
+    });
+    let events = s.moments[..usize::from(s.moment_count)]
+        .iter()
+        .map(|(moment, at)| otlp::Event {
+            time_unix_nano: s.start_unix_nanos + at,
+            name: moment.name().into(),
+            attributes: Vec::new(),
+        })
+        .collect();
+    otlp::Span {
+        trace_id: hex(&tp[3..35]),
+        span_id: hex(&tp[36..52]),
+        trace_state: String::new(),
+        parent_span_id: s.parent.map(|p| hex(&p)).unwrap_or_default(),
+        name: s.method.as_str().into(),
+        kind: otlp::KIND_SERVER,
+        start_time_unix_nano: s.start_unix_nanos,
+        end_time_unix_nano: s.start_unix_nanos + s.end_nanos,
+        attributes,
+        events,
+        status,
+        flags: u32::from(trace_flags)
+            | HAS_IS_REMOTE
+            | if s.parent.is_some() { IS_REMOTE } else { 0 },
+    }
+}
+
+fn version(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "0.9",
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_2 => "2",
+        http::Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}
