@@ -30,15 +30,20 @@
 //! - `app_settings`: an admin API body is settings or a 400, and settings that
 //!   check out survive JSON both ways and compile; a `Cookie` header names at most
 //!   one member, and the cookie the router sets names exactly the member it was
-//!   set for.
+//!   set for;
+//! - `compression`: an `Accept-Encoding` value chooses the same read as one
+//!   line or two, and a body compressed as the router streams it decodes to
+//!   its bytes.
 
 mod client_stream;
 mod cluster_wire;
+mod compression;
 mod member_response;
 mod tls_hello;
 
 pub use client_stream::client_stream;
 pub use cluster_wire::cluster_wire;
+pub use compression::compression;
 pub use member_response::member_response;
 pub use tls_hello::tls_hello;
 
@@ -48,7 +53,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 12] = [
+pub const TARGETS: [(&str, Check); 13] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -61,6 +66,7 @@ pub const TARGETS: [(&str, Check); 12] = [
     ("cluster_wire", cluster_wire),
     ("tls_hello", tls_hello),
     ("app_settings", app_settings),
+    ("compression", compression),
 ];
 
 /// The check of the target called `name`.

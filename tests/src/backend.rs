@@ -286,13 +286,43 @@ async fn handle(
     if path == "/slow" {
         tokio::time::sleep(Duration::from_millis(param("ms"))).await;
     }
+    let text = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .map(|v| v.replace("%2F", "/"))
+    };
     if path == "/stream" {
+        // 64 KiB chunks: of `x`, or of a page's text when a `type` is asked.
         let chunks = param("chunks");
+        let chunk = match text("type") {
+            Some(_) => page_bytes(0, 64 * 1024),
+            None => Bytes::from(vec![b'x'; 64 * 1024]),
+        };
         let stream = futures_util::stream::iter(
-            (0..chunks)
-                .map(|_| Ok::<_, Infallible>(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))),
+            (0..chunks).map(move |_| Ok::<_, Infallible>(Frame::data(chunk.clone()))),
         );
-        return Ok(Response::new(BodyExt::boxed(StreamBody::new(stream))));
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        if let Some(t) = text("type").and_then(|t| header::HeaderValue::from_str(&t).ok()) {
+            r.headers_mut().insert(header::CONTENT_TYPE, t);
+        }
+        return Ok(r);
+    }
+    if path == "/page" {
+        // `bytes` of text (with its length), of `type` (text/html), with the
+        // `encoding` given as the member's own Content-Encoding if any.
+        let body = page_bytes(0, param("bytes") as usize);
+        let mut r = Response::new(BodyExt::boxed(Full::new(body)));
+        let kind = text("type").unwrap_or_else(|| "text/html".into());
+        for (name, value) in [
+            ("content-type", Some(kind)),
+            ("content-encoding", text("encoding")),
+        ] {
+            if let Some(v) = value.and_then(|v| header::HeaderValue::from_str(&v).ok()) {
+                r.headers_mut().insert(name, v);
+            }
+        }
+        return Ok(r);
     }
     let status = path
         .strip_prefix("/status/")
@@ -345,6 +375,29 @@ async fn handle(
         header::HeaderValue::from_static("GEAR=local-abc; path=/"),
     );
     Ok(resp)
+}
+
+/// `len` bytes of a page's text from offset `at` of an endless one: lines of
+/// HTML with numbers and words, compressible as a real page is (about 4:1
+/// with gzip), the same bytes every time.
+pub fn page_bytes(at: usize, len: usize) -> Bytes {
+    const WORDS: [&str; 8] = [
+        "router", "member", "gear", "alias", "table", "event", "route", "pair",
+    ];
+    const LINE: usize = 41;
+    let mut out = String::with_capacity(len + 2 * LINE);
+    let mut line = at / LINE;
+    let skip = at % LINE;
+    while out.len() < len + skip {
+        let w = WORDS[(line * 7 + line / 3) % WORDS.len()];
+        out.push_str(&format!(
+            "<li id=\"{line:08}\">{w:<8} {:>8}</li>\n",
+            line * 31 % 99991
+        ));
+        line += 1;
+    }
+    let bytes = out.into_bytes();
+    Bytes::copy_from_slice(&bytes[skip.min(bytes.len())..(skip + len).min(bytes.len())])
 }
 
 /// Accepts a WebSocket upgrade and echoes every message back.

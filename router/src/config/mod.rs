@@ -117,6 +117,10 @@ pub struct Config {
     /// Spans out over OTLP (see `crate::traces`); off without `endpoint`.
     #[serde(default)]
     pub traces: crate::traces::TracesConfig,
+    /// How responses are compressed for apps that have it on (see
+    /// `crate::request::compress`).
+    #[serde(default)]
+    pub compression: crate::request::compress::CompressionConfig,
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).
@@ -360,6 +364,7 @@ impl Config {
             return Err(("upstream.source_share", "a percentage from 1 to 100".into()));
         }
         self.traces.check()?;
+        self.compression.check()?;
         if self.upstream.slow_start > Duration::from_secs(3600) {
             return Err(("upstream.slow_start", "at most 1h".into()));
         }

@@ -56,6 +56,8 @@ pub struct Policy {
     pub tunnel_idle_timeout: Option<Duration>,
     /// The members speak h2 (prior knowledge, or ALPN `h2` over TLS).
     pub h2: bool,
+    /// Responses are compressed as clients ask (`compression`).
+    pub compress: bool,
 }
 
 /// The 503 an app in maintenance answers.
@@ -127,6 +129,7 @@ impl Policy {
             response_timeout: effective.response_timeout,
             tunnel_idle_timeout: effective.tunnel_idle_timeout,
             h2: effective.members_protocol == Some(MembersProtocol::H2),
+            compress: effective.compression == Some(true),
             effective,
         }
     }

@@ -57,6 +57,11 @@ pub struct AppSettings {
     /// ACME CA of `acme.directory` (off unless set; see the README's ACME section).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acme: Option<bool>,
+    /// Responses compressed as the client's `Accept-Encoding` asks (gzip,
+    /// brotli, zstd; see `request::compress`): off unless set, for the BREACH
+    /// trade the app can judge and the router cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<bool>,
 }
 
 /// Cookie affinity (sticky sessions).
@@ -186,6 +191,7 @@ impl AppSettings {
             maintenance: s.maintenance.or(d.maintenance),
             members_protocol: s.members_protocol.or(d.members_protocol),
             acme: s.acme.or(d.acme),
+            compression: s.compression.or(d.compression),
         }
     }
 
@@ -224,6 +230,9 @@ impl AppSettings {
         }
         if self.acme == Some(true) {
             out.push("ACME certificates".to_string());
+        }
+        if self.compression == Some(true) {
+            out.push("compressed".to_string());
         }
         out
     }

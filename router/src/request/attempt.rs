@@ -53,7 +53,7 @@ impl Proxy {
             Routed::To(destination) => destination,
             Routed::Answered(answer) => return Ok(*answer),
         };
-        context.routed(&to.route);
+        context.routed(&to, &req, fields);
         let (hold, source) = self.admit(context.conn, fields, &to)?;
         let target = to.pick()?;
         let conn = (context.conn, &context.trace);

@@ -32,6 +32,8 @@ enum Inner {
     /// A member's body whose connection another task drives (upgrade requests).
     Detached(Incoming),
     Full(Option<Bytes>),
+    /// A body compressed on its way (see [`super::compress`]).
+    Compressed(Box<super::compress::encode::Compressing>),
 }
 
 impl ProxyBody {
@@ -53,6 +55,15 @@ impl ProxyBody {
         let bytes = bytes.into();
         ProxyBody {
             inner: Inner::Full((!bytes.is_empty()).then_some(bytes)),
+            completion: None,
+        }
+    }
+
+    /// A body compressed as it streams (its completion stays outside: the
+    /// bytes counted are the ones the client gets).
+    pub fn compressed(c: super::compress::encode::Compressing) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Compressed(Box::new(c)),
             completion: None,
         }
     }
@@ -87,6 +98,7 @@ impl Body for ProxyBody {
             Inner::Upstream(lease) => lease.poll_frame(cx).map_err(ProxyBodyError::from),
             Inner::Detached(body) => Pin::new(body).poll_frame(cx).map_err(ProxyBodyError::from),
             Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Compressed(c) => c.poll_frame(cx),
         };
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -116,6 +128,7 @@ impl Body for ProxyBody {
             Inner::Upstream(lease) => lease.is_end_stream(),
             Inner::Detached(body) => body.is_end_stream(),
             Inner::Full(bytes) => bytes.is_none(),
+            Inner::Compressed(c) => c.is_end_stream(),
         }
     }
 
@@ -126,6 +139,7 @@ impl Body for ProxyBody {
             Inner::Full(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
+            Inner::Compressed(c) => c.size_hint(),
         }
     }
 }

@@ -15,8 +15,10 @@ use super::access_log::AccessRecord;
 use super::activity::ActiveRequest;
 use super::body::ProxyBody;
 use super::client_conn::ClientConn;
+use super::compress::Asked;
 use super::error::ProxyError;
 use super::headers;
+use super::route::Destination;
 use super::trace::Trace;
 use super::upload::Received;
 use crate::members::MemberSlot;
@@ -54,12 +56,24 @@ pub(super) struct Context<'c> {
     pub(super) announce_h3: bool,
     /// Its span, when spans are exported and its trace is sampled.
     pub(super) span: Option<Box<SpanRecord>>,
+    /// What it takes of compression, when its app compresses responses.
+    pub(super) compress: Option<Asked>,
 }
 
 impl Context<'_> {
-    /// The request reached `route`'s app: its counters, and its span's.
-    pub(super) fn routed(&mut self, route: &crate::table::Route) {
+    /// The request reached `to`'s app: its counters, its span's, and what
+    /// it takes of compression when the app compresses.
+    pub(super) fn routed<B>(
+        &mut self,
+        to: &Destination<'_>,
+        req: &Request<B>,
+        fields: FieldsRef<'_>,
+    ) {
+        let route = &to.route;
         self.app = Some(route.traffic.clone());
+        if to.policy.as_ref().is_some_and(|p| p.compress) {
+            self.compress = Some(Asked::of(req, fields));
+        }
         if let Some(span) = self.span.as_mut() {
             span.app = Some(format!("{}-{}", route.name, route.namespace));
             span.mark(Moment::Routed);
@@ -116,6 +130,7 @@ impl Proxy {
             start,
             trace,
             span,
+            compress: None,
             app: None,
             log: self
                 .access_log

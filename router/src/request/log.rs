@@ -20,7 +20,7 @@ impl Proxy {
             in_flight,
             member,
             hold,
-            fields,
+            mut fields,
         } = forwarded;
         // A request the router itself found malformed (400) ends its HTTP/1
         // connection, as nginx and haproxy end it: what follows on it was sent
@@ -49,6 +49,9 @@ impl Proxy {
         self.router_fields(&mut response, closing, context.announce_h3);
         // The head is handed to the server: on h2 it now waits on the client's window.
         context.active.wait_on_client();
+        if let Some(asked) = context.compress {
+            self.compression.apply(asked, &mut response, &mut fields);
+        }
         let completion = Completion {
             start: context.start,
             status: response.status().as_u16(),

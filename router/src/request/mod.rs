@@ -46,6 +46,7 @@ pub mod body;
 pub mod checkout;
 pub mod client_conn;
 pub mod client_io;
+pub mod compress;
 pub mod context;
 pub mod drain;
 pub mod error;
@@ -113,6 +114,8 @@ pub struct Proxy {
     /// HTTP-01 answers of ACME orders in flight (`acme.directory` set), served on
     /// plain HTTP before routing (see [`crate::issuer`]).
     pub acme: Option<Arc<acme::Challenges>>,
+    /// Response compression's settings and streams (see [`compress`]).
+    pub compression: Arc<compress::Compression>,
     /// Spans out over OTLP (`traces.endpoint`; see [`crate::traces`]).
     pub traces: Option<Arc<crate::traces::Spans>>,
 }

@@ -239,6 +239,10 @@ impl Router {
                     .and_then(|a| config.http3.alt_svc_value(a.port())),
                 acme: config.acme.directory.as_ref().map(|_| Arc::default()),
                 traces: traces(&config, &metrics)?,
+                compression: Arc::new(crate::request::compress::Compression::new(
+                    config.compression.clone(),
+                    &metrics.registry,
+                )?),
             },
             (&live_certs, &provider),
             listeners.https.as_ref().map(|(l, _)| l),

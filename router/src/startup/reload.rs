@@ -30,6 +30,7 @@ pub(super) struct Kept {
     pub(super) alt_svc: Option<http::HeaderValue>,
     pub(super) acme: Option<Arc<acme::Challenges>>,
     pub(super) traces: Option<Arc<crate::traces::Spans>>,
+    pub(super) compression: Arc<crate::request::compress::Compression>,
 }
 
 impl Kept {
@@ -44,6 +45,7 @@ impl Kept {
             alt_svc: p.alt_svc.clone(),
             acme: p.acme.clone(),
             traces: p.traces.clone(),
+            compression: p.compression.clone(),
         }
     }
 }
@@ -73,6 +75,7 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
         alt_svc: base.alt_svc,
         acme: base.acme,
         traces: base.traces,
+        compression: base.compression,
     }
 }
 
@@ -190,5 +193,6 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "affinity_key_file" => affinity_key_file,
         "http3" => http3,
         "traces" => traces,
+        "compression" => compression,
     }
 }

@@ -1,0 +1,225 @@
+//! A response body compressed as it streams: each frame from the member is
+//! written into the encoder, whose output goes on as soon as there is enough
+//! of it ([`OUT`]) or the member pauses (the encoder is flushed then, so a
+//! stream of events reaches the client as it comes); nothing is buffered whole.
+//! One poll compresses at most [`BUDGET`] bytes before it yields, so a fast
+//! member cannot hold a worker thread on one connection.
+
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::Coding;
+use crate::request::body::{ProxyBody, ProxyBodyError};
+
+/// Output handed on once this much has gathered.
+const OUT: usize = 16 * 1024;
+/// Input compressed in one poll at most.
+const BUDGET: usize = 256 * 1024;
+
+/// One stream's encoder, writing into a `Vec` the body takes from.
+pub enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+/// The levels, and the window sizes that bound each stream's memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Levels {
+    pub gzip: u32,
+    pub brotli: u32,
+    pub zstd: i32,
+}
+
+/// Brotli's window: 2^18 = 256 KiB (its default of 4 MiB would be the
+/// stream's memory for little gain on web responses).
+const BROTLI_WINDOW_LOG: u32 = 18;
+/// zstd's window: 2^19 = 512 KiB (level 3's own is 2 MiB).
+const ZSTD_WINDOW_LOG: u32 = 19;
+
+impl Encoder {
+    pub fn new(coding: Coding, levels: Levels) -> std::io::Result<Encoder> {
+        Ok(match coding {
+            Coding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
+                Vec::new(),
+                flate2::Compression::new(levels.gzip),
+            )),
+            Coding::Brotli => Encoder::Brotli(Box::new(brotli::CompressorWriter::new(
+                Vec::new(),
+                4096,
+                levels.brotli,
+                BROTLI_WINDOW_LOG,
+            ))),
+            Coding::Zstd => {
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd)?;
+                e.window_log(ZSTD_WINDOW_LOG)?;
+                e.include_checksum(false)?;
+                Encoder::Zstd(e)
+            }
+        })
+    }
+
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Encoder::Gzip(e) => e.write_all(data),
+            Encoder::Brotli(e) => e.write_all(data),
+            Encoder::Zstd(e) => e.write_all(data),
+        }
+    }
+
+    /// Everything written so far, out (a sync flush: the stream goes on).
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Encoder::Gzip(e) => e.flush(),
+            Encoder::Brotli(e) => e.flush(),
+            Encoder::Zstd(e) => e.flush(),
+        }
+    }
+
+    fn output(&mut self) -> &mut Vec<u8> {
+        match self {
+            Encoder::Gzip(e) => e.get_mut(),
+            Encoder::Brotli(e) => e.get_mut(),
+            Encoder::Zstd(e) => e.get_mut(),
+        }
+    }
+
+    /// The stream's end: what is left, with the coding's trailer.
+    fn finish(self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Encoder::Gzip(e) => e.finish(),
+            Encoder::Brotli(e) => Ok(e.into_inner()),
+            Encoder::Zstd(e) => e.finish(),
+        }
+    }
+}
+
+/// A compressed stream's place among `compression.max_streams`; freed with it.
+pub struct StreamSlot(Arc<AtomicUsize>);
+
+impl StreamSlot {
+    /// A place if fewer than `max` streams are compressing now.
+    pub fn take(active: &Arc<AtomicUsize>, max: usize) -> Option<StreamSlot> {
+        active
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| StreamSlot(active.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The member's body and its encoder.
+pub struct Compressing {
+    pub inner: ProxyBody,
+    /// `None` once finished.
+    encoder: Option<Encoder>,
+    /// Input written since the last flush.
+    unflushed: bool,
+    /// The member's trailers, sent after the compressed end.
+    trailers: Option<http::HeaderMap>,
+    _slot: StreamSlot,
+}
+
+impl Compressing {
+    pub fn new(inner: ProxyBody, encoder: Encoder, slot: StreamSlot) -> Compressing {
+        Compressing {
+            inner,
+            encoder: Some(encoder),
+            unflushed: false,
+            trailers: None,
+            _slot: slot,
+        }
+    }
+
+    fn take_output(&mut self) -> Option<Bytes> {
+        let out = self.encoder.as_mut()?.output();
+        (!out.is_empty()).then(|| Bytes::from(std::mem::take(out)))
+    }
+
+    /// The end of the member's body: the encoder's last bytes.
+    fn finish(&mut self) -> Result<Option<Bytes>, ProxyBodyError> {
+        let Some(encoder) = self.encoder.take() else {
+            return Ok(None);
+        };
+        let last = encoder.finish()?;
+        Ok((!last.is_empty()).then(|| Bytes::from(last)))
+    }
+
+    pub fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ProxyBodyError>>> {
+        let mut taken = 0;
+        loop {
+            let Some(encoder) = self.encoder.as_mut() else {
+                return Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))));
+            };
+            if encoder.output().len() >= OUT {
+                return Poll::Ready(self.take_output().map(|b| Ok(Frame::data(b))));
+            }
+            if taken >= BUDGET {
+                // Yield: the rest in the next poll, after other tasks ran.
+                cx.waker().wake_by_ref();
+                return self.flushed();
+            }
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        taken += data.len();
+                        if let Err(e) = encoder.write(&data) {
+                            return Poll::Ready(Some(Err(e.into())));
+                        }
+                        self.unflushed = true;
+                    }
+                    Err(frame) => {
+                        self.trailers = frame.into_trailers().ok();
+                        return Poll::Ready(self.finish().transpose().map(|r| r.map(Frame::data)));
+                    }
+                },
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    return Poll::Ready(self.finish().transpose().map(|r| r.map(Frame::data)));
+                }
+                Poll::Pending => return self.flushed(),
+            }
+        }
+    }
+
+    /// The member paused (or the budget is spent): what was written so far
+    /// goes out now, if anything; else wait.
+    fn flushed(&mut self) -> Poll<Option<Result<Frame<Bytes>, ProxyBodyError>>> {
+        if self.unflushed {
+            self.unflushed = false;
+            if let Some(e) = self.encoder.as_mut()
+                && let Err(err) = e.flush()
+            {
+                return Poll::Ready(Some(Err(err.into())));
+            }
+        }
+        match self.take_output() {
+            Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            None => Poll::Pending,
+        }
+    }
+
+    pub fn is_end_stream(&self) -> bool {
+        self.encoder.is_none() && self.trailers.is_none()
+    }
+
+    pub fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
