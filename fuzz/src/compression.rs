@@ -10,7 +10,6 @@
 use std::io::Read;
 use std::task::{Context, Poll, Waker};
 
-use hyper::body::Body;
 use router::request::body::ProxyBody;
 use router::request::compress::encode::{Compressing, Encoder, Levels, StreamSlot};
 use router::request::compress::{Coding, negotiate};
