@@ -14,7 +14,15 @@ Proxy CPU per handshake or request comes from /proc/PID/stat (utime+stime), warm
 excluded. Then, router only: the full-handshake rate with SNI = an alias whose own
 certificate is loaded, with 1 alias certificate vs --certs (100k) loaded.
 
+With --only-groups: the key exchange instead. Full handshakes by a rustls client
+(bench-clients handshakes) offering the hybrid post-quantum group first
+(X25519MLKEM768, then X25519, as browsers do) or X25519 only, against each proxy's
+listener that cannot resume: the group each agreed on and the proxy's CPU per
+handshake (haproxy and nginx on Debian 12's OpenSSL 3.0 have no ML-KEM: they agree
+on X25519 whatever is offered).
+
 usage: bench/tls.py [--rounds N] [--handshakes N] [--duration S] [--certs N] [--pin]
+                    [--only-groups]
 
 Everything listens on 127.0.0.1; every process started here is stopped by PID."""
 
@@ -154,6 +162,54 @@ def wait_https(port, sni_host=None, limit=60):
     sys.exit(f"https port {port} never answered 200 for {host}")
 
 
+CLIENT_GROUPS = (("hybrid first", "x25519mlkem768,x25519"), ("x25519 only", "x25519"))
+
+
+def rustls_handshakes(port, d, groups, n):
+    """bench-clients handshakes: n full handshakes offering `groups`; its JSON."""
+    out = subprocess.run([os.path.join(ROOT, "target/release/bench-clients"), "handshakes",
+                          f"127.0.0.1:{port}", "router.test", f"{d}/tls.crt", groups, str(n), "50"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bench-clients handshakes failed: {out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def groups_phase(d, procs, handshakes, rounds):
+    """Per proxy and client offer: the group agreed and the proxy's CPU per full
+    handshake (+1 request), rounds interleaved."""
+    results = {}
+    targets = (("router", P["router_full"], procs["router_full"].pid),
+               ("haproxy", P["haproxy_full"], procs["haproxy"].pid),
+               ("nginx", P["nginx_full"], procs["nginx"].pid))
+    for rnd in range(rounds):
+        for name, port, pid in targets[rnd % 3:] + targets[:rnd % 3]:
+            for offer, groups in CLIENT_GROUPS:
+                rustls_handshakes(port, d, groups, 500)
+                r = measure(pid, lambda: rustls_handshakes(port, d, groups, handshakes))
+                r["us_per_hs"] = r["cpu_s"] / max(r["ok"], 1) * 1e6
+                results.setdefault((name, offer), []).append(r)
+                print(f"round {rnd} {name:8} offers {offer:13} agreed {r['groups']}  "
+                      f"{r['ok'] / r['seconds']:>6.0f}/s  proxy cpu {r['us_per_hs']:6.1f} us/hs  failed {r['failed']}",
+                      flush=True)
+    med = statistics.median
+    print()
+    print(f"Full TLS 1.3 handshakes (+1 request), rustls client, {rounds} rounds of {handshakes}:")
+    print()
+    print("| proxy | client offers | group agreed | proxy CPU µs per full handshake, median [range] |")
+    print("|---|---|---|---|")
+    for (name, offer), runs in results.items():
+        us = [x["us_per_hs"] for x in runs]
+        agreed = ", ".join(sorted({g for x in runs for g in x["groups"]}))
+        print(f"| {name} | {offer} | {agreed} | {med(us):.1f} [{min(us):.1f}–{max(us):.1f}] |")
+    hy, x = (med([r["us_per_hs"] for r in results[("router", o)]]) for o, _ in CLIENT_GROUPS)
+    print(f"\nrouter: the hybrid costs {hy - x:.1f} µs more a handshake ({hy / x:.2f}x X25519's)")
+    for p in ("haproxy", "nginx"):
+        other = med([r["us_per_hs"] for r in results[(p, "x25519 only")]])
+        print(f"router vs {p} (X25519 each): {x / other:.2f}x; router with the hybrid vs {p}: {hy / other:.2f}x")
+    return results
+
+
 def certs_phase(d, router_bin, counts, handshakes, rounds, no_certs=False):
     """Router only: full-handshake cost with SNI = an alias that has its own
     certificate, with 1 vs N alias certificates loaded (resumption off)."""
@@ -203,6 +259,8 @@ def main():
     ap.add_argument("--certs", type=int, default=100000)
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; clients and backend on CPU 0")
     ap.add_argument("--only-certs", action="store_true", help="run the 1 vs --certs phase only")
+    ap.add_argument("--only-groups", action="store_true",
+                    help="the key-exchange groups phase only (hybrid post-quantum vs X25519)")
     ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"),
                     help="the router binary (e.g. an older build to compare)")
     ap.add_argument("--no-certs", action="store_true",
@@ -242,6 +300,9 @@ def main():
                 H.pin(procs[name].pid, {1})
             os.sched_setaffinity(0, {0})
 
+        if args.only_groups:
+            groups_phase(d, procs, args.handshakes, args.rounds)
+            raise StopIteration
         targets = ["router", "haproxy", "nginx"]
         results = {t: {"full": [], "resumed": [], "keepalive": []} for t in targets}
         for rnd in range(args.rounds):
@@ -269,8 +330,8 @@ def main():
         m = subprocess.run(["curl", "-s", f"http://127.0.0.1:{P['router_admin']}/metrics"],
                            capture_output=True, text=True).stdout
         for kind in ("full", "resumed"):
-            v = re.search(rf'router_tls_handshakes_total{{kind="{kind}"}} (\d+)', m)
-            print(f"router (resuming listener) handshakes {kind}: {v.group(1) if v else 0}")
+            n = sum(int(v) for v in re.findall(rf'router_tls_handshakes_total{{[^}}]*kind="{kind}"[^}}]*}} (\d+)', m))
+            print(f"router (resuming listener) handshakes {kind}: {n}")
     except StopIteration:
         pass
     finally:
@@ -282,6 +343,9 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
 
+    if args.only_groups:
+        shutil.rmtree(d, ignore_errors=True)
+        return
     certs = {}
     procs = {}
     try:

@@ -22,6 +22,12 @@
 //! bench-clients slow-requests ADDR HOST PATH CLIENTS SECS
 //!     CLIENTS HTTP/1.1 connections asking for PATH (e.g. /slow?ms=20000) again as
 //!     soon as answered, for SECS; the same JSON line
+//! bench-clients handshakes ADDR SNI CA GROUPS N CONNS
+//!     N full TLS 1.3 handshakes (no resumption) by a rustls client (aws-lc-rs)
+//!     offering the key-exchange GROUPS (comma-separated, preferred first:
+//!     `x25519mlkem768,x25519` as browsers, or `x25519`), CONNS at a time, each
+//!     then one GET with `Connection: close`; trusts CA (PEM) for SNI. One JSON
+//!     line: done, ok, failed, seconds, and how many agreed on each group
 //! ```
 //!
 //! A tool, not a test: it exits with a message on a setup error.
@@ -61,6 +67,11 @@ fn main() {
             num(&arg(5)),
             args.get(6).cloned(),
         )),
+        "handshakes" => {
+            let (a, sni, ca, groups) = (addr(&arg(2)), arg(3), arg(4), arg(5));
+            let (n, conns) = (num(&arg(6)) as usize, num(&arg(7)) as usize);
+            rt.block_on(handshakes(a, sni, &ca, &groups, (n, conns)));
+        }
         "zero-window" => {
             let until = Instant::now() + Duration::from_secs(num(&arg(7)));
             let (a, host, path) = (addr(&arg(2)), arg(3), arg(4));
@@ -82,9 +93,107 @@ fn main() {
     }
 }
 
+/// `n` full handshakes, `conns` at a time (see the module's usage).
+async fn handshakes(
+    addr: SocketAddr,
+    sni: String,
+    ca: &str,
+    groups: &str,
+    (n, conns): (usize, usize),
+) {
+    use rustls::crypto::aws_lc_rs;
+    let pem = std::fs::read_to_string(ca).unwrap_or_else(|e| panic!("{ca}: {e}"));
+    let mut provider = aws_lc_rs::default_provider();
+    let wanted: Vec<String> = groups
+        .split(',')
+        .map(|g| g.trim().to_ascii_uppercase())
+        .collect();
+    provider.kx_groups = wanted
+        .iter()
+        .filter_map(|w| {
+            aws_lc_rs::ALL_KX_GROUPS
+                .iter()
+                .copied()
+                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(w))
+        })
+        .collect();
+    if provider.kx_groups.len() != wanted.len() {
+        eprintln!("unknown group in {groups}");
+        std::process::exit(64);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        roots.add(cert.expect("CA PEM")).expect("CA");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    let config = Arc::new(config);
+    let next = Arc::new(AtomicU64::new(0));
+    let agreed = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
+        String,
+        u64,
+    >::new()));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let (config, sni, next) = (config.clone(), sni.clone(), next.clone());
+            let (agreed, ok, failed) = (agreed.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
+                    match one_handshake(addr, &sni, &config).await {
+                        Ok(group) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            *agreed.lock().expect("lock").entry(group).or_default() += 1;
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let line = serde_json::json!({
+        "done": n, "ok": ok.load(Ordering::Relaxed), "failed": failed.load(Ordering::Relaxed),
+        "seconds": start.elapsed().as_secs_f64(), "groups": *agreed.lock().expect("lock"),
+    });
+    println!("{line}");
+}
+
+/// One handshake and one GET; the group agreed.
+async fn one_handshake(
+    addr: SocketAddr,
+    sni: &str,
+    config: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<String> {
+    let mut tls = e2e::tlsclient::connect(addr, sni, config).await?;
+    let group = tls
+        .get_ref()
+        .1
+        .negotiated_key_exchange_group()
+        .map_or("none".to_string(), |g| format!("{:?}", g.name()));
+    let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).await?;
+    let mut sink = Vec::new();
+    tls.read_to_end(&mut sink).await?;
+    if !sink.starts_with(b"HTTP/1.1 200") {
+        return Err(std::io::Error::other("not a 200"));
+    }
+    Ok(group)
+}
+
 fn usage() -> ! {
     eprintln!(
-        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS"
+        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS | handshakes ADDR SNI CA GROUPS N CONNS"
     );
     std::process::exit(64)
 }

@@ -12,6 +12,13 @@
 //! 3. `--scrape [--apps N] [--max-apps M]`: the size and render time of
 //!    `/metrics` with N apps (100 000), each with traffic, M (1 000) exported.
 //!
+//! 4. `--replay N [--apps A] [--prefetch P]`: the router's own CPU per routing
+//!    event end to end, no broker in the figure: a release router with A (100 000)
+//!    apps loaded connects to a STOMP peer of this program's (CONNECTED, RECEIPT,
+//!    then N `add_public_endpoint` MESSAGE frames, at most P unacknowledged), which
+//!    counts the router's ACKs (sent once an event is journaled and live); the
+//!    router's CPU (utime + stime) from the first frame to the last ACK, per event.
+//!
 //! Run with `bash bench/events.sh` (release build). Prints a Markdown report.
 
 use std::collections::BTreeSet;
@@ -321,6 +328,120 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
     router.signal("TERM");
 }
 
+/// `--replay`: see the module's doc (4).
+async fn replay(preload: usize, n: usize, window: usize) {
+    use futures_util::SinkExt;
+    use spi_consumer::source::stomp::{Codec, Command, Frame, Item, Limits};
+    let backend = Backend::start().await;
+    let root = e2e::tempdir("bench-replay");
+    {
+        let (state, _, _) = loaded(preload, backend.addr);
+        let mut store = Store::open(root.join("state")).expect("store");
+        store.compact(&state).expect("snapshot");
+    }
+    let peer = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = peer.local_addr().expect("addr").port();
+    let cfg = root.join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cloud_domain: example.com\nstate_dir: {}/state\nlisten:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             spi:\n  source: stomp\n  stomp:\n    hosts: [\"127.0.0.1:{port}\"]\n    destination: {QUEUE}\n    prefetch: {window}\n\
+             health:\n  checks: false\naccess_log:\n  enabled: false\n  format: json\n",
+            root.display(),
+        ),
+    )
+    .expect("config");
+    let router = e2e::process::RouterProcess::start(&cfg).await;
+    let (stream, _) = peer.accept().await.expect("the router connects");
+    let mut wire = tokio_util::codec::Framed::new(stream, Codec::new(Limits::default()));
+    let _connect = next_frame(&mut wire).await;
+    let connected = Frame::new(Command::Connected)
+        .header("version", "1.2")
+        .header("heart-beat", "0,0");
+    wire.send(Item::Frame(connected)).await.expect("CONNECTED");
+    let subscribe = next_frame(&mut wire).await;
+    let sub_id = subscribe.get("id").unwrap_or("0").to_string();
+    if let Some(r) = subscribe.get("receipt") {
+        let receipt = Frame::new(Command::Receipt).header("receipt-id", r);
+        wire.send(Item::Frame(receipt)).await.expect("RECEIPT");
+    }
+    let bodies: Vec<String> = (0..n)
+        .map(|i| events::add_lb(&format!("app{}", preload + i), "bench", backend.addr))
+        .collect();
+    let pid = router.pid();
+    let (ticks0, t0) = (router_ticks(&pid), Instant::now());
+    let (mut sent, mut acked) = (0, 0);
+    while acked < n {
+        while sent < n && sent - acked < window {
+            let m = Frame::new(Command::Message)
+                .header("destination", QUEUE)
+                .header("subscription", sub_id.clone())
+                .header("message-id", sent.to_string())
+                .header("ack", sent.to_string())
+                .body(bodies[sent].clone());
+            wire.feed(Item::Frame(m)).await.expect("MESSAGE");
+            sent += 1;
+        }
+        wire.flush().await.expect("flush");
+        let f = next_frame(&mut wire).await;
+        assert_eq!(
+            f.command,
+            Command::Ack,
+            "the router answers with ACKs: {f:?}"
+        );
+        acked += 1;
+    }
+    let cpu = (router_ticks(&pid) - ticks0) as f64 / 100.0;
+    let wall = t0.elapsed().as_secs_f64();
+    let last = format!("ha-app{}-bench.example.com", preload + n - 1);
+    assert_eq!(
+        router.status(&last, "/").await,
+        Some(200),
+        "the last event is live"
+    );
+    println!("## Routing events end to end, no broker: {n} events, {preload} apps loaded\n");
+    println!(
+        "| events | acknowledged in | events/s | router CPU (utime+stime) | µs per event |\n|---|---|---|---|---|\n\
+         | {n} | {wall:.2} s | {:.0} | {cpu:.2} s | **{:.1}** |\n",
+        n as f64 / wall,
+        cpu * 1e6 / n as f64
+    );
+    router.signal("TERM");
+}
+
+/// The next frame the router sends (heart-beats skipped).
+async fn next_frame(
+    wire: &mut tokio_util::codec::Framed<tokio::net::TcpStream, spi_consumer::source::stomp::Codec>,
+) -> spi_consumer::source::stomp::Frame {
+    use futures_util::StreamExt;
+    use spi_consumer::source::stomp::Item;
+    loop {
+        match wire
+            .next()
+            .await
+            .expect("the router stays")
+            .expect("a frame")
+        {
+            Item::Frame(f) => return f,
+            Item::HeartBeat => {}
+        }
+    }
+}
+
+/// utime + stime of a process, in clock ticks (100 a second here).
+fn router_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
 /// The value after `flag` on the command line, if given and a number.
 /// CPU time of this process so far (every thread: the publish may use more than one).
 fn cpu_now() -> Duration {
@@ -448,6 +569,11 @@ async fn main() {
         let apps = arg("--apps").unwrap_or(100_000) as usize;
         let max = arg("--max-apps").unwrap_or(1_000) as usize;
         scrape_cost(apps, max);
+        return;
+    }
+    if let Some(n) = arg("--replay") {
+        let apps = arg("--apps").unwrap_or(100_000) as usize;
+        replay(apps, n as usize, arg("--prefetch").unwrap_or(100) as usize).await;
         return;
     }
     if std::env::args().any(|a| a == "--consume") {
