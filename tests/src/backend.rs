@@ -299,9 +299,18 @@ async fn handle(
             Some(_) => page_bytes(0, 64 * 1024),
             None => Bytes::from(vec![b'x'; 64 * 1024]),
         };
-        let stream = futures_util::stream::iter(
-            (0..chunks).map(move |_| Ok::<_, Infallible>(Frame::data(chunk.clone()))),
-        );
+        // `gap_ms`: a pause before each chunk and before the end (a body whose
+        // end comes on its own, after the member's last bytes).
+        let gap = Duration::from_millis(param("gap_ms"));
+        let stream = futures_util::stream::unfold(0, move |i| {
+            let chunk = chunk.clone();
+            async move {
+                if !gap.is_zero() {
+                    tokio::time::sleep(gap).await;
+                }
+                (i < chunks).then(|| (Ok::<_, Infallible>(Frame::data(chunk)), i + 1))
+            }
+        });
         let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
         if let Some(t) = text("type").and_then(|t| header::HeaderValue::from_str(&t).ok()) {
             r.headers_mut().insert(header::CONTENT_TYPE, t);

@@ -232,3 +232,49 @@ async fn a_member_that_answers_before_reading_the_body_is_heard() {
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(body, Bytes::from_static(b"no!"));
 }
+
+/// A streamed member body whose end comes on its own, after its last bytes
+/// (chunked, a pause before each chunk and before the end): the client's
+/// keep-alive connection carries the next response intact. The own HTTP/1.1
+/// path once ended such a body twice, a second `0\r\n\r\n` in front of the
+/// next response (found by `bench/compression.py`'s h2load runs).
+#[tokio::test]
+async fn a_body_that_ends_after_a_pause_is_ended_once() {
+    let b = e2e::Backend::start().await;
+    let r = TestRouter::start("health:\n  checks: false\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_member(b.addr).await;
+    let tcp = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    for (i, path) in [
+        "/stream?chunks=2&gap_ms=30",
+        "/stream?chunks=1&gap_ms=30",
+        "/",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        send.ready().await.expect("the connection is still usable");
+        let req = Request::get(path)
+            .header("host", HA)
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        let resp = send
+            .send_request(req)
+            .await
+            .unwrap_or_else(|e| panic!("response {i} ({path}) on the same connection: {e}"));
+        assert_eq!(resp.status(), 200, "{path}");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        let want = [2 * 65536, 65536, 0][i];
+        assert!(
+            want == 0 || body.len() == want,
+            "{path}: {} bytes",
+            body.len()
+        );
+    }
+}

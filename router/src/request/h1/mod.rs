@@ -404,6 +404,11 @@ async fn write_body(io: &mut ClientIo, mut w: Writing) -> std::io::Result<bool> 
         let Some(b) = w.body.as_mut() else { break };
         let frame = b.frame().await;
         w.take(frame)?;
+        if w.body.is_none() {
+            // Ended, its framing in `out` already: `gather` would end it again
+            // (a second `0\r\n\r\n` in front of the next response).
+            break;
+        }
     }
     flush(io, &mut w.out).await?;
     Ok(w.keep_alive())
