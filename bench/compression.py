@@ -13,6 +13,7 @@ backend sent it (uncompressed), is the figure. "none" is the proxying alone: the
 compression's own cost is the difference. Also the bytes on the wire per body.
 
 usage: bench/compression.py [--rounds 3] [--requests 200] [--pin] [--router BIN]
+                            [--gzip-level N]
 
 Everything listens on 127.0.0.1; every process started here is stopped by PID."""
 
@@ -59,7 +60,7 @@ def bodies(d):
     return {"page.html": len(page.encode()), "api.json": os.path.getsize(f"{d}/www/api.json")}
 
 
-def configs(d):
+def configs(d, gzip_level):
     os.makedirs(f"{d}/www", exist_ok=True)
     H.nginx_conf(d, "backend", f"""
   types {{ text/html html; application/json json; }}
@@ -97,6 +98,8 @@ access_log:
   enabled: false
 app_defaults:
   compression: true
+compression:
+  gzip_level: {gzip_level}
 """)
 
 
@@ -119,9 +122,10 @@ def main():
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--pin", action="store_true", help="proxy on CPU 1; client and backend on CPU 0")
     ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"))
+    ap.add_argument("--gzip-level", type=int, default=2, help="the router's compression.gzip_level")
     args = ap.parse_args()
     d = H.workdir("router-compression-bench-")
-    configs(d)
+    configs(d, args.gzip_level)
     sizes = bodies(d)
     procs = {}
     results = {}

@@ -168,11 +168,14 @@ CLIENT_GROUPS = (("hybrid first", "x25519mlkem768,x25519"), ("x25519 only", "x25
 def rustls_handshakes(port, d, groups, n):
     """bench-clients handshakes: n full handshakes offering `groups`; its JSON."""
     out = subprocess.run([os.path.join(ROOT, "target/release/bench-clients"), "handshakes",
-                          f"127.0.0.1:{port}", "router.test", f"{d}/tls.crt", groups, str(n), "50"],
+                          f"127.0.0.1:{port}", "router.test", f"{d}/tls.crt", groups, str(n), "50", HOST],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"bench-clients handshakes failed: {out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if r["failed"]:
+        print(f"  {r['failed']} failed: {out.stderr.strip()}", flush=True)
+    return r
 
 
 def groups_phase(d, procs, handshakes, rounds):
@@ -271,7 +274,8 @@ def main():
     d = H.workdir("router-tls-bench-")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                     "-keyout", f"{d}/tls.key", "-out", f"{d}/tls.crt", "-days", "2", "-subj", "/CN=router.test",
-                    "-addext", "subjectAltName=DNS:router.test,IP:127.0.0.1"], check=True, capture_output=True)
+                    "-addext", "subjectAltName=DNS:router.test,IP:127.0.0.1",
+                    "-addext", "basicConstraints=critical,CA:FALSE"], check=True, capture_output=True)
     with open(f"{d}/tls.pem", "w") as f:
         f.write(open(f"{d}/tls.crt").read() + open(f"{d}/tls.key").read())
     H.configs(d)

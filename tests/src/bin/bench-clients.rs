@@ -22,11 +22,12 @@
 //! bench-clients slow-requests ADDR HOST PATH CLIENTS SECS
 //!     CLIENTS HTTP/1.1 connections asking for PATH (e.g. /slow?ms=20000) again as
 //!     soon as answered, for SECS; the same JSON line
-//! bench-clients handshakes ADDR SNI CA GROUPS N CONNS
+//! bench-clients handshakes ADDR SNI CA GROUPS N CONNS [HOST]
 //!     N full TLS 1.3 handshakes (no resumption) by a rustls client (aws-lc-rs)
 //!     offering the key-exchange GROUPS (comma-separated, preferred first:
 //!     `x25519mlkem768,x25519` as browsers, or `x25519`), CONNS at a time, each
-//!     then one GET with `Connection: close`; trusts CA (PEM) for SNI. One JSON
+//!     then one GET for HOST (SNI) with `Connection: close` that must be a 200;
+//!     trusts CA (PEM) for SNI. One JSON
 //!     line: done, ok, failed, seconds, and how many agreed on each group
 //! ```
 //!
@@ -70,7 +71,8 @@ fn main() {
         "handshakes" => {
             let (a, sni, ca, groups) = (addr(&arg(2)), arg(3), arg(4), arg(5));
             let (n, conns) = (num(&arg(6)) as usize, num(&arg(7)) as usize);
-            rt.block_on(handshakes(a, sni, &ca, &groups, (n, conns)));
+            let host = args.get(8).cloned().unwrap_or_else(|| sni.clone());
+            rt.block_on(handshakes(a, (sni, host), &ca, &groups, (n, conns)));
         }
         "zero-window" => {
             let until = Instant::now() + Duration::from_secs(num(&arg(7)));
@@ -96,7 +98,7 @@ fn main() {
 /// `n` full handshakes, `conns` at a time (see the module's usage).
 async fn handshakes(
     addr: SocketAddr,
-    sni: String,
+    (sni, host): (String, String),
     ca: &str,
     groups: &str,
     (n, conns): (usize, usize),
@@ -142,17 +144,21 @@ async fn handshakes(
     let start = Instant::now();
     let tasks: Vec<_> = (0..conns)
         .map(|_| {
-            let (config, sni, next) = (config.clone(), sni.clone(), next.clone());
+            let (config, next) = (config.clone(), next.clone());
+            let (sni, host) = (sni.clone(), host.clone());
             let (agreed, ok, failed) = (agreed.clone(), ok.clone(), failed.clone());
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
-                    match one_handshake(addr, &sni, &config).await {
+                    match one_handshake(addr, (&sni, &host), &config).await {
                         Ok(group) => {
                             ok.fetch_add(1, Ordering::Relaxed);
                             *agreed.lock().expect("lock").entry(group).or_default() += 1;
                         }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
+                        Err(e) => {
+                            // The first failure says why (the rest are counted).
+                            if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                                eprintln!("handshake failed: {e}");
+                            }
                         }
                     }
                 }
@@ -172,7 +178,7 @@ async fn handshakes(
 /// One handshake and one GET; the group agreed.
 async fn one_handshake(
     addr: SocketAddr,
-    sni: &str,
+    (sni, host): (&str, &str),
     config: &Arc<rustls::ClientConfig>,
 ) -> std::io::Result<String> {
     let mut tls = e2e::tlsclient::connect(addr, sni, config).await?;
@@ -181,7 +187,7 @@ async fn one_handshake(
         .1
         .negotiated_key_exchange_group()
         .map_or("none".to_string(), |g| format!("{:?}", g.name()));
-    let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes()).await?;
     let mut sink = Vec::new();
     tls.read_to_end(&mut sink).await?;
@@ -193,7 +199,7 @@ async fn one_handshake(
 
 fn usage() -> ! {
     eprintln!(
-        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS | handshakes ADDR SNI CA GROUPS N CONNS"
+        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS | handshakes ADDR SNI CA GROUPS N CONNS [HOST]"
     );
     std::process::exit(64)
 }

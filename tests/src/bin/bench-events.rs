@@ -17,7 +17,8 @@
 //!    apps loaded connects to a STOMP peer of this program's (CONNECTED, RECEIPT,
 //!    then N `add_public_endpoint` MESSAGE frames, at most P unacknowledged), which
 //!    counts the router's ACKs (sent once an event is journaled and live); the
-//!    router's CPU (utime + stime) from the first frame to the last ACK, per event.
+//!    router's CPU (utime + stime) from the first frame to the last ACK, per event;
+//!    `--perf`: with a call-graph profile of the router meanwhile (`perf-replay.data`).
 //!
 //! Run with `bash bench/events.sh` (release build). Prints a Markdown report.
 
@@ -372,6 +373,17 @@ async fn replay(preload: usize, n: usize, window: usize) {
         .map(|i| events::add_lb(&format!("app{}", preload + i), "bench", backend.addr))
         .collect();
     let pid = router.pid();
+    // `--perf`: a call-graph profile of the router over the replay (perf.data).
+    let perf = std::env::args().any(|a| a == "--perf").then(|| {
+        std::process::Command::new("perf")
+            .args(["record", "-g", "-o", "perf-replay.data", "-p", &pid])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("perf")
+    });
+    if perf.is_some() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let (ticks0, t0) = (router_ticks(&pid), Instant::now());
     let (mut sent, mut acked) = (0, 0);
     while acked < n {
@@ -396,6 +408,12 @@ async fn replay(preload: usize, n: usize, window: usize) {
     }
     let cpu = (router_ticks(&pid) - ticks0) as f64 / 100.0;
     let wall = t0.elapsed().as_secs_f64();
+    if let Some(p) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait_with_output();
+    }
     let last = format!("ha-app{}-bench.example.com", preload + n - 1);
     assert_eq!(
         router.status(&last, "/").await,

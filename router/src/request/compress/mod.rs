@@ -5,8 +5,8 @@
 //! - **Which coding**: the one the client gives the highest q-value (`*`
 //!   counts for codings it does not name, `q=0` refuses); on a tie the
 //!   router's preference, zstd, then brotli, then gzip (zstd at level 3 packs
-//!   about as tight as brotli at 4 for a third to half of its CPU, and gzip
-//!   trails both: `bench/RESULTS.md` "Issue 51"). None acceptable: the
+//!   as tight as brotli at 4 for a third of its CPU, and gzip trails both in
+//!   bytes: `bench/RESULTS.md` "Issue 51"). None acceptable: the
 //!   response goes as it is (never a 406).
 //! - **Which responses**: status 200, 403 or 404 (as nginx); a type in
 //!   `compression.types`; no `Content-Encoding` of the member's own (an
@@ -102,7 +102,7 @@ impl Default for CompressionConfig {
             .map(String::from)
             .to_vec(),
             min_length: 1024,
-            gzip_level: 1,
+            gzip_level: 2,
             brotli_level: 4,
             zstd_level: 3,
             max_streams: 512,
