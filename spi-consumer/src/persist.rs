@@ -265,11 +265,12 @@ impl Store {
         };
         let mut buf = Vec::with_capacity(1024 * changed.len());
         for key in changed {
-            let entry = match state.app(key) {
-                Some(app) => serde_json::to_vec(&Entry::Put { app: &**app }),
-                None => serde_json::to_vec(&Entry::<&App>::Del { key: key.clone() }),
+            // Written in place: no buffer of its own per entry.
+            let written = match state.app(key) {
+                Some(app) => serde_json::to_writer(&mut buf, &Entry::Put { app: &**app }),
+                None => serde_json::to_writer(&mut buf, &Entry::<&App>::Del { key: key.clone() }),
             };
-            buf.extend(entry.map_err(|e| io(io::Error::other(e)))?);
+            written.map_err(|e| io(io::Error::other(e)))?;
             buf.push(b'\n');
         }
         let journal = match &mut self.journal {
