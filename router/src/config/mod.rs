@@ -204,8 +204,14 @@ fn default_grace() -> Duration {
 fn default_spool_interval() -> Duration {
     Duration::from_secs(1)
 }
+/// As many as one group commit takes (`spi_consumer::ingest::MAX_BATCH`): with
+/// 10 in flight, each fsync and table publish served at most 10 events, and a
+/// router at 100 000 apps spent 88 µs of CPU per event and took 6 300 events a
+/// second; with 256, 24 µs and 33 000 (`bench-events --replay`, bench/RESULTS.md
+/// "Issue 52"). A crash redelivers what was not acknowledged (applying it
+/// again changes nothing).
 fn default_prefetch() -> u32 {
-    10
+    spi_consumer::ingest::MAX_BATCH as u32
 }
 fn default_heartbeat() -> Duration {
     Duration::from_secs(5)

@@ -186,7 +186,7 @@ fn stomp_source_is_validated() {
     )
     .expect("valid");
     let stomp = ok.spi.stomp.expect("stomp");
-    assert_eq!(stomp.prefetch, 10);
+    assert_eq!(stomp.prefetch, 256);
     assert_eq!(stomp.heartbeat, Duration::from_secs(2));
 }
 

@@ -49,8 +49,9 @@ fn default_routing_key() -> String {
     "#".into()
 }
 
+/// As many as one group commit takes: see `spi.stomp.prefetch`'s default.
 fn default_prefetch() -> u16 {
-    10
+    crate::ingest::MAX_BATCH as u16
 }
 
 /// Runs until `stop` resolves (or the consumer panicked).

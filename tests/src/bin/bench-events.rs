@@ -376,7 +376,17 @@ async fn replay(preload: usize, n: usize, window: usize) {
     // `--perf`: a call-graph profile of the router over the replay (perf.data).
     let perf = std::env::args().any(|a| a == "--perf").then(|| {
         std::process::Command::new("perf")
-            .args(["record", "-g", "-o", "perf-replay.data", "-p", &pid])
+            .args([
+                "record",
+                "--call-graph",
+                "dwarf,16384",
+                "-F",
+                "2000",
+                "-o",
+                "perf-replay.data",
+                "-p",
+                &pid,
+            ])
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("perf")
