@@ -15,7 +15,8 @@
 //! 4. `--replay N [--apps A] [--prefetch P]`: the router's own CPU per routing
 //!    event end to end, no broker in the figure: a release router with A (100 000)
 //!    apps loaded connects to a STOMP peer of this program's (CONNECTED, RECEIPT,
-//!    then N `add_public_endpoint` MESSAGE frames, at most P unacknowledged), which
+//!    then N `add_public_endpoint` MESSAGE frames, at most P (256, the router's
+//!    default `spi.stomp.prefetch`) unacknowledged), which
 //!    counts the router's ACKs (sent once an event is journaled and live); the
 //!    router's CPU (utime + stime) from the first frame to the last ACK, per event;
 //!    `--perf`: with a call-graph profile of the router meanwhile (`perf-replay.data`).
@@ -601,7 +602,8 @@ async fn main() {
     }
     if let Some(n) = arg("--replay") {
         let apps = arg("--apps").unwrap_or(100_000) as usize;
-        replay(apps, n as usize, arg("--prefetch").unwrap_or(100) as usize).await;
+        // The router's own default (256) unless `--prefetch` says otherwise.
+        replay(apps, n as usize, arg("--prefetch").unwrap_or(256) as usize).await;
         return;
     }
     if std::env::args().any(|a| a == "--consume") {
