@@ -188,6 +188,31 @@ async fn encoded_short_ranged_head_and_binary_responses_pass_untouched() {
     let (fields, _) = curl(&off, "/page?bytes=200000", &[gzip], false).await;
     assert_eq!(field(&fields, "content-encoding"), None);
     assert_eq!(field(&fields, "vary"), None);
+    // Turned on for the app alone through the admin API: compressed at once.
+    let body = r#"{"compression": true}"#;
+    let put = format!(
+        "PUT /apps/myapp-demo/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let admin = off.admin.expect("admin");
+    let answer = e2e::raw::exchange(admin, put.as_bytes(), Duration::from_secs(10)).await;
+    assert_eq!(
+        e2e::raw::status(&answer),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let (fields, body) = curl(&off, "/page?bytes=200000", &[gzip], true).await;
+    assert_eq!(
+        field(&fields, "content-encoding"),
+        Some("zstd"),
+        "the app's own setting"
+    );
+    assert!(
+        body == page_bytes(0, 200_000),
+        "decoded to the member's bytes"
+    );
 }
 
 /// The router's resident memory (`VmRSS`), in KiB.
