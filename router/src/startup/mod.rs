@@ -225,25 +225,12 @@ impl Router {
         let https_certs = listeners.https.is_some().then(|| live_certs.clone());
         let live = serving(
             &config,
-            Kept {
-                table: table.clone(),
-                member_tls: None,
-                redirect: None,
-                metrics: metrics.clone(),
-                certs: https_certs.clone(),
-                clients: policies.clients.clone(),
-                alt_svc: listeners
-                    .http3
-                    .as_ref()
-                    .and_then(|b| b.socket.local_addr().ok())
-                    .and_then(|a| config.http3.alt_svc_value(a.port())),
-                acme: config.acme.directory.as_ref().map(|_| Arc::default()),
-                traces: traces(&config, &metrics)?,
-                compression: Arc::new(crate::request::compress::Compression::new(
-                    config.compression.clone(),
-                    &metrics.registry,
-                )?),
-            },
+            kept(
+                &config,
+                (table.clone(), metrics.clone(), https_certs.clone()),
+                policies.clients.clone(),
+                &listeners,
+            )?,
             (&live_certs, &provider),
             listeners.https.as_ref().map(|(l, _)| l),
         )?;

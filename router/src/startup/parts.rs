@@ -188,6 +188,36 @@ pub(super) fn pair_link(
     })))
 }
 
+/// What every generation of the proxy shares (see [`Kept`]), as first made:
+/// the table, the metrics, the HTTPS certificates, the clients' limits, the
+/// `Alt-Svc` of the HTTP/3 listener, ACME's answers, spans and compression.
+pub(super) fn kept(
+    config: &Config,
+    (table, metrics, certs): (Arc<ArcSwap<RouteTable>>, Arc<Metrics>, LiveCerts),
+    clients: Arc<crate::policy::clients::Clients>,
+    listeners: &super::listeners::Listeners,
+) -> Result<Kept, StartError> {
+    Ok(Kept {
+        table,
+        member_tls: None,
+        redirect: None,
+        traces: traces(config, &metrics)?,
+        compression: Arc::new(crate::request::compress::Compression::new(
+            config.compression.clone(),
+            &metrics.registry,
+        )?),
+        metrics,
+        certs,
+        clients,
+        alt_svc: listeners
+            .http3
+            .as_ref()
+            .and_then(|b| b.socket.local_addr().ok())
+            .and_then(|a| config.http3.alt_svc_value(a.port())),
+        acme: config.acme.directory.as_ref().map(|_| Arc::default()),
+    })
+}
+
 /// Spans out over OTLP (`traces.endpoint`, see [`crate::traces`]): the
 /// request path's handle, its exporter task started. None when off.
 pub(super) fn traces(
