@@ -90,7 +90,17 @@ fn split(data: &[u8]) -> Option<(usize, &[u8])> {
 /// the cut and why, if any, and the heads it reported (each start it could be asked
 /// about: every offset of the stream).
 fn framing_cut(pieces: &[&[u8]]) -> (Option<(usize, &'static str)>, Vec<h1_codec::framing::Head>) {
-    let mut f = h1_codec::framing::Framing::new();
+    framing_cut_resting(pieces, false)
+}
+
+/// [`framing_cut`]; with `rest`, the framing is replaced by a resumed one
+/// wherever it says it is at rest (what an idle connection does).
+fn framing_cut_resting(
+    pieces: &[&[u8]],
+    rest: bool,
+) -> (Option<(usize, &'static str)>, Vec<h1_codec::framing::Head>) {
+    use h1_codec::framing::Framing;
+    let mut f = Framing::new();
     let mut offset = 0;
     let mut heads = Vec::new();
     let mut cut = None;
@@ -111,6 +121,10 @@ fn framing_cut(pieces: &[&[u8]]) -> (Option<(usize, &'static str)>, Vec<h1_codec
             break;
         }
         offset += piece.len();
+        if rest && let Some(pos) = f.at_rest() {
+            assert_eq!(pos, offset as u64, "resting where the stream stands");
+            f = Framing::resume(pos);
+        }
     }
     heads.sort_by_key(|h| h.start);
     (cut, heads)
@@ -124,6 +138,9 @@ pub fn client_framing(data: &[u8]) {
     let (a, b) = stream.split_at(at);
     let two = framing_cut(&[a, b]);
     assert_eq!(two.0, whole.0, "split at {at}");
+    // Resting between the pieces (where the framing says it may) changes nothing.
+    let rested = framing_cut_resting(&[a, b], true);
+    assert_eq!(rested, two, "split at {at}, resting between");
     // A split loses no head (the whole may have forgotten the oldest ones).
     for h in &whole.1 {
         assert!(two.1.contains(h), "split at {at}: {h:?} not reported");
@@ -132,6 +149,11 @@ pub fn client_framing(data: &[u8]) {
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         let each = framing_cut(&bytes);
         assert_eq!(each.0, whole.0, "byte by byte");
+        assert_eq!(
+            framing_cut_resting(&bytes, true),
+            each,
+            "byte by byte, resting wherever it may"
+        );
         for h in &whole.1 {
             assert!(each.1.contains(h), "byte by byte: {h:?} not reported");
         }

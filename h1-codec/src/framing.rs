@@ -218,6 +218,42 @@ impl Framing {
         }
     }
 
+    /// A framing resting at stream offset `pos`: what [`Framing::at_rest`] said
+    /// of one, between two requests.
+    pub fn resume(pos: u64) -> Framing {
+        Framing {
+            first: false,
+            pos,
+            head_start: pos,
+            ..Framing::new()
+        }
+    }
+
+    /// `Some(offset)` when nothing of a message is pending (between requests:
+    /// a head and its body finished, nothing of the next one read), so that all
+    /// this framing knows is where the stream stands: [`Framing::resume`] at
+    /// that offset follows what comes next exactly as this one would. (The
+    /// heads it remembers are of bytes already handed on; the name and value
+    /// kept of a line are scratch, set afresh by the next line's bytes before
+    /// they are read.) A connection waiting
+    /// for its next request keeps the offset, not the framing (312 bytes).
+    pub fn at_rest(&self) -> Option<u64> {
+        let pending = self.state != State::Head
+            || self.cr
+            || self.line_len != 0
+            || self.this.is_some()
+            || self.saw_request_line
+            || self.length.is_some()
+            || self.chunked
+            || self.upgrade
+            || self.upgrading
+            || self.first
+            || self.head_start != self.pos
+            || self.crossed
+            || self.finished.is_some();
+        (!pending).then_some(self.pos)
+    }
+
     /// Bytes followed so far: the stream offset of the next byte (after a cut, of
     /// the cut byte).
     pub fn position(&self) -> u64 {

@@ -323,3 +323,36 @@ fn only_the_last_few_heads_are_remembered() {
     );
     assert_eq!(f.head_at(last + 1), None, "only where a head starts");
 }
+
+#[test]
+fn a_framing_rests_only_between_messages_and_resumes_where_it_stood() {
+    let mut f = Framing::new();
+    assert_eq!(
+        f.at_rest(),
+        None,
+        "a fresh connection may still send a preface"
+    );
+    let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_eq!(f.feed(get), None);
+    let pos = f.at_rest().expect("between requests");
+    assert_eq!(pos, get.len() as u64);
+    // Mid-head, mid-body and mid-line are not rests.
+    let post = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab";
+    let mut g = Framing::resume(pos);
+    assert_eq!(g.feed(&post[..10]), None);
+    assert_eq!(g.at_rest(), None, "in a head");
+    assert_eq!(g.feed(&post[10..]), None);
+    assert_eq!(g.at_rest(), None, "in a body");
+    assert_eq!(g.feed(b"cd"), None);
+    let after = g.at_rest().expect("after the body");
+    assert_eq!(after, pos + post.len() as u64 + 2);
+    // The resumed framing reports the next head at its stream offsets and cuts
+    // a smuggling shape as a continuous one does.
+    let h = g.head_at(pos).expect("the POST head");
+    assert_eq!(h.end, pos + post.len() as u64 - 2);
+    let bad = b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut r = Framing::resume(after);
+    let mut c = g.clone();
+    assert_eq!(r.feed(bad), c.feed(bad));
+    assert!(r.feed(bad).is_none() || r.at_rest().is_none());
+}

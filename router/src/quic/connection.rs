@@ -11,13 +11,13 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, header};
 use http_body_util::BodyExt as _;
 use prometheus::IntCounter;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::body::H3Body;
 use crate::request::activity::{Activity, ConnectionSlot};
 use crate::request::body::ProxyBody;
 use crate::request::client_conn::ClientConn;
-use crate::request::lifecycle::{Event, Watch, next_event};
+use crate::request::lifecycle::{Event, Signal, Watch, next_event};
 use crate::request::listener::{Serving, stopped};
 use crate::request::upload::Received;
 
@@ -115,7 +115,7 @@ impl QuicConnection {
             Some(certs.load().served_for(&sni))
         });
         // Not evicted: a listener at its cap refuses new QUIC clients instead.
-        let never = Arc::new(Notify::new());
+        let never = Arc::new(Signal::default());
         let watch = Watch::of(limits, (self.stop, self.kill), never, activity.clone());
         let ended = Requests {
             h3,

@@ -44,14 +44,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use per_source::ClientKey;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::Proxy;
 use super::activity::{Activity, ConnectionSlot};
 use super::client_conn::ClientConn;
 use super::client_io::{ClientIo, Stream};
 use super::h1;
-use super::lifecycle::{Event, Watch, next_event};
+use super::lifecycle::{Event, Signal, Watch, next_signalled};
 use super::limits::Limits;
 use super::listener::{Gate, Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
@@ -154,11 +154,18 @@ pub async fn listen(
             return;
         }
     };
+    let quiet = Arc::new(Mutex::new(Connections::default()));
+    // Its connections wait on their own signal, not on the drain epoch and the
+    // kill switch: each is woken when one turns (see `lifecycle::Signal`).
+    let wake = {
+        let quiet = quiet.clone();
+        move || lock(&quiet).wake_all()
+    };
     let mut http = HttpListener {
         listening,
         gate,
         builder,
-        quiet: Arc::new(Mutex::new(Connections::default())),
+        quiet,
         evicted: metrics.evicted.with_label_values(&[name]),
         refused: metrics.refused.with_label_values(&[name, "source_limit"]),
         open: metrics.open_connections.with_label_values(&[name]),
@@ -166,12 +173,12 @@ pub async fn listen(
         local_port,
         tls,
         live,
-        epochs: drainer.epochs(stop.clone()),
+        epochs: drainer.epochs_waking(stop.clone(), wake.clone()),
         kill,
     };
     accept::run(&mut http, name, &errors, stopped(&mut stop)).await;
     drop(http.listening);
-    drain(name, &http.gate.slots, grace, kill_tx).await;
+    drain(name, &http.gate.slots, grace, (kill_tx, wake)).await;
 }
 
 /// The HTTP and HTTPS listeners' steps of the one accept loop (`accept::run`).
@@ -286,8 +293,13 @@ impl accept::Listener for HttpListener {
 
 /// Waits up to `grace` for the listener's connections to end (every connection
 /// holds a slot until it ends: all slots back means all done), then closes what
-/// is left.
-async fn drain(name: &str, slots: &Slots, grace: Duration, kill: watch::Sender<bool>) {
+/// is left (the kill switch, and `wake` to have the connections look at it).
+async fn drain(
+    name: &str,
+    slots: &Slots,
+    grace: Duration,
+    (kill, wake): (watch::Sender<bool>, impl Fn()),
+) {
     tracing::info!(listener = name, grace = ?grace, "stopped accepting; draining connections");
     let all = u32::try_from(slots.max()).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, slots.sem.acquire_many(all))
@@ -299,6 +311,7 @@ async fn drain(name: &str, slots: &Slots, grace: Duration, kill: watch::Sender<b
             "grace period over; closing the remaining connections"
         );
         let _ = kill.send(true);
+        wake();
         // Tunnels close cleanly (see `tunnel::close_cleanly`): a moment for
         // them before the process ends.
         let _ = tokio::time::timeout(super::tunnel::LINGER, slots.sem.acquire_many(all)).await;
@@ -394,22 +407,34 @@ impl Accepted {
     fn spawn(self, mut connection: Connection) {
         match self {
             Accepted::Here(stream) => {
-                tokio::spawn(connection.run(stream));
+                tokio::spawn(connection.run(Incoming::Here(stream)));
             }
             Accepted::ForWorker(stream, workers) => {
                 let (placed, worker) = workers.pick();
                 connection.conn.worker = placed.index;
-                worker.spawn(async move {
-                    let _placed = placed;
-                    match tokio::net::TcpStream::from_std(stream) {
-                        Ok(stream) => connection.run(stream).await,
-                        Err(e) => {
-                            let peer = connection.peer;
-                            tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
-                        }
-                    }
-                });
+                worker.spawn(connection.run(Incoming::Worker(stream, placed)));
             }
+        }
+    }
+}
+
+/// The socket a connection's task starts from: registered with this runtime
+/// already, or to be registered with its worker's, there (see
+/// `crate::workers`), with the worker's count of it.
+enum Incoming {
+    Here(tokio::net::TcpStream),
+    Worker(std::net::TcpStream, crate::workers::WorkerSlot),
+}
+
+impl Incoming {
+    /// The socket, registered with the runtime polling this; the worker's count
+    /// of it, held for the connection's life.
+    fn register(
+        self,
+    ) -> std::io::Result<(tokio::net::TcpStream, Option<crate::workers::WorkerSlot>)> {
+        match self {
+            Incoming::Here(s) => Ok((s, None)),
+            Incoming::Worker(s, placed) => Ok((tokio::net::TcpStream::from_std(s)?, Some(placed))),
         }
     }
 }
@@ -425,7 +450,7 @@ struct Connection {
     /// The proxy and limits live when it was accepted.
     serving: Arc<crate::request::listener::Serving>,
     activity: Arc<Activity>,
-    evict: Arc<Notify>,
+    evict: Arc<Signal>,
     member_of: Registered,
     builder: Arc<auto::Builder<TokioExecutor>>,
     live: Live,
@@ -437,7 +462,7 @@ impl Connection {
     /// Serves the connection until it closes, a deadline passes or the drain ends
     /// it. Not an `async fn`: the future captures the fields it needs, not the
     /// struct whole beside them.
-    fn run(self, stream: tokio::net::TcpStream) -> impl Future<Output = ()> + Send {
+    fn run(self, incoming: Incoming) -> impl Future<Output = ()> + Send {
         let Connection {
             peer,
             conn,
@@ -451,51 +476,92 @@ impl Connection {
             stop,
             kill,
         } = self;
-        // Shared from here (its requests take it by `Arc`): the future keeps a
-        // pointer, not the 160 bytes, for the connection's whole life.
-        let mut conn = Arc::new(conn);
+        // Every quiet state has a deadline (see `Activity`); shutdown and quiet
+        // both end the connection gracefully (h1: after the response in flight;
+        // h2: GOAWAY), and the kill switch drops it after the grace. They are
+        // waited for in one future with a waker of its own, so they are polled
+        // when one of them fires, never on the connection's own wake-ups
+        // (several per request). Made here and lent to `supervise`: what the
+        // task captures stays for the connection's life, even once moved out.
+        let mut watch = Watch::of(&serving.limits, (stop, kill), evict, activity);
+        let start = Box::new(Start {
+            incoming,
+            tls,
+            serving,
+            // Shared from here (its requests take it by `Arc`): the future
+            // keeps a pointer, not the 160 bytes, for the connection's life.
+            conn: Arc::new(conn),
+            live,
+            builder,
+        });
         async move {
-            let limits = &serving.limits;
-            let io = match tls {
-                None => Stream::Plain(stream),
-                // The handshake runs in the connection's task, never in this loop.
-                Some(acceptor) => {
-                    let handshake = handshake(&serving, acceptor, stream, &mut conn, &activity);
-                    match tokio::select! {
-                        s = handshake => s,
-                        _ = evict.notified() => None,
-                    } {
-                        Some(s) => s,
-                        None => return,
-                    }
+            let Start {
+                incoming,
+                tls,
+                serving,
+                mut conn,
+                live,
+                builder,
+            } = *start;
+            let (stream, _placed) = match incoming.register() {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
+                    return;
                 }
             };
-            let io = ClientIo::new(io, limits.send_timeout);
+            // `serving`'s scope: it is not kept past the first request's start.
+            let (io, own, first) = {
+                let io = match tls {
+                    None => Stream::Plain(stream),
+                    // The handshake runs in the connection's task, never in this loop.
+                    Some(acceptor) => {
+                        let handshake =
+                            handshake(&serving, acceptor, stream, &mut conn, &watch.activity);
+                        match tokio::select! {
+                            s = handshake => s,
+                            _ = watch.evict.evicted_wait() => None,
+                        } {
+                            Some(s) => s,
+                            None => return,
+                        }
+                    }
+                };
+                let limits = &serving.limits;
+                (
+                    ClientIo::new(io, limits.send_timeout),
+                    h1::Settings::of(limits),
+                    limits.header_read_timeout,
+                )
+            };
             // Told to close gracefully (drain, idle): HTTP/1 after the response
             // in progress, h2 with a GOAWAY.
             let finish = Arc::new(AtomicBool::new(false));
-            let own = h1::Settings::of(limits);
-            // Every quiet state has a deadline (see `Activity`); shutdown and
-            // quiet both end the connection gracefully (h1: after the response in
-            // flight; h2: GOAWAY), and the kill switch drops it after the grace.
-            // They are waited for in one future with a waker of its own, so
-            // they are polled when one of them fires, never on the connection's
-            // own wake-ups (several per request).
-            let watch = Watch::of(limits, (stop, kill), evict, activity.clone());
-            let first = limits.header_read_timeout;
-            // Each request gets the proxy settings live at its start.
-            drop(serving);
             // Pinned here and lent to `supervise`: moved into it, the connection's
             // state was kept twice in this task (3.5 KiB more per idle connection).
             let connection = serve_http(io, live, conn, finish.clone(), own, builder);
             tokio::pin!(connection);
-            let result = supervise(connection.as_mut(), watch, &finish, first, peer).await;
+            let result = supervise(connection.as_mut(), &mut watch, &finish, first).await;
             if let Err(e) = result {
                 tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
             }
             drop(member_of);
         }
     }
+}
+
+/// What a connection's task starts from and has used up by its first request:
+/// boxed, so that it is freed then. Captured by the task's future instead, it
+/// stayed there for the connection's life, moved out or not (80 bytes).
+struct Start {
+    incoming: Incoming,
+    tls: Option<crate::tls::server::Acceptor>,
+    /// The proxy and limits live when it was accepted (each request gets the
+    /// ones live at its start).
+    serving: Arc<crate::request::listener::Serving>,
+    conn: Arc<ClientConn>,
+    live: Live,
+    builder: Arc<auto::Builder<TokioExecutor>>,
 }
 
 /// The TLS handshake of a connection to the HTTPS listener (after a look at
@@ -547,7 +613,7 @@ fn serve_http(
             Vec::new()
         } else {
             let proxy = || live.load().proxy.clone();
-            match h1::run(&mut io, proxy, &conn, &finish, own).await {
+            match h1::run(&mut io, proxy, &conn, &finish, &own).await {
                 h1::End::Closed => return Ok(()),
                 h1::End::Handoff(read) => read,
             }
@@ -582,56 +648,58 @@ fn serve_http(
 /// [`Watch`]): shutdown and quiet end it gracefully, idle ends it after at most
 /// `first` more, a stall or the kill switch at once. The watch is polled with a
 /// waker of its own, so it runs when one of its events fires, never on the
-/// connection's own wake-ups (several per request).
-async fn supervise(
-    mut connection: Pin<&mut impl Future<Output = HttpResult>>,
-    mut watch: Watch,
-    finish: &AtomicBool,
+/// connection's own wake-ups (several per request). Not an `async fn`, for the
+/// reason `serve_http` gives.
+#[allow(clippy::manual_async_fn)] // see above: not an `async fn` on purpose
+fn supervise<'a, F: Future<Output = HttpResult>>(
+    mut connection: Pin<&'a mut F>,
+    watch: &'a mut Watch,
+    finish: &'a AtomicBool,
     first: Duration,
-    peer: SocketAddr,
-) -> HttpResult {
-    let (mut closing, mut shut) = (false, false);
-    let flag = Arc::new(Flag::default());
-    loop {
-        // Boxed: made once per event (drain, idle, ...), rare; inline it would
-        // stay in every connection's task (1.2 KiB).
-        let mut next = Box::pin(next_event(&mut watch, closing, shut));
-        let event = tokio::select! {
-            biased;
-            r = connection.as_mut() => return r,
-            next = OwnWaker::new(next.as_mut(), &flag) => next,
-        };
-        drop(next);
-        match event {
-            // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
-            // responses carry `Connection: close` from now on, and a
-            // connection left quiet for DRAIN_QUIET is closed.
-            Event::Drain => {
-                closing = true;
-                watch.activity.close_after_responses();
-                if watch.activity.is_h2() {
+) -> impl Future<Output = HttpResult> + 'a {
+    async move {
+        let (mut closing, mut shut) = (false, false);
+        let flag = Arc::new(Flag::default());
+        loop {
+            // Boxed: made once per event (drain, idle, ...), rare; inline it would
+            // stay in every connection's task (1.2 KiB).
+            let mut next = Box::pin(next_signalled(watch, closing, shut));
+            let event = tokio::select! {
+                biased;
+                r = connection.as_mut() => return r,
+                next = OwnWaker::new(next.as_mut(), &flag) => next,
+            };
+            drop(next);
+            match event {
+                // Draining: h2 gets a GOAWAY (race-free by design); HTTP/1
+                // responses carry `Connection: close` from now on, and a
+                // connection left quiet for DRAIN_QUIET is closed.
+                Event::Drain => {
+                    closing = true;
+                    watch.activity.close_after_responses();
+                    if watch.activity.is_h2() {
+                        shut = true;
+                        finish.store(true, Ordering::Release);
+                    }
+                }
+                Event::Quiet => {
                     shut = true;
                     finish.store(true, Ordering::Release);
                 }
+                Event::Idle => {
+                    finish.store(true, Ordering::Release);
+                    // A peer that ignores the GOAWAY is dropped soon after.
+                    let bound = first;
+                    break match tokio::time::timeout(bound, connection.as_mut()).await {
+                        Ok(r) => r,
+                        Err(_) => Ok(()),
+                    };
+                }
+                Event::Stalled => {
+                    return Err("the h2 client took nothing for limits.send_timeout".into());
+                }
+                Event::End => break Ok(()),
             }
-            Event::Quiet => {
-                shut = true;
-                finish.store(true, Ordering::Release);
-            }
-            Event::Idle => {
-                finish.store(true, Ordering::Release);
-                // A peer that ignores the GOAWAY is dropped soon after.
-                let bound = first;
-                break match tokio::time::timeout(bound, connection.as_mut()).await {
-                    Ok(r) => r,
-                    Err(_) => Ok(()),
-                };
-            }
-            Event::Stalled => {
-                tracing::debug!(client = %peer, "h2 client took nothing for limits.send_timeout; closing");
-                return Ok(());
-            }
-            Event::End => break Ok(()),
         }
     }
 }
@@ -643,11 +711,19 @@ type HttpResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 #[derive(Default)]
 struct Connections {
     next: u64,
-    /// Each connection's activity, its eviction signal and its client source.
-    by_id: HashMap<u64, (Arc<Activity>, Arc<Notify>, ClientKey)>,
+    /// Each connection's activity, its signal and its client source.
+    by_id: HashMap<u64, (Arc<Activity>, Arc<Signal>, ClientKey)>,
 }
 
 impl Connections {
+    /// Has every connection look at its drain epoch and the kill switch (one
+    /// has turned).
+    fn wake_all(&self) {
+        for (_, signal, _) in self.by_id.values() {
+            signal.wake();
+        }
+    }
+
     /// At `limits.max_connections`, with a client from `newcomer` waiting: tells
     /// one connection to close, and says whether it did.
     ///
@@ -665,7 +741,7 @@ impl Connections {
             .filter_map(|(a, evict, _)| a.idle_since().map(|t| (t, evict)))
             .min_by_key(|(t, _)| *t);
         if let Some((_, evict)) = quietest {
-            evict.notify_one();
+            evict.evict();
             return true;
         }
         let Some((heaviest, holds)) = sources.heaviest() else {
@@ -676,7 +752,7 @@ impl Connections {
         }
         match self.by_id.values().find(|(_, _, from)| *from == heaviest) {
             Some((_, evict, _)) => {
-                evict.notify_one();
+                evict.evict();
                 true
             }
             None => false,
@@ -692,12 +768,12 @@ fn lock(c: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
 struct Registered {
     id: u64,
     all: Arc<Mutex<Connections>>,
-    evict: Arc<Notify>,
+    evict: Arc<Signal>,
 }
 
 impl Registered {
     fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>, from: ClientKey) -> Registered {
-        let evict = Arc::new(Notify::new());
+        let evict = Arc::new(Signal::default());
         let mut c = lock(all);
         let id = c.next;
         c.next += 1;

@@ -155,43 +155,49 @@ impl Activity {
     /// responses never wake it (no notification, no new timer per request); when it
     /// fires it reads the state again and, if the connection was busy or its
     /// responses moved meanwhile, sleeps until the deadline the state gives now.
-    pub async fn quiet(
+    ///
+    /// A plain function returning an `async` block: its captures are the only
+    /// copy of the arguments (an idle connection keeps this future).
+    #[allow(clippy::manual_async_fn)] // see above: not an `async fn` on purpose
+    pub fn quiet(
         &self,
         idle: Option<(Duration, Duration)>,
         stall: Option<Duration>,
-    ) -> Quiet {
-        loop {
-            let now = Instant::now();
-            let mut next: Option<Instant> = None;
-            if let Some((first, limit)) = idle {
-                let limit = if self.started.load(Ordering::Relaxed) {
-                    limit
-                } else {
-                    first
-                };
-                next = Some(match self.idle_since() {
-                    Some(since) if now >= since + limit => return Quiet::Idle,
-                    Some(since) => since + limit,
-                    // Busy: look again once `limit` has passed.
-                    None => now + limit,
-                });
-            }
-            if let Some(limit) = stall {
-                let at = if self.awaiting.load(Ordering::Acquire) > 0 {
-                    let at = self.moved.at() + limit;
-                    if now >= at {
-                        return Quiet::Stalled;
-                    }
-                    at
-                } else {
-                    // Nothing waits on the client: look again a whole `limit` later.
-                    now + limit
-                };
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
-            match next {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
+    ) -> impl std::future::Future<Output = Quiet> + '_ {
+        async move {
+            loop {
+                let now = Instant::now();
+                let mut next: Option<Instant> = None;
+                if let Some((first, limit)) = idle {
+                    let limit = if self.started.load(Ordering::Relaxed) {
+                        limit
+                    } else {
+                        first
+                    };
+                    next = Some(match self.idle_since() {
+                        Some(since) if now >= since + limit => return Quiet::Idle,
+                        Some(since) => since + limit,
+                        // Busy: look again once `limit` has passed.
+                        None => now + limit,
+                    });
+                }
+                if let Some(limit) = stall {
+                    let at = if self.awaiting.load(Ordering::Acquire) > 0 {
+                        let at = self.moved.at() + limit;
+                        if now >= at {
+                            return Quiet::Stalled;
+                        }
+                        at
+                    } else {
+                        // Nothing waits on the client: look again a whole `limit` later.
+                        now + limit
+                    };
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
             }
         }
     }

@@ -31,12 +31,23 @@ pub enum Stream {
     Tls(Box<TlsStream<Rewind>>),
 }
 
+/// The HTTP/1 request framing a connection follows.
+enum Follow {
+    /// h2 by ALPN: no HTTP/1 on this connection.
+    No,
+    /// Between requests ([`ClientIo::rest`]): only the stream offset is kept
+    /// ([`Framing::at_rest`]), and the framing is made again from it at the next
+    /// byte: a connection waiting for its next request keeps 8 bytes, not 312.
+    Resting(u64),
+    Active(Box<Framing>),
+}
+
 pub struct ClientIo {
     stream: Stream,
     /// Armed while a write is pending (`limits.send_timeout`).
     stall: Stall,
-    /// HTTP/1 request framing (`None` for h2 by ALPN).
-    framing: Option<Box<Framing>>,
+    /// HTTP/1 request framing.
+    framing: Follow,
     /// After a cut: what of [`POISON`] hyper has still to read, then end of stream.
     cut: Option<&'static [u8]>,
 }
@@ -47,14 +58,29 @@ impl ClientIo {
         ClientIo {
             stream,
             stall: Stall::new(send_timeout),
-            framing: (!h2).then(Box::default),
+            framing: if h2 {
+                Follow::No
+            } else {
+                Follow::Active(Box::default())
+            },
             cut: None,
         }
     }
 
     /// Whether TLS negotiated h2 (ALPN): no HTTP/1 on this connection.
     pub fn is_h2(&self) -> bool {
-        self.framing.is_none()
+        matches!(self.framing, Follow::No)
+    }
+
+    /// Nothing of a request is pending (the own path waits for the next one with
+    /// nothing buffered): the framing is let go if it is at rest, keeping only
+    /// where the stream stands.
+    pub fn rest(&mut self) {
+        if let Follow::Active(f) = &self.framing
+            && let Some(pos) = f.at_rest()
+        {
+            self.framing = Follow::Resting(pos);
+        }
     }
 
     /// What the framing reader said of the request head that starts `buffered`
@@ -62,7 +88,10 @@ impl ClientIo {
     /// one buffer, so its buffer's start is there. What was handed is what the
     /// reader followed (up to a cut), then the poison.
     pub fn framed_head(&self, buffered: usize) -> Option<h1_codec::framing::Head> {
-        let framing = self.framing.as_ref()?;
+        let Follow::Active(framing) = &self.framing else {
+            // Resting: no head has begun since the last one handed on.
+            return None;
+        };
         let poison = self.cut.map_or(0, |rest| POISON.len() - rest.len());
         let handed = framing.position() + poison as u64;
         framing.head_at(handed.checked_sub(buffered as u64)?)
@@ -111,8 +140,14 @@ impl AsyncRead for ClientIo {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         };
-        if let (Poll::Ready(Ok(())), Some(framing)) = (&r, &mut this.framing)
-            && let Some((at, why)) = framing.feed(&buf.filled()[before..])
+        let read = &buf.filled()[before..];
+        if let Follow::Resting(pos) = this.framing
+            && !read.is_empty()
+        {
+            this.framing = Follow::Active(Box::new(Framing::resume(pos)));
+        }
+        if let (Poll::Ready(Ok(())), Follow::Active(framing)) = (&r, &mut this.framing)
+            && let Some((at, why)) = framing.feed(read)
         {
             tracing::debug!(
                 violation = why.as_str(),

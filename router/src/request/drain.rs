@@ -41,6 +41,17 @@ impl Drainer {
 
     /// The per-listener epochs: they end with `stop`, or at each drain request.
     pub(crate) fn epochs(&self, stop: watch::Receiver<bool>) -> Epochs {
+        self.epochs_waking(stop, || {})
+    }
+
+    /// [`Drainer::epochs`], calling `wake` each time an epoch has ended (after
+    /// its receivers say true): for connections that look at their epoch only
+    /// when woken (`lifecycle::next_signalled`).
+    pub(crate) fn epochs_waking(
+        &self,
+        stop: watch::Receiver<bool>,
+        wake: impl Fn() + Send + 'static,
+    ) -> Epochs {
         let (tx, rx) = watch::channel(false);
         let current = Arc::new(Mutex::new(rx));
         let mut requests = self.requests.subscribe();
@@ -55,14 +66,17 @@ impl Drainer {
                             // The router is gone: only the stop is left.
                             stopped(&mut stop).await;
                             let _ = tx.send(true);
+                            wake();
                             return;
                         }
                         let (next_tx, next_rx) = watch::channel(false);
                         *lock(&held) = next_rx;
                         let _ = std::mem::replace(&mut tx, next_tx).send(true);
+                        wake();
                     }
                     () = stopped(&mut stop) => {
                         let _ = tx.send(true);
+                        wake();
                         return;
                     }
                 }

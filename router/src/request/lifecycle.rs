@@ -7,6 +7,7 @@
 //! h2 and HTTP/3 send GOAWAY); the deadlines and signals are the same.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -32,11 +33,47 @@ pub(crate) enum Event {
     End,
 }
 
+/// A connection's own wake-up: its listener's registry (`accept::Connections`)
+/// signals it to evict it ([`Signal::evict`]), and to have it look at its drain
+/// epoch and the kill switch when either turns ([`Signal::wake`]). One `Notify`
+/// for the three: a connection waiting for its next request keeps one waiter
+/// (64 bytes), not a `watch` wait for each signal (160 bytes each).
+#[derive(Default)]
+pub(crate) struct Signal {
+    notify: Notify,
+    evicted: AtomicBool,
+}
+
+impl Signal {
+    /// Its slot is wanted: the connection ends ([`Event::End`]).
+    pub(crate) fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Its drain epoch or the kill switch may have turned: it looks at them.
+    /// A wake with neither turned costs a look, nothing else.
+    pub(crate) fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection is evicted (other wakes are looked past).
+    pub(crate) async fn evicted_wait(&self) {
+        while !self.evicted() {
+            self.notify.notified().await;
+        }
+    }
+}
+
 /// What a connection's events are waited on with (lent to each wait).
 pub(crate) struct Watch {
     pub(crate) stop: watch::Receiver<bool>,
     pub(crate) kill: watch::Receiver<bool>,
-    pub(crate) evict: Arc<Notify>,
+    pub(crate) evict: Arc<Signal>,
     pub(crate) activity: Arc<Activity>,
     /// `limits.header_read_timeout`, `limits.idle_timeout`, `limits.send_timeout`.
     pub(crate) first: Duration,
@@ -51,7 +88,7 @@ impl Watch {
     pub(crate) fn of(
         limits: &super::limits::Limits,
         (stop, kill): (watch::Receiver<bool>, watch::Receiver<bool>),
-        evict: Arc<Notify>,
+        evict: Arc<Signal>,
         activity: Arc<Activity>,
     ) -> Watch {
         Watch {
@@ -87,6 +124,44 @@ pub(crate) async fn next_event(w: &mut Watch, closing: bool, shut: bool) -> Even
             Quiet::Stalled => Event::Stalled,
         },
         _ = stopped(&mut w.kill) => Event::End,
-        _ = w.evict.notified() => Event::End,
+        _ = w.evict.notify.notified() => Event::End,
+    }
+}
+
+/// [`next_event`] of a connection whose listener wakes it through its
+/// [`Signal`] when its drain epoch ends or the kill switch turns (TCP and TLS
+/// connections; see `accept::Connections`): it waits on that one signal and
+/// looks at the watches when woken, instead of waiting on each.
+#[allow(clippy::manual_async_fn)] // a plain fn: the arguments kept once, not twice
+pub(crate) fn next_signalled(
+    w: &mut Watch,
+    closing: bool,
+    shut: bool,
+) -> impl Future<Output = Event> + '_ {
+    async move {
+        let (first, idle, quiet) = if closing {
+            (DRAIN_QUIET, DRAIN_QUIET, Event::Quiet)
+        } else {
+            (w.first, w.idle, Event::Idle)
+        };
+        let idle = (!(closing && shut)).then_some((first, idle));
+        let mut waiting = std::pin::pin!(w.activity.quiet(idle, Some(w.send_timeout)));
+        loop {
+            // A wake between these looks and the wait below is kept by the
+            // `Notify` (a permit), not lost.
+            if *w.kill.borrow() || w.evict.evicted() {
+                return Event::End;
+            }
+            if !closing && *w.stop.borrow() {
+                return Event::Drain;
+            }
+            tokio::select! {
+                q = waiting.as_mut() => return match q {
+                    Quiet::Idle => quiet,
+                    Quiet::Stalled => Event::Stalled,
+                },
+                () = w.evict.notify.notified() => {}
+            }
+        }
     }
 }

@@ -94,94 +94,106 @@ impl Settings {
 /// Serves `io` until it closes or needs hyper (see the module doc); each request
 /// is served by the proxy `proxy()` returns at its start. `shut` set (drain, idle
 /// deadline): the connection closes once no request is in progress.
-pub async fn run(
-    io: &mut ClientIo,
-    proxy: impl Fn() -> std::sync::Arc<Proxy>,
-    conn: &std::sync::Arc<ClientConn>,
-    shut: &AtomicBool,
-    settings: Settings,
-) -> End {
-    let mut buf = BytesMut::new();
-    let mut date = DateCache::default();
-    let flag = std::sync::Arc::new(Flag::default());
-    loop {
-        // 1. A head (and its body, if it came along).
-        let mut deadline: Option<Pin<Box<Sleep>>> = None;
-        let (body, parts, fields) = loop {
-            if !buf.is_empty() {
-                let framed = io.framed_head(buf.len());
-                match head::parse(&mut buf, &settings.head, framed) {
-                    Parsed::Request {
-                        body,
-                        parts,
-                        fields,
-                        ..
-                    } => break (body, parts, fields),
-                    Parsed::Other => return End::Handoff(buf.to_vec()),
-                    Parsed::Partial => {}
+///
+/// A plain function returning an `async` block, not an `async fn`: its captures
+/// are the only copy of the arguments (an `async fn` keeps them twice, in every
+/// connection's task).
+#[allow(clippy::manual_async_fn)] // see above: not an `async fn` on purpose
+pub fn run<'a>(
+    io: &'a mut ClientIo,
+    proxy: impl Fn() -> std::sync::Arc<Proxy> + 'a,
+    conn: &'a std::sync::Arc<ClientConn>,
+    shut: &'a AtomicBool,
+    settings: &'a Settings,
+) -> impl Future<Output = End> + 'a {
+    async move {
+        let mut buf = BytesMut::new();
+        let mut date = DateCache::default();
+        let flag = std::sync::Arc::new(Flag::default());
+        loop {
+            // 1. A head (and its body, if it came along).
+            let mut deadline: Option<Pin<Box<Sleep>>> = None;
+            let (body, parts, fields) = loop {
+                if !buf.is_empty() {
+                    let framed = io.framed_head(buf.len());
+                    match head::parse(&mut buf, &settings.head, framed) {
+                        Parsed::Request {
+                            body,
+                            parts,
+                            fields,
+                            ..
+                        } => break (body, parts, fields),
+                        Parsed::Other => return End::Handoff(buf.to_vec()),
+                        Parsed::Partial => {}
+                    }
+                    if deadline.is_none() {
+                        deadline = Some(Box::pin(tokio::time::sleep(settings.header_read_timeout)));
+                    }
                 }
-                if deadline.is_none() {
-                    deadline = Some(Box::pin(tokio::time::sleep(settings.header_read_timeout)));
+                match read(io, &mut buf, shut, deadline.as_mut()).await {
+                    Read::Bytes => {}
+                    Read::Ended => return End::Closed,
                 }
-            }
-            match read(io, &mut buf, shut, deadline.as_mut()).await {
-                Read::Bytes => {}
-                Read::Ended => return End::Closed,
-            }
-        };
-        let method = parts.method.clone();
-        let req = Box::new(Request::from_parts(*parts, Received::Read(body)));
-        // Boxed: a waiting connection keeps only this loop's few words.
-        let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));
-        // Meanwhile the client's side is read: pipelined requests are buffered (up
-        // to a head's size), and an end of stream cancels the request, as hyper
-        // cancels it (no half-close), so a client that left holds no member slot.
-        // The client's side is polled on its own waker: only when it has news, not
-        // on every wake-up of the request (a poll of an idle socket costs a waker
-        // registration).
-        let client = std::future::poll_fn(|cx| {
-            loop {
-                if buf.len() >= settings.head.max_bytes {
-                    // Enough buffered: the client waits (TCP back-pressure).
-                    return Poll::Pending;
+            };
+            let method = parts.method.clone();
+            // The request's own state lives in this block and is gone before the
+            // response is written: the task keeps one of the two, not both.
+            let writing = {
+                let req = Box::new(Request::from_parts(*parts, Received::Read(body)));
+                // Boxed: a waiting connection keeps only this loop's few words.
+                let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));
+                // Meanwhile the client's side is read: pipelined requests are buffered (up
+                // to a head's size), and an end of stream cancels the request, as hyper
+                // cancels it (no half-close), so a client that left holds no member slot.
+                // The client's side is polled on its own waker: only when it has news, not
+                // on every wake-up of the request (a poll of an idle socket costs a waker
+                // registration).
+                let client = std::future::poll_fn(|cx| {
+                    loop {
+                        if buf.len() >= settings.head.max_bytes {
+                            // Enough buffered: the client waits (TCP back-pressure).
+                            return Poll::Pending;
+                        }
+                        match poll_fill(io, &mut buf, cx) {
+                            // A smuggling shape was cut behind this request: it is
+                            // answered, then hyper refuses what follows.
+                            Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
+                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
+                            Poll::Ready(Ok(_)) => {}
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                });
+                let client = std::pin::pin!(client);
+                let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
+                let response = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(answer) = served.as_mut().poll(cx) {
+                        return Poll::Ready(Some(answer));
+                    }
+                    match client.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(None),
+                        Poll::Pending => Poll::Pending,
+                    }
+                })
+                .await;
+                drop(served);
+                let Some(answer) = response else {
+                    tracing::debug!("client closed its connection mid-request; request cancelled");
+                    return End::Closed;
+                };
+                // 2. The response.
+                write(io, answer, &method, &mut date)
+            };
+            match writing.await {
+                Ok(true) if !shut.load(Ordering::Acquire) => {}
+                Ok(_) => {
+                    let _ = io.shutdown().await;
+                    return End::Closed;
                 }
-                match poll_fill(io, &mut buf, cx) {
-                    // A smuggling shape was cut behind this request: it is
-                    // answered, then hyper refuses what follows.
-                    Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
-                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
-                    Poll::Ready(Ok(_)) => {}
-                    Poll::Pending => return Poll::Pending,
+                Err(e) => {
+                    tracing::debug!(error = %e, "client connection ended mid-response");
+                    return End::Closed;
                 }
-            }
-        });
-        let client = std::pin::pin!(client);
-        let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
-        let response = std::future::poll_fn(|cx| {
-            if let Poll::Ready(answer) = served.as_mut().poll(cx) {
-                return Poll::Ready(Some(answer));
-            }
-            match client.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
-        drop(served);
-        let Some(answer) = response else {
-            tracing::debug!("client closed its connection mid-request; request cancelled");
-            return End::Closed;
-        };
-        // 2. The response.
-        match write(io, answer, &method, &mut date).await {
-            Ok(true) if !shut.load(Ordering::Acquire) => {}
-            Ok(_) => {
-                let _ = io.shutdown().await;
-                return End::Closed;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "client connection ended mid-response");
-                return End::Closed;
             }
         }
     }
@@ -195,7 +207,8 @@ enum Read {
 }
 
 /// Reads more of a head into `buf`. While nothing is buffered, the buffer is
-/// freed: an idle connection holds none.
+/// freed and the framing rests ([`ClientIo::rest`]): an idle connection holds
+/// neither.
 async fn read(
     io: &mut ClientIo,
     buf: &mut BytesMut,
@@ -218,6 +231,7 @@ async fn read(
             Poll::Pending => {
                 if buf.is_empty() {
                     *buf = BytesMut::new();
+                    io.rest();
                 }
                 Poll::Pending
             }
@@ -296,11 +310,16 @@ fn write<'a>(
     // task, which every idle connection keeps.
     match w.gather() {
         Ok(false) => futures_util::future::Either::Left(Box::pin(write_body(io, w))),
-        ended => futures_util::future::Either::Right(async move {
-            ended?;
-            flush(io, &mut w.out).await?;
-            Ok(w.keep_alive())
-        }),
+        ended => {
+            // Only the bytes are kept for the write, not the spent body.
+            let keep_alive = w.keep_alive();
+            let mut out = w.out;
+            futures_util::future::Either::Right(async move {
+                ended?;
+                flush(io, &mut out).await?;
+                Ok(keep_alive)
+            })
+        }
     }
 }
 

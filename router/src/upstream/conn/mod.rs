@@ -462,8 +462,12 @@ impl UpstreamState {
             .is_some_and(|t| now.saturating_duration_since(t) >= limit)
     }
 
+    /// Goes idle: the read buffer (empty, see [`Upstream::ended_cleanly`]) is
+    /// freed, not kept while the connection waits in its pool: the next response
+    /// reserves one anyway, the last body's bytes having shared this one.
     pub(super) fn mark_idle(&mut self, now: Instant) {
         self.idle_since = Some(now);
+        self.rbuf = BytesMut::new();
     }
 }
 
