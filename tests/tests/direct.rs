@@ -17,7 +17,11 @@ fn web(fixture: &str, from: &str, b: &Backend, backend: &str) -> String {
 #[tokio::test]
 async fn web_framework_members_get_their_mappings_applied() {
     let (b1, b2) = (Backend::start().await, Backend::start().await);
-    let r = TestRouter::start("endpoint_types: [web_framework]\n").await;
+    // Round robin: the eight requests below reach both gears by design (with
+    // the default p2c and no load, all eight went to one gear once in 128 runs).
+    let r =
+        TestRouter::start("endpoint_types: [web_framework]\nupstream:\n  balance: round_robin\n")
+            .await;
     r.drop_event(
         "01.yaml",
         &web(

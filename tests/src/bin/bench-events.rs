@@ -415,7 +415,16 @@ async fn replay(preload: usize, n: usize, window: usize) {
             Command::Ack,
             "the router answers with ACKs: {f:?}"
         );
-        acked += 1;
+        // Cumulative (`ack: client`): this message and every one before it.
+        let id: usize = f
+            .get("id")
+            .and_then(|id| id.parse().ok())
+            .expect("an ACK names the message it answers for");
+        assert!(
+            id >= acked && id < sent,
+            "ACK {id} out of order ({acked} acknowledged, {sent} sent)"
+        );
+        acked = id + 1;
     }
     let cpu = (router_ticks(&pid) - ticks0) as f64 / 100.0;
     let wall = t0.elapsed().as_secs_f64();
