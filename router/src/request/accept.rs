@@ -31,7 +31,6 @@
 //! tunnel keeps its connection's slot until it closes) up to the grace period, then
 //! closes what is left.
 
-use std::collections::HashMap;
 use std::future::Future as _;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -55,6 +54,7 @@ use super::lifecycle::{Event, Signal, Watch, next_signalled};
 use super::limits::Limits;
 use super::listener::{Gate, Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
+use super::registry::{Connections, Registered, lock};
 use super::upload::Received;
 use crate::tls::rewind::Rewind;
 
@@ -476,13 +476,9 @@ impl Connection {
             stop,
             kill,
         } = self;
-        // Every quiet state has a deadline (see `Activity`); shutdown and quiet
-        // both end the connection gracefully (h1: after the response in flight;
-        // h2: GOAWAY), and the kill switch drops it after the grace. They are
-        // waited for in one future with a waker of its own, so they are polled
-        // when one of them fires, never on the connection's own wake-ups
-        // (several per request). Made here and lent to `supervise`: what the
-        // task captures stays for the connection's life, even once moved out.
+        // Every quiet state has a deadline (see `Activity`); drain and quiet end
+        // the connection gracefully, the kill switch at once (see `supervise`).
+        // Made here and lent: what the task captures stays for its whole life.
         let mut watch = Watch::of(&serving.limits, (stop, kill), evict, activity);
         let start = Box::new(Start {
             incoming,
@@ -495,44 +491,17 @@ impl Connection {
             builder,
         });
         async move {
-            let Start {
-                incoming,
-                tls,
-                serving,
-                mut conn,
+            let Some(Opened {
+                io,
+                own,
+                first,
+                placed: _placed,
+                conn,
                 live,
                 builder,
-            } = *start;
-            let (stream, _placed) = match incoming.register() {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
-                    return;
-                }
-            };
-            // `serving`'s scope: it is not kept past the first request's start.
-            let (io, own, first) = {
-                let io = match tls {
-                    None => Stream::Plain(stream),
-                    // The handshake runs in the connection's task, never in this loop.
-                    Some(acceptor) => {
-                        let handshake =
-                            handshake(&serving, acceptor, stream, &mut conn, &watch.activity);
-                        match tokio::select! {
-                            s = handshake => s,
-                            _ = watch.evict.evicted_wait() => None,
-                        } {
-                            Some(s) => s,
-                            None => return,
-                        }
-                    }
-                };
-                let limits = &serving.limits;
-                (
-                    ClientIo::new(io, limits.send_timeout),
-                    h1::Settings::of(limits),
-                    limits.header_read_timeout,
-                )
+            }) = open(start, &watch, peer).await
+            else {
+                return;
             };
             // Told to close gracefully (drain, idle): HTTP/1 after the response
             // in progress, h2 with a GOAWAY.
@@ -550,6 +519,21 @@ impl Connection {
     }
 }
 
+/// A connection ready for its first request: registered with its runtime, past
+/// its TLS handshake, with what serving it needs of the limits live when it was
+/// accepted.
+struct Opened {
+    io: ClientIo,
+    own: h1::Settings,
+    /// `limits.header_read_timeout`.
+    first: Duration,
+    /// The worker's count of it, held for the connection's life.
+    placed: Option<crate::workers::WorkerSlot>,
+    conn: Arc<ClientConn>,
+    live: Live,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
 /// What a connection's task starts from and has used up by its first request:
 /// boxed, so that it is freed then. Captured by the task's future instead, it
 /// stayed there for the connection's life, moved out or not (80 bytes).
@@ -562,6 +546,48 @@ struct Start {
     conn: Arc<ClientConn>,
     live: Live,
     builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
+/// Registers the socket with the runtime polling this and, on the HTTPS
+/// listener, makes the handshake (until it ends, or the connection is
+/// evicted); `None`: the connection ends here. `start` is freed on the way.
+async fn open(start: Box<Start>, watch: &Watch, peer: SocketAddr) -> Option<Opened> {
+    let Start {
+        incoming,
+        tls,
+        serving,
+        mut conn,
+        live,
+        builder,
+    } = *start;
+    let (stream, placed) = match incoming.register() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
+            return None;
+        }
+    };
+    let io = match tls {
+        None => Stream::Plain(stream),
+        // The handshake runs in the connection's task, never in the accept loop.
+        Some(acceptor) => {
+            let handshake = handshake(&serving, acceptor, stream, &mut conn, &watch.activity);
+            tokio::select! {
+                s = handshake => s?,
+                _ = watch.evict.evicted_wait() => return None,
+            }
+        }
+    };
+    let limits = &serving.limits;
+    Some(Opened {
+        io: ClientIo::new(io, limits.send_timeout),
+        own: h1::Settings::of(limits),
+        first: limits.header_read_timeout,
+        placed,
+        conn,
+        live,
+        builder,
+    })
 }
 
 /// The TLS handshake of a connection to the HTTPS listener (after a look at
@@ -706,88 +732,3 @@ fn supervise<'a, F: Future<Output = HttpResult>>(
 
 /// How a connection's HTTP ended.
 type HttpResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// A listener's open connections, for [`Connections::make_room`].
-#[derive(Default)]
-struct Connections {
-    next: u64,
-    /// Each connection's activity, its signal and its client source.
-    by_id: HashMap<u64, (Arc<Activity>, Arc<Signal>, ClientKey)>,
-}
-
-impl Connections {
-    /// Has every connection look at its drain epoch and the kill switch (one
-    /// has turned).
-    fn wake_all(&self) {
-        for (_, signal, _) in self.by_id.values() {
-            signal.wake();
-        }
-    }
-
-    /// At `limits.max_connections`, with a client from `newcomer` waiting: tells
-    /// one connection to close, and says whether it did.
-    ///
-    /// First the connection quiet the longest (a slowloris head that never ends,
-    /// an idle keep-alive). If every connection has a request in flight, one of
-    /// the source holding the most connections, if it holds more than the
-    /// newcomer's source plus one (slow readers from one place keep their
-    /// requests in flight for as long as they like: without this they would hold
-    /// the listener against everyone else). Otherwise none: the newcomer waits for
-    /// a slot.
-    fn make_room(&mut self, newcomer: ClientKey, sources: &per_source::PerSource) -> bool {
-        let quietest = self
-            .by_id
-            .values()
-            .filter_map(|(a, evict, _)| a.idle_since().map(|t| (t, evict)))
-            .min_by_key(|(t, _)| *t);
-        if let Some((_, evict)) = quietest {
-            evict.evict();
-            return true;
-        }
-        let Some((heaviest, holds)) = sources.heaviest() else {
-            return false;
-        };
-        if heaviest == newcomer || holds <= sources.holds(newcomer) + 1 {
-            return false;
-        }
-        match self.by_id.values().find(|(_, _, from)| *from == heaviest) {
-            Some((_, evict, _)) => {
-                evict.evict();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-fn lock(c: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
-    c.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A connection's entry in [`Connections`], removed when dropped.
-struct Registered {
-    id: u64,
-    all: Arc<Mutex<Connections>>,
-    evict: Arc<Signal>,
-}
-
-impl Registered {
-    fn new(all: &Arc<Mutex<Connections>>, activity: Arc<Activity>, from: ClientKey) -> Registered {
-        let evict = Arc::new(Signal::default());
-        let mut c = lock(all);
-        let id = c.next;
-        c.next += 1;
-        c.by_id.insert(id, (activity, evict.clone(), from));
-        Registered {
-            id,
-            all: all.clone(),
-            evict,
-        }
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        lock(&self.all).by_id.remove(&self.id);
-    }
-}

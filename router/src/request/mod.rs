@@ -59,6 +59,7 @@ pub mod listener;
 pub mod log;
 pub mod own_waker;
 pub mod passthrough;
+mod registry;
 pub mod respond;
 pub mod retry;
 pub mod route;
