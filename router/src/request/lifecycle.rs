@@ -165,3 +165,83 @@ pub(crate) fn next_signalled(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt as _;
+
+    use super::*;
+
+    /// A watch with deadlines far away: only the signals can end a wait.
+    fn watch_of(
+        stop: watch::Receiver<bool>,
+        kill: watch::Receiver<bool>,
+        signal: &Arc<Signal>,
+    ) -> Watch {
+        let hour = Duration::from_secs(3600);
+        Watch {
+            stop,
+            kill,
+            evict: signal.clone(),
+            activity: Activity::new(None),
+            first: hour,
+            idle: hour,
+            send_timeout: hour,
+        }
+    }
+
+    fn event(e: Option<Event>) -> &'static str {
+        match e {
+            None => "pending",
+            Some(Event::Drain) => "drain",
+            Some(Event::Quiet) => "quiet",
+            Some(Event::Idle) => "idle",
+            Some(Event::Stalled) => "stalled",
+            Some(Event::End) => "end",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_signalled_connection_sees_its_drain_its_eviction_and_the_kill_switch() {
+        let (stop_tx, stop) = watch::channel(false);
+        let (kill_tx, kill) = watch::channel(false);
+        let signal = Arc::new(Signal::default());
+        let mut w = watch_of(stop, kill, &signal);
+
+        // A wake with nothing turned is looked past.
+        let mut next = Box::pin(next_signalled(&mut w, false, false));
+        assert_eq!(event(next.as_mut().now_or_never()), "pending");
+        signal.wake();
+        assert_eq!(event(next.as_mut().now_or_never()), "pending");
+        // The drain epoch ends: the registry wakes it, and it sees the drain.
+        stop_tx.send(true).expect("stop");
+        assert_eq!(
+            event(next.as_mut().now_or_never()),
+            "pending",
+            "not without a wake"
+        );
+        signal.wake();
+        assert_eq!(event(next.as_mut().now_or_never()), "drain");
+        drop(next);
+
+        // Draining already: the drain is not seen again; eviction ends it.
+        let mut next = Box::pin(next_signalled(&mut w, true, false));
+        signal.wake();
+        assert_eq!(event(next.as_mut().now_or_never()), "pending");
+        signal.evict();
+        assert_eq!(event(next.as_mut().now_or_never()), "end");
+        drop(next);
+
+        // The kill switch, raised before the wait began, is seen at once.
+        let (_stop_tx, stop) = watch::channel(false);
+        let signal = Arc::new(Signal::default());
+        let mut w = watch_of(stop, w.kill.clone(), &signal);
+        kill_tx.send(true).expect("kill");
+        assert_eq!(
+            event(next_signalled(&mut w, false, false).now_or_never()),
+            "end"
+        );
+    }
+}
