@@ -103,6 +103,20 @@ impl Watch {
     }
 }
 
+impl Watch {
+    /// The quiet deadlines `(first, limit)` a connection that is `closing` and
+    /// `shut` waits for (none once told to close while draining), and the event
+    /// their passing is.
+    fn quiet_wait(&self, closing: bool, shut: bool) -> (Option<(Duration, Duration)>, Event) {
+        let (first, idle, quiet) = if closing {
+            (DRAIN_QUIET, DRAIN_QUIET, Event::Quiet)
+        } else {
+            (self.first, self.idle, Event::Idle)
+        };
+        ((!(closing && shut)).then_some((first, idle)), quiet)
+    }
+}
+
 /// The next [`Event`] of a connection that is `closing` (draining) and, if so,
 /// already `shut` (told to close).
 ///
@@ -111,12 +125,7 @@ impl Watch {
 /// out (which kept it twice), and one timer for the idle and the stall deadlines
 /// ([`Activity::quiet`]) make it 1 216 → about 700 bytes.
 pub(crate) async fn next_event(w: &mut Watch, closing: bool, shut: bool) -> Event {
-    let (first, idle, quiet) = if closing {
-        (DRAIN_QUIET, DRAIN_QUIET, Event::Quiet)
-    } else {
-        (w.first, w.idle, Event::Idle)
-    };
-    let idle = (!(closing && shut)).then_some((first, idle));
+    let (idle, quiet) = w.quiet_wait(closing, shut);
     tokio::select! {
         _ = stopped(&mut w.stop), if !closing => Event::Drain,
         q = w.activity.quiet(idle, Some(w.send_timeout)) => match q {
@@ -139,12 +148,7 @@ pub(crate) fn next_signalled(
     shut: bool,
 ) -> impl Future<Output = Event> + '_ {
     async move {
-        let (first, idle, quiet) = if closing {
-            (DRAIN_QUIET, DRAIN_QUIET, Event::Quiet)
-        } else {
-            (w.first, w.idle, Event::Idle)
-        };
-        let idle = (!(closing && shut)).then_some((first, idle));
+        let (idle, quiet) = w.quiet_wait(closing, shut);
         let mut waiting = std::pin::pin!(w.activity.quiet(idle, Some(w.send_timeout)));
         loop {
             // A wake between these looks and the wait below is kept by the
