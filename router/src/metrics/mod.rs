@@ -123,6 +123,9 @@ pub struct Metrics {
     pub routes: IntGauge,
     pub apps: IntGauge,
     pub table_updates: IntCounter,
+    /// Publishes that copied the whole table's names and apps because the spare
+    /// copy was still held by a reader (see `table::maps`).
+    pub table_copies: IntCounter,
     pub health: HealthMetrics,
     pub tls: TlsMetrics,
     /// Requests that waited for a slot on a full member.
@@ -412,6 +415,11 @@ impl Metrics {
             routes: gauge!("router_routes", "Host names in the live route table", r)?,
             apps: gauge!("router_apps", "Applications in the live route table", r)?,
             table_updates: counter!("router_table_updates_total", "Route tables published", r)?,
+            table_copies: counter!(
+                "router_table_copies_total",
+                "Route tables published from a whole copy of the live table's names and apps (the spare copy was still held)",
+                r
+            )?,
             health: HealthMetrics::new(&r)?,
             tls: TlsMetrics::new(&r)?,
             spi: spi_consumer::metrics::Metrics::new(&r)?,

@@ -71,7 +71,7 @@ async fn hello_then_handshake(
     metrics: &crate::metrics::TlsMetrics,
 ) -> Option<tokio_rustls::server::TlsStream<Rewind>> {
     let mut read = Vec::new();
-    if proxy.table.load().passthrough > 0 {
+    if proxy.table.load().passthrough() > 0 {
         let hello =
             tokio::time::timeout(tls.handshake_timeout, crate::tls::hello::read(&mut stream)).await;
         let Ok(hello) = hello else {

@@ -30,7 +30,7 @@ impl Proxy {
     /// The passthrough route for a ClientHello's server name, if it has one.
     pub fn passthrough_route(&self, sni: &str) -> Option<Arc<Route>> {
         let table = self.table.load();
-        if table.passthrough == 0 {
+        if table.passthrough() == 0 {
             return None;
         }
         table.lookup(sni).filter(|r| r.passthrough).cloned()

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use arc_swap::ArcSwap;
-use spi_consumer::{App, AppKey, AppKeyRef, Publish, RoutingState};
+use spi_consumer::{App, AppKey, Publish, RoutingState};
 
 use super::balance::Balance;
-use super::{AppRoute, EndpointInfo, Generated, HostRoute, Route, RouteTable, Target};
+use super::maps::Change;
+use super::{EndpointInfo, Generated, Route, RouteMaps, RouteTable, Target};
 use crate::members::MemberRegistry;
 use crate::members::probe::Probe;
 use crate::metrics::Metrics;
@@ -68,6 +69,16 @@ pub struct Builder {
     certs: Option<Arc<std::sync::Mutex<CertIndex>>>,
     /// Where changes are remembered for the status page.
     recent: Option<Arc<super::recent::Recent>>,
+    /// The maps the live table had before this builder's last publish.
+    spare: Option<Spare>,
+}
+
+/// The copy of the maps that is not live (see [`super::maps`]): `behind` is what
+/// `ahead` was made from by `changes`.
+struct Spare {
+    behind: Arc<RouteMaps>,
+    ahead: Arc<RouteMaps>,
+    changes: Vec<Change>,
 }
 
 impl Builder {
@@ -85,6 +96,7 @@ impl Builder {
             metrics,
             certs: None,
             recent: None,
+            spare: None,
         }
     }
 
@@ -100,14 +112,23 @@ impl Builder {
         self
     }
 
-    /// The next table: `table` with the apps in `changed` rebuilt from `state`.
+    /// The next table: `table` with the apps in `changed` rebuilt from `state`, in
+    /// a copy of its maps (publishing writes the spare copy instead).
     pub fn update(
         &self,
         table: &RouteTable,
         state: &RoutingState,
         changed: &BTreeSet<AppKey>,
     ) -> RouteTable {
+        let mut maps = RouteMaps::clone(&table.maps);
+        self.apply(&mut maps, state, changed);
+        self.table_with(table, Arc::new(maps))
+    }
+
+    /// `table` with `maps` (and this builder's naming for generated names).
+    fn table_with(&self, table: &RouteTable, maps: Arc<RouteMaps>) -> RouteTable {
         let mut next = table.clone();
+        next.maps = maps;
         if !next
             .generated
             .as_ref()
@@ -115,41 +136,86 @@ impl Builder {
         {
             next.generated = Some(self.generated.clone());
         }
+        next
+    }
+
+    /// Rebuilds the apps in `changed` from `state` in `maps`; what it put, in order.
+    fn apply(
+        &self,
+        maps: &mut RouteMaps,
+        state: &RoutingState,
+        changed: &BTreeSet<AppKey>,
+    ) -> Vec<Change> {
+        let mut changes = Vec::with_capacity(changed.len());
         for key in changed {
-            let mut removed = None;
-            if let Some((AppRoute(old), ())) = next.apps.remove_with_key(key as &dyn AppKeyRef) {
-                removed = Some(format!("{}-{}", old.name, old.namespace));
-                next.passthrough -= usize::from(old.passthrough);
-                next.generated_names -= usize::from(old.generated);
-                for host in &old.hosts[usize::from(old.generated)..] {
-                    // Only if the name still points at this app (an alias may have moved).
-                    if next.listed(host).is_some_and(|r| r.app == *key) {
-                        next.hosts.remove(&**host);
-                    }
-                }
-            }
             let app = state.app(key).filter(|a| a.is_announced());
-            if let Some(old) = &removed
-                && app.is_none_or(|a| label(a) != old.as_str())
-            {
-                self.metrics.app_traffic.remove(old);
-            }
-            if let Some(app) = app {
-                let route = Arc::new(self.route(key, app));
-                next.passthrough += usize::from(route.passthrough);
-                next.generated_names += usize::from(route.generated);
-                for at in usize::from(route.generated)..route.hosts.len() {
-                    if let Some(host) = HostRoute::new(route.clone(), at) {
-                        // The key is the entry: a name another app had is replaced
-                        // whole.
-                        next.hosts.remove(host.name());
-                        next.hosts.insert(host, ());
-                    }
+            let route = app.map(|app| Arc::new(self.route(key, app)));
+            changes.push(match &route {
+                Some(r) => Change::Put(r.clone()),
+                None => Change::Gone(key.clone()),
+            });
+            if let Some(old) = maps.replace(key, route) {
+                let old = format!("{}-{}", old.name, old.namespace);
+                if app.is_none_or(|a| label(a) != old) {
+                    self.metrics.app_traffic.remove(&old);
                 }
-                next.apps.insert(AppRoute(route), ());
             }
         }
-        next
+        changes
+    }
+
+    /// `base`'s maps with the apps in `changed` rebuilt: written into the spare
+    /// copy when it is one batch behind `base`'s and no reader holds it, else
+    /// into a clone of `base`'s (see [`super::maps`]).
+    fn next_maps(
+        &mut self,
+        base: &RouteTable,
+        state: &RoutingState,
+        changed: &BTreeSet<AppKey>,
+    ) -> (RouteMaps, Vec<Change>) {
+        let spare = self
+            .spare
+            .take()
+            .filter(|s| Arc::ptr_eq(&s.ahead, &base.maps))
+            .and_then(|s| Some((Arc::try_unwrap(s.behind).ok()?, s.changes)));
+        let mut maps = match spare {
+            Some((mut behind, changes)) => {
+                behind.catch_up(&changes);
+                behind
+            }
+            None => {
+                self.metrics.table_copies.inc();
+                RouteMaps::clone(&base.maps)
+            }
+        };
+        let changes = self.apply(&mut maps, state, changed);
+        (maps, changes)
+    }
+
+    /// Publishes `maps` as the next table of `base`, keeping `base`'s maps as the
+    /// spare. The admin API swaps the table too (splits, policies): a table it
+    /// swapped in meanwhile has the same maps and gets the new ones; one with
+    /// other maps is rebuilt with `changed` (rcu: neither change is lost).
+    fn swap_in(
+        &mut self,
+        base: &RouteTable,
+        (maps, changes): (RouteMaps, Vec<Change>),
+        state: &RoutingState,
+        changed: &BTreeSet<AppKey>,
+    ) {
+        let maps = Arc::new(maps);
+        let previous = self.live.rcu(|current| {
+            Arc::new(if Arc::ptr_eq(&current.maps, &base.maps) {
+                self.table_with(current, maps.clone())
+            } else {
+                self.update(current, state, changed)
+            })
+        });
+        self.spare = Arc::ptr_eq(&previous.maps, &base.maps).then(|| Spare {
+            behind: base.maps.clone(),
+            ahead: maps,
+            changes,
+        });
     }
 
     fn route(&self, key: &AppKey, app: &App) -> Route {
@@ -278,29 +344,24 @@ impl Publish for Builder {
         };
         // Certificates are published before the table: a new alias is routable only
         // once its certificate is.
-        let built = match &certs {
-            Some(certs) if changed.len() >= SIDE_BY_SIDE => {
-                let base = self.live.load_full();
-                std::thread::scope(|s| {
-                    let indexed = s.spawn(|| index(certs));
-                    let next = Arc::new(self.update(&base, state, changed));
-                    if indexed.join().is_err() {
-                        tracing::error!("indexing the certificates failed");
-                    }
-                    Some((base, next))
-                })
-            }
+        let base = self.live.load_full();
+        let next = match &certs {
+            Some(certs) if changed.len() >= SIDE_BY_SIDE => std::thread::scope(|s| {
+                let indexed = s.spawn(|| index(certs));
+                let next = self.next_maps(&base, state, changed);
+                if indexed.join().is_err() {
+                    tracing::error!("indexing the certificates failed");
+                }
+                next
+            }),
             Some(certs) => {
                 index(certs);
-                None
+                self.next_maps(&base, state, changed)
             }
-            None => None,
+            None => self.next_maps(&base, state, changed),
         };
-        // rcu: the admin API swaps the table too (splits), never losing either change.
-        self.live.rcu(|current| match &built {
-            Some((base, next)) if Arc::ptr_eq(base, current) => next.clone(),
-            _ => Arc::new(self.update(current, state, changed)),
-        });
+        self.swap_in(&base, next, state, changed);
+        drop(base);
         if let Some(certs) = &certs {
             certs
                 .lock()

@@ -4,9 +4,10 @@
 //! `Arc<Route>` they need and drop the guard before any `.await`. The update path
 //! builds the next table from the previous one and swaps it in; readers never lock.
 //!
-//! Both maps are persistent (`imbl`): cloning a table is O(1) and changing one app
-//! costs O(log n) plus that app's own host names, never a copy of every route. So an
-//! event's cost does not grow with the number of apps.
+//! Cloning a table is O(1): its names and apps are one shared [`RouteMaps`], which
+//! the builder changes in place in a second copy (see [`maps`]): changing one app
+//! costs that app's own host names, never a copy of every route. So an event's
+//! cost does not grow with the number of apps.
 //!
 //! This is the read side (what a request looks up) and [`balance`] (how a route
 //! chooses among its members); [`build`] makes the next table from the routing
@@ -16,6 +17,7 @@ pub mod balance;
 pub mod build;
 pub mod generated;
 pub mod mappings;
+pub mod maps;
 pub mod recent;
 pub mod split;
 
@@ -29,6 +31,7 @@ use crate::members::Member;
 
 pub use self::build::{Builder, Naming};
 pub use self::generated::Generated;
+pub use self::maps::RouteMaps;
 
 /// One application's routing: its names and its members.
 #[derive(Debug)]
@@ -133,10 +136,9 @@ impl Route {
 }
 
 /// A host name and its route in one reference count: the host map's key, which
-/// holds its value. An event copies the map's nodes that the published table
-/// still shares, and every entry of a copied node is cloned then (and dropped
-/// again with the old table): one count an entry instead of a name's and a
-/// route's.
+/// holds its value. One count an entry instead of a name's and a route's: an
+/// entry is cloned for each copy of the maps (see [`maps`]) and when a table is
+/// first built.
 #[derive(Clone, Debug)]
 pub(crate) struct HostRoute {
     pub(crate) route: Arc<Route>,
@@ -205,29 +207,15 @@ impl<'a> std::borrow::Borrow<dyn AppKeyRef + 'a> for AppRoute {
     }
 }
 
-/// The table's persistent sets of entries: hashed with `foldhash` (seeded per
-/// process, so names an app owner chooses cannot be made to collide), not SipHash:
-/// a lookup hashes the name a client sent on every request.
-pub(crate) type Entries<K> =
-    imbl::GenericHashMap<K, (), foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
-
 /// Host → route, plus app → route to find an app's names again when it changes.
 #[derive(Clone, Debug, Default)]
 pub struct RouteTable {
-    /// The names not resolved from an app's key: aliases, and the generated names
-    /// of apps whose key does not resolve back (see [`generated`]).
-    pub(crate) hosts: Entries<HostRoute>,
-    /// Hashed, not ordered: a generated name is resolved here on the request path,
-    /// and a B-tree's search (a string comparison, two pointers followed, per
-    /// step) cost 1.2 µs a lookup at 160 000 apps against 0.3 µs for a hash map.
-    pub(crate) apps: Entries<AppRoute>,
+    /// The names and apps (what events change): shared with the tables that differ
+    /// only in splits or policies, and written in place by the builder (see
+    /// [`maps`]).
+    pub(crate) maps: Arc<RouteMaps>,
     /// How generated names are taken apart; none: every name is in `hosts`.
     pub(crate) generated: Option<Arc<Generated>>,
-    /// How many names are resolved from app keys (the sum of `Route::generated`).
-    pub(crate) generated_names: usize,
-    /// How many routes are passthrough: with none, TLS connections are terminated
-    /// without reading their ClientHello first.
-    pub passthrough: usize,
     /// Names shared between apps by weight (blue/green), set by the operator.
     pub splits: imbl::HashMap<Arc<str>, Arc<split::Split>>,
     /// The policy of each app with settings of its own (see [`crate::policy`]).
@@ -244,10 +232,13 @@ impl RouteTable {
 
     /// The route of a name in the host map.
     pub(crate) fn listed(&self, host: &str) -> Option<&Arc<Route>> {
-        if self.hosts.is_empty() {
-            return None;
-        }
-        self.hosts.get_key_value(host).map(|(k, ())| &k.route)
+        self.maps.listed(host)
+    }
+
+    /// How many routes are passthrough: with none, TLS connections are terminated
+    /// without reading their ClientHello first.
+    pub fn passthrough(&self) -> usize {
+        self.maps.passthrough
     }
 
     /// The route whose generated name `host` is.
@@ -264,8 +255,8 @@ impl RouteTable {
 
     /// Every name and the route it resolves to, as [`lookup`](Self::lookup) would.
     pub fn names(&self) -> impl Iterator<Item = (&str, &Arc<Route>)> {
-        let listed = self.hosts.keys().map(|h| (h.name(), &h.route));
-        let generated = self.apps.keys().map(|a| &a.0).flat_map(|r| {
+        let listed = self.maps.hosts.iter().map(|h| (h.name(), &h.route));
+        let generated = self.maps.apps.iter().map(|a| &a.0).flat_map(|r| {
             r.hosts[..usize::from(r.generated)]
                 .iter()
                 .map(move |h| (&**h, r))
@@ -310,12 +301,12 @@ impl RouteTable {
     }
 
     fn app_ref(&self, key: &dyn AppKeyRef) -> Option<&Arc<Route>> {
-        self.apps.get_key_value(key).map(|(a, ())| &a.0)
+        self.maps.app(key)
     }
 
     /// Every route, ordered by app.
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
-        let mut routes: Vec<&Arc<Route>> = self.apps.keys().map(|a| &a.0).collect();
+        let mut routes: Vec<&Arc<Route>> = self.maps.apps.iter().map(|a| &a.0).collect();
         routes.sort_unstable_by(|a, b| a.app.cmp(&b.app));
         routes.into_iter()
     }
@@ -330,11 +321,11 @@ impl RouteTable {
     /// How many names the table routes (an alias that is also another app's
     /// generated name counts twice).
     pub fn host_count(&self) -> usize {
-        self.hosts.len() + self.generated_names
+        self.maps.hosts.len() + self.maps.generated_names
     }
 
     pub fn app_count(&self) -> usize {
-        self.apps.len()
+        self.maps.apps.len()
     }
 }
 

@@ -214,7 +214,7 @@ fn passthrough_routes_are_marked_and_counted() {
     let t = step_body(&b, &mut state, &RouteTable::default(), &sni_proxy);
     let r = t.lookup("ha-secureapp-demo.example.com").expect("route");
     assert!(r.passthrough && r.members[0].tls);
-    assert_eq!(t.passthrough, 1);
+    assert_eq!(t.passthrough(), 1);
     // A second member that is re-encrypted (ssl_to_gear): the app is terminated.
     let mixed = ssl_to_gear
         .replace("38047", "38048")
@@ -222,13 +222,13 @@ fn passthrough_routes_are_marked_and_counted() {
     let t = step_body(&b, &mut state, &t, &mixed);
     let r = t.lookup("ha-secureapp-demo.example.com").expect("route");
     assert_eq!(
-        (r.passthrough, r.members.len(), t.passthrough),
+        (r.passthrough, r.members.len(), t.passthrough()),
         (false, 2, 0)
     );
     // The fixture itself (https, wss) was never passthrough.
     let mut state = RoutingState::new();
     let t = step_body(&b, &mut state, &RouteTable::default(), &ssl_to_gear);
-    assert_eq!(t.passthrough, 0);
+    assert_eq!(t.passthrough(), 0);
 }
 
 /// The tables after fixture 03 (one member) and then 05 (two members).
@@ -384,7 +384,7 @@ fn keys(state: &RoutingState) -> BTreeSet<AppKey> {
 fn generated_names_resolve_from_the_key_and_only_aliases_are_stored() {
     let state = many_apps(50);
     let t = builder(true).update(&RouteTable::default(), &state, &keys(&state));
-    assert_eq!(t.hosts.len(), 50, "the aliases only");
+    assert_eq!(t.maps.hosts.len(), 50, "the aliases only");
     assert_eq!(t.host_count(), 150, "HA name, app name and alias");
     assert_eq!(t.names().count(), 150);
     for i in [0, 7, 49] {
@@ -431,7 +431,7 @@ fn an_alias_wins_over_another_apps_generated_name_until_it_goes() {
     ]);
     let t = b.update(&t, &state, &keys(&state));
     assert_eq!(&*t.lookup(taken).expect("route").app.name, "shop");
-    assert!(t.hosts.is_empty());
+    assert!(t.maps.hosts.is_empty());
 }
 
 #[test]
@@ -439,7 +439,7 @@ fn a_key_that_does_not_resolve_back_keeps_its_names_in_the_host_map() {
     let b = builder(true);
     let state = RoutingState::from_apps([app_with("a-b", "c", &[]), app_with("a", "bc", &[])]);
     let t = b.update(&RouteTable::default(), &state, &keys(&state));
-    assert_eq!(t.hosts.len(), 2, "a-b's two names");
+    assert_eq!(t.maps.hosts.len(), 2, "a-b's two names");
     assert_eq!(
         &*t.lookup("ha-a-b-c.example.com").expect("a-b").app.name,
         "a-b"
@@ -459,7 +459,113 @@ fn a_key_that_does_not_resolve_back_keeps_its_names_in_the_host_map() {
             }])
             .collect(),
     );
-    assert!(t.hosts.is_empty());
+    assert!(t.maps.hosts.is_empty());
     assert!(t.lookup("ha-a-b-c.example.com").is_none());
     assert_eq!(t.host_count(), 2);
+}
+
+/// The table as every name's app, plus the counts, to compare two tables whole.
+fn whole(t: &RouteTable) -> (BTreeMap<String, String>, usize, usize, usize) {
+    let names = t
+        .names()
+        .map(|(n, r)| (n.to_string(), r.app.to_string()))
+        .collect();
+    (names, t.app_count(), t.host_count(), t.passthrough())
+}
+
+/// Publishing writes the spare copy of the maps in place (see `table::maps`): after
+/// every batch the live table is the one a fresh build of the whole state makes,
+/// also across aliases moving between apps, apps going, an admin change of the
+/// splits between batches (same maps) and a reader holding an old table (the
+/// spare is then copied once, counted).
+#[test]
+fn the_spare_copy_publishes_what_a_fresh_build_does() {
+    let metrics = Metrics::new().expect("metrics");
+    let live = Arc::new(ArcSwap::from_pointee(RouteTable::default()));
+    let mut b = Builder::new(
+        naming(true),
+        Arc::new(crate::members::tests::registry(100)),
+        live.clone(),
+        metrics.clone(),
+    );
+    let fresh = builder(true);
+    let app = |name: &str, aliases: &[&str]| app_with(name, "acme", aliases);
+    // Each batch: the whole state, and the apps it changed (all the consumer passes).
+    let steps: Vec<(Vec<spi_consumer::App>, &[&str])> = vec![
+        (
+            vec![
+                app("a", &["www.a.net"]),
+                app("b", &[]),
+                app("c", &["x.net"]),
+            ],
+            &["a", "b", "c"],
+        ),
+        // x.net moves from c to b; a gets a second alias.
+        (
+            vec![
+                app("a", &["www.a.net", "a.net"]),
+                app("b", &["x.net"]),
+                app("c", &[]),
+            ],
+            &["a", "b", "c"],
+        ),
+        // c goes; d takes b's generated name as an alias.
+        (
+            vec![
+                app("a", &["a.net"]),
+                app("b", &["x.net"]),
+                app("d", &["ha-b-acme.example.com"]),
+            ],
+            &["a", "c", "d"],
+        ),
+        // d lets it go again, b goes.
+        (vec![app("a", &["a.net"]), app("d", &[])], &["b", "d"]),
+        (
+            vec![app("a", &[]), app("e", &["a.net", "x.net"])],
+            &["a", "d", "e"],
+        ),
+        (
+            vec![app("a", &["x.net"]), app("e", &["a.net"])],
+            &["a", "e"],
+        ),
+    ];
+    let mut held = None;
+    for (i, (apps, changed)) in steps.into_iter().enumerate() {
+        let state = RoutingState::from_apps(apps);
+        let changed: BTreeSet<AppKey> = changed
+            .iter()
+            .map(|n| AppKey {
+                name: (*n).into(),
+                namespace: "acme".into(),
+            })
+            .collect();
+        if i == 2 {
+            // The admin API swaps the table between batches: the maps stay shared.
+            let weights = BTreeMap::from([("a-acme".to_string(), 1)]);
+            let split = Arc::new(split::Split::new(weights).expect("split"));
+            live.rcu(|t| {
+                let mut next = RouteTable::clone(t);
+                next.splits
+                    .insert(Arc::from("s.example.com"), split.clone());
+                Arc::new(next)
+            });
+        }
+        if i == 3 {
+            // A reader keeps the table before the last one: its maps are the spare.
+            held = Some(live.load_full());
+        }
+        spi_consumer::Publish::publish(&mut b, &state, &changed);
+        let now = live.load_full();
+        let want = fresh.update(&RouteTable::default(), &state, &keys(&state));
+        assert_eq!(whole(&now), whole(&want), "after batch {i}");
+        if i >= 2 {
+            assert!(
+                now.splits.contains_key("s.example.com"),
+                "batch {i} kept the admin's split"
+            );
+        }
+    }
+    // One copy to start (no spare yet), one for the held spare's batch.
+    assert_eq!(metrics.table_copies.get(), 2);
+    drop(held);
 }
