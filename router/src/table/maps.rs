@@ -69,7 +69,12 @@ impl RouteMaps {
         key: &AppKey,
         route: Option<Arc<Route>>,
     ) -> Option<Arc<Route>> {
-        let old = self.apps.take(key as &dyn AppKeyRef).map(|AppRoute(r)| r);
+        // One hash and one probe: the app map's entry is its route.
+        let old = match &route {
+            Some(route) => self.apps.replace(AppRoute(route.clone())),
+            None => self.apps.take(key as &dyn AppKeyRef),
+        }
+        .map(|AppRoute(r)| r);
         if let Some(old) = &old {
             self.passthrough -= usize::from(old.passthrough);
             self.generated_names -= usize::from(old.generated);
@@ -89,7 +94,6 @@ impl RouteMaps {
                     self.hosts.replace(host);
                 }
             }
-            self.apps.insert(AppRoute(route));
         }
         old
     }
