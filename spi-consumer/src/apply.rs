@@ -17,7 +17,7 @@
 //! Apps are held in `Arc`s so that a snapshot of the state (for persistence or for
 //! building a route table) copies pointers, not applications.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -188,9 +188,15 @@ impl NoChange {
 }
 
 /// All applications, keyed by [`AppKey`].
+///
+/// Hashed, not ordered: an event looks its app up four times (apply, journal,
+/// certificates, table), and a B-tree's search at 100 000 apps is 17 string
+/// comparisons through cold nodes, 5 % of the router's CPU per event
+/// (`bench-events --perf`, 2026-11-28). `foldhash`, seeded per process: app names
+/// come from the broker.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoutingState {
-    apps: BTreeMap<AppKey, Arc<App>>,
+    apps: HashMap<AppKey, Arc<App>, foldhash::fast::RandomState>,
 }
 
 impl RoutingState {
@@ -202,6 +208,7 @@ impl RoutingState {
         self.apps.get(key)
     }
 
+    /// Every app, in no particular order.
     pub fn apps(&self) -> impl Iterator<Item = (&AppKey, &Arc<App>)> {
         self.apps.iter()
     }

@@ -296,11 +296,12 @@ impl Store {
         Ok(())
     }
 
-    /// Writes a full snapshot, then empties the journal.
+    /// Writes a full snapshot (apps in key order: the same state, the same
+    /// file), then empties the journal.
     pub fn compact(&mut self, state: &RoutingState) -> Result<(), StoreError> {
         let snapshot = Snapshot {
             format: FORMAT,
-            apps: state.apps().map(|(_, a)| &**a).collect(),
+            apps: by_key(state),
         };
         let bytes = serde_json::to_vec(&snapshot).map_err(|e| StoreError::Io {
             path: self.dir.join(SNAPSHOT),
@@ -330,6 +331,13 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         path: dir.to_path_buf(),
         source,
     })
+}
+
+/// The state's apps ordered by key.
+fn by_key(state: &RoutingState) -> Vec<&App> {
+    let mut apps: Vec<_> = state.apps().collect();
+    apps.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    apps.into_iter().map(|(_, a)| &**a).collect()
 }
 
 #[cfg(test)]
