@@ -199,17 +199,24 @@ async fn http3_answers_as_h2_does_for_apps_aliases_unknown_hosts_and_rotation() 
     let v = h3(udp, APP_HOST, ca, serde_json::json!([get(ALIAS, "/")])).await;
     assert_eq!(status(&v[0]), 421, "{v}");
 
-    // A request body reaches the member whole.
+    // A request body reaches the member whole: one that streams, and one small
+    // enough to arrive with its head (the router's first look at the stream
+    // finds it, then the stream's end).
     let body = "x".repeat(100_000);
     let v = h3(
         udp,
         APP_HOST,
         ca,
-        serde_json::json!([{"method": "POST", "authority": APP_HOST, "path": "/up", "body": body}]),
+        serde_json::json!([
+            {"method": "POST", "authority": APP_HOST, "path": "/up", "body": body},
+            {"method": "POST", "authority": APP_HOST, "path": "/small", "body": "hello"}
+        ]),
     )
     .await;
     assert_eq!(status(&v[0]), 200, "{v}");
     assert_eq!(echo(&v[0]).body_len, 100_000);
+    assert_eq!(status(&v[1]), 200, "{v}");
+    assert_eq!(echo(&v[1]).body_len, 5, "{v}");
 
     // A member rotated out by the operator gets no HTTP/3 request either.
     let (code, text) = r
@@ -238,8 +245,8 @@ async fn http3_answers_as_h2_does_for_apps_aliases_unknown_hosts_and_rotation() 
         .await
         .unwrap_or(0.0);
     assert_eq!(
-        h3_requests, 11.0,
-        "4 to the app, the alias, the unknown host, the 421, the upload, 3 after the rotation"
+        h3_requests, 12.0,
+        "4 to the app, the alias, the unknown host, the 421, the two uploads, 3 after the rotation"
     );
     assert!(
         r.metric("router_http3_handshakes_total{result=\"ok\"}")

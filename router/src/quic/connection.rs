@@ -13,13 +13,11 @@ use http_body_util::BodyExt as _;
 use prometheus::IntCounter;
 use tokio::sync::watch;
 
-use super::body::H3Body;
 use crate::request::activity::{Activity, ConnectionSlot};
 use crate::request::body::ProxyBody;
 use crate::request::client_conn::ClientConn;
 use crate::request::lifecycle::{Event, Signal, Watch, next_event};
 use crate::request::listener::{Serving, stopped};
-use crate::request::upload::Received;
 
 type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
 type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
@@ -193,7 +191,8 @@ impl Requests {
                 }
             };
             let (send, recv) = stream.split();
-            let req = req.map(|()| Received::Stream(Box::pin(H3Body::new(recv))));
+            let body = super::body::received(recv).await;
+            let req = req.map(|()| body);
             let Ok(response) = proxy.response(conn, req).await;
             respond(send, response).await;
         });
