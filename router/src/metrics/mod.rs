@@ -123,8 +123,8 @@ pub struct Metrics {
     pub routes: IntGauge,
     pub apps: IntGauge,
     pub table_updates: IntCounter,
-    /// Publishes that copied the whole table's names and apps because the spare
-    /// copy was still held by a reader (see `table::maps`).
+    /// Publishes that copied the whole table's names and apps: the first after
+    /// start, and those whose spare copy a reader still held (see `table::maps`).
     pub table_copies: IntCounter,
     pub health: HealthMetrics,
     pub tls: TlsMetrics,
