@@ -303,6 +303,20 @@ fn upstream_counters(r: &Registry) -> prometheus::Result<[IntCounter; 3]> {
     Ok([retries, upstream_connections, queue_waits])
 }
 
+/// The live route table's size, and how often it was published (and from a
+/// whole copy: see `table::maps`).
+fn table_metrics(r: &Registry) -> prometheus::Result<([IntGauge; 2], [IntCounter; 2])> {
+    let routes = gauge!("router_routes", "Host names in the live route table", r)?;
+    let apps = gauge!("router_apps", "Applications in the live route table", r)?;
+    let updates = counter!("router_table_updates_total", "Route tables published", r)?;
+    let copies = counter!(
+        "router_table_copies_total",
+        "Route tables published from a whole copy of the live table's names and apps (the first after start, or the spare copy was still held)",
+        r
+    )?;
+    Ok(([routes, apps], [updates, copies]))
+}
+
 /// The app policies' series: refusals by app and reason, and clients let
 /// through a rate limit untracked.
 fn policy_metrics(r: &Registry) -> prometheus::Result<(IntCounterVec, IntCounter)> {
@@ -356,6 +370,7 @@ impl Metrics {
         let [connections, evicted, accept_errors, refused, tcp] = listener_counters(&r)?;
         let [retries, upstream_connections, queue_waits] = upstream_counters(&r)?;
         let (app_refused, app_untracked) = policy_metrics(&r)?;
+        let ([routes, apps], [table_updates, table_copies]) = table_metrics(&r)?;
         let affinity = counters!(
             "router_affinity_total",
             "Requests of apps with cookie affinity, by result (kept: on the cookie's member; moved: that member was not eligible; new: no valid cookie)",
@@ -412,14 +427,10 @@ impl Metrics {
             accept_errors,
             refused,
             tcp,
-            routes: gauge!("router_routes", "Host names in the live route table", r)?,
-            apps: gauge!("router_apps", "Applications in the live route table", r)?,
-            table_updates: counter!("router_table_updates_total", "Route tables published", r)?,
-            table_copies: counter!(
-                "router_table_copies_total",
-                "Route tables published from a whole copy of the live table's names and apps (the spare copy was still held)",
-                r
-            )?,
+            routes,
+            apps,
+            table_updates,
+            table_copies,
             health: HealthMetrics::new(&r)?,
             tls: TlsMetrics::new(&r)?,
             spi: spi_consumer::metrics::Metrics::new(&r)?,
