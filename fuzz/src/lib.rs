@@ -38,12 +38,14 @@
 mod client_stream;
 mod cluster_wire;
 mod compression;
+mod h3_frames;
 mod member_response;
 mod tls_hello;
 
 pub use client_stream::client_stream;
 pub use cluster_wire::cluster_wire;
 pub use compression::compression;
+pub use h3_frames::h3_frames;
 pub use member_response::member_response;
 pub use tls_hello::tls_hello;
 
@@ -53,7 +55,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 13] = [
+pub const TARGETS: [(&str, Check); 14] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -67,6 +69,7 @@ pub const TARGETS: [(&str, Check); 13] = [
     ("tls_hello", tls_hello),
     ("app_settings", app_settings),
     ("compression", compression),
+    ("h3_frames", h3_frames),
 ];
 
 /// The check of the target called `name`.

@@ -2,8 +2,12 @@
 
   client.py get ADDR SNI CA REQUESTS_JSON
       One QUIC connection to ADDR (host:port) with SNI, trusting CA; sends each
-      request of the JSON list ({"method", "authority", "path", "body"?}) in turn
-      and prints a JSON list of {"status", "headers", "body"} (body as text).
+      request of the JSON list ({"method", "authority", "path", "body"?} and, to
+      send what a careful client would not: "headers" (more [name, value] pairs,
+      sent as given), "content_length" (declared instead of the body's length),
+      "pieces" (the body in that many DATA frames), "trailers" ([name, value]
+      pairs)) in turn and prints a JSON list of {"status", "headers", "body"}
+      (body as text), or {"reset": CODE} for a stream the server reset.
       A failed connection prints {"error": ...} and exits 2.
 
   client.py loop ADDR SNI CA AUTHORITY PATH INTERVAL_MS SECONDS
@@ -23,7 +27,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated
+from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 
 class Client(QuicConnectionProtocol):
@@ -39,6 +43,10 @@ class Client(QuicConnectionProtocol):
             for fut, _ in self.waiting.values():
                 if not fut.done():
                     fut.set_exception(ConnectionError(self.terminated))
+        if isinstance(event, StreamReset):
+            entry = self.waiting.get(event.stream_id)
+            if entry is not None and not entry[0].done():
+                entry[0].set_result({"reset": event.error_code})
         for ev in self.h3.handle_event(event):
             entry = self.waiting.get(getattr(ev, "stream_id", None))
             if entry is None:
@@ -55,7 +63,8 @@ class Client(QuicConnectionProtocol):
             if ev.stream_ended and not fut.done():
                 fut.set_result(resp)
 
-    async def request(self, method, authority, path, body=b"", timeout=10.0):
+    async def request(self, method, authority, path, body=b"", timeout=10.0, extra=(), length=None,
+                      pieces=1, trailers=()):
         if self.terminated:
             raise ConnectionError(self.terminated)
         sid = self._quic.get_next_available_stream_id()
@@ -66,11 +75,17 @@ class Client(QuicConnectionProtocol):
             (b":path", path.encode()),
             (b"user-agent", b"aioquic-test"),
         ]
-        if body:
-            headers.append((b"content-length", str(len(body)).encode()))
-        self.h3.send_headers(sid, headers, end_stream=not body)
-        if body:
-            self.h3.send_data(sid, body, end_stream=True)
+        headers += [(n.encode(), v.encode()) for n, v in extra]
+        if body or length is not None:
+            headers.append((b"content-length", str(len(body) if length is None else length).encode()))
+        ends = not body and not trailers
+        self.h3.send_headers(sid, headers, end_stream=ends)
+        step = max(1, -(-len(body) // max(1, pieces)))
+        for at in range(0, len(body), step):
+            last = at + step >= len(body) and not trailers
+            self.h3.send_data(sid, body[at:at + step], end_stream=last)
+        if trailers:
+            self.h3.send_headers(sid, [(n.encode(), v.encode()) for n, v in trailers], end_stream=True)
         fut = asyncio.get_running_loop().create_future()
         self.waiting[sid] = (fut, {"status": None, "headers": {}, "body": b""})
         self.transmit()
@@ -101,8 +116,11 @@ async def get(addr, sni, ca, requests):
                            create_protocol=Client, wait_connected=True) as client:
             for r in requests:
                 resp = await client.request(r.get("method", "GET"), r["authority"], r["path"],
-                                            r.get("body", "").encode())
-                resp["body"] = resp["body"].decode(errors="replace")
+                                            r.get("body", "").encode(), extra=r.get("headers", ()),
+                                            length=r.get("content_length"), pieces=r.get("pieces", 1),
+                                            trailers=r.get("trailers", ()))
+                if "body" in resp:
+                    resp["body"] = resp["body"].decode(errors="replace")
                 out.append(resp)
     except Exception as e:  # the test reads the reason
         print(json.dumps({"error": f"{type(e).__name__}: {e}", "done": out}))

@@ -256,6 +256,66 @@ async fn http3_answers_as_h2_does_for_apps_aliases_unknown_hosts_and_rotation() 
     );
 }
 
+#[tokio::test]
+async fn each_request_stream_is_held_to_the_rules_and_the_connection_goes_on() {
+    let pki = Wildcard::new("h3-rules");
+    let alias_leaf = pki.ca.leaf(&[ALIAS]);
+    let (r, _b1, _b2) = router(&pki, &alias_leaf, "limits:\n  max_header_bytes: 8192\n").await;
+    let (udp, ca) = (r.http3.expect("http3 listener"), &pki.ca_file);
+    let post = |extra: serde_json::Value| {
+        let mut r = serde_json::json!({"method": "POST", "authority": APP_HOST, "path": "/p", "body": "hello"});
+        for (k, v) in extra.as_object().expect("an object") {
+            r[k] = v.clone();
+        }
+        r
+    };
+    // One connection: a stream the router refuses ends that stream only.
+    let big = "v".repeat(9000);
+    let v = h3(
+        udp,
+        APP_HOST,
+        ca,
+        serde_json::json!([
+            get(APP_HOST, "/first"),
+            {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["X-Upper", "1"]]},
+            {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["connection", "close"]]},
+            {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["x-big", big]]},
+            post(serde_json::json!({"content_length": 3})),
+            post(serde_json::json!({"pieces": 5, "trailers": [["x-checksum", "abc"]]})),
+            get(APP_HOST, "/last")
+        ]),
+    )
+    .await;
+    let a = v.as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(a.len(), 7, "{v}");
+    assert_eq!(status(&a[0]), 200, "{v}");
+    // H3_MESSAGE_ERROR (RFC 9114 §4.1.2): an uppercase name, a connection-specific field.
+    assert_eq!(a[1]["reset"], 0x10e, "uppercase field name: {}", a[1]);
+    assert_eq!(a[2]["reset"], 0x10e, "connection-specific field: {}", a[2]);
+    assert_eq!(
+        status(&a[3]),
+        431,
+        "a head past limits.max_header_bytes: {}",
+        a[3]
+    );
+    // A body longer than its Content-Length never reaches the member as sent:
+    // the member would read the rest as another request.
+    assert_eq!(
+        status(&a[4]),
+        400,
+        "a body past its Content-Length: {}",
+        a[4]
+    );
+    assert_eq!(
+        status(&a[5]),
+        200,
+        "a body in five DATA frames, then trailers: {}",
+        a[5]
+    );
+    assert_eq!(echo(&a[5]).body_len, 5, "{}", a[5]);
+    assert_eq!(status(&a[6]), 200, "the connection still serves: {v}");
+}
+
 /// The response head of a GET to the app over h2 (curl), lower-cased.
 async fn h2_head(r: &TestRouter, ca: &Path) -> String {
     let port = r.https.expect("https").port();

@@ -1,87 +1,131 @@
-//! A request body as an HTTP/3 stream delivers it, as an [`http_body::Body`] the
-//! request path reads like hyper's (see [`crate::request::upload`]).
+//! A request body as an HTTP/3 stream delivers it: DATA frames' payloads as
+//! they come, as an [`http_body::Body`] the request path reads like hyper's
+//! (see [`crate::request::upload`]). A `Content-Length` is held to (RFC 9114
+//! §4.1.2): the member gets HTTP/1.1, where a body longer than declared would
+//! be read as the next request. Trailers are checked, not forwarded (as on
+//! h2: members get HTTP/1.1, where few read them).
 
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use bytes::Bytes;
+use h3_codec::{Code, Error, frame};
+use hyper::body::Frame;
 
-use bytes::{Buf as _, Bytes};
-use hyper::body::{Body, Frame, SizeHint};
-
+use super::incoming::{Fault, Incoming};
 use crate::request::upload::Received;
 use crate::upstream::RequestBodyError;
 
-type Recv = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+const LENGTH: Error = Error::stream(
+    Code::MESSAGE_ERROR,
+    "body length differs from Content-Length",
+);
 
-/// The receiving half of an HTTP/3 request stream. Trailers are not forwarded
-/// (as on h2: members get HTTP/1.1, where few read them).
-pub struct H3Body {
-    recv: Recv,
-    /// What the first look at the stream found (see [`received`]), given first.
-    first: Option<Result<Bytes, RequestBodyError>>,
-    ended: bool,
-}
-
-/// A request's body as its stream stands when its head is resolved. HTTP/3 says a
-/// request has no body only by ending its stream; a GET's end usually arrives
-/// with its head, and then the request is served as the own HTTP/1 path serves
-/// one read whole (no read-ahead future, no timer: see `request::upload`).
-/// Otherwise the stream is read as it comes, starting with what this look found.
-pub async fn received(mut recv: Recv) -> Received {
-    let first = std::future::poll_fn(|cx| Poll::Ready(recv.poll_recv_data(cx))).await;
-    let first = match first {
-        Poll::Ready(Ok(None)) => return Received::Read(Bytes::new()),
-        Poll::Ready(Ok(Some(mut data))) => Some(Ok(data.copy_to_bytes(data.remaining()))),
-        Poll::Ready(Err(e)) => Some(Err(RequestBodyError::Stream(e.to_string()))),
-        Poll::Pending => None,
+/// The body of a request whose head has been read from `incoming`.
+pub(super) fn received(
+    mut incoming: Incoming,
+    declared: Option<u64>,
+    quic: quinn::Connection,
+    max_field_section: usize,
+) -> Received {
+    if incoming.ended_now() && declared.unwrap_or(0) == 0 {
+        return Received::Read(Bytes::new());
+    }
+    let body = Reader {
+        incoming,
+        quic,
+        left_in_frame: 0,
+        declared,
+        seen: 0,
+        trailers: false,
+        max_field_section,
     };
-    Received::Stream(Box::pin(H3Body {
-        recv,
-        first,
-        ended: false,
-    }))
+    let stream = futures_util::stream::unfold(body, |mut body| async move {
+        let item = body.next().await?;
+        Some((item.map(Frame::data), body))
+    });
+    Received::Stream(Box::pin(http_body_util::StreamBody::new(stream)))
 }
 
-impl Body for H3Body {
-    type Data = Bytes;
-    type Error = RequestBodyError;
+struct Reader {
+    incoming: Incoming,
+    /// To close the connection when the client breaks its rules.
+    quic: quinn::Connection,
+    /// Payload bytes of the current DATA frame not read yet.
+    left_in_frame: u64,
+    declared: Option<u64>,
+    seen: u64,
+    /// Trailers came: only the stream's end (or unknown frames) may follow.
+    trailers: bool,
+    max_field_section: usize,
+}
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
-        let this = self.get_mut();
-        if this.ended {
-            return Poll::Ready(None);
+impl Reader {
+    async fn next(&mut self) -> Option<Result<Bytes, RequestBodyError>> {
+        match self.data().await {
+            Ok(next) => next.map(Ok),
+            Err(fault) => Some(Err(self.failed(fault))),
         }
-        match this.first.take() {
-            Some(Ok(bytes)) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
-            Some(Err(e)) => {
-                this.ended = true;
-                return Poll::Ready(Some(Err(e)));
+    }
+
+    /// The next piece of the body; `None` at its end.
+    async fn data(&mut self) -> Result<Option<Bytes>, Fault> {
+        loop {
+            if self.left_in_frame > 0 {
+                let bytes = self.incoming.some(self.left_in_frame).await?;
+                self.left_in_frame -= bytes.len() as u64;
+                self.seen += bytes.len() as u64;
+                if self.declared.is_some_and(|d| self.seen > d) {
+                    return Err(LENGTH.into());
+                }
+                return Ok(Some(bytes));
             }
-            None => {}
-        }
-        match ready!(this.recv.poll_recv_data(cx)) {
-            Ok(Some(mut data)) => {
-                let bytes = data.copy_to_bytes(data.remaining());
-                Poll::Ready(Some(Ok(Frame::data(bytes))))
-            }
-            Ok(None) => {
-                this.ended = true;
-                Poll::Ready(None)
-            }
-            Err(e) => {
-                this.ended = true;
-                Poll::Ready(Some(Err(RequestBodyError::Stream(e.to_string()))))
+            let Some(head) = self.incoming.frame().await? else {
+                if self.declared.is_some_and(|d| d != self.seen) {
+                    return Err(LENGTH.into());
+                }
+                return Ok(None);
+            };
+            match head.ty {
+                frame::DATA if !self.trailers => self.left_in_frame = head.len,
+                frame::HEADERS if !self.trailers => {
+                    if head.len > self.max_field_section as u64 {
+                        return Err(h3_codec::head::TOO_LARGE.into());
+                    }
+                    let section = self.incoming.take(head.len as usize).await?;
+                    h3_codec::head::trailers(&section, self.max_field_section)?;
+                    self.trailers = true;
+                }
+                frame::DATA | frame::HEADERS => {
+                    return Err(Error::connection(
+                        Code::FRAME_UNEXPECTED,
+                        "a frame after trailers",
+                    )
+                    .into());
+                }
+                ty if frame::is_control_only(ty) => {
+                    return Err(Error::connection(
+                        Code::FRAME_UNEXPECTED,
+                        "a control frame on a request",
+                    )
+                    .into());
+                }
+                _ => self.incoming.skip(head.len).await?,
             }
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.ended
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    /// Ends the stream (or the connection) as the fault asks; the error the
+    /// request path sees.
+    fn failed(&mut self, fault: Fault) -> RequestBodyError {
+        match fault {
+            Fault::Protocol(e) => {
+                if e.connection {
+                    self.quic
+                        .close(super::incoming::varint(e.code), e.what.as_bytes());
+                } else {
+                    self.incoming.stop(e.code);
+                }
+                RequestBodyError::Stream(e.to_string())
+            }
+            Fault::Gone(e) => RequestBodyError::Stream(e.to_string()),
+        }
     }
 }

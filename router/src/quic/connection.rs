@@ -7,21 +7,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
-use http::{HeaderMap, Response, header};
-use http_body_util::BodyExt as _;
+use bytes::BytesMut;
+use h3_codec::{Code, frame};
 use prometheus::IntCounter;
 use tokio::sync::watch;
 
 use crate::request::activity::{Activity, ConnectionSlot};
-use crate::request::body::ProxyBody;
 use crate::request::client_conn::ClientConn;
 use crate::request::lifecycle::{Event, Signal, Watch, next_event};
 use crate::request::listener::{Serving, stopped};
-
-type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
-type SendStream = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
 const NO_ERROR: u32 = 0x100;
@@ -82,21 +76,6 @@ impl QuicConnection {
         drop(handshaking);
         self.ok.inc();
         let limits = &self.serving.limits;
-        // Boxed: the setup future (4 KB) and the connection (1.7 KB) would otherwise
-        // size every connection's task for both (type sizes, bench/RESULTS.md).
-        let h3 = Box::pin(
-            h3::server::builder()
-                .max_field_section_size(limits.max_header_bytes as u64)
-                .build::<_, Bytes>(h3_quinn::Connection::new(quic.clone())),
-        )
-        .await;
-        let h3 = match h3 {
-            Ok(h3) => Box::new(h3),
-            Err(e) => {
-                tracing::debug!(client = %peer, error = %e, "HTTP/3 connection setup failed");
-                return;
-            }
-        };
         let activity = Activity::new(Some(self.place));
         let mut conn = ClientConn::new(
             peer.ip(),
@@ -116,9 +95,10 @@ impl QuicConnection {
         let never = Arc::new(Signal::default());
         let watch = Watch::of(limits, (self.stop, self.kill), never, activity.clone());
         let ended = Requests {
-            h3,
+            quic: quic.clone(),
             serving: self.serving.clone(),
             conn: Arc::new(conn),
+            opened: Arc::default(),
         }
         .run(watch)
         .await;
@@ -136,9 +116,10 @@ fn server_name(quic: &quinn::Connection) -> Option<String> {
 
 /// A connection past its handshake.
 struct Requests {
-    h3: Box<H3Conn>,
+    quic: quinn::Connection,
     serving: Arc<Serving>,
     conn: Arc<ClientConn>,
+    opened: Arc<super::control::Opened>,
 }
 
 impl Requests {
@@ -146,19 +127,37 @@ impl Requests {
     /// Its deadlines and signals are every client connection's
     /// ([`crate::request::lifecycle`]): draining sends GOAWAY, then the requests in
     /// flight finish (or the grace period ends).
-    async fn run(mut self, mut watch: Watch) -> &'static str {
+    async fn run(self, mut watch: Watch) -> &'static str {
+        // The server's control stream, open for the connection's life: its
+        // SETTINGS now, a GOAWAY when draining.
+        let Ok(mut control) = self.quic.open_uni().await else {
+            return "closed";
+        };
+        let mut opening = BytesMut::new();
+        frame::control_opening(self.serving.limits.max_header_bytes as u64, &mut opening);
+        if control.write_all(&opening).await.is_err() {
+            return "closed";
+        }
+        // The first request stream not accepted yet (client-initiated
+        // bidirectional IDs are 0, 4, 8, ...): what GOAWAY names.
+        let mut next_id = 0u64;
         {
             // Made once: every event but the drain ends the connection.
             let mut next = std::pin::pin!(next_event(&mut watch, false, false));
             loop {
                 tokio::select! {
-                    r = self.h3.accept() => match r {
-                        Ok(Some(resolver)) => self.spawn(resolver),
-                        Ok(None) => return "closed",
-                        Err(e) => {
-                            tracing::debug!(error = %e, "HTTP/3 connection ended");
-                            return "error";
+                    r = self.quic.accept_bi() => match r {
+                        Ok((send, recv)) => {
+                            next_id = next_id.max(u64::from(recv.id()) + 4);
+                            tokio::spawn(self.stream().serve(send, recv));
                         }
+                        Err(e) => return ended(&e),
+                    },
+                    r = self.quic.accept_uni() => match r {
+                        Ok(recv) => {
+                            tokio::spawn(super::control::serve(recv, self.quic.clone(), self.opened.clone()));
+                        }
+                        Err(e) => return ended(&e),
                     },
                     event = &mut next => match event {
                         Event::Drain => break,
@@ -169,85 +168,48 @@ impl Requests {
                 }
             }
         }
-        // Draining: GOAWAY, then the requests in flight finish (or the grace
-        // period ends).
-        let _ = self.h3.shutdown(0).await;
+        let mut goaway = BytesMut::new();
+        frame::goaway(next_id, &mut goaway);
+        let _ = control.write_all(&goaway).await;
         let activity = watch.activity.clone();
         tokio::select! {
             _ = activity.idle(std::time::Duration::ZERO, std::time::Duration::ZERO) => "drained",
             _ = stopped(&mut watch.kill) => "grace period over",
+            () = refuse_late(&self.quic) => "closed",
         }
     }
 
-    fn spawn(&self, resolver: Resolver) {
-        let proxy = self.serving.proxy.clone();
-        let conn = self.conn.clone();
-        tokio::spawn(async move {
-            let (req, stream) = match resolver.resolve_request().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::debug!(error = %e, "HTTP/3 request head refused");
-                    return;
-                }
-            };
-            let (send, recv) = stream.split();
-            let body = super::body::received(recv).await;
-            let req = req.map(|()| body);
-            let Ok(response) = proxy.response(conn, req).await;
-            respond(send, response).await;
-        });
-    }
-}
-
-/// Headers HTTP/3 forbids (RFC 9114 §4.2): connection-specific ones.
-const CONNECTION_SPECIFIC: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
-
-/// Sends the response head, then its body frame by frame (each as the client's
-/// flow control lets it), then trailers if any.
-async fn respond(mut send: SendStream, response: Response<ProxyBody>) {
-    let (mut parts, mut body) = response.into_parts();
-    strip_connection_specific(&mut parts.headers);
-    if send
-        .send_response(Response::from_parts(parts, ()))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            // The member's body broke off: the client must not take a cut
-            // response for a whole one.
-            send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
-            return;
-        };
-        match frame.into_data() {
-            Ok(data) if data.is_empty() => {}
-            Ok(data) => {
-                if send.send_data(data).await.is_err() {
-                    return;
-                }
-            }
-            Err(frame) => {
-                if let Ok(trailers) = frame.into_trailers()
-                    && send.send_trailers(trailers).await.is_err()
-                {
-                    return;
-                }
-            }
+    fn stream(&self) -> super::request::Stream {
+        super::request::Stream {
+            proxy: self.serving.proxy.clone(),
+            conn: self.conn.clone(),
+            quic: self.quic.clone(),
+            max_field_section: self.serving.limits.max_header_bytes,
+            head_timeout: self.serving.limits.header_read_timeout,
         }
     }
-    let _ = send.finish().await;
 }
 
-fn strip_connection_specific(headers: &mut HeaderMap) {
-    for name in &CONNECTION_SPECIFIC {
-        headers.remove(name);
+/// After GOAWAY: requests the client opened before it read it are refused
+/// (H3_REQUEST_REJECTED: it may retry them elsewhere), until the connection ends.
+async fn refuse_late(quic: &quinn::Connection) {
+    while let Ok((mut send, mut recv)) = quic.accept_bi().await {
+        let code = super::incoming::varint(Code::REQUEST_REJECTED);
+        let _ = send.reset(code);
+        let _ = recv.stop(code);
+    }
+}
+
+/// Why the connection ended, as the close reason says it.
+fn ended(e: &quinn::ConnectionError) -> &'static str {
+    match e {
+        quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::LocallyClosed => {
+            "closed"
+        }
+        quinn::ConnectionError::TimedOut => "idle",
+        _ => {
+            tracing::debug!(error = %e, "HTTP/3 connection ended");
+            "error"
+        }
     }
 }

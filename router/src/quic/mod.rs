@@ -1,10 +1,13 @@
 //! HTTP/3: the same routing over QUIC (RFC 9000, RFC 9114), beside the HTTPS listener.
 //!
 //! A request over HTTP/3 takes the path every other request takes: accepted here
-//! ([`listener`]), served per connection ([`connection`]), then [`Proxy::response`] (routed,
+//! ([`listener`]), served per connection ([`connection`]: its control streams in
+//! `control`), each request stream on a task of its own (`request`: frames read
+//! by `incoming`, the body by `body`), then [`Proxy::response`] (routed,
 //! balanced, forwarded over HTTP/1.1 or h2 to the member) with the same headers,
-//! retries, splits, limits, access log and metrics. QUIC itself is `quinn`, HTTP/3
-//! framing `h3` (hyperium); nothing of either protocol is ours.
+//! retries, splits, limits, access log and metrics. QUIC itself is `quinn`;
+//! HTTP/3's frames and QPACK are the `h3-codec` crate (why not the `h3` crate:
+//! its doc, with the measurement).
 //!
 //! The TLS side is the HTTPS listener's: the same live certificate store (SNI, aliases
 //! added and removed at run time), the same suite order and resumption, TLS 1.3 and
@@ -34,9 +37,12 @@
 //!
 //! [`Proxy::response`]: crate::request::Proxy::response
 
-pub mod body;
+mod body;
 pub mod connection;
+mod control;
+mod incoming;
 pub mod listener;
+mod request;
 
 use std::sync::Arc;
 use std::time::Duration;

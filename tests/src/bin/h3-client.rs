@@ -174,9 +174,18 @@ async fn run_count(args: &[String]) -> anyhow::Result<()> {
         ok += o;
         failed += f;
     }
+    let seconds = start.elapsed().as_secs_f64();
+    let (mut sent, mut received, mut acks) = (0, 0, 0);
+    for (_, conn) in &senders {
+        let stats = conn.stats();
+        sent += stats.udp_tx.datagrams;
+        received += stats.udp_rx.datagrams;
+        acks += stats.frame_tx.acks;
+    }
     println!(
         "{}",
-        serde_json::json!({"ok": ok, "failed": failed, "seconds": start.elapsed().as_secs_f64()})
+        serde_json::json!({"ok": ok, "failed": failed, "seconds": seconds,
+            "datagrams_sent": sent, "datagrams_received": received, "acks_sent": acks})
     );
     Ok(())
 }
@@ -207,7 +216,9 @@ async fn run_idle(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
+/// One thread, as `h2load -t1`: the benchmark measures the router's CPU beside
+/// a client that is not itself spread over both cores.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
