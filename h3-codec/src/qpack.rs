@@ -130,7 +130,7 @@ fn string(section: &Bytes, at: usize, bits: u32) -> Result<(Text, usize), Error>
     httlib_huffman::decode(
         &section[start..end],
         &mut out,
-        httlib_huffman::DecoderSpeed::FourBits,
+        httlib_huffman::DecoderSpeed::FiveBits,
     )
     .map_err(|_| FAILED)?;
     Ok((Text::Owned(out.into()), end))
