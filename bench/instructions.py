@@ -62,8 +62,12 @@ EVENT = H.route_event(BACKEND)
 
 
 def certificate():
-    """A self-signed P-256 certificate for HOST (--h2)."""
+    """A self-signed P-256 certificate for HOST (--h2); for --h3 a CA and a leaf
+    (bench-clients certs: rustls refuses a self-signed leaf as its own CA)."""
     os.makedirs(CERT_DIR, exist_ok=True)
+    if H3:
+        subprocess.run([os.path.join(RELEASE, "bench-clients"), "certs", CERT_DIR, HOST], check=True)
+        return
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-keyout", f"{CERT_DIR}/tls.key", "-out", f"{CERT_DIR}/tls.crt", "-days", "2",
                     "-subj", f"/CN={HOST}", "-addext", f"subjectAltName=DNS:{HOST}"],
@@ -73,10 +77,18 @@ def certificate():
 
 
 H2 = False  # set by --h2
+H3 = False  # set by --h3 (which sets H2 too: the same TLS listener, and h2 for the first answer)
+# aws-lc picks AES-GCM, ECDSA and SHA code by CPU feature; valgrind does not
+# emulate some of them (VAES and VPCLMULQDQ, ADX and BMI2 big-number code, SHA-NI)
+# and a QUIC handshake under it then fails (BadSignature). Masked (leaf 7's EBX
+# and ECX bits) for --h3, and with --mask for --h2 so that the two compare.
+CPU_MASK = "~0x0:~0x0000060020080100"
+MASK = False
 
 
 def config(d, extra):
-    tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
+    http3 = f"\n  http3: 127.0.0.1:{ROUTER + TLS_OFFSET}" if H3 else ""
+    tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}{http3}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
            f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
     return f"""cloud_domain: example.com
 state_dir: {d}/state
@@ -97,6 +109,12 @@ health:
 
 
 def requests(n, handoff, cookies, port=ROUTER):
+    if H3:
+        out = subprocess.run([os.path.join(RELEASE, "h3-client"), "count", f"127.0.0.1:{port + TLS_OFFSET}", HOST,
+                              f"{CERT_DIR}/ca.pem", "/", str(n), "1", "10"], capture_output=True, text=True)
+        if f'"ok":{n}' not in out.stdout.replace(" ", ""):
+            sys.exit(f"h3-client:\n{out.stdout}{out.stderr}")
+        return
     if H2:
         out = subprocess.run(["h2load", "-t1", "-c1", "-m10", f"-n{n}", "--tls13-ciphers=TLS_AES_128_GCM_SHA256",
                               "-H", f":authority: {HOST}", f"https://127.0.0.1:{port + TLS_OFFSET}/"],
@@ -168,6 +186,8 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
     wrap = (["strace", "-f", "-c", "-o", out] if SYSCALLS
             else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
             + os.environ.get("CALLGRIND_EXTRA", "").split())
+    if MASK:
+        wrap = ["env", f"OPENSSL_ia32cap={CPU_MASK}"] + wrap
     err = open(f"{out}.stderr", "w")
     p = subprocess.Popen(wrap + cmd, stdout=subprocess.DEVNULL, stderr=err)
     try:
@@ -293,6 +313,10 @@ def main():
                     help="also haproxy and nginx, on the same axis")
     ap.add_argument("--h2", action="store_true",
                     help="h2 over TLS (h2load, one connection, 10 streams) instead of HTTP/1.1")
+    ap.add_argument("--h3", action="store_true",
+                    help="HTTP/3 (h3-client, one connection, 10 streams), aws-lc's CPU paths masked (see CPU_MASK)")
+    ap.add_argument("--mask", action="store_true",
+                    help="with --h2: aws-lc's CPU paths masked as for --h3, so that the two compare")
     ap.add_argument("--syscalls", action="store_true",
                     help="count system calls (strace -c) instead of instructions")
     ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
@@ -308,8 +332,10 @@ def main():
             sys.exit("--diff needs --keep DIR")
         diff(args.keep, *args.diff, args.n1, args.n2)
         return
-    global H2
-    H2 = args.h2
+    global H2, H3, MASK
+    H3 = args.h3
+    H2 = args.h2 or H3
+    MASK = H3 or args.mask
     if H2:
         certificate()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
@@ -326,7 +352,7 @@ def main():
             a = instructions(args.router, extra, args.n1, args.handoff, args.cookies, args.keep, label)
             b = instructions(args.router, extra, args.n2, args.handoff, args.cookies, args.keep, label)
             per = (b - a) / (args.n2 - args.n1)
-            path = ("h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
+            path = ("HTTP/3" if H3 else "h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
                 (", cookies kept" if args.cookies else "")
             print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.{2 if SYSCALLS else 0}f} {UNIT} "
                   f"per request (total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
