@@ -5,9 +5,11 @@
 //!    and the route table (what runs per event besides the disk), at 1k, 10k and 100k
 //!    apps; then the same plus the fsynced journal append.
 //! 2. Propagation: a release router with 100k apps loaded from its state directory,
-//!    fed by a real ActiveMQ; events published at a fixed rate; for a sample of them,
-//!    the time from "publish sent" to the first 200 through the router for the new
-//!    host (polled every millisecond).
+//!    fed by a real ActiveMQ (STOMP), or with the argument `rabbitmq` a real
+//!    RabbitMQ (AMQP: a topic exchange the router's queue binds to); events
+//!    published at a fixed rate; for a sample of them, the time from "publish
+//!    sent" to the first 200 through the router for the new host (polled every
+//!    millisecond); the router's CPU and RabbitMQ's beside it.
 //!
 //! 3. `--scrape [--apps N] [--max-apps M]`: the size and render time of
 //!    `/metrics` with N apps (100 000), each with traffic, M (1 000) exported.
@@ -195,11 +197,130 @@ fn apply_cost(sizes: &[usize]) {
     println!();
 }
 
+/// The broker of the propagation phase (`--broker activemq|rabbitmq`) and how
+/// the bench publishes to it.
+enum Broker {
+    ActiveMq(ActiveMq),
+    RabbitMq(e2e::rabbitmq::RabbitMq),
+}
+
+enum Publisher {
+    Stomp(StompSession),
+    Amqp {
+        /// Kept: dropping the connection would close the channel.
+        _conn: lapin::Connection,
+        channel: lapin::Channel,
+    },
+}
+
+impl Broker {
+    fn start() -> Broker {
+        match std::env::args().any(|a| a == "rabbitmq") {
+            true => Broker::RabbitMq(e2e::rabbitmq::RabbitMq::start()),
+            false => Broker::ActiveMq(ActiveMq::start()),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Broker::ActiveMq(_) => "ActiveMQ",
+            Broker::RabbitMq(_) => "RabbitMQ",
+        }
+    }
+
+    /// The router's `spi:` section for this broker.
+    fn spi(&self, prefetch: u32) -> String {
+        match self {
+            Broker::ActiveMq(amq) => format!(
+                "spi:\n  source: stomp\n  stomp:\n    hosts: [\"{}\"]\n    destination: {QUEUE}\n    prefetch: {prefetch}\n",
+                amq.stomp
+            ),
+            Broker::RabbitMq(rmq) => format!(
+                "spi:\n  source: amqp\n  amqp:\n    uris: [\"{}\"]\n    queue: routinginfo.bench\n    exchange: routinginfo\n",
+                rmq.uri()
+            ),
+        }
+    }
+
+    /// Connects the bench's publisher; on RabbitMQ also declares the exchange
+    /// the router's queue binds to (before the router starts: call first).
+    async fn publisher(&self) -> Publisher {
+        match self {
+            Broker::ActiveMq(amq) => Publisher::Stomp(
+                StompSession::connect(&amq.session_config("/queue/bench.publisher"), 0)
+                    .await
+                    .expect("publisher"),
+            ),
+            Broker::RabbitMq(rmq) => {
+                // The port opens a moment before the node accepts logins.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let conn = loop {
+                    let props = lapin::ConnectionProperties::default();
+                    match lapin::Connection::connect(&rmq.uri(), props).await {
+                        Ok(c) => break c,
+                        Err(e) => assert!(Instant::now() < deadline, "AMQP publisher: {e}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
+                let ch = conn.create_channel().await.expect("channel");
+                let options = lapin::options::ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                };
+                let (kind, args) = (
+                    lapin::ExchangeKind::Topic,
+                    lapin::types::FieldTable::default(),
+                );
+                ch.exchange_declare("routinginfo".into(), kind, options, args)
+                    .await
+                    .expect("exchange");
+                Publisher::Amqp {
+                    _conn: conn,
+                    channel: ch,
+                }
+            }
+        }
+    }
+
+    /// The broker's CPU so far (utime + stime of its processes), to print beside the router's.
+    fn cpu_ticks(&self) -> u64 {
+        let Broker::RabbitMq(rmq) = self else {
+            return 0;
+        };
+        let pid = std::fs::read_to_string(rmq.base.join("rabbit.pid")).unwrap_or_default();
+        router_ticks(pid.trim())
+    }
+}
+
+impl Publisher {
+    /// Fire and forget (persistent), like the broker's routing plugin.
+    async fn send(&mut self, body: String) {
+        match self {
+            Publisher::Stomp(s) => s.send(QUEUE, body).await.expect("publish"),
+            Publisher::Amqp { channel: ch, .. } => {
+                let props = lapin::BasicProperties::default().with_delivery_mode(2);
+                let options = lapin::options::BasicPublishOptions::default();
+                let key = "routinginfo.bench";
+                ch.basic_publish(
+                    "routinginfo".into(),
+                    key.into(),
+                    options,
+                    body.as_bytes(),
+                    props,
+                )
+                .await
+                .expect("publish");
+            }
+        }
+    }
+}
+
 async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usize) {
-    let amq = ActiveMq::start();
+    let broker = Broker::start();
     // `--prefetch N`: messages the broker sends ahead of acknowledgements.
     let prefetch = arg("--prefetch").unwrap_or(100);
     let backend = Backend::start().await;
+    let mut publisher = broker.publisher().await;
     let root = e2e::tempdir("bench-prop");
     // The routes a long-running router would have: a snapshot with `preload` apps.
     {
@@ -212,10 +333,9 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
         &cfg,
         format!(
             "cloud_domain: example.com\nstate_dir: {}/state\nlisten:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
-             spi:\n  source: stomp\n  stomp:\n    hosts: [\"{}\"]\n    destination: {QUEUE}\n    prefetch: {prefetch}\n\
-             access_log:\n  enabled: false\n  format: json\n",
+             {}access_log:\n  enabled: false\n  format: json\n",
             root.display(),
-            amq.stomp
+            broker.spi(prefetch)
         ),
     )
     .expect("config");
@@ -229,9 +349,9 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
     );
     let ready = started.elapsed();
 
-    let mut publisher = StompSession::connect(&amq.session_config("/queue/bench.publisher"), 0)
-        .await
-        .expect("publisher");
+    // Subscribed first: an AMQP exchange drops what no bound queue takes.
+    wait_connected(&router).await;
+    let (router_cpu, broker_cpu) = (router_ticks(&router.pid()), broker.cpu_ticks());
     let total = (rate * seconds) as usize;
     let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
     let mut pollers = Vec::new();
@@ -263,9 +383,9 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
                 }
             }));
         }
-        let body = events::add_lb(&format!("app{id}"), "bench", backend.addr);
-        // Fire and forget, like the broker's routing plugin.
-        publisher.send(QUEUE, body).await.expect("publish");
+        publisher
+            .send(events::add_lb(&format!("app{id}"), "bench", backend.addr))
+            .await;
     }
     let offered = total as f64 / t0.elapsed().as_secs_f64();
     let mut lat: Vec<Duration> = Vec::new();
@@ -278,7 +398,17 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
     }
     lat.sort();
     let pct = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
-    println!("## Propagation through ActiveMQ, {preload} apps loaded\n");
+    let hz = 100.0; // USER_HZ
+    let router_cpu = (router_ticks(&router.pid()) - router_cpu) as f64 / hz;
+    let broker_cpu = broker.cpu_ticks().saturating_sub(broker_cpu) as f64 / hz;
+    println!(
+        "## Propagation through {}, {preload} apps loaded\n",
+        broker.name()
+    );
+    println!(
+        "CPU from the first event to the last route (the router's includes the pollers' requests): router {router_cpu:.2} s, broker {broker_cpu:.2} s \
+         (RabbitMQ's Erlang node; ActiveMQ's is not counted)\n"
+    );
     println!(
         "Router (release, `worker_threads: 0`) started from a {preload}-app snapshot and served \
          its first request {:.2} s after exec. {total} `add_public_endpoint` events published \
@@ -328,6 +458,28 @@ async fn propagation(preload: usize, rate: u32, seconds: u32, sample_every: usiz
         );
     }
     router.signal("TERM");
+}
+
+/// Waits until the router says it is subscribed (`spi_broker_connected 1`).
+async fn wait_connected(router: &e2e::process::RouterProcess) {
+    let Some(admin) = router.admin else { return };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let text = e2e::raw::exchange(
+            admin,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        if String::from_utf8_lossy(&text)
+            .lines()
+            .any(|l| l == "spi_broker_connected 1")
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the router did not subscribe within 120 s");
 }
 
 /// `--replay`: see the module's doc (4).
