@@ -171,6 +171,11 @@ impl PairKeys {
     }
 }
 
+/// The request bytes one connection may have in flight to the router, unread,
+/// over all its streams (QUIC's connection-level flow control): a few streams'
+/// worth of uploads at full speed, the same order as an h2 connection's window.
+const CONNECTION_RECEIVE_WINDOW: u32 = 4 << 20;
+
 /// The listener's QUIC configuration: the TLS side from `tls` (see
 /// [`crate::tls::server::quic_config`]), the keys, and the transport bounds.
 pub fn server_config(
@@ -191,6 +196,13 @@ pub fn server_config(
     // A client opens three unidirectional streams (control, QPACK encoder and
     // decoder), and may open a reserved ("grease") one.
     transport.max_concurrent_uni_streams(4u32.into());
+    // What one client may make the router hold unread: quinn's default lets
+    // every stream fill its own window (1.25 MB) with no bound for the
+    // connection (32 streams: 40 MB). One bound for the connection, as h2's
+    // connection window is; and no QUIC datagrams (RFC 9221), which HTTP/3
+    // without extensions never reads: quinn would buffer 1.25 MB of them.
+    transport.receive_window(CONNECTION_RECEIVE_WINDOW.into());
+    transport.datagram_receive_buffer_size(None);
     let idle = quinn::IdleTimeout::try_from(limits.idle_timeout.max(Duration::from_secs(1)))
         .map_err(|e| format!("limits.idle_timeout for QUIC: {e}"))?;
     transport.max_idle_timeout(Some(idle));
@@ -222,6 +234,80 @@ mod tests {
         assert_ne!(tag(&a), tag(&other));
         assert_eq!(a.cid, b.cid, "each recognises the other's connection IDs");
         assert_ne!(a.cid, other.cid);
+    }
+
+    /// A client that writes without the router reading gets no further than
+    /// the connection's window, over any number of streams, and is offered no
+    /// datagrams (quinn's defaults: 1.25 MB per stream without a total, and
+    /// datagrams buffered unread).
+    #[tokio::test]
+    async fn a_client_cannot_make_a_connection_hold_more_than_its_window() {
+        use futures_util::FutureExt as _;
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+        let der = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key)
+            .expect("server TLS");
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let limits = crate::request::limits::Limits::default();
+        let (endpoint, server) = server_config(
+            tls,
+            PairKeys::derive(None),
+            &Http3Config::default(),
+            &limits,
+        )
+        .expect("config");
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+        let addr = socket.local_addr().expect("addr");
+        let runtime = quinn::default_runtime().expect("tokio");
+        let listener =
+            quinn::Endpoint::new(endpoint, Some(server), socket, runtime).expect("endpoint");
+        let held = tokio::spawn(async move {
+            listener
+                .accept()
+                .await
+                .expect("incoming")
+                .await
+                .expect("accepted")
+        });
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der).expect("root");
+        let mut client_tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client_tls.alpn_protocols = vec![b"h3".to_vec()];
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(client_tls).expect("quic");
+        let mut client =
+            quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("client");
+        client.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = client
+            .connect(addr, "localhost")
+            .expect("connect")
+            .await
+            .expect("handshake");
+        let _server_side = held.await.expect("server task");
+        assert_eq!(conn.max_datagram_size(), None, "datagrams offered");
+        // Five streams of 1.25 MB each would fit quinn's defaults (6.25 MB).
+        let chunk = vec![0u8; 64 << 10];
+        let mut accepted = 0usize;
+        for _ in 0..5 {
+            let (mut send, _recv) = conn.open_bi().await.expect("stream");
+            while let Some(Ok(n)) = send.write(&chunk).now_or_never() {
+                accepted += n;
+            }
+        }
+        assert_eq!(
+            accepted, CONNECTION_RECEIVE_WINDOW as usize,
+            "bytes the client could send unread"
+        );
     }
 
     #[test]
