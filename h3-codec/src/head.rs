@@ -15,6 +15,16 @@ const fn malformed(what: &'static str) -> Error {
     Error::stream(Code::MESSAGE_ERROR, what)
 }
 
+/// Fields HTTP/3 forbids (RFC 9114 §4.2): HTTP/1's connection-specific ones. A
+/// request carrying one is malformed; a response's are dropped before it is sent.
+pub const CONNECTION_SPECIFIC: [HeaderName; 5] = [
+    http::header::CONNECTION,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
 /// The decoded size past which a section is refused (RFC 9114 §4.2.2 counts
 /// each field's name and value and 32 bytes more): a stream error with
 /// H3_EXCESSIVE_LOAD, which the server answers with 431.
@@ -98,11 +108,7 @@ fn regular(name: Text, value: Text) -> Result<(HeaderName, HeaderValue), Error> 
             HeaderValue::from_maybe_shared(b).map_err(|_| malformed("an invalid field value"))?
         }
     };
-    let connection_specific = matches!(
-        name.as_str(),
-        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-    );
-    if connection_specific || (name == http::header::TE && value != "trailers") {
+    if CONNECTION_SPECIFIC.contains(&name) || (name == http::header::TE && value != "trailers") {
         return Err(malformed("a connection-specific field"));
     }
     Ok((name, value))

@@ -122,15 +122,6 @@ async fn read_head(incoming: &mut Incoming, max: usize) -> Result<Request<()>, F
     }
 }
 
-/// Headers HTTP/3 forbids (RFC 9114 §4.2): connection-specific ones.
-const CONNECTION_SPECIFIC: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
-
 /// Frames written to quinn at once at most (bytes): a body's frames are
 /// gathered while the member has them ready, then written in one call.
 const BATCH_BYTES: usize = 64 << 10;
@@ -139,7 +130,7 @@ const BATCH_BYTES: usize = 64 << 10;
 /// body has them ready, so a small response is one write), trailers if any.
 async fn respond(send: &mut quinn::SendStream, response: Response<ProxyBody>) {
     let (mut parts, mut body) = response.into_parts();
-    for name in &CONNECTION_SPECIFIC {
+    for name in &h3_codec::head::CONNECTION_SPECIFIC {
         parts.headers.remove(name);
     }
     let mut batch = vec![qpack::headers_frame(
