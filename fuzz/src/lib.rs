@@ -55,7 +55,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 14] = [
+pub const TARGETS: [(&str, Check); 15] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -70,6 +70,7 @@ pub const TARGETS: [(&str, Check); 14] = [
     ("app_settings", app_settings),
     ("compression", compression),
     ("h3_frames", h3_frames),
+    ("pair_bodies", pair_bodies),
 ];
 
 /// The check of the target called `name`.
@@ -403,4 +404,69 @@ pub fn cluster_files(data: &[u8]) {
     let _ = parse_hosts_conf(&text, "hosts.conf");
     let _ = parse_port_mappings(&text, "portmappings.conf", 2222);
     let _ = parse_proxy_conf(&text, "proxy.conf", std::path::Path::new("/nonexistent"));
+}
+
+/// The bodies of the pair's link (`POST /pair/updates`, `POST /pair/counts`),
+/// read as the admin API reads them: each update judged against the clock
+/// bound, its value read as its key's kind reads it, the newer ones saved to
+/// a state in memory (which must then send back only what it holds, never
+/// a version from beyond the bound); the counts taken by a client table.
+/// No panic, whatever the bytes.
+pub fn pair_bodies(data: &[u8]) {
+    use router::pair::link::Updates;
+    use router::pair::state::now_ms;
+    use router::pair::{Key, Node, State};
+    if let Ok(updates) = serde_json::from_slice::<Updates>(data) {
+        let state = State::in_memory(Node::A);
+        let now = now_ms();
+        for u in &updates.updates {
+            if state.ahead(u, now).is_some() {
+                continue;
+            }
+            let readable = match &u.key {
+                Key::Settings(_) => serde_json::from_value::<
+                    Option<router::policy::settings::AppSettings>,
+                >(u.value.clone())
+                .is_ok_and(|s| s.is_none_or(|s| s.check().is_ok())),
+                Key::Split(_) => serde_json::from_value::<
+                    Option<std::collections::BTreeMap<String, u32>>,
+                >(u.value.clone())
+                .is_ok_and(|w| w.is_none_or(|w| router::table::split::Split::new(w).is_ok())),
+                Key::Rotate(_) => serde_json::from_value::<bool>(u.value.clone()).is_ok(),
+            };
+            let mut turn = state.turn();
+            if readable && turn.is_newer(u) {
+                turn.remote(u).expect("in memory, a save cannot fail");
+            }
+        }
+        let (sent, _, _) = state.since(0, usize::MAX);
+        for u in &sent {
+            assert!(
+                state.ahead(u, now).is_none(),
+                "a version beyond the bound kept"
+            );
+            assert_eq!(Key::parse(&u.key.text()).as_ref(), Some(&u.key));
+        }
+        // The state's own next write is above all it holds.
+        let top = sent.iter().map(|u| u.version).max().unwrap_or(0);
+        let mine = state
+            .turn()
+            .local(&Key::Settings("fuzz-ns".into()), serde_json::Value::Null)
+            .expect("a version below the bound leaves room above");
+        assert!(mine > top, "{mine} above {top}");
+    }
+    if let Ok(counts) = serde_json::from_slice::<router::pair::counts::Counts>(data) {
+        let clients = router::policy::clients::Clients::new(prometheus_counter());
+        let (entries, _) = counts.entries();
+        for c in &entries {
+            clients.add_peer(c);
+        }
+        let (held, _) = counts.held();
+        clients.set_peer_held(&held, std::time::Duration::from_secs(1));
+    }
+}
+
+/// A counter registered nowhere (what the client table counts into).
+fn prometheus_counter() -> prometheus::IntCounter {
+    prometheus::IntCounter::new("fuzz_untracked", "fuzz").expect("a valid name")
 }

@@ -458,3 +458,144 @@ fn a_client_alternating_between_the_routers_is_limited_once() {
         "the survivor serves the whole limit (4 s x 10/s, with at most one burst of debt or credit): {served}"
     );
 }
+
+/// `n` `PUT /apps/app-ns/settings` on router `i` over one keep-alive
+/// connection (a curl config of `n` requests), each with its own
+/// `max_connections_per_client` (`base` + k): spawned, to run beside others.
+fn put_many(pair: &Pair, i: usize, n: u32, base: u32) -> std::process::Child {
+    let ip = [A_IP, B_IP][i];
+    let mut conf = String::new();
+    for k in 0..n {
+        if k > 0 {
+            conf.push_str("next\n");
+        }
+        conf += &format!(
+            "url = \"https://{ip}:9090/apps/app-ns/settings\"\nrequest = \"PUT\"\n\
+             header = \"Authorization: Bearer {TOKEN}\"\nheader = \"Content-Type: application/json\"\n\
+             data = \"{{\\\"max_connections_per_client\\\": {}}}\"\n\
+             cacert = \"{}\"\nsilent\noutput = \"/dev/null\"\nwrite-out = \"%{{http_code}}\\n\"\n",
+            base + k,
+            pair.dir.join("ca.pem").display()
+        );
+    }
+    let file = pair.dir.join(format!("puts-{}.conf", NAMES[i]));
+    std::fs::write(&file, conf).expect("curl config");
+    pair.topo
+        .cmd(NAMES[i], "curl")
+        .arg("-K")
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl")
+}
+
+/// `settings:app-ns` as router `i` saved it in `state_dir/pair.json`.
+fn saved_limit(pair: &Pair, i: usize) -> serde_json::Value {
+    let path = pair
+        .dir
+        .join(format!("state-{}", NAMES[i]))
+        .join("pair.json");
+    let text = std::fs::read_to_string(&path).expect("pair.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("pair.json is JSON");
+    doc["entries"]["settings:app-ns"]["value"]["max_connections_per_client"].clone()
+}
+
+/// Router `i`'s `max_connections_per_client` in force for app-ns.
+fn live_limit(pair: &Pair, i: usize) -> serde_json::Value {
+    let (status, body) = admin(pair, i, "GET", "/apps/app-ns/settings", None);
+    assert_eq!(status, 200, "GET settings on {}: {body}", NAMES[i]);
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("json");
+    doc["own"]["max_connections_per_client"].clone()
+}
+
+#[test]
+fn interleaved_writes_on_both_routers_end_in_one_value_and_the_future_is_refused() {
+    let pair = started_pair();
+    // 1. 1 500 writes on each router at once, each router's link carrying
+    // them to the other while its own operator writes: every round, both
+    // end agreeing on the last write, in force and saved.
+    for round in 0..2u32 {
+        let base = 1000 + round * 10_000;
+        let writers = [
+            put_many(&pair, 0, 1500, base),
+            put_many(&pair, 1, 1500, base + 5000),
+        ];
+        for (i, w) in writers.into_iter().enumerate() {
+            let out = w.wait_with_output().expect("curl");
+            let codes = String::from_utf8_lossy(&out.stdout);
+            let bad: Vec<&str> = codes.lines().filter(|c| *c != "200").collect();
+            assert!(
+                codes.lines().count() == 1500 && bad.is_empty(),
+                "round {round}: PUTs on {}: {} answered, not 200: {bad:?}",
+                NAMES[i],
+                codes.lines().count()
+            );
+        }
+        e2e::wait_for(
+            &format!("round {round}: both routers agree on the last write, in force and saved"),
+            Duration::from_secs(15),
+            Duration::from_millis(200),
+            || {
+                let seen = [
+                    live_limit(&pair, 0),
+                    live_limit(&pair, 1),
+                    saved_limit(&pair, 0),
+                    saved_limit(&pair, 1),
+                ];
+                if seen.iter().all(|v| *v == seen[0]) && seen[0].is_u64() {
+                    Ok(())
+                } else {
+                    Err(format!("in force a, b; saved a, b: {seen:?}"))
+                }
+            },
+        );
+        let (_, state_a) = admin(&pair, 0, "GET", "/pair/state", None);
+        let (_, state_b) = admin(&pair, 1, "GET", "/pair/state", None);
+        let versions = |s: &str| {
+            let doc: serde_json::Value = serde_json::from_str(s).expect("json");
+            doc["versions"].clone()
+        };
+        assert_eq!(
+            versions(&state_a),
+            versions(&state_b),
+            "round {round}: the same versions"
+        );
+    }
+
+    // 2. Entries from the future (ten years ahead, 2^63, 2^64-1) are refused
+    // with 400 and counted; nothing applies; b's next ordinary PUT is in
+    // force on a.
+    let ten_years = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+        + 10 * 365 * 24 * 3600 * 1000)
+        << 1;
+    for version in [ten_years, 1u64 << 63, u64::MAX] {
+        let body = format!(
+            r#"{{"node": "b", "epoch": 1, "updates": [{{"key": "settings:app-ns", "value": {{"max_connections_per_client": 7}}, "version": {version}}}]}}"#
+        );
+        let (status, answer) = admin(&pair, 0, "POST", "/pair/updates", Some(&body));
+        assert_eq!(status, 400, "version {version} from the future: {answer}");
+        assert!(answer.contains("pair.max_clock_skew"), "{answer}");
+    }
+    assert_ne!(
+        live_limit(&pair, 0),
+        serde_json::json!(7),
+        "the future applied"
+    );
+    let refused = e2e::metric_sum(
+        &metrics(&pair, 0),
+        "router_pair_updates_refused_total",
+        &[("reason", "future")],
+    );
+    assert_eq!(refused, 3.0, "a counted each refused entry");
+    put_limit(&pair, 1, 33, "after the refused future");
+    wait_shows(
+        &pair,
+        0,
+        "/apps/app-ns/settings",
+        "\"max_connections_per_client\":33",
+        "has b's write after the refused future",
+    );
+}

@@ -60,15 +60,15 @@ impl Admin {
             }
             None => None,
         };
-        if let Err(e) = self.put_split(&name, weights.clone()) {
+        let shared = weights.as_ref().map(|(w, _)| w);
+        let key = crate::pair::Key::Split(name.clone());
+        if let Err(e) = self.shared(key, &shared, || self.put_split(&name, weights.clone())) {
             tracing::error!(name, error = %e, "cannot persist the split");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("split not saved, nothing changed: {e}\n"),
             );
         }
-        let shared = weights.as_ref().map(|(w, _)| w);
-        self.share(crate::pair::Key::Split(name.clone()), &shared);
         json(&serde_json::json!({
             "name": name,
             "split": weights.map(|(w, _)| w),

@@ -113,7 +113,8 @@ impl Admin {
                 &format!("{addr} is not a member of any route\n"),
             );
         }
-        let member = match self.registry.rotate(&addr, out) {
+        let key = crate::pair::Key::Rotate(addr.clone());
+        let member = match self.shared(key, &out, || self.registry.rotate(&addr, out)) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(member = %addr, error = %e, "cannot persist rotate state");
@@ -124,7 +125,6 @@ impl Admin {
             }
         };
         tracing::info!(member = %addr, rotate = if out { "out" } else { "in" }, "rotated by operator");
-        self.share(crate::pair::Key::Rotate(addr.clone()), &out);
         let start = Instant::now();
         let here = async {
             match (&member, out) {

@@ -20,23 +20,30 @@ const MAX_UPDATES_BODY: usize = 4 * 1024 * 1024;
 const MAX_COUNTS_BODY: usize = 8 * 1024 * 1024;
 
 impl Admin {
-    /// Records a change an operator's call made here, for the peer; a change
-    /// that cannot be recorded is logged (it stays in force here; `router
-    /// check-pair` shows the difference).
-    pub(super) fn share<T: Serialize>(&self, key: Key, value: &T) {
+    /// An operator's change (`change`: applied to the store that serves it)
+    /// and its record for the peer (`key`, `value`) as one turn of the
+    /// pair's state (see [`crate::pair::state::Turn`]): an entry from the peer
+    /// cannot land between them. A change that cannot be recorded is logged
+    /// (it stays in force here; `router check-pair` shows the difference).
+    pub(super) fn shared<R, E>(
+        &self,
+        key: Key,
+        value: &impl Serialize,
+        change: impl FnOnce() -> Result<R, E>,
+    ) -> Result<R, E> {
         let Some(link) = &self.pair else {
-            return;
+            return change();
         };
-        let value = match serde_json::to_value(value) {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::error!(key = %key.text(), error = %e, "pair: cannot encode the change");
-                return;
-            }
-        };
-        if let Err(e) = link.state.local(&key, value) {
+        let value = serde_json::to_value(value);
+        let mut turn = link.state.turn();
+        let done = change()?;
+        let recorded = value
+            .map_err(|e| e.to_string())
+            .and_then(|v| turn.local(&key, v).map_err(|e| e.to_string()));
+        if let Err(e) = recorded {
             tracing::error!(key = %key.text(), error = %e, "pair: cannot save the change for the peer");
         }
+        Ok(done)
     }
 
     /// `GET /pair/state`: the version of every shared entry here, and the
@@ -103,9 +110,15 @@ impl Admin {
                 "both routers of the pair are named the same (pair.node)\n",
             );
         }
+        if let Some(answer) = self.refuse_the_future(link, &updates) {
+            return answer;
+        }
         let mut applied = 0;
         for update in &updates.updates {
-            if !link.state.is_newer(update) {
+            // One turn from the comparison to the save: an operator's change
+            // here lands before or after, never between.
+            let mut turn = link.state.turn();
+            if !turn.is_newer(update) {
                 continue;
             }
             // One that cannot apply here (a version of the router that does
@@ -116,7 +129,7 @@ impl Admin {
                 continue;
             }
             applied += 1;
-            if let Err(e) = link.state.remote(update) {
+            if let Err(e) = turn.remote(update) {
                 tracing::error!(key = %update.key.text(), error = %e, "pair: cannot save the peer's entry");
                 return text(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -132,6 +145,40 @@ impl Admin {
             epoch: link.epoch,
             applied,
         })
+    }
+
+    /// The 400 for updates of which one is versioned further ahead of this
+    /// router's clock than `pair.max_clock_skew` (none applied, each such entry
+    /// counted): a version from the future would win over every write to
+    /// come, here and, passed on, on the peer.
+    fn refuse_the_future(
+        &self,
+        link: &crate::pair::link::Link,
+        updates: &Updates,
+    ) -> Option<Response<Full<Bytes>>> {
+        let now = crate::pair::state::now_ms();
+        let ahead: Vec<(&Update, Duration)> = updates
+            .updates
+            .iter()
+            .filter_map(|u| Some((u, link.state.ahead(u, now)?)))
+            .collect();
+        let (first, by) = ahead.first()?;
+        link.metrics.refused_future.inc_by(ahead.len() as u64);
+        tracing::warn!(
+            peer = %updates.node,
+            key = %first.key.text(),
+            ahead_s = by.as_secs(),
+            refused = ahead.len(),
+            "pair: the peer's entries are versioned beyond pair.max_clock_skew; none applied"
+        );
+        Some(text(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "updates: {} is versioned {} s ahead of this router's clock (beyond pair.max_clock_skew): none applied\n",
+                first.key.text(),
+                by.as_secs()
+            ),
+        ))
     }
 
     /// `POST /pair/counts`: the tokens the peer's clients took from its rate

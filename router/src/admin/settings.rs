@@ -78,14 +78,14 @@ impl Admin {
                 &format!("{app} is not an app in the route table\n"),
             );
         }
-        if let Err(e) = self.put_settings(&app, change.clone()) {
+        let key = crate::pair::Key::Settings(app.clone());
+        if let Err(e) = self.shared(key, &change, || self.put_settings(&app, change.clone())) {
             tracing::error!(app, error = %e, "cannot persist the app settings");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("settings not saved, nothing changed: {e}\n"),
             );
         }
-        self.share(crate::pair::Key::Settings(app.clone()), &change);
         self.show(&app)
     }
 

@@ -31,6 +31,18 @@ impl Config {
                 return Err((field, "must be at least 50ms".into()));
             }
         }
+        if p.max_clock_skew < Duration::from_secs(1) {
+            return Err((
+                "pair.max_clock_skew",
+                "must be at least 1s (the two routers' clocks never agree closer)".into(),
+            ));
+        }
+        if p.tombstone_ttl < Duration::from_secs(3600) {
+            return Err((
+                "pair.tombstone_ttl",
+                "must be at least 1h: a deletion must outlive a peer's restart".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -8,7 +8,9 @@
 //! Metrics: `router_pair_peer_up{peer}` (1 while the last call was
 //! answered), `router_pair_updates_sent_total`,
 //! `router_pair_updates_received_total` (applied here, from the peer: newer
-//! than what was here), `router_pair_lag_seconds` (how long the oldest entry
+//! than what was here), `router_pair_updates_refused_total{reason="future"}`
+//! (entries from the peer versioned beyond `pair.max_clock_skew`),
+//! `router_pair_lag_seconds` (how long the oldest entry
 //! the peer has not acknowledged has waited; 0 when it has them all), and the
 //! shared limit's `router_pair_count_bytes_total` and
 //! `router_pair_counts_dropped_total`.
@@ -52,6 +54,8 @@ pub struct PairMetrics {
     pub up: IntGauge,
     pub sent: IntCounter,
     pub received: IntCounter,
+    /// `router_pair_updates_refused_total{reason="future"}`.
+    pub refused_future: IntCounter,
     pub lag: Gauge,
     /// `router_pair_count_bytes_total`: what the link carries for the shared
     /// rate limit (see [`super::counts`]).
@@ -79,6 +83,14 @@ impl PairMetrics {
             "router_pair_updates_received_total",
             "Shared-state entries from the pair's other router applied here (newer than what was here)",
         )?;
+        let refused = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "router_pair_updates_refused_total",
+                "Shared-state entries from the pair's other router refused here, by reason (future: versioned beyond pair.max_clock_skew)",
+            ),
+            &["reason"],
+        )?;
+        r.register(Box::new(refused.clone()))?;
         let lag = Gauge::new(
             "router_pair_lag_seconds",
             "How long the oldest entry the pair's other router has not acknowledged has waited",
@@ -99,6 +111,7 @@ impl PairMetrics {
             up: up.with_label_values(&[peer]),
             sent,
             received,
+            refused_future: refused.with_label_values(&["future"]),
             lag,
             count_bytes,
             counts_dropped,
@@ -126,6 +139,9 @@ impl Link {
         let mut acked = 0;
         let mut peer_epoch = None;
         loop {
+            if let Err(e) = self.state.prune_due() {
+                tracing::error!(error = %e, "pair: cannot drop expired tombstones");
+            }
             let (updates, upto, lag) = self.state.since(acked, PAGE);
             self.metrics.lag.set(lag.as_secs_f64());
             let sent = updates.len();

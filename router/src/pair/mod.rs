@@ -14,6 +14,9 @@
 //!   either router gets a version above every version that router has seen;
 //!   an entry from the peer applies only when its version is higher, so the
 //!   later write wins and a router coming back never rolls a newer one back.
+//!   The comparison, the apply and the save are one turn against the
+//!   operator's own writes; versions beyond `pair.max_clock_skew` ahead are
+//!   refused; deletions are kept `pair.tombstone_ttl`, then dropped.
 //! - **Incremental updates with acknowledgements** ([`link`]): each change
 //!   has a sequence number; the sender posts the entries the peer has not
 //!   acknowledged (`POST /pair/updates`), at once on a change and every
@@ -55,6 +58,25 @@ pub struct PairSettings {
     /// shared limit's error bound is one interval of the limit's rate.
     #[serde(with = "humantime_serde")]
     pub limit_interval: Duration,
+    /// An entry from the peer versioned further ahead of this router's clock
+    /// is refused (400, `router_pair_updates_refused_total`): a version from
+    /// the future would win over every write to come, on both routers.
+    #[serde(with = "humantime_serde")]
+    pub max_clock_skew: Duration,
+    /// How long a deletion (a setting or split removed, a member rotated
+    /// back in) is kept in `pair.json` for a peer that was away.
+    #[serde(with = "humantime_serde")]
+    pub tombstone_ttl: Duration,
+}
+
+impl PairSettings {
+    /// The state's bounds.
+    pub fn bounds(&self) -> state::Bounds {
+        state::Bounds {
+            max_ahead: self.max_clock_skew,
+            tombstone_ttl: self.tombstone_ttl,
+        }
+    }
 }
 
 impl Default for PairSettings {
@@ -65,6 +87,8 @@ impl Default for PairSettings {
             timeout: Duration::from_secs(3),
             interval: Duration::from_secs(1),
             limit_interval: Duration::from_millis(200),
+            max_clock_skew: state::Bounds::default().max_ahead,
+            tombstone_ttl: state::Bounds::default().tombstone_ttl,
         }
     }
 }

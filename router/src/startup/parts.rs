@@ -175,7 +175,8 @@ pub(super) fn pair_link(
         super::admin_token(config)?,
         config.acme.peer_timeout.min(config.acme.request_timeout),
     )?;
-    let state = crate::pair::State::open(&config.state_dir, node).map_err(StartError::PairState)?;
+    let state = crate::pair::State::open(&config.state_dir, node, config.pair.bounds())
+        .map_err(StartError::PairState)?;
     let metrics = crate::pair::link::PairMetrics::new(&metrics.registry, &addr)?;
     Ok(Some(Arc::new(crate::pair::link::Link {
         peer: Arc::new(peer),
