@@ -121,11 +121,26 @@ impl Admin {
                     "the body is a JSON object under 128 KiB, sent within limits.header_read_timeout\n",
                 )
             })?;
-        let settings: AppSettings = serde_json::from_slice(&body)
-            .map_err(|e| text(StatusCode::BAD_REQUEST, &format!("settings: {e}\n")))?;
+        let settings: AppSettings = serde_json::from_slice(&body).map_err(|e| {
+            let field = unreadable_field(&body).unwrap_or_else(|| "settings".into());
+            text(StatusCode::BAD_REQUEST, &format!("{field}: {e}\n"))
+        })?;
         settings
             .check()
             .map_err(|e| text(StatusCode::BAD_REQUEST, &format!("{e}\n")))?;
         Ok(settings)
     }
+}
+
+/// The first field of a settings body that cannot be read on its own (serde
+/// names a wrong value's type or variant, not its field), if the body is a
+/// JSON object.
+fn unreadable_field(body: &[u8]) -> Option<String> {
+    let serde_json::Value::Object(fields) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    fields.into_iter().find_map(|(name, value)| {
+        let alone = serde_json::Value::Object([(name.clone(), value)].into_iter().collect());
+        serde_json::from_value::<AppSettings>(alone).is_err().then_some(name)
+    })
 }

@@ -59,10 +59,14 @@ pub enum UpstreamError {
     /// is involved took longer than `limits.header_read_timeout`, or the rest
     /// stalled for `limits.body_timeout` (408, never counted against the member).
     ClientTimeout,
+    /// The client's request body went past its app's `max_request_body_bytes`
+    /// (a body of no declared length, cut there): 413 if the client still
+    /// listens, never counted against the member.
+    ClientBodyTooLarge,
 }
 
 impl UpstreamError {
-    pub const ALL: [UpstreamError; 11] = [
+    pub const ALL: [UpstreamError; 12] = [
         UpstreamError::Connect,
         UpstreamError::ConnectTimeout,
         UpstreamError::ResponseTimeout,
@@ -73,6 +77,7 @@ impl UpstreamError {
         UpstreamError::SourceShare,
         UpstreamError::ClientBody,
         UpstreamError::ClientTimeout,
+        UpstreamError::ClientBodyTooLarge,
         UpstreamError::LocalResources,
     ];
 
@@ -98,6 +103,7 @@ impl UpstreamError {
             UpstreamError::SourceShare => "source_share",
             UpstreamError::ClientBody => "client_body",
             UpstreamError::ClientTimeout => "client_timeout",
+            UpstreamError::ClientBodyTooLarge => "client_body_too_large",
             UpstreamError::LocalResources => "local_resources",
         }
     }

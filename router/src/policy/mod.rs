@@ -17,6 +17,7 @@
 
 pub mod affinity;
 pub mod clients;
+pub mod fields;
 pub mod settings;
 pub mod store;
 
@@ -29,7 +30,8 @@ use spi_consumer::AppKey;
 
 use self::affinity::{Affinity, AffinityKey};
 use self::clients::{ClientSlot, Clients};
-use self::settings::{AppSettings, MembersProtocol};
+use self::fields::FieldRules;
+use self::settings::{AppSettings, MembersProtocol, PlainHttp};
 use self::store::SettingsStore;
 use crate::token_bucket::Rate;
 
@@ -58,6 +60,12 @@ pub struct Policy {
     pub h2: bool,
     /// Responses are compressed as clients ask (`compression`).
     pub compress: bool,
+    /// HSTS and header actions (`hsts`, `headers`), if any.
+    pub fields: Option<Arc<FieldRules>>,
+    /// What plain HTTP gets (`plain_http`; `None`: `tls.redirect_http`).
+    pub plain_http: Option<PlainHttp>,
+    /// `max_request_body_bytes` (0: no limit).
+    pub max_body: u64,
 }
 
 /// The 503 an app in maintenance answers.
@@ -78,6 +86,10 @@ pub enum Refused {
     Rate { retry_after: u64 },
     /// Over `max_connections_per_client` (429).
     MemberSlot,
+    /// Plain HTTP for an app whose `plain_http` is `none` (403).
+    PlainHttp,
+    /// A declared body over `max_request_body_bytes` (413).
+    BodyTooLarge,
 }
 
 impl Refused {
@@ -88,6 +100,8 @@ impl Refused {
             Refused::Maintenance(_) => "maintenance",
             Refused::Rate { .. } => "rate_limit",
             Refused::MemberSlot => "max_connections_per_client",
+            Refused::PlainHttp => "plain_http",
+            Refused::BodyTooLarge => "body_too_large",
         }
     }
 }
@@ -130,6 +144,9 @@ impl Policy {
             tunnel_idle_timeout: effective.tunnel_idle_timeout,
             h2: effective.members_protocol == Some(MembersProtocol::H2),
             compress: effective.compression == Some(true),
+            fields: FieldRules::of(&effective),
+            plain_http: effective.plain_http,
+            max_body: effective.max_request_body_bytes.unwrap_or(0),
             effective,
         }
     }
@@ -140,7 +157,7 @@ impl Policy {
     pub fn admit(
         &self,
         app: &AppKey,
-        client: Client,
+        (client, declared): (Client, u64),
         clients: &Clients,
     ) -> Result<Option<ClientSlot>, Refused> {
         let (ip, client) = (client.ip, client.key);
@@ -151,6 +168,9 @@ impl Policy {
         }
         if let Some(m) = &self.maintenance {
             return Err(Refused::Maintenance(m.clone()));
+        }
+        if self.max_body > 0 && declared > self.max_body {
+            return Err(Refused::BodyTooLarge);
         }
         if let Some(rate) = &self.rate {
             clients.take_token(app, client, rate)?;

@@ -62,6 +62,92 @@ pub struct AppSettings {
     /// trade the app can judge and the router cannot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<bool>,
+    /// `Strict-Transport-Security` on the app's HTTPS responses (never on
+    /// plain HTTP); the router's value replaces the member's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+    /// Fields set or deleted on requests before the member and on responses
+    /// before the client, in order (see [`super::fields`]). `app_defaults`'
+    /// actions run after the app's own: the router-wide ones win, as an
+    /// OpenShift IngressController's win over a route's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<HeaderActions>,
+    /// What a plain-HTTP request for the app gets (default: `tls.redirect_http`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plain_http: Option<PlainHttp>,
+    /// The largest request body the app takes, in bytes (413 above it); 0 =
+    /// no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_request_body_bytes: Option<u64>,
+}
+
+/// `Strict-Transport-Security` (RFC 6797).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hsts {
+    /// `max-age`, in whole seconds; 0 tells browsers to forget the policy.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    #[serde(default)]
+    pub include_subdomains: bool,
+    #[serde(default)]
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The field's value.
+    pub fn value(&self) -> String {
+        let mut v = format!("max-age={}", self.max_age.as_secs());
+        if self.include_subdomains {
+            v.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            v.push_str("; preload");
+        }
+        v
+    }
+}
+
+/// Header actions on the way in (`request`) and out (`response`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeaderActions {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request: Vec<HeaderAction>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub response: Vec<HeaderAction>,
+}
+
+/// One action: `{"set": {"name": N, "value": V}}` or `{"delete": N}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum HeaderAction {
+    /// Replaces every field of the name with one (the value may name
+    /// variables, see [`super::fields`]).
+    Set { name: String, value: String },
+    /// Removes every field of the name.
+    Delete(String),
+}
+
+impl HeaderAction {
+    pub fn name(&self) -> &str {
+        match self {
+            HeaderAction::Set { name, .. } | HeaderAction::Delete(name) => name,
+        }
+    }
+}
+
+/// OpenShift's `insecureEdgeTerminationPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlainHttp {
+    /// To `https://` with the path and query (301 for GET and HEAD, 308
+    /// otherwise, which keeps the method and body).
+    Redirect,
+    /// Served over plain HTTP as over HTTPS.
+    Allow,
+    /// Refused (403): the member is never reached over plain HTTP.
+    None,
 }
 
 /// Cookie affinity (sticky sessions).
@@ -192,6 +278,10 @@ impl AppSettings {
             members_protocol: s.members_protocol.or(d.members_protocol),
             acme: s.acme.or(d.acme),
             compression: s.compression.or(d.compression),
+            hsts: s.hsts.or(d.hsts),
+            headers: merged(s.headers, d.headers),
+            plain_http: s.plain_http.or(d.plain_http),
+            max_request_body_bytes: s.max_request_body_bytes.or(d.max_request_body_bytes),
         }
     }
 
@@ -233,6 +323,21 @@ impl AppSettings {
         }
         if self.compression == Some(true) {
             out.push("compressed".to_string());
+        }
+        if let Some(h) = &self.hsts {
+            out.push(format!("HSTS {}", h.value()));
+        }
+        if let Some(h) = self.headers.as_ref() {
+            let n = h.request.len() + h.response.len();
+            if n > 0 {
+                out.push(format!("{n} header actions"));
+            }
+        }
+        if let Some(p) = self.plain_http {
+            out.push(format!("plain HTTP {}", serde_json::to_value(p).map(|v| v.as_str().unwrap_or_default().to_string()).unwrap_or_default()));
+        }
+        if let Some(n) = self.max_request_body_bytes.filter(|n| *n > 0) {
+            out.push(format!("bodies up to {n} bytes"));
         }
         out
     }
@@ -298,7 +403,35 @@ impl AppSettings {
                 format!("at most {} KiB", MAX_PAGE / 1024),
             ));
         }
+        if let Some(h) = &self.hsts
+            && h.max_age > Duration::from_secs(MAX_HSTS_AGE)
+        {
+            return Err(bad("hsts.max_age", "at most 2 years (63072000s)"));
+        }
+        if let Some(h) = &self.headers {
+            super::fields::check("headers.request", &h.request, super::fields::Way::Request)
+                .map_err(|(field, problem)| bad(&field, problem))?;
+            super::fields::check("headers.response", &h.response, super::fields::Way::Response)
+                .map_err(|(field, problem)| bad(&field, problem))?;
+        }
         Ok(())
+    }
+}
+
+/// The longest HSTS `max-age` taken: two years, what the preload list asks
+/// at most of (one year is its minimum).
+pub const MAX_HSTS_AGE: u64 = 2 * 365 * 24 * 3600;
+
+/// An app's header actions with the defaults' after them (both apply; the
+/// defaults' run last and so win for the same name).
+fn merged(own: Option<HeaderActions>, defaults: Option<HeaderActions>) -> Option<HeaderActions> {
+    match (own, defaults) {
+        (Some(mut own), Some(d)) => {
+            own.request.extend(d.request);
+            own.response.extend(d.response);
+            Some(own)
+        }
+        (own, d) => own.or(d),
     }
 }
 

@@ -87,10 +87,12 @@ impl QuicConnection {
         .with_forwarded(&self.serving.proxy.forwarded, local);
         // The certificate this connection presented: requests for names that
         // would get another are 421, as over h2.
-        conn.served = server_name(&quic).and_then(|sni| {
+        let sni = server_name(&quic);
+        conn.served = sni.as_deref().and_then(|sni| {
             let certs = self.serving.proxy.certs.as_ref()?;
-            Some(certs.load().served_for(&sni))
+            Some(certs.load().served_for(sni))
         });
+        conn.sni = sni.map(Arc::from);
         // Not evicted: a listener at its cap refuses new QUIC clients instead.
         let never = Arc::new(Signal::default());
         let watch = Watch::of(limits, (self.stop, self.kill), never, activity.clone());

@@ -612,7 +612,9 @@ async fn handshake(
     let s = Box::pin(hello).await?;
     if let Some(sni) = s.get_ref().1.server_name() {
         // Not shared yet: `make_mut` does not copy.
-        Arc::make_mut(conn).served = Some(tls.acceptor.served(sni));
+        let conn = Arc::make_mut(conn);
+        conn.served = Some(tls.acceptor.served(sni));
+        conn.sni = Some(Arc::from(sni));
     }
     Some(Stream::Tls(Box::new(s)))
 }

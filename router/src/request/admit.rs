@@ -1,5 +1,6 @@
 //! The admit phase: the app's policy admits the request's client, or refuses
-//! it (allow/deny 403, maintenance 503, the rate and at-once limits 429; see
+//! it (allow/deny 403, maintenance 503, a declared body over
+//! `max_request_body_bytes` 413, the rate and at-once limits 429; see
 //! [`crate::policy`]), each refusal counted by app and reason.
 
 use h1_codec::fields::FieldsRef;
@@ -17,18 +18,20 @@ impl Proxy {
     /// app's `max_connections_per_client` (`None` without a policy: nothing
     /// to hold), and whose it is for its member (its client key, whose share
     /// of a member's slots it counts in, and the worker serving it, whose idle
-    /// member connections it may reuse).
+    /// member connections it may reuse). `declared`: the body's length as
+    /// its head says (`max_request_body_bytes`).
     #[inline]
     pub(super) fn admit(
         &self,
         conn: &ClientConn,
         fields: FieldsRef<'_>,
         destination: &Destination<'_>,
+        declared: u64,
     ) -> Result<(Option<ClientSlot>, Requester), ProxyError> {
         let client = conn.client(fields);
         let hold = match destination.policy.as_deref() {
             Some(p) => p
-                .admit(&destination.route.app, client, &self.clients)
+                .admit(&destination.route.app, (client, declared), &self.clients)
                 .map_err(|r| self.refused(p, r))?,
             None => None,
         };

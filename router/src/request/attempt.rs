@@ -54,11 +54,11 @@ impl Proxy {
             Routed::Answered(answer) => return Ok(*answer),
         };
         context.routed(&to, &req, fields);
-        let (hold, source) = self.admit(context.conn, fields, &to)?;
+        let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
         let target = to.pick()?;
         let conn = (context.conn, &context.trace);
         let (protocol, body) = prepare((&mut req, &mut raw), &to, &target, conn)?;
-        let body = self.read_body(body).await?;
+        let body = self.read_body(body, to.policy.as_deref()).await?;
         let timeouts = Timeouts::of(self, to.policy.as_deref());
         match protocol {
             Protocol::H1 => {}

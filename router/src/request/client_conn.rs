@@ -34,6 +34,8 @@ pub struct ClientConn {
     /// TLS with SNI: the certificate the connection presented (RFC 9110 §15.5.20:
     /// requests for names that would get another are 421).
     pub served: Option<Served>,
+    /// The TLS server name the client asked for (header actions' `%{sni}`).
+    pub sni: Option<Arc<str>>,
     pub(super) ip_value: HeaderValue,
     pub(super) port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
@@ -48,6 +50,11 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
+    /// The client's address as text (header actions' `%{client_ip}`).
+    pub fn ip_text(&self) -> &str {
+        self.ip_value.to_str().unwrap_or("unknown")
+    }
+
     /// Whether this client's own forwarding fields (and request ID) are kept:
     /// the trust rule, `forwarded.trusted`.
     pub fn trusted(&self) -> bool {
@@ -71,6 +78,7 @@ impl ClientConn {
             trusted: true,
             behind_proxy: false,
             served: None,
+            sni: None,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),

@@ -24,6 +24,7 @@ use super::upload::Received;
 use crate::members::MemberSlot;
 use crate::metrics::apps::AppTraffic;
 use crate::policy::clients::ClientSlot;
+use crate::policy::fields::{FieldRules, Vars};
 use crate::traces::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
@@ -58,6 +59,39 @@ pub(super) struct Context<'c> {
     pub(super) span: Option<Box<SpanRecord>>,
     /// What it takes of compression, when its app compresses responses.
     pub(super) compress: Option<Asked>,
+    /// Its app's field rules (HSTS, header actions), when it has some.
+    pub(super) field_rules: Option<Box<Rules>>,
+}
+
+/// An app's field rules with what their variables need that the log phase
+/// does not have at hand (see [`crate::policy::fields`]).
+pub(super) struct Rules {
+    pub(super) rules: Arc<FieldRules>,
+    pub(super) app: String,
+    pub(super) host: String,
+}
+
+impl Rules {
+    /// The rules of `to`'s app, if it has some.
+    pub(super) fn of(to: &Destination<'_>) -> Option<Box<Rules>> {
+        let rules = to.policy.as_ref()?.fields.clone()?;
+        Some(Box::new(Rules {
+            rules,
+            app: format!("{}-{}", to.route.name, to.route.namespace),
+            host: to.name.to_string(),
+        }))
+    }
+
+    /// The variables of a request of `conn` with `trace`.
+    pub(super) fn vars<'a>(&'a self, conn: &'a ClientConn, trace: &'a Trace) -> Vars<'a> {
+        Vars {
+            client_ip: conn.ip_text(),
+            request_id: trace.request_id.as_str(),
+            sni: conn.sni.as_deref().unwrap_or(""),
+            app: &self.app,
+            host: &self.host,
+        }
+    }
 }
 
 impl Context<'_> {
@@ -71,8 +105,13 @@ impl Context<'_> {
     ) {
         let route = &to.route;
         self.app = Some(route.traffic.clone());
-        if to.policy.as_ref().is_some_and(|p| p.compress) {
-            self.compress = Some(Asked::of(req, fields));
+        if let Some(policy) = &to.policy {
+            if policy.compress {
+                self.compress = Some(Asked::of(req, fields));
+            }
+            if policy.fields.is_some() {
+                self.field_rules = Rules::of(to);
+            }
         }
         if let Some(span) = self.span.as_mut() {
             span.app = Some(format!("{}-{}", route.name, route.namespace));
@@ -131,6 +170,7 @@ impl Proxy {
             trace,
             span,
             compress: None,
+            field_rules: None,
             app: None,
             log: self
                 .access_log

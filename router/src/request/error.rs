@@ -134,6 +134,10 @@ fn upstream_status_and_text(kind: UpstreamError) -> (StatusCode, &'static str) {
         // Whose fault: the client's (its body broke off or was malformed).
         UpstreamError::ClientBody => (StatusCode::BAD_REQUEST, "request body failed\n"),
         UpstreamError::ClientTimeout => (StatusCode::REQUEST_TIMEOUT, "request body timed out\n"),
+        UpstreamError::ClientBodyTooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the request body is larger than this application takes\n",
+        ),
     }
 }
 
@@ -162,6 +166,19 @@ fn refused(r: &Refused, request_id: Option<&str>) -> Response<ProxyBody> {
             StatusCode::TOO_MANY_REQUESTS,
             page("too many requests at once from your address\n", request_id),
             Some(1),
+        ),
+        Refused::PlainHttp => (
+            StatusCode::FORBIDDEN,
+            page("this application is served over HTTPS only\n", request_id),
+            None,
+        ),
+        Refused::BodyTooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            page(
+                "the request body is larger than this application takes\n",
+                request_id,
+            ),
+            None,
         ),
         Refused::Maintenance(m) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -5,9 +5,13 @@
 //! and the member's figures), frees the member's slot and the client's hold,
 //! and writes the access line ([`super::access_log`]).
 
+use h1_codec::fields::Fields;
+use http::Response;
+
 use super::body::{Completion, ProxyBody};
 use super::context::{Context, Forwarded};
-use super::{Answer, Proxy};
+use super::{Answer, Proxy, headers};
+use crate::policy::fields::{FieldRules, Vars};
 use crate::traces::Moment;
 
 impl Proxy {
@@ -47,6 +51,12 @@ impl Proxy {
         let closing = !context.stream
             && (context.active.closing() || context.last_on_connection || malformed);
         self.router_fields(&mut response, closing, context.announce_h3);
+        if let Some(rules) = &context.field_rules {
+            let vars = rules.vars(context.conn, &context.trace);
+            rules::on_response(&rules.rules, (&mut response, &mut fields), context.conn.https, &vars);
+        } else if context.app.is_none() {
+            self.unrouted_fields(&context, (&mut response, &mut fields));
+        }
         // The head is handed to the server: on h2 it now waits on the client's window.
         context.active.wait_on_client();
         if let Some(asked) = context.compress {
@@ -73,5 +83,52 @@ impl Proxy {
             fields,
             request_id: context.trace.request_id,
         }
+    }
+}
+
+impl Proxy {
+    /// The router-wide field rules (`app_defaults`' `hsts` and `headers`) on
+    /// an answer to a request that reached no app (404, 400, a redirect):
+    /// the router's own answers carry them too.
+    fn unrouted_fields(
+        &self,
+        context: &Context<'_>,
+        response: (&mut Response<ProxyBody>, &mut Option<Fields>),
+    ) {
+        let table = self.table.load();
+        let Some(rules) = table.default_policy.as_ref().and_then(|p| p.fields.clone()) else {
+            return;
+        };
+        drop(table);
+        let vars = Vars {
+            client_ip: context.conn.ip_text(),
+            request_id: context.trace.request_id.as_str(),
+            sni: context.conn.sni.as_deref().unwrap_or(""),
+            app: "",
+            host: "",
+        };
+        rules::on_response(&rules, response, context.conn.https, &vars);
+    }
+}
+
+mod rules {
+    use super::*;
+
+    /// `rules` on a response: the member's fields as they came are put in
+    /// its map first when an action deletes one (the own HTTP/1.1 path
+    /// writes them as they came otherwise; a field set in the map replaces
+    /// the member's of its name there).
+    pub(super) fn on_response(
+        rules: &FieldRules,
+        (response, fields): (&mut Response<ProxyBody>, &mut Option<Fields>),
+        https: bool,
+        vars: &Vars<'_>,
+    ) {
+        if rules.deletes_on_response()
+            && let Some(f) = fields.take()
+        {
+            headers::member_map(&f, response.headers_mut());
+        }
+        rules.on_response(response.headers_mut(), https, vars);
     }
 }

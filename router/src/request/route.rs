@@ -15,7 +15,8 @@ use super::client_conn::ClientConn;
 use super::context::Forwarded;
 use super::error::ProxyError;
 use super::upload::Received;
-use crate::policy::Policy;
+use crate::policy::settings::PlainHttp;
+use crate::policy::{Policy, Refused};
 use crate::table::{Route, RouteTable, Target};
 use crate::tls::store::Certs;
 use h1_codec::request::framing_is_clear;
@@ -111,13 +112,16 @@ const HOST_BYTE: [HostByte; 256] = {
     table
 };
 
-/// Redirects plain HTTP to HTTPS for the hosts that have a certificate: an alias
-/// with its own, or an app's generated names when a default (wildcard) certificate
-/// is configured.
+/// Redirects plain HTTP to HTTPS (there when `listen.https` is): an app whose
+/// `plain_http` says `redirect`, and by default (`tls.redirect_http`) the hosts
+/// that have a certificate: an alias with its own, or an app's generated names
+/// when a default (wildcard) certificate is configured.
 #[derive(Clone)]
 pub struct Redirect {
     pub https_port: u16,
     pub certs: Arc<ArcSwap<Certs>>,
+    /// `tls.redirect_http`: what an app without `plain_http` gets.
+    pub by_default: bool,
 }
 
 impl Redirect {
@@ -202,11 +206,9 @@ impl Proxy {
             return Err(ProxyError::Misdirected);
         }
         if !conn.https
-            && let Some(redirect) = &self.redirect
-            && redirect.covers(&route, &name)
+            && let Some(answer) = self.plain_http(req, (&route, &name), policy.as_deref())?
         {
-            let response = redirect.response(req, &name);
-            return Ok(Routed::Answered(Box::new(Forwarded::of(response, None))));
+            return Ok(Routed::Answered(Box::new(answer)));
         }
         Ok(Routed::To(Destination {
             route,
@@ -215,6 +217,29 @@ impl Proxy {
             policy,
             sticky,
         }))
+    }
+
+    /// What a plain-HTTP request for `route` gets before its member: the app's
+    /// `plain_http` (`redirect`; `none`: 403, also where no HTTPS listens to
+    /// redirect to; `allow`: served), else `tls.redirect_http`'s redirect for
+    /// hosts with a certificate; `None`: served.
+    fn plain_http(
+        &self,
+        req: &Request<Received>,
+        (route, name): (&Route, &str),
+        policy: Option<&Policy>,
+    ) -> Result<Option<Forwarded>, ProxyError> {
+        let redirect = self.redirect.as_ref();
+        let redirected = match policy.and_then(|p| p.plain_http) {
+            None => redirect.filter(|r| r.by_default && r.covers(route, name)),
+            Some(PlainHttp::Allow) => None,
+            Some(PlainHttp::Redirect) if redirect.is_some() => redirect,
+            Some(PlainHttp::Redirect | PlainHttp::None) => {
+                let policy = policy.ok_or(ProxyError::NoRoute)?;
+                return Err(self.refused(policy, Refused::PlainHttp));
+            }
+        };
+        Ok(redirected.map(|r| Forwarded::of(r.response(req, name), None)))
     }
 
     /// The HTTP-01 answer for `path` on a plain HTTP connection, if an ACME

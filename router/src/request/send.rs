@@ -25,7 +25,8 @@ use super::retry::{Replay, idempotent};
 use super::route::Destination;
 use super::trace::Trace;
 use super::upload::{Received, read_now, read_rest};
-use crate::policy::Policy;
+use crate::metrics::UpstreamError;
+use crate::policy::{Policy, Refused};
 use crate::table::Target;
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
 
@@ -55,7 +56,17 @@ pub(super) fn prepare(
     let fields = FieldsRef::of(req, raw.as_ref());
     let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(fields);
     let trailers = h2_members && wants_trailers(fields);
-    plain_or_map(req, raw, h2_members || upgrade);
+    let actions = to
+        .policy
+        .as_ref()
+        .and_then(|p| p.fields.as_ref())
+        .filter(|r| !r.request.is_empty());
+    plain_or_map(req, raw, h2_members || upgrade || actions.is_some());
+    if let Some(rules) = actions
+        && let Some(named) = super::context::Rules::of(to)
+    {
+        rules.on_request(req.headers_mut(), &named.vars(conn, trace));
+    }
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
     let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
     // An HTTP/1.1 member's head is written from the fields where they are
@@ -74,12 +85,27 @@ impl Proxy {
     /// The request's body as the member gets it: whole already (the common case:
     /// no future), or read ahead, boxed (a body still arriving is the rare case;
     /// a slow client gets 408 without holding a member's slot).
-    pub(super) async fn read_body(&self, body: Received) -> Result<RequestBody, ProxyError> {
+    /// `policy`'s `max_request_body_bytes` holds for a body of no declared
+    /// length (a declared one over it was refused already): past it within
+    /// the part read ahead, refused (413) before any member is involved;
+    /// past it later, the body is cut there (see
+    /// [`crate::upstream::ClientBody::limited`]).
+    pub(super) async fn read_body(
+        &self,
+        body: Received,
+        policy: Option<&Policy>,
+    ) -> Result<RequestBody, ProxyError> {
+        let limit = policy.map_or(0, |p| p.max_body);
         match read_now(body, &self.upload) {
             Ok(whole) => Ok(whole),
-            Err(arriving) => Box::pin(read_rest(arriving, &self.upload))
+            Err(arriving) => Box::pin(read_rest(arriving, &self.upload, limit))
                 .await
-                .map_err(|kind| self.fail(kind)),
+                .map_err(|kind| match (kind, policy) {
+                    (UpstreamError::ClientBodyTooLarge, Some(p)) => {
+                        self.refused(p, Refused::BodyTooLarge)
+                    }
+                    _ => self.fail(kind),
+                }),
         }
     }
 

@@ -77,9 +77,14 @@ pub fn read_now(body: Received, settings: &UploadSettings) -> Result<RequestBody
 /// already is [`read_now`]'s). Errors are the client's: a malformed or aborted
 /// body ([`UpstreamError::ClientBody`], 400) or one too slow
 /// ([`UpstreamError::ClientTimeout`], 408).
+///
+/// `limit`: the app's `max_request_body_bytes` (0: none): a body past it
+/// within the part read here is [`UpstreamError::ClientBodyTooLarge`] (413),
+/// before any member is involved; the rest is cut at it as it streams.
 pub async fn read_rest(
     mut body: Rest,
     settings: &UploadSettings,
+    limit: u64,
 ) -> Result<RequestBody, UpstreamError> {
     if body.is_end_stream() {
         return Ok(RequestBody::Empty);
@@ -103,6 +108,9 @@ pub async fn read_rest(
             }
             Ok(Some(Ok(frame))) => {
                 bytes = bytes.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+                if limit > 0 && bytes as u64 > limit {
+                    return Err(UpstreamError::ClientBodyTooLarge);
+                }
                 read.push_back(frame);
             }
         }
@@ -112,9 +120,7 @@ pub async fn read_rest(
     if read.is_empty() && rest.is_none() {
         return Ok(RequestBody::Empty);
     }
-    Ok(RequestBody::Client(Box::new(ClientBody::new(
-        read,
-        rest,
-        settings.stall,
-    ))))
+    Ok(RequestBody::Client(Box::new(
+        ClientBody::new(read, rest, settings.stall).limited(limit),
+    )))
 }

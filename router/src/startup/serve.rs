@@ -132,7 +132,7 @@ pub(super) async fn serve_until(
 pub(super) const UPGRADE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The first serving generation: the proxy (its member TLS connector, the
-/// HTTPS redirect when `https` listens and `tls.redirect_http` asks for it) and
+/// HTTPS redirect when `https` listens, by default as `tls.redirect_http` says) and
 /// the limits, with `kept` (what every later generation shares).
 pub(super) fn serving(
     config: &Config,
@@ -148,13 +148,11 @@ pub(super) fn serving(
         config.upstream.tls.verify,
         provider.clone(),
     )?);
-    kept.redirect = match (https, config.tls.redirect_http) {
-        (Some(l), true) => Some(crate::request::route::Redirect {
-            https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
-            certs: live_certs.clone(),
-        }),
-        _ => None,
-    };
+    kept.redirect = https.map(|l| crate::request::route::Redirect {
+        https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
+        certs: live_certs.clone(),
+        by_default: config.tls.redirect_http,
+    });
     let proxy = with_settings(kept, config);
     Ok(Arc::new(ArcSwap::from_pointee(Serving {
         proxy: Arc::new(proxy),

@@ -32,6 +32,9 @@ pub enum RequestBodyError {
     /// An HTTP/3 request stream broke off (reset by the client, connection lost).
     #[error("client request body: {0}")]
     Stream(String),
+    /// The body went past its app's `max_request_body_bytes`: cut there.
+    #[error("client request body over {0} bytes")]
+    TooLarge(u64),
 }
 
 /// A request body another kind of client connection delivers (an HTTP/3
@@ -91,6 +94,11 @@ pub struct ClientBody {
     rest: Option<Rest>,
     /// Armed while the client's body is pending (`limits.body_timeout`).
     stall: Stall,
+    /// Bytes of `rest` the body may still carry (its app's
+    /// `max_request_body_bytes` less what was read ahead; `u64::MAX`: no limit).
+    left: u64,
+    /// The limit, for the error.
+    limit: u64,
 }
 
 impl ClientBody {
@@ -101,7 +109,25 @@ impl ClientBody {
             read,
             rest,
             stall: Stall::new(stall),
+            left: u64::MAX,
+            limit: 0,
         }
+    }
+
+    /// The same, cut at `limit` bytes in all (0: no limit): past it the body
+    /// fails with [`RequestBodyError::TooLarge`], and the member's connection
+    /// with it (the member never gets a whole body that was too large).
+    pub fn limited(mut self, limit: u64) -> Self {
+        if limit > 0 {
+            let read: u64 = self
+                .read
+                .iter()
+                .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+                .sum();
+            self.left = limit.saturating_sub(read);
+            self.limit = limit;
+        }
+        self
     }
 
     /// Pending on the client: arm the deadline (or fail once it has passed).
@@ -143,6 +169,16 @@ impl Body for RequestBody {
                 body.stall.progressed();
                 if r.is_none() {
                     body.rest = None;
+                }
+                if let Some(Ok(frame)) = &r
+                    && let Some(data) = frame.data_ref()
+                {
+                    let len = data.len() as u64;
+                    if len > body.left {
+                        body.rest = None;
+                        return Poll::Ready(Some(Err(RequestBodyError::TooLarge(body.limit))));
+                    }
+                    body.left -= len;
                 }
                 Poll::Ready(r)
             }

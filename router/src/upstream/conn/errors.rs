@@ -94,6 +94,7 @@ impl SendError {
             SendError::Http { source, .. } if source.is_user() => {
                 match std::error::Error::source(source).and_then(|e| e.downcast_ref()) {
                     Some(RequestBodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                    Some(RequestBodyError::TooLarge(_)) => UpstreamError::ClientBodyTooLarge,
                     _ => UpstreamError::ClientBody,
                 }
             }
@@ -102,6 +103,9 @@ impl SendError {
             SendError::Exchange { source, .. } => match source {
                 // The client's side failed, not the member.
                 ExchangeError::Body(RequestBodyError::Stalled(_)) => UpstreamError::ClientTimeout,
+                ExchangeError::Body(RequestBodyError::TooLarge(_)) => {
+                    UpstreamError::ClientBodyTooLarge
+                }
                 ExchangeError::Body(_) => UpstreamError::ClientBody,
                 ExchangeError::Parse(_) => UpstreamError::Protocol,
                 ExchangeError::Closed | ExchangeError::Io { .. } => UpstreamError::Reset,

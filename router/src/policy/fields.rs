@@ -1,0 +1,436 @@
+//! An app's rules for HTTP fields, compiled once per policy: header actions
+//! on the request before its member (`headers.request`) and on the response
+//! before its client (`headers.response`, the router's own answers too), and
+//! `Strict-Transport-Security` on HTTPS responses (`hsts`).
+//!
+//! An action sets a field (every field of the name replaced by one) or
+//! deletes one, in the order written; the app's own run first, then
+//! `app_defaults`' (see [`super::settings::AppSettings::over`]). A value is
+//! literal text with variables in it, each written `%{name}`:
+//!
+//! | variable | what it is |
+//! |---|---|
+//! | `%{client_ip}` | the client's address as the router saw it |
+//! | `%{request_id}` | the request's ID (`X-Request-Id`) |
+//! | `%{sni}` | the TLS server name the client asked for (empty on plain HTTP) |
+//! | `%{app}` | the app, `name-namespace` |
+//! | `%{host}` | the host the request addressed, lower case, without its port |
+//!
+//! `%%` is one `%`. What may not be named, and why ([`check`]): the framing
+//! and hop-by-hop fields (`Content-Length`, `Transfer-Encoding`,
+//! `Connection`, ...: they decide where a message ends), `Host` (it decides
+//! the route), and the fields the router owns (`X-Forwarded-*`, `Forwarded`,
+//! `traceparent`, `tracestate`, `X-Request-Id`; on responses `Set-Cookie`,
+//! the affinity cookie's, `Alt-Svc`, and `Strict-Transport-Security`, which
+//! `hsts` sets). At most [`MAX_ACTIONS`] a way, values at most
+//! [`MAX_VALUE`] bytes.
+
+use std::sync::Arc;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::settings::{AppSettings, HeaderAction};
+
+/// Actions a way (request, response) at most, as OpenShift's route API allows.
+pub const MAX_ACTIONS: usize = 20;
+/// A value's length at most, variables unexpanded.
+pub const MAX_VALUE: usize = 4096;
+
+/// Which way an action list works on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    Request,
+    Response,
+}
+
+/// Names no action may touch: framing, hop-by-hop, the route, and the
+/// forwarding and tracing fields the router writes itself.
+const OWNED: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+    "forwarded",
+    "traceparent",
+    "tracestate",
+    "x-request-id",
+];
+
+/// Names no response action may touch, besides [`OWNED`].
+const OWNED_RESPONSE: &[&str] = &["set-cookie", "alt-svc", "strict-transport-security"];
+
+/// Why `name` may not be named on `way`, if it may not.
+fn refused_name(name: &str, way: Way) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("x-forwarded-") || OWNED.contains(&lower.as_str()) {
+        return Some(
+            "framing, hop-by-hop, Host and the router's own forwarding and tracing fields cannot be set or deleted",
+        );
+    }
+    if way == Way::Response && OWNED_RESPONSE.contains(&lower.as_str()) {
+        return Some(
+            "Set-Cookie (the affinity cookie), Alt-Svc and Strict-Transport-Security (the hsts setting) are the router's on responses",
+        );
+    }
+    None
+}
+
+/// Refuses an action list that cannot apply: `(field, problem)`, the field
+/// as `field[i]`.
+pub fn check(field: &str, actions: &[HeaderAction], way: Way) -> Result<(), (String, String)> {
+    if actions.len() > MAX_ACTIONS {
+        return Err((field.into(), format!("at most {MAX_ACTIONS} actions")));
+    }
+    for (i, action) in actions.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let name = action.name();
+        if HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err((at, format!("{name:?} is no field name")));
+        }
+        if let Some(why) = refused_name(name, way) {
+            return Err((at, format!("{name}: {why}")));
+        }
+        if let HeaderAction::Set { value, .. } = action {
+            if value.len() > MAX_VALUE {
+                return Err((at, format!("the value is at most {MAX_VALUE} bytes")));
+            }
+            Value::parse(value).map_err(|e| (at.clone(), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A variable of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Var {
+    ClientIp,
+    RequestId,
+    Sni,
+    App,
+    Host,
+}
+
+impl Var {
+    fn of(name: &str) -> Option<Var> {
+        Some(match name {
+            "client_ip" => Var::ClientIp,
+            "request_id" => Var::RequestId,
+            "sni" => Var::Sni,
+            "app" => Var::App,
+            "host" => Var::Host,
+            _ => return None,
+        })
+    }
+}
+
+/// A value: literal (checked once), or text and variables.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Literal(HeaderValue),
+    Template(Vec<Part>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Part {
+    Text(String),
+    Var(Var),
+}
+
+impl Value {
+    /// Reads `%{name}` variables and `%%`; anything else after `%` is refused.
+    pub fn parse(text: &str) -> Result<Value, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('%') {
+            literal.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            if let Some(more) = after.strip_prefix('%') {
+                literal.push('%');
+                rest = more;
+            } else if let Some(inner) = after.strip_prefix('{') {
+                let end = inner
+                    .find('}')
+                    .ok_or_else(|| format!("{text:?}: %{{ without its }}"))?;
+                let var = Var::of(&inner[..end]).ok_or_else(|| {
+                    format!(
+                        "%{{{}}}: no such variable (client_ip, request_id, sni, app, host)",
+                        &inner[..end]
+                    )
+                })?;
+                if !literal.is_empty() {
+                    parts.push(Part::Text(std::mem::take(&mut literal)));
+                }
+                parts.push(Part::Var(var));
+                rest = &inner[end + 1..];
+            } else {
+                return Err(format!(
+                    "{text:?}: a % starts %{{variable}} or %% (a literal %)"
+                ));
+            }
+        }
+        literal.push_str(rest);
+        for part in parts.iter().chain(std::iter::once(&Part::Text(literal.clone()))) {
+            if let Part::Text(t) = part
+                && HeaderValue::from_str(t).is_err()
+            {
+                return Err(format!(
+                    "{text:?}: a value is visible ASCII, spaces and tabs"
+                ));
+            }
+        }
+        if parts.is_empty() {
+            return HeaderValue::from_str(&literal)
+                .map(Value::Literal)
+                .map_err(|_| format!("{text:?}: a value is visible ASCII, spaces and tabs"));
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        Ok(Value::Template(parts))
+    }
+
+    /// The value for one request.
+    fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
+        match self {
+            Value::Literal(v) => Some(v.clone()),
+            Value::Template(parts) => {
+                let mut out = String::new();
+                for part in parts {
+                    match part {
+                        Part::Text(t) => out.push_str(t),
+                        Part::Var(v) => out.push_str(vars.get(*v)),
+                    }
+                }
+                HeaderValue::from_str(&out).ok()
+            }
+        }
+    }
+}
+
+/// What a request's variables are.
+pub struct Vars<'a> {
+    pub client_ip: &'a str,
+    pub request_id: &'a str,
+    pub sni: &'a str,
+    pub app: &'a str,
+    pub host: &'a str,
+}
+
+impl Vars<'_> {
+    fn get(&self, var: Var) -> &str {
+        match var {
+            Var::ClientIp => self.client_ip,
+            Var::RequestId => self.request_id,
+            Var::Sni => self.sni,
+            Var::App => self.app,
+            Var::Host => self.host,
+        }
+    }
+
+    /// Whether any of `actions` reads a variable (then they are rendered).
+    fn needed(actions: &[Action]) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Set(_, Value::Template(_))))
+    }
+}
+
+/// One compiled action.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Set(HeaderName, Value),
+    Delete(HeaderName),
+}
+
+impl Action {
+    fn of(action: &HeaderAction) -> Option<Action> {
+        match action {
+            HeaderAction::Set { name, value } => Some(Action::Set(
+                HeaderName::from_bytes(name.as_bytes()).ok()?,
+                Value::parse(value).ok()?,
+            )),
+            HeaderAction::Delete(name) => Some(Action::Delete(
+                HeaderName::from_bytes(name.as_bytes()).ok()?,
+            )),
+        }
+    }
+}
+
+/// An app's field rules (see the module doc); `None` from [`FieldRules::of`]
+/// when it has none, so the request path pays one `Option` check.
+#[derive(Debug)]
+pub struct FieldRules {
+    /// `Strict-Transport-Security`, for HTTPS responses.
+    pub hsts: Option<HeaderValue>,
+    pub request: Vec<Action>,
+    pub response: Vec<Action>,
+}
+
+impl FieldRules {
+    /// The rules of checked settings, if they have any.
+    pub fn of(effective: &AppSettings) -> Option<Arc<FieldRules>> {
+        let hsts = effective
+            .hsts
+            .as_ref()
+            .and_then(|h| HeaderValue::from_str(&h.value()).ok());
+        let compile = |l: &[HeaderAction]| l.iter().filter_map(Action::of).collect::<Vec<_>>();
+        let (request, response) = effective
+            .headers
+            .as_ref()
+            .map(|h| (compile(&h.request), compile(&h.response)))
+            .unwrap_or_default();
+        if hsts.is_none() && request.is_empty() && response.is_empty() {
+            return None;
+        }
+        Some(Arc::new(FieldRules {
+            hsts,
+            request,
+            response,
+        }))
+    }
+
+    /// Whether a response's fields must be in its map to apply the rules (a
+    /// deletion of a member's field, which the own HTTP/1.1 path would
+    /// otherwise write as it came).
+    pub fn deletes_on_response(&self) -> bool {
+        self.response.iter().any(|a| matches!(a, Action::Delete(_)))
+    }
+
+    /// The request actions on `headers`.
+    pub fn on_request(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
+        apply(&self.request, headers, vars);
+    }
+
+    /// The response actions and HSTS (`https`: the response goes out over
+    /// TLS) on `headers`: the router's value in place of the member's.
+    pub fn on_response(&self, headers: &mut HeaderMap, https: bool, vars: &Vars<'_>) {
+        if https && let Some(hsts) = &self.hsts {
+            headers.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts.clone());
+        }
+        apply(&self.response, headers, vars);
+    }
+
+    /// Whether the request actions read variables (the caller renders the
+    /// ones it has).
+    pub fn request_needs_vars(&self) -> bool {
+        Vars::needed(&self.request)
+    }
+}
+
+fn apply(actions: &[Action], headers: &mut HeaderMap, vars: &Vars<'_>) {
+    for action in actions {
+        match action {
+            Action::Set(name, value) => {
+                if let Some(v) = value.render(vars) {
+                    headers.insert(name.clone(), v);
+                }
+            }
+            Action::Delete(name) => {
+                headers.remove(name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::settings::HeaderActions;
+
+    fn vars() -> Vars<'static> {
+        Vars {
+            client_ip: "192.0.2.7",
+            request_id: "abc",
+            sni: "www.example.com",
+            app: "app-ns",
+            host: "www.example.com",
+        }
+    }
+
+    #[test]
+    fn values_read_variables_and_refuse_what_they_do_not_know() {
+        let v = Value::parse("for %{client_ip} id=%{request_id} 100%%").expect("parse");
+        assert_eq!(
+            v.render(&vars()).expect("value"),
+            "for 192.0.2.7 id=abc 100%"
+        );
+        assert!(matches!(Value::parse("DENY"), Ok(Value::Literal(_))));
+        assert!(Value::parse("%{nope}").unwrap_err().contains("no such variable"));
+        assert!(Value::parse("50%").is_err());
+        assert!(Value::parse("%{app").is_err());
+        assert!(Value::parse("a\nb").is_err());
+    }
+
+    #[test]
+    fn owned_and_framing_names_are_refused_with_the_reason() {
+        let set = |name: &str| HeaderAction::Set {
+            name: name.into(),
+            value: "x".into(),
+        };
+        for name in ["Content-Length", "transfer-encoding", "Host", "X-Forwarded-For", "traceparent", "Forwarded"] {
+            let e = check("headers.request", &[set(name)], Way::Request).unwrap_err();
+            assert_eq!(e.0, "headers.request[0]");
+            assert!(e.1.contains("cannot be set"), "{name}: {e:?}");
+        }
+        assert!(check("h", &[set("Set-Cookie")], Way::Request).is_ok());
+        assert!(check("h", &[set("Set-Cookie")], Way::Response).is_err());
+        assert!(check("h", &[set("Strict-Transport-Security")], Way::Response).is_err());
+        assert!(check("h", &[HeaderAction::Delete("Server".into())], Way::Response).is_ok());
+        assert!(check("h", &[set("bad name")], Way::Response).is_err());
+        let many = vec![set("X-A"); MAX_ACTIONS + 1];
+        assert!(check("h", &many, Way::Response).unwrap_err().1.contains("at most"));
+        let long = HeaderAction::Set {
+            name: "X-A".into(),
+            value: "v".repeat(MAX_VALUE + 1),
+        };
+        assert!(check("h", &[long], Way::Response).is_err());
+    }
+
+    #[test]
+    fn actions_apply_in_order_and_hsts_only_over_tls() {
+        let settings = AppSettings {
+            hsts: Some(crate::policy::settings::Hsts {
+                max_age: std::time::Duration::from_secs(31_536_000),
+                include_subdomains: true,
+                preload: false,
+            }),
+            headers: Some(HeaderActions {
+                request: vec![],
+                response: vec![
+                    HeaderAction::Set {
+                        name: "X-Frame-Options".into(),
+                        value: "DENY".into(),
+                    },
+                    HeaderAction::Delete("Server".into()),
+                    HeaderAction::Set {
+                        name: "X-App".into(),
+                        value: "%{app}".into(),
+                    },
+                    HeaderAction::Delete("X-App".into()),
+                ],
+            }),
+            ..AppSettings::default()
+        };
+        let rules = FieldRules::of(&settings).expect("rules");
+        assert!(rules.deletes_on_response());
+        let mut h = HeaderMap::new();
+        h.insert("server", HeaderValue::from_static("member/1.0"));
+        h.insert("x-frame-options", HeaderValue::from_static("SAMEORIGIN"));
+        rules.on_response(&mut h, false, &vars());
+        assert_eq!(h.get("x-frame-options").expect("set"), "DENY");
+        assert!(h.get("server").is_none() && h.get("x-app").is_none());
+        assert!(h.get("strict-transport-security").is_none(), "never on plain HTTP");
+        rules.on_response(&mut h, true, &vars());
+        assert_eq!(
+            h.get("strict-transport-security").expect("hsts"),
+            "max-age=31536000; includeSubDomains"
+        );
+        assert!(FieldRules::of(&AppSettings::default()).is_none());
+    }
+}

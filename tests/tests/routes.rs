@@ -1,0 +1,319 @@
+//! Routes as OpenShift operators write them, through the real path: an app's
+//! HSTS, header actions (request and response, with variables), plain-HTTP
+//! policy (none, redirect, allow) and request body limit, put through the
+//! admin API and in force at once over HTTP/1.1 and h2 (curl) and HTTP/3
+//! (aioquic); the router-wide actions of `app_defaults` on the router's own
+//! 404; inputs that must be refused answered 400 naming the field, the app's
+//! settings left as they were. Real curl, a real HTTP/3 client, a member that
+//! reports what it received.
+
+use std::path::{Path, PathBuf};
+
+use e2e::backend::Echo;
+use e2e::pki::Wildcard;
+use e2e::{Backend, TestRouter, events};
+
+const HOST: &str = "ha-myapp-demo.example.com";
+const TOKEN: &str = "routes-token";
+
+/// What curl got: status, the response head (lower-case names), the body.
+struct Got {
+    status: u16,
+    head: Vec<(String, String)>,
+    body: String,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// curl against `url` for HOST (`--resolve`d to the router), with `args`.
+async fn curl(url_port: (&str, u16), path: &str, ca: &Path, args: &[&str]) -> Got {
+    let (scheme, port) = url_port;
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-i", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+        .args(args)
+        .arg(format!("{scheme}://{HOST}:{port}{path}"))
+        .output()
+        .await
+        .expect("curl runs (apt-get install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status from curl: {text:?} {:?}", out.stderr));
+    let head = lines
+        .filter_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            Some((n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        })
+        .collect();
+    Got {
+        status,
+        head,
+        body: body.to_string(),
+    }
+}
+
+fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/h3-venv/bin/python3");
+    assert!(
+        venv.exists(),
+        "{} is missing: tests/run.sh makes it",
+        venv.display()
+    );
+    venv
+}
+
+/// One HTTP/3 connection, the requests in turn: client.py's JSON.
+async fn h3(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+    requests: serde_json::Value,
+) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("h3/client.py");
+    let out = tokio::process::Command::new(python())
+        .arg(script)
+        .args(["get", &addr.to_string(), HOST])
+        .arg(ca)
+        .arg(requests.to_string())
+        .output()
+        .await
+        .expect("python3");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client.py: {e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A router with HTTPS and HTTP/3, the admin token, `app_defaults`' response
+/// action, and `myapp-demo` on one echo member.
+async fn router() -> (TestRouter, Backend, Wildcard) {
+    let pki = Wildcard::new("routes");
+    let root = pki.dir.join("router");
+    std::fs::create_dir_all(&root).expect("root");
+    let token = root.join("admin.token");
+    std::fs::write(&token, TOKEN).expect("token");
+    let extra = format!(
+        "{}admin:\n  token_file: {}\napp_defaults:\n  headers:\n    response:\n      - set: {{name: X-Router, value: \"edge %{{request_id}}\"}}\n",
+        pki.tls_section(),
+        token.display()
+    );
+    let r = TestRouter::start_http3(root, &extra).await;
+    let b = Backend::start().await;
+    r.drop_event("00.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_member(b.addr).await;
+    r.wait_health(b.addr, "up").await;
+    (r, b, pki)
+}
+
+async fn put(r: &TestRouter, body: &str) -> (u16, String) {
+    r.admin_call("PUT", "/apps/myapp-demo/settings", body, Some(TOKEN))
+        .await
+}
+
+const SETTINGS: &str = r#"{
+  "hsts": {"max_age": "365d", "include_subdomains": true},
+  "headers": {
+    "request": [
+      {"set": {"name": "X-Tenant", "value": "%{app} via %{host}"}},
+      {"set": {"name": "X-Client", "value": "%{client_ip} sni=%{sni}"}},
+      {"delete": "User-Agent"}
+    ],
+    "response": [
+      {"set": {"name": "X-Frame-Options", "value": "DENY"}},
+      {"delete": "Content-Type"}
+    ]
+  },
+  "plain_http": "none",
+  "max_request_body_bytes": 100000
+}"#;
+
+/// The member's view and the client's of one request over HTTPS.
+fn check_https(over: &str, status: u16, head: &dyn Fn(&str) -> Option<String>, echo: &Echo) {
+    assert_eq!(status, 200, "{over}");
+    assert_eq!(
+        head("strict-transport-security").as_deref(),
+        Some("max-age=31536000; includeSubDomains"),
+        "{over}: HSTS"
+    );
+    assert_eq!(head("x-frame-options").as_deref(), Some("DENY"), "{over}");
+    assert_eq!(head("content-type"), None, "{over}: the member's deleted");
+    assert!(
+        head("x-router").is_some_and(|v| v.starts_with("edge ")),
+        "{over}: app_defaults' action after the app's"
+    );
+    assert_eq!(
+        echo.header("x-tenant"),
+        Some(format!("myapp-demo via {HOST}").as_str()),
+        "{over}: {echo:?}"
+    );
+    assert_eq!(
+        echo.header("x-client"),
+        Some(format!("127.0.0.1 sni={HOST}").as_str()),
+        "{over}"
+    );
+    assert_eq!(echo.header("user-agent"), None, "{over}: deleted before the member");
+}
+
+#[tokio::test]
+async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_protocol() {
+    let (r, backend, pki) = router().await;
+    let (https, udp) = (r.https.expect("https"), r.http3.expect("http3"));
+    let ca = &pki.ca_file;
+    let (s, text) = put(&r, SETTINGS).await;
+    assert_eq!(s, 200, "{text}");
+
+    // 1. HTTPS over HTTP/1.1 and h2 (curl), and HTTP/3.
+    for version in ["--http1.1", "--http2"] {
+        let got = curl(("https", https.port()), "/x", ca, &[version, "-A", "curl-test"]).await;
+        let echo = Echo::parse(got.body.as_bytes());
+        check_https(version, got.status, &|n| got.header(n).map(str::to_string), &echo);
+    }
+    let v = h3(
+        udp,
+        ca,
+        serde_json::json!([{"method": "GET", "authority": HOST, "path": "/x",
+                            "headers": [["user-agent", "h3-test"]]}]),
+    )
+    .await;
+    let head = |n: &str| v[0]["headers"][n][0].as_str().map(str::to_string);
+    let status = v[0]["status"].as_u64().unwrap_or(0) as u16;
+    let echo = Echo::parse(v[0]["body"].as_str().unwrap_or_default().as_bytes());
+    check_https("HTTP/3", status, &head, &echo);
+
+    // 2. Plain HTTP: none (403, the member never reached), redirect (301 for
+    // GET, 308 for POST, to https with the path and query), allow (served,
+    // no HSTS over plain HTTP).
+    let hits = backend.hits();
+    let got = curl(("http", r.http.port()), "/p?q=1", ca, &[]).await;
+    assert_eq!(got.status, 403, "plain_http none: {}", got.body);
+    assert!(got.body.contains("HTTPS only"), "{}", got.body);
+    assert!(
+        got.header("x-router").is_some(),
+        "the router's own answer before the app's member carries app_defaults' actions"
+    );
+    assert_eq!(backend.hits(), hits, "the member was reached over plain HTTP");
+    let (s, text) = put(&r, r#"{"plain_http": "redirect"}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let got = curl(("http", r.http.port()), "/p?q=1", ca, &[]).await;
+    assert_eq!(got.status, 301);
+    assert_eq!(
+        got.header("location"),
+        Some(format!("https://{HOST}:{}/p?q=1", https.port()).as_str())
+    );
+    let got = curl(("http", r.http.port()), "/p", ca, &["-d", "x=1"]).await;
+    assert_eq!(got.status, 308, "a POST keeps its method");
+    let (s, text) = put(&r, r#"{"plain_http": "allow", "hsts": {"max_age": "1d"}}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let got = curl(("http", r.http.port()), "/p", ca, &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("strict-transport-security"), None, "never on plain HTTP");
+    let got = curl(("https", https.port()), "/p", ca, &[]).await;
+    assert_eq!(got.header("strict-transport-security"), Some("max-age=86400"));
+
+    // 3. The body limit: declared over it (HTTP/1.1, h2, HTTP/3) is 413 before
+    // the member sees a byte; chunked over it within the read-ahead too; one
+    // that streams past it after the read-ahead is cut (413: the member never
+    // answered a whole body).
+    let (s, text) = put(&r, r#"{"max_request_body_bytes": 1000}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let body = "x".repeat(2000);
+    let hits = backend.hits();
+    for args in [
+        vec!["--http1.1", "--data-binary", body.as_str()],
+        vec!["--http2", "--data-binary", body.as_str()],
+        vec!["--http1.1", "-H", "Transfer-Encoding: chunked", "--data-binary", body.as_str()],
+    ] {
+        let got = curl(("https", https.port()), "/up", ca, &args).await;
+        assert_eq!(got.status, 413, "{args:?}: {}", got.body);
+    }
+    let v = h3(
+        udp,
+        ca,
+        serde_json::json!([{"method": "POST", "authority": HOST, "path": "/up", "body": body}]),
+    )
+    .await;
+    assert_eq!(v[0]["status"], 413, "HTTP/3: {v}");
+    assert_eq!(backend.hits(), hits, "a member saw a body over the limit");
+    let small = curl(("https", https.port()), "/up", ca, &["--data-binary", "small"]).await;
+    assert_eq!(small.status, 200, "a body under the limit");
+    let (s, text) = put(&r, r#"{"max_request_body_bytes": 100000}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let big = "y".repeat(300_000);
+    let file = pki.dir.join("big.txt");
+    std::fs::write(&file, &big).expect("write");
+    let at = format!("@{}", file.display());
+    let got = curl(
+        ("https", https.port()),
+        "/up",
+        ca,
+        &["--http1.1", "-H", "Transfer-Encoding: chunked", "--data-binary", &at],
+    )
+    .await;
+    assert_eq!(got.status, 413, "streamed past the limit: {}", got.body);
+    let refused = r
+        .metric_sum(
+            "router_app_requests_refused_total",
+            &[("app", "myapp-demo"), ("reason", "body_too_large")],
+        )
+        .await;
+    assert_eq!(
+        refused, 4.0,
+        "bodies over the limit refused before the member, counted (HTTP/1.1, h2, chunked, HTTP/3)"
+    );
+    let cut = r
+        .metric_sum(
+            "router_upstream_errors_total",
+            &[("kind", "client_body_too_large")],
+        )
+        .await;
+    assert_eq!(cut, 1.0, "the streamed body's cut counted");
+    let plain = r
+        .metric_sum("router_app_requests_refused_total", &[("reason", "plain_http")])
+        .await;
+    assert_eq!(plain, 1.0, "the plain-HTTP refusal counted");
+
+    // 4. The router-wide action on the router's own 404 (no app).
+    let got = curl(("https", https.port()), "/", ca, &["-H", "Host: nobody.example.com"]).await;
+    assert_eq!(got.status, 404);
+    assert!(
+        got.header("x-router").is_some_and(|v| v.starts_with("edge ")),
+        "{:?}",
+        got.head
+    );
+
+    // 5. Refused inputs name their field and change nothing.
+    let (_, before) = r
+        .admin_call("GET", "/apps/myapp-demo/settings", "", Some(TOKEN))
+        .await;
+    for (body, field) in [
+        (r#"{"headers": {"request": [{"set": {"name": "Host", "value": "x"}}]}}"#, "headers.request[0]"),
+        (r#"{"headers": {"request": [{"delete": "X-Forwarded-For"}]}}"#, "headers.request[0]"),
+        (r#"{"headers": {"response": [{"set": {"name": "Transfer-Encoding", "value": "x"}}]}}"#, "headers.response[0]"),
+        (r#"{"headers": {"response": [{"set": {"name": "X-A", "value": "%{nope}"}}]}}"#, "headers.response[0]"),
+        (r#"{"hsts": {"max_age": "1000d"}}"#, "hsts.max_age"),
+        (r#"{"plain_http": "sometimes"}"#, "plain_http"),
+    ] {
+        let (s, text) = put(&r, body).await;
+        assert_eq!(s, 400, "{body}: {text}");
+        assert!(text.contains(field), "{body}: the field is named: {text}");
+    }
+    let (_, after) = r
+        .admin_call("GET", "/apps/myapp-demo/settings", "", Some(TOKEN))
+        .await;
+    assert_eq!(before, after, "a refused PUT changed the settings");
+}
