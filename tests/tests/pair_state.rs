@@ -278,14 +278,32 @@ fn requests_in_flight_count_once(pair: &Pair) {
 fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     let mut pair = started_pair();
 
-    // 1. A setting put on a is in force on b.
-    put_limit(&pair, 0, 50, "with both up");
+    // 1. A setting put on a is in force on b: an HSTS policy and header
+    // actions with the limit.
+    let body = r#"{"max_connections_per_client": 50, "hsts": {"max_age": "1d"},
+                   "headers": {"response": [{"set": {"name": "X-Frame-Options", "value": "DENY"}}]}}"#;
+    let (status, answer) = admin(&pair, 0, "PUT", "/apps/app-ns/settings", Some(body));
+    assert_eq!(status, 200, "PUT on a: {answer}");
     wait_shows(
         &pair,
         1,
         "/apps/app-ns/settings",
         "\"max_connections_per_client\":50",
         "has a's setting",
+    );
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "\"hsts\":{\"max_age\":",
+        "has a's HSTS",
+    );
+    wait_shows(
+        &pair,
+        1,
+        "/apps/app-ns/settings",
+        "X-Frame-Options",
+        "has a's header action",
     );
 
     // 2. A split put on b is in force on a.

@@ -166,7 +166,11 @@ fn check_https(over: &str, status: u16, head: &dyn Fn(&str) -> Option<String>, e
         Some(format!("127.0.0.1 sni={HOST}").as_str()),
         "{over}"
     );
-    assert_eq!(echo.header("user-agent"), None, "{over}: deleted before the member");
+    assert_eq!(
+        echo.header("user-agent"),
+        None,
+        "{over}: deleted before the member"
+    );
 }
 
 #[tokio::test]
@@ -179,9 +183,20 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
 
     // 1. HTTPS over HTTP/1.1 and h2 (curl), and HTTP/3.
     for version in ["--http1.1", "--http2"] {
-        let got = curl(("https", https.port()), "/x", ca, &[version, "-A", "curl-test"]).await;
+        let got = curl(
+            ("https", https.port()),
+            "/x",
+            ca,
+            &[version, "-A", "curl-test"],
+        )
+        .await;
         let echo = Echo::parse(got.body.as_bytes());
-        check_https(version, got.status, &|n| got.header(n).map(str::to_string), &echo);
+        check_https(
+            version,
+            got.status,
+            &|n| got.header(n).map(str::to_string),
+            &echo,
+        );
     }
     let v = h3(
         udp,
@@ -206,7 +221,11 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
         got.header("x-router").is_some(),
         "the router's own answer before the app's member carries app_defaults' actions"
     );
-    assert_eq!(backend.hits(), hits, "the member was reached over plain HTTP");
+    assert_eq!(
+        backend.hits(),
+        hits,
+        "the member was reached over plain HTTP"
+    );
     let (s, text) = put(&r, r#"{"plain_http": "redirect"}"#).await;
     assert_eq!(s, 200, "{text}");
     let got = curl(("http", r.http.port()), "/p?q=1", ca, &[]).await;
@@ -221,9 +240,16 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
     assert_eq!(s, 200, "{text}");
     let got = curl(("http", r.http.port()), "/p", ca, &[]).await;
     assert_eq!(got.status, 200);
-    assert_eq!(got.header("strict-transport-security"), None, "never on plain HTTP");
+    assert_eq!(
+        got.header("strict-transport-security"),
+        None,
+        "never on plain HTTP"
+    );
     let got = curl(("https", https.port()), "/p", ca, &[]).await;
-    assert_eq!(got.header("strict-transport-security"), Some("max-age=86400"));
+    assert_eq!(
+        got.header("strict-transport-security"),
+        Some("max-age=86400")
+    );
 
     // 3. The body limit: declared over it (HTTP/1.1, h2, HTTP/3) is 413 before
     // the member sees a byte; chunked over it within the read-ahead too; one
@@ -236,7 +262,13 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
     for args in [
         vec!["--http1.1", "--data-binary", body.as_str()],
         vec!["--http2", "--data-binary", body.as_str()],
-        vec!["--http1.1", "-H", "Transfer-Encoding: chunked", "--data-binary", body.as_str()],
+        vec![
+            "--http1.1",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            body.as_str(),
+        ],
     ] {
         let got = curl(("https", https.port()), "/up", ca, &args).await;
         assert_eq!(got.status, 413, "{args:?}: {}", got.body);
@@ -249,7 +281,13 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
     .await;
     assert_eq!(v[0]["status"], 413, "HTTP/3: {v}");
     assert_eq!(backend.hits(), hits, "a member saw a body over the limit");
-    let small = curl(("https", https.port()), "/up", ca, &["--data-binary", "small"]).await;
+    let small = curl(
+        ("https", https.port()),
+        "/up",
+        ca,
+        &["--data-binary", "small"],
+    )
+    .await;
     assert_eq!(small.status, 200, "a body under the limit");
     let (s, text) = put(&r, r#"{"max_request_body_bytes": 100000}"#).await;
     assert_eq!(s, 200, "{text}");
@@ -261,7 +299,13 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
         ("https", https.port()),
         "/up",
         ca,
-        &["--http1.1", "-H", "Transfer-Encoding: chunked", "--data-binary", &at],
+        &[
+            "--http1.1",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            &at,
+        ],
     )
     .await;
     assert_eq!(got.status, 413, "streamed past the limit: {}", got.body);
@@ -283,15 +327,25 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
         .await;
     assert_eq!(cut, 1.0, "the streamed body's cut counted");
     let plain = r
-        .metric_sum("router_app_requests_refused_total", &[("reason", "plain_http")])
+        .metric_sum(
+            "router_app_requests_refused_total",
+            &[("reason", "plain_http")],
+        )
         .await;
     assert_eq!(plain, 1.0, "the plain-HTTP refusal counted");
 
     // 4. The router-wide action on the router's own 404 (no app).
-    let got = curl(("https", https.port()), "/", ca, &["-H", "Host: nobody.example.com"]).await;
+    let got = curl(
+        ("https", https.port()),
+        "/",
+        ca,
+        &["-H", "Host: nobody.example.com"],
+    )
+    .await;
     assert_eq!(got.status, 404);
     assert!(
-        got.header("x-router").is_some_and(|v| v.starts_with("edge ")),
+        got.header("x-router")
+            .is_some_and(|v| v.starts_with("edge ")),
         "{:?}",
         got.head
     );
@@ -301,10 +355,22 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
         .admin_call("GET", "/apps/myapp-demo/settings", "", Some(TOKEN))
         .await;
     for (body, field) in [
-        (r#"{"headers": {"request": [{"set": {"name": "Host", "value": "x"}}]}}"#, "headers.request[0]"),
-        (r#"{"headers": {"request": [{"delete": "X-Forwarded-For"}]}}"#, "headers.request[0]"),
-        (r#"{"headers": {"response": [{"set": {"name": "Transfer-Encoding", "value": "x"}}]}}"#, "headers.response[0]"),
-        (r#"{"headers": {"response": [{"set": {"name": "X-A", "value": "%{nope}"}}]}}"#, "headers.response[0]"),
+        (
+            r#"{"headers": {"request": [{"set": {"name": "Host", "value": "x"}}]}}"#,
+            "headers.request[0]",
+        ),
+        (
+            r#"{"headers": {"request": [{"delete": "X-Forwarded-For"}]}}"#,
+            "headers.request[0]",
+        ),
+        (
+            r#"{"headers": {"response": [{"set": {"name": "Transfer-Encoding", "value": "x"}}]}}"#,
+            "headers.response[0]",
+        ),
+        (
+            r#"{"headers": {"response": [{"set": {"name": "X-A", "value": "%{nope}"}}]}}"#,
+            "headers.response[0]",
+        ),
         (r#"{"hsts": {"max_age": "1000d"}}"#, "hsts.max_age"),
         (r#"{"plain_http": "sometimes"}"#, "plain_http"),
     ] {

@@ -141,6 +141,8 @@ fn unreadable_field(body: &[u8]) -> Option<String> {
     };
     fields.into_iter().find_map(|(name, value)| {
         let alone = serde_json::Value::Object([(name.clone(), value)].into_iter().collect());
-        serde_json::from_value::<AppSettings>(alone).is_err().then_some(name)
+        serde_json::from_value::<AppSettings>(alone)
+            .is_err()
+            .then_some(name)
     })
 }

@@ -175,7 +175,10 @@ impl Value {
             }
         }
         literal.push_str(rest);
-        for part in parts.iter().chain(std::iter::once(&Part::Text(literal.clone()))) {
+        for part in parts
+            .iter()
+            .chain(std::iter::once(&Part::Text(literal.clone())))
+        {
             if let Part::Text(t) = part
                 && HeaderValue::from_str(t).is_err()
             {
@@ -361,7 +364,11 @@ mod tests {
             "for 192.0.2.7 id=abc 100%"
         );
         assert!(matches!(Value::parse("DENY"), Ok(Value::Literal(_))));
-        assert!(Value::parse("%{nope}").unwrap_err().contains("no such variable"));
+        assert!(
+            Value::parse("%{nope}")
+                .unwrap_err()
+                .contains("no such variable")
+        );
         assert!(Value::parse("50%").is_err());
         assert!(Value::parse("%{app").is_err());
         assert!(Value::parse("a\nb").is_err());
@@ -373,7 +380,14 @@ mod tests {
             name: name.into(),
             value: "x".into(),
         };
-        for name in ["Content-Length", "transfer-encoding", "Host", "X-Forwarded-For", "traceparent", "Forwarded"] {
+        for name in [
+            "Content-Length",
+            "transfer-encoding",
+            "Host",
+            "X-Forwarded-For",
+            "traceparent",
+            "Forwarded",
+        ] {
             let e = check("headers.request", &[set(name)], Way::Request).unwrap_err();
             assert_eq!(e.0, "headers.request[0]");
             assert!(e.1.contains("cannot be set"), "{name}: {e:?}");
@@ -384,7 +398,12 @@ mod tests {
         assert!(check("h", &[HeaderAction::Delete("Server".into())], Way::Response).is_ok());
         assert!(check("h", &[set("bad name")], Way::Response).is_err());
         let many = vec![set("X-A"); MAX_ACTIONS + 1];
-        assert!(check("h", &many, Way::Response).unwrap_err().1.contains("at most"));
+        assert!(
+            check("h", &many, Way::Response)
+                .unwrap_err()
+                .1
+                .contains("at most")
+        );
         let long = HeaderAction::Set {
             name: "X-A".into(),
             value: "v".repeat(MAX_VALUE + 1),
@@ -425,7 +444,10 @@ mod tests {
         rules.on_response(&mut h, false, &vars());
         assert_eq!(h.get("x-frame-options").expect("set"), "DENY");
         assert!(h.get("server").is_none() && h.get("x-app").is_none());
-        assert!(h.get("strict-transport-security").is_none(), "never on plain HTTP");
+        assert!(
+            h.get("strict-transport-security").is_none(),
+            "never on plain HTTP"
+        );
         rules.on_response(&mut h, true, &vars());
         assert_eq!(
             h.get("strict-transport-security").expect("hsts"),

@@ -334,7 +334,12 @@ impl AppSettings {
             }
         }
         if let Some(p) = self.plain_http {
-            out.push(format!("plain HTTP {}", serde_json::to_value(p).map(|v| v.as_str().unwrap_or_default().to_string()).unwrap_or_default()));
+            out.push(format!(
+                "plain HTTP {}",
+                serde_json::to_value(p)
+                    .map(|v| v.as_str().unwrap_or_default().to_string())
+                    .unwrap_or_default()
+            ));
         }
         if let Some(n) = self.max_request_body_bytes.filter(|n| *n > 0) {
             out.push(format!("bodies up to {n} bytes"));
@@ -411,8 +416,12 @@ impl AppSettings {
         if let Some(h) = &self.headers {
             super::fields::check("headers.request", &h.request, super::fields::Way::Request)
                 .map_err(|(field, problem)| bad(&field, problem))?;
-            super::fields::check("headers.response", &h.response, super::fields::Way::Response)
-                .map_err(|(field, problem)| bad(&field, problem))?;
+            super::fields::check(
+                "headers.response",
+                &h.response,
+                super::fields::Way::Response,
+            )
+            .map_err(|(field, problem)| bad(&field, problem))?;
         }
         Ok(())
     }

@@ -53,7 +53,12 @@ impl Proxy {
         self.router_fields(&mut response, closing, context.announce_h3);
         if let Some(rules) = &context.field_rules {
             let vars = rules.vars(context.conn, &context.trace);
-            rules::on_response(&rules.rules, (&mut response, &mut fields), context.conn.https, &vars);
+            rules::on_response(
+                &rules.rules,
+                (&mut response, &mut fields),
+                context.conn.https,
+                &vars,
+            );
         } else if context.app.is_none() {
             self.unrouted_fields(&context, (&mut response, &mut fields));
         }
