@@ -407,7 +407,11 @@ impl Fields {
                 && l.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         };
-        if alias.is_empty() || alias.len() > 253 || !alias.split('.').all(label_ok) {
+        // A wildcard alias (`*.customer.com`) is `*` and a name of two labels
+        // or more: whether the router routes it is its admission switch.
+        let name = alias.strip_prefix("*.").unwrap_or(&alias);
+        let wildcard_ok = name.len() == alias.len() || name.contains('.');
+        if name.is_empty() || alias.len() > 253 || !wildcard_ok || !name.split('.').all(label_ok) {
             return Err(DecodeError::InvalidField {
                 action: self.action,
                 field: ":alias",

@@ -383,3 +383,128 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
         .await;
     assert_eq!(before, after, "a refused PUT changed the settings");
 }
+
+/// `add_alias` for a wildcard, quoted as Ruby's YAML writes a scalar that
+/// starts with `*` (unquoted it would be a YAML alias).
+fn add_wildcard(app: &str, ns: &str, alias: &str) -> String {
+    format!("---\n:action: :add_alias\n:app_name: {app}\n:namespace: {ns}\n:alias: \"{alias}\"\n")
+}
+
+/// `add_ssl` for a wildcard alias, quoted likewise.
+fn add_wildcard_ssl(app: &str, ns: &str, alias: &str, leaf: &e2e::pki::Leaf) -> String {
+    events::add_ssl(app, ns, "ALIAS", &leaf.cert_pem, &leaf.key_pem, None)
+        .replace(":alias: ALIAS", &format!(":alias: \"{alias}\""))
+}
+
+/// curl over HTTPS to `name` (SNI and Host), verifying against `ca`: status,
+/// the member's port (the echo backend says it), and the certificate's subject.
+async fn https_to(https: std::net::SocketAddr, name: &str, ca: &Path) -> (u16, u64, String) {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-v", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{name}:{}:127.0.0.1", https.port())])
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://{name}:{}/", https.port()))
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let port = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["port"].as_u64())
+        .unwrap_or(0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let subject = err
+        .lines()
+        .find_map(|l| l.split_once("subject: ").map(|(_, s)| s.to_string()))
+        .unwrap_or_default();
+    (code.trim().parse().unwrap_or(0), port, subject)
+}
+
+#[tokio::test]
+async fn wildcard_aliases_route_one_label_deep_behind_their_switch_with_their_certificate() {
+    let pki = Wildcard::new("wild");
+    let wild_leaf = pki.ca.leaf(&["*.customer.test"]);
+    let exact_leaf = pki.ca.leaf(&["www.customer.test"]);
+    let (wild, exact) = (Backend::start().await, Backend::start().await);
+    let all = [
+        events::add_lb("wild", "demo", wild.addr),
+        add_wildcard("wild", "demo", "*.customer.test"),
+        add_wildcard_ssl("wild", "demo", "*.customer.test", &wild_leaf),
+        events::add_lb("exact", "demo", exact.addr),
+        events::add_alias("exact", "demo", "www.customer.test"),
+        events::add_ssl(
+            "exact",
+            "demo",
+            "www.customer.test",
+            &exact_leaf.cert_pem,
+            &exact_leaf.key_pem,
+            None,
+        ),
+    ];
+    for (switch, dir) in [(false, "off"), (true, "on")] {
+        let root = pki.dir.join(dir);
+        let extra = format!("{}wildcard_aliases: {switch}\n", pki.tls_section());
+        let r = TestRouter::start_https(root, &extra).await;
+        for (i, e) in all.iter().enumerate() {
+            r.drop_event(&format!("{i:02}.yaml"), e);
+        }
+        r.wait_spool_empty().await;
+        r.wait_health(wild.addr, "up").await;
+        r.wait_health(exact.addr, "up").await;
+        let https = r.https.expect("https");
+        let ca = &pki.ca_file;
+        let (code, port, _) = https_to(https, "www.customer.test", ca).await;
+        assert_eq!(
+            (code, port),
+            (200, u64::from(exact.addr.port())),
+            "an exact alias (switch {switch})"
+        );
+        let (code, port, subject) = https_to(https, "a.customer.test", ca).await;
+        if !switch {
+            assert_eq!(
+                code, 404,
+                "a wildcard alias is not routed with its switch off"
+            );
+            continue;
+        }
+        assert_eq!(
+            (code, port),
+            (200, u64::from(wild.addr.port())),
+            "under the wildcard"
+        );
+        assert!(
+            subject.contains("customer.test"),
+            "served the wildcard's certificate: {subject:?}"
+        );
+        // One label deep only, and never the bare domain.
+        for name in ["a.b.customer.test", "customer.test"] {
+            let got = curl(
+                ("http", r.http.port()),
+                "/",
+                ca,
+                &["-H", &format!("Host: {name}")],
+            )
+            .await;
+            assert_eq!(got.status, 404, "{name}");
+        }
+        // Exact names win over the wildcard, over plain HTTP too.
+        let got = curl(
+            ("http", r.http.port()),
+            "/",
+            ca,
+            &["-H", "Host: www.customer.test"],
+        )
+        .await;
+        assert_eq!(Echo::parse(got.body.as_bytes()).port, exact.addr.port());
+        let got = curl(
+            ("http", r.http.port()),
+            "/",
+            ca,
+            &["-H", "Host: Other.Customer.TEST"],
+        )
+        .await;
+        assert_eq!(Echo::parse(got.body.as_bytes()).port, wild.addr.port());
+    }
+}

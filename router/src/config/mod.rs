@@ -48,6 +48,11 @@ pub struct Config {
     /// Also answer the plain application name `<app>-<ns>.<cloud_domain>`.
     #[serde(default = "yes")]
     pub app_dns: bool,
+    /// Route wildcard aliases (`*.customer.com`, one label deep) from the SPI:
+    /// off, as OpenShift's `wildcardPolicy` admission is (a wildcard takes every
+    /// name under a domain, one tenant's claim on a namespace).
+    #[serde(default)]
+    pub wildcard_aliases: bool,
     /// Endpoint types that become members (`ENDPOINT_TYPES` of the routing daemon).
     #[serde(default = "default_endpoint_types")]
     pub endpoint_types: Vec<String>,

@@ -66,6 +66,7 @@ pub(super) fn naming(config: &Config) -> Naming {
         ha_prefix: config.ha_dns_prefix.clone(),
         ha_suffix: config.ha_dns_suffix.clone(),
         app_dns: config.app_dns,
+        wildcard_aliases: config.wildcard_aliases,
         endpoint_types: config.endpoint_types.clone(),
         balance: config.upstream.balance,
         fail_open: config.health.fail_open,

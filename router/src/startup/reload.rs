@@ -163,6 +163,7 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "ha_dns_prefix" => ha_dns_prefix,
         "ha_dns_suffix" => ha_dns_suffix,
         "app_dns" => app_dns,
+        "wildcard_aliases" => wildcard_aliases,
         "endpoint_types" => endpoint_types,
         "listen" => listen,
         "admin.tls_cert" => admin.tls_cert,

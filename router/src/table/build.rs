@@ -29,6 +29,8 @@ pub struct Naming {
     pub ha_prefix: String,
     pub ha_suffix: String,
     pub app_dns: bool,
+    /// `wildcard_aliases`: `*.domain` aliases are routed (else left out).
+    pub wildcard_aliases: bool,
     pub endpoint_types: Vec<String>,
     /// How members are chosen (not naming, but decided at the same place).
     pub balance: Balance,
@@ -230,7 +232,13 @@ impl Builder {
         } else {
             0
         };
-        hosts.extend(app.aliases.iter().map(|a| Arc::from(a.as_str())));
+        let admitted = |a: &&String| self.naming.wildcard_aliases || !a.starts_with("*.");
+        hosts.extend(
+            app.aliases
+                .iter()
+                .filter(admitted)
+                .map(|a| Arc::from(a.as_str())),
+        );
         hosts.dedup();
 
         let mut members = Vec::new();

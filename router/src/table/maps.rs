@@ -45,6 +45,9 @@ pub struct RouteMaps {
     /// How many routes are passthrough: with none, TLS connections are terminated
     /// without reading their ClientHello first.
     pub(crate) passthrough: usize,
+    /// How many names in `hosts` are wildcards (`*.domain`): with none, a name
+    /// not found costs no second lookup.
+    pub(crate) wildcards: usize,
 }
 
 impl RouteMaps {
@@ -80,8 +83,8 @@ impl RouteMaps {
             self.generated_names -= usize::from(old.generated);
             for host in &old.hosts[usize::from(old.generated)..] {
                 // Only if the name still points at this app (an alias may have moved).
-                if self.listed(host).is_some_and(|r| r.app == *key) {
-                    self.hosts.remove(&**host);
+                if self.listed(host).is_some_and(|r| r.app == *key) && self.hosts.remove(&**host) {
+                    self.wildcards -= usize::from(host.starts_with("*."));
                 }
             }
         }
@@ -90,8 +93,11 @@ impl RouteMaps {
             self.generated_names += usize::from(route.generated);
             for at in usize::from(route.generated)..route.hosts.len() {
                 if let Some(host) = HostRoute::new(route.clone(), at) {
+                    let wildcard = host.name().starts_with("*.");
                     // The key is the entry: a name another app had is replaced whole.
-                    self.hosts.replace(host);
+                    if self.hosts.replace(host).is_none() {
+                        self.wildcards += usize::from(wildcard);
+                    }
                 }
             }
         }

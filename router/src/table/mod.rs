@@ -225,9 +225,21 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// The route for a normalised host name (see `request::route::normalize_host`).
+    /// The route for a normalised host name (see `request::route::normalize_host`):
+    /// its own, else the wildcard alias one label up (`a.customer.com` under
+    /// `*.customer.com`; exact names always win).
     pub fn lookup(&self, host: &str) -> Option<&Arc<Route>> {
-        self.listed(host).or_else(|| self.generated_route(host))
+        self.listed(host)
+            .or_else(|| self.generated_route(host))
+            .or_else(|| self.wildcard_route(host))
+    }
+
+    /// The route of the wildcard alias covering `host`, one label deep.
+    fn wildcard_route(&self, host: &str) -> Option<&Arc<Route>> {
+        if self.maps.wildcards == 0 {
+            return None;
+        }
+        self.listed(&wildcard_of(host)?)
     }
 
     /// The route of a name in the host map.
@@ -343,3 +355,10 @@ pub fn publish_policies(live: &arc_swap::ArcSwap<RouteTable>, policies: &crate::
 
 #[cfg(test)]
 mod tests;
+
+/// The wildcard name one label up from `host` (`a.b.c` → `*.b.c`), if it has
+/// a label to take off and two left.
+pub fn wildcard_of(host: &str) -> Option<String> {
+    let (first, rest) = host.split_once('.')?;
+    (!first.is_empty() && first != "*" && rest.contains('.')).then(|| format!("*.{rest}"))
+}

@@ -16,6 +16,7 @@ fn naming(app_dns: bool) -> Naming {
         ha_prefix: "ha-".into(),
         ha_suffix: "".into(),
         app_dns,
+        wildcard_aliases: true,
         endpoint_types: vec!["load_balancer".into()],
         balance: crate::table::balance::Balance::RoundRobin,
         fail_open: true,
@@ -568,4 +569,66 @@ fn the_spare_copy_publishes_what_a_fresh_build_does() {
     // One copy to start (no spare yet), one for the held spare's batch.
     assert_eq!(metrics.table_copies.get(), 2);
     drop(held);
+}
+
+/// A wildcard alias answers for names one label under it; exact names and
+/// generated names win; its removal takes it out (and the count with it).
+#[test]
+fn wildcard_aliases_answer_one_label_deep_and_exact_names_win() {
+    let b = builder(false);
+    let mut state = RoutingState::new();
+    let lb = |app: &str, port: u16| {
+        format!(
+            "---\n:action: :add_public_endpoint\n:app_name: {app}\n:namespace: demo\n\
+             :gear_id: 0000{port}\n:public_port: {port}\n:public_address: 10.0.0.1\n\
+             :protocols:\n- http\n:types:\n- load_balancer\n:mappings: []\n"
+        )
+    };
+    let alias = |app: &str, alias: &str, action: &str| {
+        format!(
+            "---\n:action: :{action}\n:app_name: {app}\n:namespace: demo\n:alias: \"{alias}\"\n"
+        )
+    };
+    let mut t = RouteTable::default();
+    for body in [
+        lb("wild", 35001),
+        alias("wild", "*.customer.com", "add_alias"),
+        lb("exact", 35002),
+        alias("exact", "www.customer.com", "add_alias"),
+    ] {
+        t = step_body(&b, &mut state, &t, &body);
+    }
+    let app = |host: &str| t.lookup(host).map(|r| r.name.clone());
+    assert_eq!(app("a.customer.com").as_deref(), Some("wild"));
+    assert_eq!(app("www.customer.com").as_deref(), Some("exact"));
+    assert_eq!(app("a.b.customer.com"), None, "one label deep");
+    assert_eq!(app("customer.com"), None, "not the bare domain");
+    assert_eq!(app("ha-exact-demo.example.com").as_deref(), Some("exact"));
+    assert_eq!(t.maps.wildcards, 1);
+    let t = step_body(
+        &b,
+        &mut state,
+        &t,
+        &alias("wild", "*.customer.com", "remove_alias"),
+    );
+    assert_eq!(t.lookup("a.customer.com").map(|r| r.name.clone()), None);
+    assert_eq!(t.maps.wildcards, 0);
+    // Off (the default), the alias is kept in the state but not routed.
+    let mut naming = naming(false);
+    naming.wildcard_aliases = false;
+    let off = Builder::new(
+        naming,
+        Arc::new(crate::members::tests::registry(100)),
+        Arc::new(ArcSwap::from_pointee(RouteTable::default())),
+        Metrics::new().expect("metrics"),
+    );
+    let mut state = RoutingState::new();
+    let mut t = RouteTable::default();
+    for body in [
+        lb("wild", 35001),
+        alias("wild", "*.customer.com", "add_alias"),
+    ] {
+        t = step_body(&off, &mut state, &t, &body);
+    }
+    assert!(t.lookup("a.customer.com").is_none() && t.lookup("*.customer.com").is_none());
 }

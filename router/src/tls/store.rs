@@ -52,26 +52,63 @@ pub struct Certs {
     /// to handshakes asking for ALPN `acme-tls/1`.
     alpn_challenges: imbl::HashMap<Arc<str>, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
+    /// How many of `by_name` and `acme` are wildcard aliases (`*.domain`): with
+    /// none, a name without a certificate costs no second lookup.
+    wildcards: usize,
     /// Loads restored certificates on their first handshake.
     loader: Option<Arc<Loader>>,
 }
 
 impl Certs {
-    /// The certificate for an SNI name (lower-case): the alias's own, else the default.
+    /// The certificate for an SNI name (lower-case): the alias's own, else the
+    /// wildcard alias's one label up, else the default.
     pub fn for_name(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
-        name.and_then(|n| {
-            self.by_name
-                .get(n)
-                .and_then(|slot| slot.key(n, self.loader.as_deref()))
-                .or_else(|| self.acme.get(n).cloned())
-        })
-        .or_else(|| self.default.clone())
+        name.and_then(|n| self.own_key(n).or_else(|| self.own_key(&self.wildcard(n)?)))
+            .or_else(|| self.default.clone())
     }
 
-    /// Whether `name` has a certificate of its own (not the default; a restored one
-    /// whose key failed to load counts as none).
+    /// Counts a wildcard alias in or out (`changed`: an entry was added or
+    /// removed for `alias`).
+    fn counted(&mut self, alias: &str, changed: bool, by: isize) {
+        if changed && alias.starts_with("*.") {
+            self.wildcards = self.wildcards.saturating_add_signed(by);
+        }
+    }
+
+    /// The certificate of exactly `name`, if it has one.
+    fn own_key(&self, n: &str) -> Option<Arc<CertifiedKey>> {
+        self.by_name
+            .get(n)
+            .and_then(|slot| slot.key(n, self.loader.as_deref()))
+            .or_else(|| self.acme.get(n).cloned())
+    }
+
+    /// The wildcard alias one label up from `name`, when there are wildcard
+    /// certificates at all and `name` has none of its own.
+    fn wildcard(&self, name: &str) -> Option<String> {
+        if self.wildcards == 0 || self.has_exactly(name) {
+            return None;
+        }
+        crate::table::wildcard_of(name)
+    }
+
+    /// Whether `name` has a certificate of its own (its own or its wildcard
+    /// alias's; not the default; a restored one whose key failed to load
+    /// counts as none).
     pub fn has_own(&self, name: &str) -> bool {
+        self.has_exactly(name) || self.wildcard(name).is_some_and(|w| self.has_exactly(&w))
+    }
+
+    fn has_exactly(&self, name: &str) -> bool {
         self.by_name.get(name).is_some_and(|slot| !slot.failed()) || self.acme.contains_key(name)
+    }
+
+    /// The alias whose certificate `name` gets: its own, or its wildcard's.
+    fn owner(&self, name: &str) -> Option<String> {
+        if self.has_exactly(name) {
+            return Some(name.to_string());
+        }
+        self.wildcard(name).filter(|w| self.has_exactly(w))
     }
 
     /// The TLS-ALPN-01 certificate for `name`, while an ACME order waits on it.
@@ -108,10 +145,9 @@ impl Certs {
     /// What a connection made with this SNI name presented.
     pub fn served_for(&self, sni: &str) -> Served {
         let sni = sni.to_ascii_lowercase();
-        if self.has_own(&sni) {
-            Served::Own(Arc::from(sni))
-        } else {
-            Served::Default
+        match self.owner(&sni) {
+            Some(alias) => Served::Own(Arc::from(alias)),
+            None => Served::Default,
         }
     }
 
@@ -119,7 +155,10 @@ impl Certs {
     /// (lower-case): only if `name` would get the same certificate.
     pub fn serves(&self, served: &Served, name: &str) -> bool {
         match served {
-            Served::Own(alias) => **alias == *name,
+            Served::Own(alias) if **alias == *name => true,
+            Served::Own(alias) => {
+                alias.starts_with("*.") && self.owner(name).as_deref() == Some(&**alias)
+            }
             Served::Default => !self.has_own(name),
         }
     }
@@ -297,6 +336,7 @@ impl CertIndex {
         replace_grace: Duration,
     ) -> CertIndex {
         let current = Certs {
+            wildcards: 0,
             by_name: imbl::HashMap::new(),
             acme: imbl::HashMap::new(),
             alpn_challenges: imbl::HashMap::new(),
@@ -404,10 +444,13 @@ impl CertIndex {
     /// Registers a restored certificate without loading it.
     fn defer(&mut self, app: &AppKey, alias: &str, bundle: &Arc<CertBundle>) {
         let fingerprint = fingerprint(bundle);
-        self.current.by_name.insert(
-            Arc::from(alias),
-            Arc::new(CertSlot::deferred(bundle.clone())),
-        );
+        let slot = Arc::new(CertSlot::deferred(bundle.clone()));
+        let new = self
+            .current
+            .by_name
+            .insert(Arc::from(alias), slot)
+            .is_none();
+        self.current.counted(alias, new, 1);
         self.list(app, alias, fingerprint);
     }
 
@@ -475,9 +518,13 @@ impl CertIndex {
         ) {
             Ok(loaded) => {
                 self.metrics.set_expiry(alias, loaded.not_after);
-                self.current
+                let slot = Arc::new(CertSlot::loaded(loaded.key));
+                let new = self
+                    .current
                     .by_name
-                    .insert(Arc::from(alias), Arc::new(CertSlot::loaded(loaded.key)));
+                    .insert(Arc::from(alias), slot)
+                    .is_none();
+                self.current.counted(alias, new, 1);
                 self.list(app, alias, fingerprint);
                 tracing::info!(app = %app, alias = %alias, "certificate loaded");
             }
@@ -497,7 +544,8 @@ impl CertIndex {
         self.pending.remove(alias);
         if let Some(e) = self.entries.remove(alias) {
             self.unlist(&e.app, alias);
-            self.current.by_name.remove(alias);
+            let gone = self.current.by_name.remove(alias).is_some();
+            self.current.counted(alias, gone, -1);
             match self.acme_expiry.get(alias) {
                 Some(not_after) => self.metrics.set_expiry(alias, *not_after),
                 None => self.metrics.forget_expiry(alias),
@@ -510,14 +558,16 @@ impl CertIndex {
     pub fn set_acme(&mut self, alias: &str, loaded: Option<keys::Loaded>) {
         match loaded {
             Some(l) => {
-                self.current.acme.insert(Arc::from(alias), l.key);
+                let new = self.current.acme.insert(Arc::from(alias), l.key).is_none();
+                self.current.counted(alias, new, 1);
                 self.acme_expiry.insert(alias.to_string(), l.not_after);
                 if !self.current.by_name.contains_key(alias) {
                     self.metrics.set_expiry(alias, l.not_after);
                 }
             }
             None => {
-                self.current.acme.remove(alias);
+                let gone = self.current.acme.remove(alias).is_some();
+                self.current.counted(alias, gone, -1);
                 if self.acme_expiry.remove(alias).is_some()
                     && !self.current.by_name.contains_key(alias)
                 {

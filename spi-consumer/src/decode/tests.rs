@@ -473,3 +473,27 @@ fn the_flat_reader_reads_what_serde_saphyr_reads() {
         assert_eq!(flat_differs(text.as_bytes()), None, "{text:?}");
     }
 }
+
+#[test]
+fn a_wildcard_alias_is_star_and_two_labels_or_more() {
+    let alias = |a: &str| {
+        let body = format!(
+            "---\n:action: :add_alias\n:app_name: myapp\n:namespace: demo\n:alias: \"{a}\"\n"
+        );
+        match decode(body.as_bytes()) {
+            Ok(Decoded::Event(RoutingEvent::AddAlias { alias, .. })) => Ok(alias),
+            other => Err(format!("{other:?}")),
+        }
+    };
+    assert_eq!(alias("*.Customer.com").as_deref(), Ok("*.customer.com"));
+    for bad in [
+        "*.com",
+        "*",
+        "*.",
+        "a.*.com",
+        "**.customer.com",
+        "*x.customer.com",
+    ] {
+        assert!(alias(bad).is_err(), "{bad} taken");
+    }
+}

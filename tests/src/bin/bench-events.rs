@@ -81,6 +81,7 @@ fn builder_with(metrics: Metrics) -> (Builder, Arc<ArcSwap<RouteTable>>) {
         ha_prefix: "ha-".into(),
         ha_suffix: String::new(),
         app_dns: true,
+        wildcard_aliases: false,
         endpoint_types: vec!["load_balancer".into()],
         balance: router::table::balance::Balance::default(),
         fail_open: true,
