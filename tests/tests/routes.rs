@@ -508,3 +508,131 @@ async fn wildcard_aliases_route_one_label_deep_behind_their_switch_with_their_ce
         assert_eq!(Echo::parse(got.body.as_bytes()).port, wild.addr.port());
     }
 }
+
+#[tokio::test]
+async fn an_apps_own_balancer_hashes_its_key_consistently_or_takes_turns() {
+    let root = e2e::tempdir("balance");
+    std::fs::create_dir_all(&root).expect("root");
+    let token = root.join("admin.token");
+    std::fs::write(&token, TOKEN).expect("token");
+    let r = TestRouter::start_in(
+        root,
+        &format!("admin:\n  token_file: {}\n", token.display()),
+    )
+    .await;
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let b = Backend::start().await;
+        r.drop_event(
+            &format!("{i:02}.yaml"),
+            &events::add_lb("myapp", "demo", b.addr),
+        );
+        members.push(b);
+    }
+    for b in &members {
+        r.wait_member(b.addr).await;
+        r.wait_health(b.addr, "up").await;
+    }
+    let ca = Path::new("/dev/null");
+    let port_of = |got: Got| {
+        assert_eq!(got.status, 200, "{}", got.body);
+        Echo::parse(got.body.as_bytes()).port
+    };
+    let http = ("http", r.http.port());
+
+    // A header: one user always reaches one member, over HTTP/1.1 and h2 (prior
+    // knowledge); many users spread over all three.
+    let (s, text) = put(&r, r#"{"balance": {"header": "X-User"}}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let mut alice = std::collections::BTreeSet::new();
+    for args in [["--http1.1"; 1], ["--http2-prior-knowledge"; 1]] {
+        for _ in 0..4 {
+            let got = curl(http, "/", ca, &[args[0], "-H", "X-User: alice"]).await;
+            alice.insert(port_of(got));
+        }
+    }
+    assert_eq!(alice.len(), 1, "alice reached {alice:?}");
+    let mut spread = std::collections::BTreeSet::new();
+    for i in 0..30 {
+        let got = curl(http, "/", ca, &["-H", &format!("X-User: user-{i}")]).await;
+        spread.insert(port_of(got));
+    }
+    assert_eq!(spread.len(), 3, "30 users over three members: {spread:?}");
+    // A member rotated out moves its own users only: alice stays where she
+    // was when hers is not the one rotated out.
+    let alice_port = *alice.iter().next().expect("alice");
+    let other = members
+        .iter()
+        .find(|b| b.addr.port() != alice_port)
+        .expect("another member");
+    let (s, text) = r
+        .admin_call(
+            "POST",
+            &format!("/backends/{}/rotate-out", other.addr),
+            "",
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    let got = curl(http, "/", ca, &["-H", "X-User: alice"]).await;
+    assert_eq!(
+        port_of(got),
+        alice_port,
+        "alice moved when another member left"
+    );
+    let (s, _) = r
+        .admin_call(
+            "POST",
+            &format!("/backends/{}/rotate-in", other.addr),
+            "",
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200);
+
+    // A cookie, and the source address (two client addresses on lo).
+    let (s, text) = put(&r, r#"{"balance": {"cookie": "sid"}}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let by_cookie: std::collections::BTreeSet<u16> = futures_util::future::join_all(
+        (0..5).map(|_| curl(http, "/", ca, &["-H", "Cookie: a=1; sid=s-42; b=2"])),
+    )
+    .await
+    .into_iter()
+    .map(port_of)
+    .collect();
+    assert_eq!(by_cookie.len(), 1, "one session, one member: {by_cookie:?}");
+    let (s, text) = put(&r, r#"{"balance": "source"}"#).await;
+    assert_eq!(s, 200, "{text}");
+    for from in ["127.0.0.1", "127.0.0.2"] {
+        let mut ports = std::collections::BTreeSet::new();
+        for _ in 0..5 {
+            ports.insert(port_of(curl(http, "/", ca, &["--interface", from]).await));
+        }
+        assert_eq!(ports.len(), 1, "{from} reached {ports:?}");
+    }
+
+    // Round robin for this app alone: six requests, two on each member.
+    let (s, text) = put(&r, r#"{"balance": "round_robin"}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..6 {
+        *counts
+            .entry(port_of(curl(http, "/", ca, &[]).await))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{counts:?}"
+    );
+    // Refused: a bad name, an unknown balancer.
+    for (body, field) in [
+        (r#"{"balance": {"header": "bad name"}}"#, "balance.header"),
+        (r#"{"balance": {"cookie": "a;b"}}"#, "balance.cookie"),
+        (r#"{"balance": "fastest"}"#, "balance"),
+    ] {
+        let (s, text) = put(&r, body).await;
+        assert_eq!(s, 400, "{body}: {text}");
+        assert!(text.starts_with(field), "{body}: {text}");
+    }
+}

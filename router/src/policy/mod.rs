@@ -66,6 +66,41 @@ pub struct Policy {
     pub plain_http: Option<PlainHttp>,
     /// `max_request_body_bytes` (0: no limit).
     pub max_body: u64,
+    /// `balance`, when the app has its own (see [`Picking`]).
+    pub balance: Option<Picking>,
+}
+
+/// An app's own balancer, compiled.
+#[derive(Debug, Clone)]
+pub enum Picking {
+    /// One of the route balancers, in place of `upstream.balance`.
+    Balance(crate::table::balance::Balance),
+    /// A consistent hash of a key (see `crate::table::hash`).
+    Hash(HashBy),
+}
+
+/// What a hashed app's requests are keyed by.
+#[derive(Debug, Clone)]
+pub enum HashBy {
+    Source,
+    Header(http::HeaderName),
+    Cookie(Box<[u8]>),
+}
+
+impl Picking {
+    fn of(b: &settings::AppBalance) -> Option<Picking> {
+        use crate::table::balance::Balance;
+        use settings::AppBalance;
+        Some(match b {
+            AppBalance::LeastRequest => Picking::Balance(Balance::P2c),
+            AppBalance::RoundRobin => Picking::Balance(Balance::RoundRobin),
+            AppBalance::Source => Picking::Hash(HashBy::Source),
+            AppBalance::Header(n) => Picking::Hash(HashBy::Header(
+                http::HeaderName::from_bytes(n.as_bytes()).ok()?,
+            )),
+            AppBalance::Cookie(n) => Picking::Hash(HashBy::Cookie(n.as_bytes().into())),
+        })
+    }
 }
 
 /// The 503 an app in maintenance answers.
@@ -147,6 +182,7 @@ impl Policy {
             fields: FieldRules::of(&effective),
             plain_http: effective.plain_http,
             max_body: effective.max_request_body_bytes.unwrap_or(0),
+            balance: effective.balance.as_ref().and_then(Picking::of),
             effective,
         }
     }

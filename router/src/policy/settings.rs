@@ -79,6 +79,26 @@ pub struct AppSettings {
     /// no limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_request_body_bytes: Option<u64>,
+    /// How the app's members are chosen (default: `upstream.balance`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance: Option<AppBalance>,
+}
+
+/// An app's balancer: `"least_request"`, `"round_robin"`, `"source"`,
+/// `{"header": NAME}` or `{"cookie": NAME}` (the last three hash their key
+/// onto the members consistently, see `table::hash`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum AppBalance {
+    /// Power of two choices on requests in flight (the router's `p2c`).
+    LeastRequest,
+    RoundRobin,
+    /// The client key (an IPv4 address, an IPv6 /64): haproxy's `balance source`.
+    Source,
+    /// A request field's value; without it, the route's balancer.
+    Header(String),
+    /// A cookie's value; without it, the route's balancer.
+    Cookie(String),
 }
 
 /// `Strict-Transport-Security` (RFC 6797).
@@ -282,6 +302,7 @@ impl AppSettings {
             headers: merged(s.headers, d.headers),
             plain_http: s.plain_http.or(d.plain_http),
             max_request_body_bytes: s.max_request_body_bytes.or(d.max_request_body_bytes),
+            balance: s.balance.or(d.balance),
         }
     }
 
@@ -343,6 +364,9 @@ impl AppSettings {
         }
         if let Some(n) = self.max_request_body_bytes.filter(|n| *n > 0) {
             out.push(format!("bodies up to {n} bytes"));
+        }
+        if let Some(b) = &self.balance {
+            out.push(format!("balance {b:?}").to_lowercase());
         }
         out
     }
@@ -412,6 +436,23 @@ impl AppSettings {
             && h.max_age > Duration::from_secs(MAX_HSTS_AGE)
         {
             return Err(bad("hsts.max_age", "at most 2 years (63072000s)"));
+        }
+        match &self.balance {
+            Some(AppBalance::Header(name))
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() =>
+            {
+                return Err(bad("balance.header", format!("{name:?} is no field name")));
+            }
+            Some(AppBalance::Cookie(name))
+                if name.is_empty()
+                    || name.len() > 64
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_graphic() && !b"=;,\"".contains(&b)) =>
+            {
+                return Err(bad("balance.cookie", format!("{name:?} is no cookie name")));
+            }
+            _ => {}
         }
         if let Some(h) = &self.headers {
             super::fields::check("headers.request", &h.request, super::fields::Way::Request)

@@ -55,7 +55,7 @@ impl Proxy {
         };
         context.routed(&to, &req, fields);
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
-        let target = to.pick()?;
+        let target = to.pick(fields, source.0)?;
         let conn = (context.conn, &context.trace);
         let (protocol, body) = prepare((&mut req, &mut raw), &to, &target, conn)?;
         let body = self.read_body(body, to.policy.as_deref()).await?;

@@ -7,6 +7,7 @@
 //! route's own balancer ([`Route::pick_other`]): the same health, rotate and
 //! `fail_open` rules as the first pick.
 
+use h1_codec::fields::{FieldsRef, Name};
 use http::Method;
 use per_source::ClientKey;
 
@@ -16,7 +17,8 @@ use super::retry::{Replay, Retry, decide, idempotent};
 use super::route::{Destination, Sticky};
 use crate::members::{Full, Member, MemberSlot};
 use crate::metrics::UpstreamError;
-use crate::table::{Route, Target};
+use crate::policy::{HashBy, Picking};
+use crate::table::{Route, Target, hash};
 use crate::upstream::{MemberTls, Upstream};
 
 /// Whose a request is, for its member: its client key (whose share of a
@@ -263,12 +265,55 @@ impl Checkout for TcpCheckout {
 
 impl Destination<'_> {
     /// The member the request goes to: the one its affinity cookie names if
-    /// that is eligible, else the route's balancer's pick (none: 503).
+    /// that is eligible, else its app's own balancer's pick (`balance`: hashed
+    /// on the request's key, see [`crate::table::hash`]; a request without the
+    /// key goes to the route's balancer), else the route's (none: 503).
+    /// `fields` and `client`: the request's, for a hashed app's key.
     #[inline]
-    pub(super) fn pick(&self) -> Result<Target, ProxyError> {
-        match &self.sticky {
-            Sticky::Kept(t) => Ok(t.clone()),
-            _ => Ok(self.route.pick().ok_or(ProxyError::NoMember)?.clone()),
+    pub(super) fn pick(
+        &self,
+        fields: FieldsRef<'_>,
+        client: ClientKey,
+    ) -> Result<Target, ProxyError> {
+        if let Sticky::Kept(t) = &self.sticky {
+            return Ok(t.clone());
         }
+        let route = &self.route;
+        let picked = match self.policy.as_ref().and_then(|p| p.balance.as_ref()) {
+            None => route.pick(),
+            Some(Picking::Balance(b)) => route.pick_by(*b),
+            Some(Picking::Hash(by)) => match hash_key(by, fields, client) {
+                Some(key) => route.pick_hashed(key),
+                None => route.pick(),
+            },
+        };
+        Ok(picked.ok_or(ProxyError::NoMember)?.clone())
+    }
+}
+
+/// A hashed app's key for a request, hashed: its client key, the first value
+/// of its header, or its cookie's value; `None` without one.
+fn hash_key(by: &HashBy, fields: FieldsRef<'_>, client: ClientKey) -> Option<u64> {
+    match by {
+        // The key's first address (its prefix's, for IPv6) stands for it.
+        HashBy::Source => Some(match client.addr() {
+            std::net::IpAddr::V4(a) => hash::key_hash(&a.octets()),
+            std::net::IpAddr::V6(a) => hash::key_hash(&a.octets()),
+        }),
+        HashBy::Header(name) => {
+            let value = match fields {
+                FieldsRef::Raw(f) => f
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name.as_str().as_bytes()))
+                    .map(|(_, v)| v),
+                FieldsRef::Map(m) => m.get(name).map(|v| v.as_bytes()),
+            }?;
+            Some(hash::key_hash(value))
+        }
+        HashBy::Cookie(name) => fields
+            .values(Name::Cookie)
+            .flat_map(|v| v.split(|b| *b == b';'))
+            .find_map(|pair| pair.trim_ascii().strip_prefix(&**name)?.strip_prefix(b"="))
+            .map(hash::key_hash),
     }
 }

@@ -16,6 +16,7 @@
 pub mod balance;
 pub mod build;
 pub mod generated;
+pub mod hash;
 pub mod mappings;
 pub mod maps;
 pub mod recent;
@@ -126,6 +127,16 @@ impl Route {
     /// the route's balancer, cursor and `fail_open`, avoiding `not` if given.
     pub fn pick_from<'a>(&self, targets: &'a [Target], not: Option<&Member>) -> Option<&'a Target> {
         self.balance.pick(targets, &self.next, self.fail_open, not)
+    }
+
+    /// Picks with `balance` in place of the route's own (an app's `balance`).
+    pub fn pick_by(&self, balance: Balance) -> Option<&Target> {
+        balance.pick(&self.members, &self.next, self.fail_open, None)
+    }
+
+    /// The member a key hashed `key` goes to (an app balanced by a key).
+    pub fn pick_hashed(&self, key: u64) -> Option<&Target> {
+        hash::pick(&self.members, key, self.fail_open, None)
     }
 
     /// Picks a member other than `not`, for a retry: the same policy, the same
