@@ -370,6 +370,21 @@ pub fn app_settings(data: &[u8]) {
         let _ = s.summary();
         let _ = router::policy::Policy::new("fuzz".into(), s.over(&AppSettings::default()), &key);
     }
+    // The bytes as a name's path rules: checked, and every prefix they hold
+    // finds a rule for itself (the longest prefix it is under), whose
+    // rewrite makes a path the member can be sent.
+    if let Ok(rules) = serde_json::from_slice::<router::table::paths::PathRules>(data)
+        && let Ok(table) = router::table::paths::PathTable::new(rules.clone())
+    {
+        for prefix in rules.keys() {
+            let found = table.find(prefix).expect("a prefix is under its own rule");
+            if let Some((len, to)) = found.rewrite {
+                let path = router::table::paths::rewritten(&format!("{prefix}/x?q"), (len, &to));
+                assert!(path.starts_with('/'), "{path}");
+                assert!(http::Uri::try_from(path.as_str()).is_ok(), "{path}");
+            }
+        }
+    }
     // The bytes as Cookie headers (split at newlines): no panic; and the
     // router's own cookie for the bytes as a member address names that member.
     let affinity = Affinity::new(AffinitySettings::default(), key.clone());
@@ -433,6 +448,10 @@ pub fn pair_bodies(data: &[u8]) {
                 >(u.value.clone())
                 .is_ok_and(|w| w.is_none_or(|w| router::table::split::Split::new(w).is_ok())),
                 Key::Rotate(_) => serde_json::from_value::<bool>(u.value.clone()).is_ok(),
+                Key::Paths(_) => serde_json::from_value::<Option<router::table::paths::PathRules>>(
+                    u.value.clone(),
+                )
+                .is_ok_and(|r| r.is_none_or(|r| router::table::paths::PathTable::new(r).is_ok())),
             };
             let mut turn = state.turn();
             if readable && turn.is_newer(u) {

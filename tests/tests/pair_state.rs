@@ -317,6 +317,22 @@ fn what_is_put_on_either_router_applies_on_both_and_survives_a_restart() {
     );
     assert_eq!(status, 200, "split on b: {body}");
     wait_shows(&pair, 0, "/routes", "\"app-ns\":7", "has b's split");
+    // And path routes put on b are in force on a.
+    let (status, body) = admin(
+        &pair,
+        1,
+        "POST",
+        &format!("/aliases/{host}/paths"),
+        Some(r#"{"/api": {"app": "app-ns", "rewrite": "/"}}"#),
+    );
+    assert_eq!(status, 200, "paths on b: {body}");
+    wait_shows(
+        &pair,
+        0,
+        "/routes",
+        "\"/api\":{\"app\":\"app-ns\"",
+        "has b's paths",
+    );
 
     one_rotate_out(&pair);
 

@@ -1,5 +1,6 @@
 //! `POST`/`DELETE /aliases/{name}/split`: a name's requests shared between apps by
-//! weight (blue/green).
+//! weight (blue/green); `POST`/`DELETE /aliases/{name}/paths`: its path prefixes
+//! routed to other apps (see [`crate::table::paths`]).
 
 use super::*;
 
@@ -100,3 +101,104 @@ impl Admin {
         Ok(())
     }
 }
+
+impl Admin {
+    /// `POST` (with the rules) or `DELETE` (`req` is `None`) `/aliases/{name}/paths`.
+    pub(super) async fn paths(
+        &self,
+        raw: &str,
+        req: Option<Request<Incoming>>,
+    ) -> Response<Full<Bytes>> {
+        let Some(name) = percent_decode(raw)
+            .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
+        else {
+            return text(StatusCode::BAD_REQUEST, "not a host name\n");
+        };
+        let table = match req {
+            Some(req) => match self.path_body(&name, req).await {
+                Ok(t) => Some(t),
+                Err(answer) => return answer,
+            },
+            None => None,
+        };
+        let rules = table.as_ref().map(|t| &t.rules);
+        let key = crate::pair::Key::Paths(name.clone());
+        if let Err(e) = self.shared(key, &rules, || self.put_paths(&name, table.clone())) {
+            tracing::error!(name, error = %e, "cannot persist the path routes");
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("paths not saved, nothing changed: {e}\n"),
+            );
+        }
+        json(&serde_json::json!({ "name": name, "paths": rules }))
+    }
+
+    /// A `POST`'s rules, checked against the table: the name and every app
+    /// they name are in it; or the 4xx.
+    async fn path_body(
+        &self,
+        name: &str,
+        req: Request<Incoming>,
+    ) -> Result<Arc<PathTable>, Response<Full<Bytes>>> {
+        let body = read_limited(req.into_body(), MAX_PATHS_BODY, self.body_deadline)
+            .await
+            .map_err(|status| {
+                text(
+                    status,
+                    "the body is a JSON object under 256 KiB, sent within limits.header_read_timeout\n",
+                )
+            })?;
+        let rules: PathRules = serde_json::from_slice(&body).map_err(|e| {
+            text(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is {{\"/prefix\": {{\"app\": \"app-namespace\", \"rewrite\": \"/\"}}, ...}}: {e}\n"),
+            )
+        })?;
+        let paths = PathTable::new(rules)
+            .map_err(|e| text(StatusCode::BAD_REQUEST, &format!("paths: {e}\n")))?;
+        let table = self.table.load();
+        if table.lookup(name).is_none() {
+            return Err(text(
+                StatusCode::NOT_FOUND,
+                &format!("{name} is not a name in the route table\n"),
+            ));
+        }
+        if let Some(missing) = paths.apps().find(|k| table.app(k).is_none()) {
+            return Err(text(
+                StatusCode::NOT_FOUND,
+                &format!("{missing} is not an app in the route table\n"),
+            ));
+        }
+        Ok(Arc::new(paths))
+    }
+
+    /// Saves `name`'s path routes (`None`: removes them), then puts them in
+    /// the live table: the same for an operator's call and an entry from the
+    /// peer.
+    pub(super) fn put_paths(
+        &self,
+        name: &str,
+        paths: Option<Arc<PathTable>>,
+    ) -> Result<(), crate::table::split::SplitStoreError> {
+        self.splits
+            .set_paths(name, paths.as_ref().map(|t| t.rules.clone()))?;
+        let key: Arc<str> = Arc::from(name);
+        self.table.rcu(|t| {
+            let mut next = RouteTable::clone(t);
+            match &paths {
+                Some(p) => {
+                    next.paths.insert(key.clone(), p.clone());
+                }
+                None => {
+                    next.paths.remove(&key);
+                }
+            }
+            Arc::new(next)
+        });
+        Ok(())
+    }
+}
+
+/// Largest `/aliases/{name}/paths` body: 100 prefixes with rewrites, each up
+/// to 1 KiB.
+const MAX_PATHS_BODY: usize = 256 * 1024;

@@ -13,6 +13,8 @@
 //! | `POST /backends/{address:port}/rotate-in` | takes new requests again at once (persisted) |
 //! | `POST /aliases/{name}/split` | body `{"app-ns": 90, "app2-ns": 10}`: the name's requests are shared between those apps by weight (persisted; `100/0` moves all at once) |
 //! | `DELETE /aliases/{name}/split` | the name goes back to its own app |
+//! | `POST /aliases/{name}/paths` | body `{"/api": {"app": "api-ns", "rewrite": "/"}}`: the name's requests under each prefix go to that app (longest prefix first, on segment boundaries; persisted; see [`crate::table::paths`]) |
+//! | `DELETE /aliases/{name}/paths` | the name's path routes removed |
 //! | `GET /apps/{app}/stats` | the app's traffic: totals since it entered the table, and over the last one to two minutes requests per second, 5xx ratio, p50/p99 response time (see [`crate::metrics::apps`]) |
 //! | `GET /apps/settings`, `GET`/`PUT`/`DELETE /apps/{app}/settings` | per-app settings: affinity, limits, access rules, timeouts, maintenance, members' protocol (see [`settings`]) |
 //! | `GET /audit` | the last admin actions (who, what, result) |
@@ -85,6 +87,7 @@ use crate::metrics::Metrics;
 use crate::request::limits::Limits;
 use crate::request::listener::stopped;
 use crate::ring::{Ring, unix_now};
+use crate::table::paths::{PathRules, PathTable};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{EndpointInfo, RouteTable};
 
@@ -224,6 +227,33 @@ impl Admin {
         None
     }
 
+    /// `POST`/`DELETE /aliases/{name}/split` and `/aliases/{name}/paths`,
+    /// each kept in the audit (`split`, `unsplit`, `paths`, `unpaths`).
+    async fn alias_call(
+        &self,
+        rest: &str,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        let method = req.method().clone();
+        let post = method == Method::POST;
+        if method != Method::POST && method != Method::DELETE {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "use POST or DELETE\n");
+        }
+        let body = post.then_some(req);
+        let (name, r, action) = if let Some(name) = rest.strip_suffix("/split") {
+            (name, self.split(name, body).await, ["unsplit", "split"])
+        } else if let Some(name) = rest.strip_suffix("/paths") {
+            (name, self.paths(name, body).await, ["unpaths", "paths"])
+        } else {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        };
+        let action = action[usize::from(post)];
+        self.audit
+            .record(&client.ip().to_string(), action, name, r.status().as_str());
+        r
+    }
+
     /// The calls that change something (each kept in the audit), or the request
     /// back when `path` is none of them.
     async fn change(
@@ -281,24 +311,8 @@ impl Admin {
             );
             return Ok(r);
         }
-        if let Some(name) = path
-            .strip_prefix("/aliases/")
-            .and_then(|r| r.strip_suffix("/split"))
-        {
-            let method = req.method().clone();
-            let r = match method {
-                Method::POST => self.split(name, Some(req)).await,
-                Method::DELETE => self.split(name, None).await,
-                _ => return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use POST or DELETE\n")),
-            };
-            let action = if method == Method::POST {
-                "split"
-            } else {
-                "unsplit"
-            };
-            self.audit
-                .record(&client.ip().to_string(), action, name, r.status().as_str());
-            return Ok(r);
+        if let Some(rest) = path.strip_prefix("/aliases/") {
+            return Ok(self.alias_call(rest, req, client).await);
         }
         if let Some(app) = path
             .strip_prefix("/apps/")

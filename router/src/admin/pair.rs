@@ -237,6 +237,17 @@ impl Admin {
                 };
                 self.put_split(name, split).map_err(|e| e.to_string())
             }
+            Key::Paths(name) => {
+                let rules: Option<crate::table::paths::PathRules> =
+                    serde_json::from_value(value).map_err(|e| e.to_string())?;
+                let table = match rules {
+                    Some(r) => Some(Arc::new(
+                        crate::table::paths::PathTable::new(r).map_err(|e| e.to_string())?,
+                    )),
+                    None => None,
+                };
+                self.put_paths(name, table).map_err(|e| e.to_string())
+            }
             Key::Rotate(addr) => {
                 let out: bool = serde_json::from_value(value).map_err(|e| e.to_string())?;
                 self.registry

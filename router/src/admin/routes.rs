@@ -8,6 +8,8 @@ pub(super) struct RoutesDoc<'a> {
     apps: Vec<AppDoc<'a>>,
     /// Names shared between apps by weight: name → app → weight.
     splits: BTreeMap<&'a str, &'a BTreeMap<String, u32>>,
+    /// Each name's path routes (`/aliases/{name}/paths`).
+    paths: BTreeMap<&'a str, &'a crate::table::paths::PathRules>,
 }
 
 #[derive(Serialize)]
@@ -73,6 +75,11 @@ impl Admin {
                 .splits
                 .iter()
                 .map(|(name, s)| (&**name, &s.weights))
+                .collect(),
+            paths: table
+                .paths
+                .iter()
+                .map(|(name, p)| (&**name, &p.rules))
                 .collect(),
         };
         json(&doc)

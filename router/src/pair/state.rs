@@ -42,6 +42,8 @@ pub enum Key {
     /// A member's rotate state (`/backends/{address:port}/rotate-out|in`):
     /// `true` for out.
     Rotate(String),
+    /// A name's path routes (`/aliases/{name}/paths`); `null` removes them.
+    Paths(String),
 }
 
 impl Key {
@@ -52,6 +54,7 @@ impl Key {
             Key::Settings(app) => format!("settings:{app}"),
             Key::Split(name) => format!("split:{name}"),
             Key::Rotate(addr) => format!("rotate:{addr}"),
+            Key::Paths(name) => format!("paths:{name}"),
         }
     }
 
@@ -62,6 +65,7 @@ impl Key {
             "settings" => Some(Key::Settings(name)),
             "split" => Some(Key::Split(name)),
             "rotate" => Some(Key::Rotate(name)),
+            "paths" => Some(Key::Paths(name)),
             _ => None,
         }
     }
@@ -748,6 +752,7 @@ mod tests {
             Key::Settings("a-b".into()),
             Key::Split("www.example.com".into()),
             Key::Rotate("10.0.0.1:8080".into()),
+            Key::Paths("www.example.com".into()),
         ] {
             assert_eq!(Key::parse(&k.text()), Some(k));
         }

@@ -73,8 +73,10 @@ pub struct Policy {
 /// An app's own balancer, compiled.
 #[derive(Debug, Clone)]
 pub enum Picking {
-    /// One of the route balancers, in place of `upstream.balance`.
-    Balance(crate::table::balance::Balance),
+    /// Power of two choices on requests in flight, in place of `upstream.balance`.
+    LeastRequest,
+    /// Each member in turn, in place of `upstream.balance`.
+    RoundRobin,
     /// A consistent hash of a key (see `crate::table::hash`).
     Hash(HashBy),
 }
@@ -89,11 +91,10 @@ pub enum HashBy {
 
 impl Picking {
     fn of(b: &settings::AppBalance) -> Option<Picking> {
-        use crate::table::balance::Balance;
         use settings::AppBalance;
         Some(match b {
-            AppBalance::LeastRequest => Picking::Balance(Balance::P2c),
-            AppBalance::RoundRobin => Picking::Balance(Balance::RoundRobin),
+            AppBalance::LeastRequest => Picking::LeastRequest,
+            AppBalance::RoundRobin => Picking::RoundRobin,
             AppBalance::Source => Picking::Hash(HashBy::Source),
             AppBalance::Header(n) => Picking::Hash(HashBy::Header(
                 http::HeaderName::from_bytes(n.as_bytes()).ok()?,

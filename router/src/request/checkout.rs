@@ -18,6 +18,7 @@ use super::route::{Destination, Sticky};
 use crate::members::{Full, Member, MemberSlot};
 use crate::metrics::UpstreamError;
 use crate::policy::{HashBy, Picking};
+use crate::table::balance::Balance;
 use crate::table::{Route, Target, hash};
 use crate::upstream::{MemberTls, Upstream};
 
@@ -281,7 +282,8 @@ impl Destination<'_> {
         let route = &self.route;
         let picked = match self.policy.as_ref().and_then(|p| p.balance.as_ref()) {
             None => route.pick(),
-            Some(Picking::Balance(b)) => route.pick_by(*b),
+            Some(Picking::LeastRequest) => route.pick_by(Balance::P2c),
+            Some(Picking::RoundRobin) => route.pick_by(Balance::RoundRobin),
             Some(Picking::Hash(by)) => match hash_key(by, fields, client) {
                 Some(key) => route.pick_hashed(key),
                 None => route.pick(),

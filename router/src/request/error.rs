@@ -145,7 +145,29 @@ fn upstream_status_and_text(kind: UpstreamError) -> (StatusCode, &'static str) {
 /// `Retry-After` for the rate), 503 with `Retry-After` and the operator's page in
 /// maintenance.
 fn refused(r: &Refused, request_id: Option<&str>) -> Response<ProxyBody> {
-    let (status, body, retry_after) = match r {
+    let (status, body, retry_after) = refusal(r, request_id);
+    let html = matches!(r, Refused::Maintenance(m) if m.page.is_some());
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if html {
+            "text/html; charset=utf-8"
+        } else {
+            "text/plain; charset=utf-8"
+        }),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(s) = retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+/// A refusal's status, page and `Retry-After`.
+fn refusal(r: &Refused, request_id: Option<&str>) -> (StatusCode, ProxyBody, Option<u64>) {
+    match r {
         Refused::Address => (
             StatusCode::FORBIDDEN,
             page(
@@ -188,24 +210,7 @@ fn refused(r: &Refused, request_id: Option<&str>) -> Response<ProxyBody> {
             },
             Some(m.retry_after),
         ),
-    };
-    let html = matches!(r, Refused::Maintenance(m) if m.page.is_some());
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(if html {
-            "text/html; charset=utf-8"
-        } else {
-            "text/plain; charset=utf-8"
-        }),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(s) = retry_after {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
-    resp
 }
 
 /// A page of the router's own: `text`, then the request's ID to quote when

@@ -50,18 +50,7 @@ impl Proxy {
         }
         let closing = !context.stream
             && (context.active.closing() || context.last_on_connection || malformed);
-        self.router_fields(&mut response, closing, context.announce_h3);
-        if let Some(rules) = &context.field_rules {
-            let vars = rules.vars(context.conn, &context.trace);
-            rules::on_response(
-                &rules.rules,
-                (&mut response, &mut fields),
-                context.conn.https,
-                &vars,
-            );
-        } else if context.app.is_none() {
-            self.unrouted_fields(&context, (&mut response, &mut fields));
-        }
+        self.head_fields(&context, closing, (&mut response, &mut fields));
         // The head is handed to the server: on h2 it now waits on the client's window.
         context.active.wait_on_client();
         if let Some(asked) = context.compress {
@@ -92,6 +81,24 @@ impl Proxy {
 }
 
 impl Proxy {
+    /// What the router adds to the head ([`Proxy::router_fields`]; `closing`:
+    /// the connection ends after it), then the field rules (HSTS, header
+    /// actions) of the request's app; of `app_defaults` when it reached no app.
+    fn head_fields(
+        &self,
+        context: &Context<'_>,
+        closing: bool,
+        response: (&mut Response<ProxyBody>, &mut Option<Fields>),
+    ) {
+        self.router_fields(response.0, closing, context.announce_h3);
+        if let Some(rules) = &context.field_rules {
+            let vars = rules.vars(context.conn, &context.trace);
+            rules::on_response(&rules.rules, response, context.conn.https, &vars);
+        } else if context.app.is_none() {
+            self.unrouted_fields(context, response);
+        }
+    }
+
     /// The router-wide field rules (`app_defaults`' `hsts` and `headers`) on
     /// an answer to a request that reached no app (404, 400, a redirect):
     /// the router's own answers carry them too.

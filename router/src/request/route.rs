@@ -196,7 +196,10 @@ impl Proxy {
         }
         // One table load; the guard is dropped before any await.
         let table = self.table.load();
-        let route = table.route_for(&name).ok_or(ProxyError::NoRoute)?;
+        let (route, rewrite) = match table.path_route(&name, req.uri().path()) {
+            Some(found) => found,
+            None => (table.route_for(&name).ok_or(ProxyError::NoRoute)?, None),
+        };
         let (route, policy, sticky) = sticky_of(&table, route, fields, &name);
         let (route, policy) = (route.clone(), policy.cloned());
         drop(table);
@@ -216,6 +219,7 @@ impl Proxy {
             name,
             policy,
             sticky,
+            rewrite,
         }))
     }
 
@@ -321,6 +325,9 @@ pub(super) struct Destination<'h> {
     pub(super) name: std::borrow::Cow<'h, str>,
     pub(super) policy: Option<Arc<Policy>>,
     pub(super) sticky: Sticky,
+    /// The name's path rule that took it rewrites its prefix: (the prefix's
+    /// length, what replaces it) (see [`crate::table::paths`]).
+    pub(super) rewrite: Option<crate::table::paths::Rewrite>,
 }
 
 impl Destination<'_> {

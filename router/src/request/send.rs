@@ -72,7 +72,13 @@ pub(super) fn prepare(
     // An HTTP/1.1 member's head is written from the fields where they are
     // (`encode`); hyper's clients (h2 members, upgrades) take a map.
     let written = !(h2_members || upgrade);
-    for_member(req, host, target, (conn, trace), (upgrade, written))?;
+    for_member(
+        req,
+        (host, &to.rewrite),
+        target,
+        (conn, trace),
+        (upgrade, written),
+    )?;
     let protocol = match client_upgrade {
         Some(client_upgrade) => Protocol::Upgrade(client_upgrade),
         None if h2_members => Protocol::H2 { trailers },
@@ -181,14 +187,15 @@ fn encode(
 
 /// The request as the member gets it: origin-form (HTTP/1.1 clients normally sent
 /// exactly that; the Host then is the client's, untouched; for h2 and absolute-form
-/// it is the authority, RFC 9112 §3.2.2), the endpoint's path mappings (direct
+/// it is the authority, RFC 9112 §3.2.2), the name's path rule's rewrite, the
+/// endpoint's path mappings (direct
 /// routing), HTTP/1.1, no hop-by-hop headers, `Forwarded`/`X-Forwarded-*` set
 /// (`written`: the head is written for an HTTP/1.1 member from the fields
 /// where they are, and both are done as it is written, see
 /// [`encode_for_member`] and [`encode_map_for_member`]).
 fn for_member<B>(
     req: &mut Request<B>,
-    host: &HeaderValue,
+    (host, rewrite): (&HeaderValue, &Option<crate::table::paths::Rewrite>),
     target: &Target,
     (conn, trace): (&ClientConn, &Trace),
     (upgrade, written): (bool, bool),
@@ -200,6 +207,11 @@ fn for_member<B>(
     }
     if !req.uri().path().starts_with('/') {
         return Err(ProxyError::BadTarget);
+    }
+    if let Some((len, to)) = rewrite {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let path = crate::table::paths::rewritten(path, (*len, to));
+        *req.uri_mut() = Uri::try_from(path).map_err(|_| ProxyError::BadTarget)?;
     }
     if let Some(mappings) = &target.mappings
         && let Some(path) = req

@@ -3,6 +3,7 @@
 //! sockets, the reconcile client, the ACME state and the admin API.
 
 use super::*;
+use crate::table::paths::PathTable;
 
 /// The app settings saved in the state directory, the configuration's defaults
 /// and the affinity key.
@@ -24,13 +25,25 @@ pub(super) fn app_policies(
     ))
 }
 
-/// The route table before any event: the saved blue/green splits only.
+/// The route table before any event: the saved blue/green splits and path
+/// routes only.
 pub(super) fn initial_table(splits: &SplitStore) -> RouteTable {
     RouteTable {
         splits: splits
             .all()
             .into_iter()
             .filter_map(|(name, w)| Some((Arc::from(name.as_str()), Arc::new(Split::new(w).ok()?))))
+            .collect(),
+        paths: splits
+            .paths()
+            .into_iter()
+            .filter_map(|(name, rules)| match PathTable::new(rules) {
+                Ok(t) => Some((Arc::from(name.as_str()), Arc::new(t))),
+                Err(e) => {
+                    tracing::error!(name, error = %e, "splits.json: path routes left out");
+                    None
+                }
+            })
             .collect(),
         ..RouteTable::default()
     }

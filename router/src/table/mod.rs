@@ -19,6 +19,7 @@ pub mod generated;
 pub mod hash;
 pub mod mappings;
 pub mod maps;
+pub mod paths;
 pub mod recent;
 pub mod split;
 
@@ -229,6 +230,8 @@ pub struct RouteTable {
     pub(crate) generated: Option<Arc<Generated>>,
     /// Names shared between apps by weight (blue/green), set by the operator.
     pub splits: imbl::HashMap<Arc<str>, Arc<split::Split>>,
+    /// Names whose path prefixes go to other apps, set by the operator.
+    pub paths: imbl::HashMap<Arc<str>, Arc<paths::PathTable>>,
     /// The policy of each app with settings of its own (see [`crate::policy`]).
     pub policies: imbl::HashMap<AppKey, Arc<crate::policy::Policy>>,
     /// The policy of every other app (`app_defaults:`); none when that is empty.
@@ -250,7 +253,7 @@ impl RouteTable {
         if self.maps.wildcards == 0 {
             return None;
         }
-        self.listed(&wildcard_of(host)?)
+        self.listed(&crate::tls::store::wildcard_of(host)?)
     }
 
     /// The route of a name in the host map.
@@ -299,6 +302,21 @@ impl RouteTable {
             return self.app(app);
         }
         self.lookup(host)
+    }
+
+    /// The route a request for `host` and `path` goes to by the name's path
+    /// rules (see [`paths`]), with the rewrite of its matched prefix; `None`:
+    /// no rule takes it (the name's own route, [`route_for`](Self::route_for)).
+    pub fn path_route(
+        &self,
+        host: &str,
+        path: &str,
+    ) -> Option<(&Arc<Route>, Option<paths::Rewrite>)> {
+        if self.paths.is_empty() {
+            return None;
+        }
+        let found = self.paths.get(host)?.find(path)?;
+        Some((self.app(found.app)?, found.rewrite))
     }
 
     /// The policy of an app: its own, else the defaults', else none.
@@ -366,10 +384,3 @@ pub fn publish_policies(live: &arc_swap::ArcSwap<RouteTable>, policies: &crate::
 
 #[cfg(test)]
 mod tests;
-
-/// The wildcard name one label up from `host` (`a.b.c` → `*.b.c`), if it has
-/// a label to take off and two left.
-pub fn wildcard_of(host: &str) -> Option<String> {
-    let (first, rest) = host.split_once('.')?;
-    (!first.is_empty() && first != "*" && rest.contains('.')).then(|| format!("*.{rest}"))
-}

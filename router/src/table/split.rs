@@ -117,10 +117,13 @@ pub enum SplitStoreError {
     },
 }
 
-/// The file's fields (beside its format number).
+/// The file's fields (beside its format number): what an operator set for
+/// names, their splits and their path routes (see [`super::paths`]).
 #[derive(Serialize, Deserialize, Default, Clone, Debug)]
 struct Splits {
     splits: BTreeMap<String, BTreeMap<String, u32>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    paths: BTreeMap<String, super::paths::PathRules>,
 }
 
 /// The saved splits.
@@ -154,6 +157,28 @@ impl SplitStore {
     /// Every saved split, validated when loaded.
     pub fn all(&self) -> BTreeMap<String, BTreeMap<String, u32>> {
         self.doc.get().splits.clone()
+    }
+
+    /// Every saved name's path rules (those that no longer check are left out,
+    /// logged).
+    pub fn paths(&self) -> BTreeMap<String, super::paths::PathRules> {
+        self.doc.get().paths.clone()
+    }
+
+    /// Saves `rules` for `name` (`None` removes them), durably, before returning.
+    pub fn set_paths(
+        &self,
+        name: &str,
+        rules: Option<super::paths::PathRules>,
+    ) -> Result<(), SplitStoreError> {
+        self.doc.update(|s| {
+            match rules {
+                Some(r) => s.paths.insert(name.to_string(), r),
+                None => s.paths.remove(name),
+            };
+            true
+        })?;
+        Ok(())
     }
 
     /// Saves `weights` for `alias` (`None` removes it), durably, before returning.

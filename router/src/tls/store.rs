@@ -41,6 +41,14 @@ use spi_consumer::{AppKey, RoutingState};
 use crate::metrics::TlsMetrics;
 use crate::tls::keys;
 
+/// The wildcard name one label up from `host` (`a.b.c` → `*.b.c`), if it has
+/// a label to take off and two left: the alias whose certificate (and, in
+/// the route table, whose route) a name under a wildcard gets.
+pub fn wildcard_of(host: &str) -> Option<String> {
+    let (first, rest) = host.split_once('.')?;
+    (!first.is_empty() && first != "*" && rest.contains('.')).then(|| format!("*.{rest}"))
+}
+
 /// What handshakes see.
 #[derive(Clone, Debug, Default)]
 pub struct Certs {
@@ -89,7 +97,7 @@ impl Certs {
         if self.wildcards == 0 || self.has_exactly(name) {
             return None;
         }
-        crate::table::wildcard_of(name)
+        wildcard_of(name)
     }
 
     /// Whether `name` has a certificate of its own (its own or its wildcard
