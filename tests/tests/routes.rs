@@ -747,3 +747,151 @@ async fn a_hosts_path_prefixes_go_to_other_apps_rewritten_longest_first() {
     let got = curl(https, "/api/users", ca, &[]).await;
     assert_eq!(Echo::parse(got.body.as_bytes()).port, web.addr.port());
 }
+
+/// curl over plain HTTP to `http` for `host`: status, head, body.
+async fn plain(http: std::net::SocketAddr, host: &str) -> Got {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "10", "-H"])
+        .arg(format!("Host: {host}"))
+        .arg(format!("http://{http}/x"))
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Got {
+        status,
+        head: lines
+            .filter_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                Some((n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            })
+            .collect(),
+        body: body.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn error_pages_are_the_operators_the_apps_first_with_the_request_id_and_reload() {
+    let dir = e2e::tempdir("pages");
+    let pages = dir.join("pages");
+    std::fs::create_dir_all(&pages).expect("pages");
+    std::fs::write(
+        pages.join("404.html"),
+        "<h1>Nothing here</h1><p>quote %{request_id}</p>",
+    )
+    .expect("404");
+    std::fs::write(pages.join("502.html"), "<h1>Router: bad gateway</h1>").expect("502");
+    std::fs::write(pages.join("503.html"), "<h1>Router: unavailable</h1>").expect("503");
+    let b = Backend::start().await;
+    let extra = format!("error_pages: {}\n", pages.display());
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", true, &extra);
+    let first = events::add_lb("myapp", "demo", b.addr);
+    let cfg = e2e::process::spool_router(&dir, &first, &config);
+    // An app whose member refuses connections: 502 or 503, never its member's.
+    let dead = "127.0.0.1:1".parse().expect("addr");
+    std::fs::write(
+        dir.join("spool/02.yaml"),
+        events::add_lb("dead", "demo", dead),
+    )
+    .expect("event");
+    let mut r = e2e::process::RouterProcess::start(&cfg).await;
+    let dead_host = "ha-dead-demo.example.com";
+    e2e::eventually(
+        "both apps routed",
+        std::time::Duration::from_secs(10),
+        async || {
+            plain(r.http, dead_host).await.status != 404 && plain(r.http, HOST).await.status == 200
+        },
+    )
+    .await;
+
+    // 1. The router's page for an unknown host, naming the request's ID.
+    let got = plain(r.http, "nobody.example.com").await;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.header("content-type"), Some("text/html; charset=utf-8"));
+    let id = got
+        .header("x-request-id")
+        .expect("X-Request-Id")
+        .to_string();
+    assert_eq!(got.body, format!("<h1>Nothing here</h1><p>quote {id}</p>"));
+
+    // 2. The dead app: the router's page, then the app's own once it has one.
+    let got = plain(r.http, dead_host).await;
+    assert!(
+        got.body.starts_with("<h1>Router: "),
+        "{} {}",
+        got.status,
+        got.body
+    );
+    let admin = r.admin.expect("admin");
+    let put = |body: &'static str| {
+        let url = format!("http://{admin}/apps/dead-demo/settings");
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args([
+                    "-s",
+                    "-X",
+                    "PUT",
+                    "-w",
+                    "\n%{http_code}",
+                    "--data-binary",
+                    body,
+                    &url,
+                ])
+                .output()
+                .await
+                .expect("curl");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+            (code.parse::<u16>().unwrap_or(0), body.to_string())
+        }
+    };
+    let (s, text) = put(r#"{"error_pages": {"502": "<h1>dead app %{request_id}</h1>", "503": "<h1>dead app %{request_id}</h1>"}}"#).await;
+    assert_eq!(s, 200, "{text}");
+    let got = plain(r.http, dead_host).await;
+    let id = got.header("x-request-id").expect("id").to_string();
+    assert_eq!(
+        got.body,
+        format!("<h1>dead app {id}</h1>"),
+        "{}",
+        got.status
+    );
+    // An app's page is for its members' answers only, and bounded.
+    let (s, text) = put(r#"{"error_pages": {"404": "<h1>mine</h1>"}}"#).await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.starts_with("error_pages.404"), "{text}");
+    let big: &'static str = Box::leak(
+        format!(
+            r#"{{"error_pages": {{"503": "{}"}}}}"#,
+            "x".repeat(70 * 1024)
+        )
+        .into_boxed_str(),
+    );
+    let (s, text) = put(big).await;
+    assert!(s == 400 || s == 413, "{s} {text}");
+
+    // 3. A reload reads the pages again; a page too large refuses the reload
+    // (naming its file) and the pages in force stay.
+    std::fs::write(pages.join("404.html"), "<h1>Moved on</h1>").expect("404");
+    r.signal("HUP");
+    r.log_line("configuration reloaded").await;
+    assert_eq!(
+        plain(r.http, "nobody.example.com").await.body,
+        "<h1>Moved on</h1>"
+    );
+    std::fs::write(pages.join("404.html"), vec![b'x'; 65 * 1024]).expect("404");
+    r.signal("HUP");
+    let refused = r.log_line("reload refused").await;
+    assert!(refused.to_string().contains("404.html"), "{refused}");
+    assert_eq!(
+        plain(r.http, "nobody.example.com").await.body,
+        "<h1>Moved on</h1>"
+    );
+}

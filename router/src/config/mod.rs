@@ -53,6 +53,10 @@ pub struct Config {
     /// name under a domain, one tenant's claim on a namespace).
     #[serde(default)]
     pub wildcard_aliases: bool,
+    /// A directory of `NNN.html` pages for the router's own answers (see
+    /// `policy::pages`); none: one line of text.
+    #[serde(default)]
+    pub error_pages: Option<std::path::PathBuf>,
     /// Endpoint types that become members (`ENDPOINT_TYPES` of the routing daemon).
     #[serde(default = "default_endpoint_types")]
     pub endpoint_types: Vec<String>,

@@ -18,6 +18,7 @@
 pub mod affinity;
 pub mod clients;
 pub mod fields;
+pub mod pages;
 pub mod settings;
 pub mod store;
 
@@ -68,6 +69,8 @@ pub struct Policy {
     pub max_body: u64,
     /// `balance`, when the app has its own (see [`Picking`]).
     pub balance: Option<Picking>,
+    /// The app's own pages for 502, 503 and 504 (`error_pages`).
+    pub pages: Option<Arc<pages::ErrorPages>>,
 }
 
 /// An app's own balancer, compiled.
@@ -184,6 +187,11 @@ impl Policy {
             plain_http: effective.plain_http,
             max_body: effective.max_request_body_bytes.unwrap_or(0),
             balance: effective.balance.as_ref().and_then(Picking::of),
+            pages: effective
+                .error_pages
+                .as_ref()
+                .filter(|p| !p.is_empty())
+                .map(|p| Arc::new(pages::ErrorPages::of_app(p))),
             effective,
         }
     }

@@ -82,6 +82,10 @@ pub struct AppSettings {
     /// How the app's members are chosen (default: `upstream.balance`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balance: Option<AppBalance>,
+    /// The app's own pages (HTML) for the router's 502, 503 and 504 about its
+    /// members, in place of `error_pages:`' (see [`super::pages`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_pages: Option<std::collections::BTreeMap<u16, String>>,
 }
 
 /// An app's balancer: `"least_request"`, `"round_robin"`, `"source"`,
@@ -303,6 +307,7 @@ impl AppSettings {
             plain_http: s.plain_http.or(d.plain_http),
             max_request_body_bytes: s.max_request_body_bytes.or(d.max_request_body_bytes),
             balance: s.balance.or(d.balance),
+            error_pages: s.error_pages.or(d.error_pages),
         }
     }
 
@@ -367,6 +372,10 @@ impl AppSettings {
         }
         if let Some(b) = &self.balance {
             out.push(format!("balance {b:?}").to_lowercase());
+        }
+        if let Some(p) = self.error_pages.as_ref().filter(|p| !p.is_empty()) {
+            let statuses: Vec<String> = p.keys().map(u16::to_string).collect();
+            out.push(format!("own pages for {}", statuses.join(" ")));
         }
         out
     }
@@ -453,6 +462,9 @@ impl AppSettings {
                 return Err(bad("balance.cookie", format!("{name:?} is no cookie name")));
             }
             _ => {}
+        }
+        if let Some(p) = &self.error_pages {
+            super::pages::check(p).map_err(|(field, problem)| bad(&field, problem))?;
         }
         if let Some(h) = &self.headers {
             super::fields::check("headers.request", &h.request, super::fields::Way::Request)

@@ -23,8 +23,10 @@ use super::trace::Trace;
 use super::upload::Received;
 use crate::members::MemberSlot;
 use crate::metrics::apps::AppTraffic;
+use crate::policy::Refused;
 use crate::policy::clients::ClientSlot;
 use crate::policy::fields::{FieldRules, Vars};
+use crate::policy::pages::ErrorPages;
 use crate::traces::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
@@ -61,6 +63,8 @@ pub(super) struct Context<'c> {
     pub(super) compress: Option<Asked>,
     /// Its app's field rules (HSTS, header actions), when it has some.
     pub(super) field_rules: Option<Box<Rules>>,
+    /// Its app's own error pages, when it has some.
+    pub(super) pages: Option<Arc<ErrorPages>>,
 }
 
 /// An app's field rules with what their variables need that the log phase
@@ -112,6 +116,7 @@ impl Context<'_> {
             if policy.fields.is_some() {
                 self.field_rules = Rules::of(to);
             }
+            self.pages.clone_from(&policy.pages);
         }
         if let Some(span) = self.span.as_mut() {
             span.app = Some(format!("{}-{}", route.name, route.namespace));
@@ -171,6 +176,7 @@ impl Proxy {
             span,
             compress: None,
             field_rules: None,
+            pages: None,
             app: None,
             log: self
                 .access_log
@@ -220,10 +226,33 @@ impl Forwarded {
 
     /// A request that got no answer from a member: the router's own response
     /// (with the request's ID), counted against the app when a member failed.
-    pub(super) fn failed(e: &ProxyError, context: &Context<'_>) -> Forwarded {
+    /// The page is the operator's where there is one (see
+    /// [`crate::policy::pages`]): the app's for 502, 503 and 504, else
+    /// `router`'s (`error_pages:`); a maintenance page stays the app's.
+    pub(super) fn failed(
+        e: &ProxyError,
+        context: &Context<'_>,
+        router: Option<&ErrorPages>,
+    ) -> Forwarded {
         if let (ProxyError::Upstream(_), Some(app)) = (e, &context.app) {
             app.upstream_error();
         }
-        Forwarded::of(e.response(Some(context.trace.request_id.as_str())), None)
+        let id = context.trace.request_id.as_str();
+        let mut response = e.response(Some(id));
+        let status = response.status().as_u16();
+        let page = match e {
+            ProxyError::Refused(Refused::Maintenance(_)) => None,
+            _ => (context.pages.as_deref())
+                .and_then(|p| p.page(status, id))
+                .or_else(|| router?.page(status, id)),
+        };
+        if let Some(page) = page {
+            *response.body_mut() = ProxyBody::full(page);
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+        }
+        Forwarded::of(response, None)
     }
 }

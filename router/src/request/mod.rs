@@ -119,6 +119,8 @@ pub struct Proxy {
     pub compression: Arc<compress::Compression>,
     /// Spans out over OTLP (`traces.endpoint`; see [`crate::traces`]).
     pub traces: Option<Arc<crate::traces::Spans>>,
+    /// The operator's pages for the router's own answers (`error_pages:`).
+    pub error_pages: Option<Arc<crate::policy::pages::ErrorPages>>,
 }
 
 /// A request's answer: the response and, when an HTTP/1.1 member gave it, the
@@ -175,7 +177,7 @@ impl Proxy {
         let mut context = self.context(&conn, &req, fields, host.as_ref());
         let forwarded = match self.attempt(&mut context, req, host, raw).await {
             Ok(forwarded) => forwarded,
-            Err(e) => Forwarded::failed(&e, &context),
+            Err(e) => Forwarded::failed(&e, &context, self.error_pages.as_deref()),
         };
         self.log(context, forwarded)
     }

@@ -51,7 +51,11 @@ impl Kept {
 }
 
 /// The proxy with the settings of `config` (what a reload may change).
-pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
+pub(super) fn with_settings(
+    base: Kept,
+    config: &Config,
+    error_pages: Option<Arc<crate::policy::pages::ErrorPages>>,
+) -> Proxy {
     Proxy {
         table: base.table,
         member_tls: base.member_tls,
@@ -76,7 +80,21 @@ pub(super) fn with_settings(base: Kept, config: &Config) -> Proxy {
         acme: base.acme,
         traces: base.traces,
         compression: base.compression,
+        error_pages,
     }
+}
+
+/// The pages of `error_pages:`, read now (a page that cannot be read stops
+/// the start or the reload, naming its file).
+pub(super) fn error_pages(
+    config: &Config,
+) -> Result<Option<Arc<crate::policy::pages::ErrorPages>>, StartError> {
+    let Some(dir) = &config.error_pages else {
+        return Ok(None);
+    };
+    let pages = crate::policy::pages::ErrorPages::load(dir)?;
+    tracing::info!(dir = %dir.display(), pages = pages.len(), "error pages loaded");
+    Ok(Some(Arc::new(pages)))
 }
 
 /// Applies a changed configuration file to the running router (SIGHUP, what
@@ -107,8 +125,8 @@ impl Reloader {
         fit_file_descriptors(&mut config);
         // Everything that can fail first: on error nothing has changed.
         let loaded = load_default_cert(&config.tls, &self.provider)
-            .and_then(|cert| Ok((cert, admin_token(&config)?)));
-        let (default_cert, token) = match loaded {
+            .and_then(|cert| Ok((cert, admin_token(&config)?, error_pages(&config)?)));
+        let (default_cert, token, pages) = match loaded {
             Ok(l) => l,
             Err(e) => {
                 self.metrics.reloads.with_label_values(&["error"]).inc();
@@ -120,7 +138,7 @@ impl Reloader {
             .names
             .store(Arc::new(crate::admin::Names::new(&config.admin.hosts)));
         let current = self.live.load_full();
-        let proxy = with_settings(Kept::of(&current.proxy), &config);
+        let proxy = with_settings(Kept::of(&current.proxy), &config, pages);
         self.registry.set_health(config.member_health());
         self.metrics.app_traffic.set_limits(config.metrics.limits());
         self.admin

@@ -153,7 +153,7 @@ pub(super) fn serving(
         certs: live_certs.clone(),
         by_default: config.tls.redirect_http,
     });
-    let proxy = with_settings(kept, config);
+    let proxy = with_settings(kept, config, super::reload::error_pages(config)?);
     Ok(Arc::new(ArcSwap::from_pointee(Serving {
         proxy: Arc::new(proxy),
         limits: config.limits.clone(),
