@@ -42,8 +42,11 @@ command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 # Let's Encrypt's test ACME CA and its DNS (pebble-challtestsrv) for the ACME tests.
 command -v pebble >/dev/null 2>&1 || need+=(pebble)
 # h2load drives the profile-guided build's training load (deploy/pgo-train.py,
-# run small by tests/tests/deploy.rs).
+# run small by tests/tests/deploy.rs); nghttp (same package) is the h2 client
+# that reads a 413's RST_STREAM (tests/tests/routes.rs).
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+# testssl.sh reads the HSTS header as a browser would (tests/tests/routes.rs).
+command -v testssl >/dev/null 2>&1 || need+=(testssl.sh)
 # A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
 # Debian's own interpreter.
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)

@@ -895,3 +895,81 @@ async fn error_pages_are_the_operators_the_apps_first_with_the_request_id_and_re
         "<h1>Moved on</h1>"
     );
 }
+
+#[tokio::test]
+async fn the_required_hsts_policy_refuses_settings_that_break_it_and_testssl_sees_hsts() {
+    let pki = Wildcard::new("hsts");
+    let root = pki.dir.join("router");
+    std::fs::create_dir_all(&root).expect("root");
+    let token = root.join("admin.token");
+    std::fs::write(&token, TOKEN).expect("token");
+    let extra = format!(
+        "{}admin:\n  token_file: {}\nhsts_required:\n  - domains: [\"*.example.com\"]\n    min_max_age: 1d\n    include_subdomains: required\n",
+        pki.tls_section(),
+        token.display()
+    );
+    let r = TestRouter::start_https(root, &extra).await;
+    let b = Backend::start().await;
+    r.drop_event("00.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(b.addr, "up").await;
+    for (body, why) in [
+        (r#"{"max_connections_per_client": 5}"#, "HSTS is required"),
+        (
+            r#"{"hsts": {"max_age": "1h", "include_subdomains": true}}"#,
+            "max_age is at least 86400s",
+        ),
+        (
+            r#"{"hsts": {"max_age": "365d"}}"#,
+            "include_subdomains is required",
+        ),
+    ] {
+        let (s, text) = put(&r, body).await;
+        assert_eq!(s, 400, "{body}: {text}");
+        assert!(
+            text.starts_with("hsts: ") && text.contains("hsts_required[0]") && text.contains(why),
+            "{body}: {text}"
+        );
+    }
+    let (_, settings) = r
+        .admin_call("GET", "/apps/myapp-demo/settings", "", Some(TOKEN))
+        .await;
+    assert!(
+        settings.contains("\"own\": null") || settings.contains("\"own\":null"),
+        "{settings}"
+    );
+    let (s, text) = put(
+        &r,
+        r#"{"hsts": {"max_age": "365d", "include_subdomains": true, "preload": true}}"#,
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+
+    // testssl.sh (Debian's) reads the header as a browser would.
+    let https = r.https.expect("https");
+    let out = tokio::process::Command::new("testssl")
+        .args([
+            "--headers",
+            "--quiet",
+            "--color",
+            "0",
+            "--ip",
+            "127.0.0.1",
+            "--add-ca",
+        ])
+        .arg(&pki.ca_file)
+        .arg(format!("https://{HOST}:{}/", https.port()))
+        .output()
+        .await
+        .expect("testssl (apt-get install testssl.sh)");
+    let report = String::from_utf8_lossy(&out.stdout);
+    let line = report
+        .lines()
+        .find(|l| l.contains("Strict Transport Security"))
+        .unwrap_or_else(|| panic!("no HSTS line from testssl: {report}"));
+    assert!(line.contains("365 days"), "{line}");
+    assert!(!line.contains("not offered"), "{line}");
+    assert!(
+        report.contains("includeSubDomains") && report.contains("preload"),
+        "{report}"
+    );
+}

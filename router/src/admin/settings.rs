@@ -72,11 +72,18 @@ impl Admin {
             },
             _ => return text(StatusCode::METHOD_NOT_ALLOWED, "use GET, PUT or DELETE\n"),
         };
-        if change.is_some() && self.table.load().app(&key).is_none() {
-            return text(
-                StatusCode::NOT_FOUND,
-                &format!("{app} is not an app in the route table\n"),
-            );
+        if let Some(settings) = &change {
+            let table = self.table.load();
+            let Some(route) = table.app(&key) else {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    &format!("{app} is not an app in the route table\n"),
+                );
+            };
+            let names = route.hosts.iter().map(|h| &**h);
+            if let Err(why) = self.policies.admit_hsts(names, settings) {
+                return text(StatusCode::BAD_REQUEST, &format!("hsts: {why}\n"));
+            }
         }
         let key = crate::pair::Key::Settings(app.clone());
         if let Err(e) = self.shared(key, &change, || self.put_settings(&app, change.clone())) {

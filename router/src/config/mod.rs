@@ -107,6 +107,10 @@ pub struct Config {
     /// `PUT /apps/{app}/settings`, win field by field).
     #[serde(default)]
     pub app_defaults: crate::policy::settings::AppSettings,
+    /// HSTS an app's settings must carry for names under these domains
+    /// (see `router::policy::hsts`): refused at `PUT` otherwise.
+    #[serde(default)]
+    pub hsts_required: Vec<crate::policy::hsts::RequiredHsts>,
     /// Traffic per app: how many apps have series of their own (see
     /// `router::metrics::apps`).
     #[serde(default)]
@@ -270,6 +274,9 @@ impl Config {
 
     /// Checks what types alone cannot; returns the field's dotted path and the problem.
     fn validate(&self) -> Result<(), Invalid> {
+        for p in &self.hsts_required {
+            p.check().map_err(|e| ("hsts_required", e))?;
+        }
         self.validate_names()?;
         self.validate_spi()?;
         self.validate_limits()?;

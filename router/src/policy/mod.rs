@@ -18,6 +18,7 @@
 pub mod affinity;
 pub mod clients;
 pub mod fields;
+pub mod hsts;
 pub mod pages;
 pub mod settings;
 pub mod store;
@@ -232,6 +233,8 @@ impl Policy {
 pub struct Policies {
     pub store: SettingsStore,
     defaults: Mutex<AppSettings>,
+    /// `hsts_required:` (see [`hsts`]).
+    required_hsts: Mutex<Vec<hsts::RequiredHsts>>,
     pub key: AffinityKey,
     /// Per-client state of every app's limits.
     pub clients: Arc<Clients>,
@@ -247,6 +250,7 @@ impl Policies {
         Policies {
             store,
             defaults: Mutex::new(defaults),
+            required_hsts: Mutex::new(Vec::new()),
             key,
             clients: Arc::new(clients),
         }
@@ -257,6 +261,26 @@ impl Policies {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// `hsts_required:` (at start and on reload).
+    pub fn set_required_hsts(&self, required: Vec<hsts::RequiredHsts>) {
+        *self.required_hsts.lock().unwrap_or_else(|p| p.into_inner()) = required;
+    }
+
+    /// Whether `settings` for an app answering to `names` meet
+    /// `hsts_required:` (with the defaults under them): the refusal's text.
+    pub fn admit_hsts<'a>(
+        &self,
+        names: impl Iterator<Item = &'a str> + Clone,
+        settings: &AppSettings,
+    ) -> Result<(), String> {
+        let required = self.required_hsts.lock().unwrap_or_else(|p| p.into_inner());
+        if required.is_empty() {
+            return Ok(());
+        }
+        let effective = settings.over(&self.defaults());
+        hsts::admit(&required, names, effective.hsts.as_ref())
     }
 
     /// New defaults (a reload); publish the policies again after it.

@@ -17,12 +17,9 @@ pub(super) fn app_policies(
         &config.state_dir,
     )?;
     let clients = crate::policy::clients::Clients::new(metrics.app_untracked.clone());
-    Ok(crate::policy::Policies::new(
-        store,
-        config.app_defaults.clone(),
-        key,
-        clients,
-    ))
+    let policies = crate::policy::Policies::new(store, config.app_defaults.clone(), key, clients);
+    policies.set_required_hsts(config.hsts_required.clone());
+    Ok(policies)
 }
 
 /// The route table before any event: the saved blue/green splits and path

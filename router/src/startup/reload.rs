@@ -144,6 +144,9 @@ impl Reloader {
         self.admin
             .policies
             .set_defaults(config.app_defaults.clone());
+        self.admin
+            .policies
+            .set_required_hsts(config.hsts_required.clone());
         crate::table::publish_policies(&self.admin.table, &self.admin.policies);
         if let Some(l) = &default_cert {
             self.metrics.tls.set_expiry("default", l.not_after);
