@@ -36,6 +36,24 @@ pub struct TlsConfig {
     /// `crate::tls::groups`): by default the hybrid post-quantum
     /// `x25519mlkem768`, then `x25519`, `secp256r1`, `secp384r1`.
     pub groups: Vec<String>,
+    /// The versions and suites offered to clients (see `crate::tls::profile`):
+    /// `old`, `intermediate` (default), `modern` or `custom`.
+    pub profile: crate::tls::profile::Profile,
+    /// `custom`: the lowest version, `1.2` (default) or `1.3`.
+    pub min_version: Option<String>,
+    /// `custom`: the suites, by IANA or OpenSSL name (none: every one).
+    pub ciphers: Vec<String>,
+}
+
+impl TlsConfig {
+    /// The client side's profile.
+    pub fn profile(&self) -> crate::tls::profile::Settings<'_> {
+        crate::tls::profile::Settings {
+            profile: self.profile,
+            min_version: self.min_version.as_deref(),
+            ciphers: &self.ciphers,
+        }
+    }
 }
 
 impl Default for TlsConfig {
@@ -51,6 +69,9 @@ impl Default for TlsConfig {
             redirect_http: false,
             handshake_timeout: Duration::from_secs(10),
             groups: crate::tls::groups::default_names(),
+            profile: crate::tls::profile::Profile::default(),
+            min_version: None,
+            ciphers: Vec::new(),
         }
     }
 }
@@ -65,6 +86,26 @@ pub struct UpstreamTls {
     /// Check the member's certificate. `false` encrypts without authenticating.
     #[serde(default = "yes")]
     pub verify: bool,
+    /// The versions and suites offered to members (see `crate::tls::profile`).
+    #[serde(default)]
+    pub profile: crate::tls::profile::Profile,
+    /// `custom`: the lowest version, `1.2` (default) or `1.3`.
+    #[serde(default)]
+    pub min_version: Option<String>,
+    /// `custom`: the suites, by IANA or OpenSSL name (none: every one).
+    #[serde(default)]
+    pub ciphers: Vec<String>,
+}
+
+impl UpstreamTls {
+    /// The member side's profile.
+    pub fn profile(&self) -> crate::tls::profile::Settings<'_> {
+        crate::tls::profile::Settings {
+            profile: self.profile,
+            min_version: self.min_version.as_deref(),
+            ciphers: &self.ciphers,
+        }
+    }
 }
 
 impl Default for UpstreamTls {
@@ -72,6 +113,9 @@ impl Default for UpstreamTls {
         UpstreamTls {
             ca_file: None,
             verify: true,
+            profile: crate::tls::profile::Profile::default(),
+            min_version: None,
+            ciphers: Vec::new(),
         }
     }
 }
@@ -81,6 +125,14 @@ impl Config {
     pub(super) fn validate_tls(&self) -> Result<(), Invalid> {
         let t = &self.tls;
         crate::tls::groups::check(&t.groups).map_err(|e| ("tls.groups", e))?;
+        t.profile()
+            .check()
+            .map_err(|(f, e)| (profile_field("tls", f), e))?;
+        self.upstream
+            .tls
+            .profile()
+            .check()
+            .map_err(|(f, e)| (profile_field("upstream.tls", f), e))?;
         if t.default_cert.is_some() != t.default_key.is_some() {
             let field = if t.default_cert.is_some() {
                 "tls.default_key"
@@ -111,5 +163,17 @@ impl Config {
             return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
         }
         Ok(())
+    }
+}
+
+/// `tls.profile` and its like, as a static field path.
+fn profile_field(side: &str, field: &str) -> &'static str {
+    match (side, field) {
+        ("tls", "min_version") => "tls.min_version",
+        ("tls", "ciphers") => "tls.ciphers",
+        ("tls", _) => "tls.profile",
+        (_, "min_version") => "upstream.tls.min_version",
+        (_, "ciphers") => "upstream.tls.ciphers",
+        _ => "upstream.tls.profile",
     }
 }

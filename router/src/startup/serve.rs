@@ -2,6 +2,7 @@
 //! workers when there are), HTTP/3, and the wait for a shutdown or an upgrade.
 
 use super::*;
+use rustls::crypto::CryptoProvider;
 
 /// The admin listener (over `tls` when given) and the metrics listener, each
 /// until `stop`.
@@ -143,10 +144,16 @@ pub(super) fn serving(
     ),
     https: Option<&tokio::net::TcpListener>,
 ) -> Result<Live, StartError> {
+    // Members get their own profile (`upstream.tls.profile`) over the same groups.
+    let members = (**provider).clone();
+    let members = config.upstream.tls.profile().apply(CryptoProvider {
+        cipher_suites: rustls::crypto::aws_lc_rs::default_provider().cipher_suites,
+        ..members
+    });
     kept.member_tls = Some(crate::tls::client::connector(
         config.upstream.tls.ca_file.as_deref(),
         config.upstream.tls.verify,
-        provider.clone(),
+        Arc::new(members),
     )?);
     kept.redirect = https.map(|l| crate::request::route::Redirect {
         https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),

@@ -46,8 +46,9 @@ pub fn connector(
     verify: bool,
     provider: Arc<CryptoProvider>,
 ) -> Result<TlsConnector, ClientTlsError> {
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let versions = crate::tls::profile::versions(&provider);
+    let builder =
+        ClientConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
     let mut config = if verify {
         let mut roots = RootCertStore::empty();
         let path = ca_file.unwrap_or(Path::new(SYSTEM_BUNDLE));

@@ -14,6 +14,7 @@ pub mod client;
 pub mod groups;
 pub mod hello;
 pub mod keys;
+pub mod profile;
 pub mod rewind;
 pub mod server;
 pub mod store;

@@ -50,12 +50,9 @@ pub fn acceptor(
     provider: Arc<CryptoProvider>,
     resumption: Resumption,
 ) -> Result<Acceptor, rustls::Error> {
-    let mut config = server_config(
-        &certs,
-        provider,
-        resumption,
-        &[&rustls::version::TLS13, &rustls::version::TLS12],
-    )?;
+    // The versions the profile's suites speak (`tls.profile`).
+    let versions = crate::tls::profile::versions(&provider);
+    let mut config = server_config(&certs, provider, resumption, &versions)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Acceptor {
         config: Arc::new(config),
