@@ -46,6 +46,11 @@ pub enum Name {
     XRequestId,
     Traceparent,
     Tracestate,
+    /// `X-SSL-Client-Cert`, `-Verify`, `-DN`: what a TLS-terminating proxy
+    /// says of the client's certificate (never a client's own).
+    XSslClientCert,
+    XSslClientVerify,
+    XSslClientDn,
     Other,
 }
 
@@ -100,12 +105,15 @@ impl Name {
             12 => (b"x-request-id", Name::XRequestId),
             10 => (b"set-cookie", Name::SetCookie),
             14 => (b"content-length", Name::ContentLength),
+            15 if name[2] | 0x20 == b's' => (b"x-ssl-client-dn", Name::XSslClientDn),
             15 => (b"x-forwarded-for", Name::XForwardedFor),
             16 if first == b'p' => (b"proxy-connection", Name::ProxyConnection),
             16 if name[12] | 0x20 == b'h' => (b"x-forwarded-host", Name::XForwardedHost),
             16 => (b"x-forwarded-port", Name::XForwardedPort),
             17 if first == b't' => (b"transfer-encoding", Name::TransferEncoding),
+            17 if name[2] | 0x20 == b's' => (b"x-ssl-client-cert", Name::XSslClientCert),
             17 => (b"x-forwarded-proto", Name::XForwardedProto),
+            19 => (b"x-ssl-client-verify", Name::XSslClientVerify),
             _ => return Name::Other,
         };
         if folded_eq(name, known) {
@@ -132,7 +140,8 @@ impl Name {
         Name::HOP_BY_HOP.contains(&self)
     }
 
-    /// One of the `X-Forwarded-*` family or `Forwarded`: what a proxy sets itself.
+    /// One of the `X-Forwarded-*` family, `Forwarded` or `X-SSL-Client-*`:
+    /// what a proxy sets itself.
     pub fn is_forwarding(self) -> bool {
         matches!(
             self,
@@ -141,6 +150,9 @@ impl Name {
                 | Name::XForwardedProto
                 | Name::XForwardedHost
                 | Name::XForwardedPort
+                | Name::XSslClientCert
+                | Name::XSslClientVerify
+                | Name::XSslClientDn
         )
     }
 
@@ -167,6 +179,9 @@ impl Name {
             Name::XForwardedPort => HeaderName::from_static("x-forwarded-port"),
             Name::XRequestId => HeaderName::from_static("x-request-id"),
             Name::Traceparent => HeaderName::from_static("traceparent"),
+            Name::XSslClientCert => HeaderName::from_static("x-ssl-client-cert"),
+            Name::XSslClientVerify => HeaderName::from_static("x-ssl-client-verify"),
+            Name::XSslClientDn => HeaderName::from_static("x-ssl-client-dn"),
             Name::Tracestate => HeaderName::from_static("tracestate"),
             Name::Other => return None,
         })
@@ -551,6 +566,9 @@ mod tests {
             ("x-request-id", Name::XRequestId),
             ("traceparent", Name::Traceparent),
             ("tracestate", Name::Tracestate),
+            ("x-ssl-client-cert", Name::XSslClientCert),
+            ("x-ssl-client-verify", Name::XSslClientVerify),
+            ("x-ssl-client-dn", Name::XSslClientDn),
         ];
         for (name, kind) in known {
             assert_eq!(
@@ -586,7 +604,7 @@ mod tests {
                 "proxy-connection", "te", "upgrade", "trailer", "date", "set-cookie",
                 "host", "cookie", "forwarded", "x-forwarded-for", "x-forwarded-proto",
                 "x-forwarded-host", "x-forwarded-port", "x-request-id", "traceparent",
-                "tracestate",
+                "tracestate", "x-ssl-client-cert", "x-ssl-client-verify", "x-ssl-client-dn",
             ]),
             flip in proptest::prelude::any::<proptest::sample::Index>(),
             upper in proptest::prelude::any::<bool>(),
@@ -608,6 +626,9 @@ mod tests {
                     ("x-forwarded-port", Name::XForwardedPort),
                     ("x-request-id", Name::XRequestId), ("traceparent", Name::Traceparent),
                     ("tracestate", Name::Tracestate),
+                    ("x-ssl-client-cert", Name::XSslClientCert),
+                    ("x-ssl-client-verify", Name::XSslClientVerify),
+                    ("x-ssl-client-dn", Name::XSslClientDn),
                 ]
                 .iter()
                 .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(candidate))

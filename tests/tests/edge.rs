@@ -222,3 +222,260 @@ async fn a_member_side_profile_decides_what_members_are_offered() {
     }
     drop(member.child);
 }
+
+/// An openssl CA in `dir` (`openssl ca` with its index, so it can revoke and
+/// publish CRLs), issuing client certificates.
+struct OpensslCa {
+    dir: std::path::PathBuf,
+}
+
+impl OpensslCa {
+    fn new(dir: &Path) -> OpensslCa {
+        let dir = dir.join("client-ca");
+        std::fs::create_dir_all(dir.join("new")).expect("dir");
+        std::fs::write(dir.join("index.txt"), "").expect("index");
+        std::fs::write(dir.join("crlnumber"), "01\n").expect("crlnumber");
+        let conf = format!(
+            "[ca]\ndefault_ca = test\n[test]\ndir = {d}\ndatabase = {d}/index.txt\nnew_certs_dir = {d}/new\n\
+             certificate = {d}/ca.crt\nprivate_key = {d}/ca.key\nserial = {d}/serial\ncrlnumber = {d}/crlnumber\n\
+             default_md = sha256\ndefault_days = 2\ndefault_crl_days = 2\npolicy = any\nunique_subject = no\n\
+             copy_extensions = copy\nx509_extensions = client\n[any]\ncommonName = supplied\n\
+             [client]\nbasicConstraints = CA:FALSE\nkeyUsage = digitalSignature\nextendedKeyUsage = clientAuth\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("ca.cnf"), conf).expect("cnf");
+        let ca = OpensslCa { dir };
+        ca.run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=Partner CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ]);
+        ca.crl();
+        ca
+    }
+
+    fn run(&self, args: &[&str]) {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A client certificate for `cn`: its files' stem.
+    fn issue(&self, cn: &str) -> String {
+        let stem = cn.replace(['.', ' '], "_");
+        self.run(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &format!("{stem}.key"),
+            "-out",
+            &format!("{stem}.csr"),
+        ]);
+        self.run(&[
+            "ca",
+            "-batch",
+            "-config",
+            "ca.cnf",
+            "-create_serial",
+            "-in",
+            &format!("{stem}.csr"),
+            "-out",
+            &format!("{stem}.crt"),
+            "-notext",
+        ]);
+        stem
+    }
+
+    fn revoke(&self, stem: &str) {
+        self.run(&["ca", "-config", "ca.cnf", "-revoke", &format!("{stem}.crt")]);
+        self.crl();
+    }
+
+    /// Publishes the CRL (`ca.crl`), written whole then renamed into place.
+    fn crl(&self) {
+        self.run(&["ca", "-config", "ca.cnf", "-gencrl", "-out", "ca.crl.new"]);
+        std::fs::rename(self.dir.join("ca.crl.new"), self.dir.join("ca.crl")).expect("crl");
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+}
+
+/// curl over HTTPS with the client certificate `stem` (none: without one) and
+/// `extra` arguments: the member's echo, or curl's failure.
+async fn with_cert(
+    https: std::net::SocketAddr,
+    (ca, server_ca): (&OpensslCa, &Path),
+    stem: Option<&str>,
+    extra: &[&str],
+) -> Result<e2e::backend::Echo, String> {
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(server_ca)
+        .args(["--resolve", &format!("{HOST}:{}:127.0.0.1", https.port())])
+        .args(extra);
+    if let Some(stem) = stem {
+        cmd.args([
+            "--cert",
+            &ca.path(&format!("{stem}.crt")),
+            "--key",
+            &ca.path(&format!("{stem}.key")),
+        ]);
+    }
+    let out = cmd
+        .arg(format!("https://{HOST}:{}/", https.port()))
+        .output()
+        .await
+        .expect("curl");
+    if !out.status.success() {
+        return Err(format!(
+            "{} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(e2e::backend::Echo::parse(&out.stdout))
+}
+
+#[tokio::test]
+async fn client_certificates_are_verified_revoked_by_crl_matched_and_passed_to_members() {
+    let pki = Wildcard::new("client-certs");
+    let ca = OpensslCa::new(&pki.dir);
+    let good = ca.issue("partner.example.com");
+    let revoked = ca.issue("partner-old.example.com");
+    let late = ca.issue("partner-late.example.com");
+    let stranger = ca.issue("stranger.example.org");
+    ca.revoke(&revoked);
+    let tls = format!(
+        "  client_certificates:\n    mode: required\n    ca_file: {}\n    crl_files: [{}]\n    allowed_subjects: [\"^/CN=partner[-a-z]*\\\\.example\\\\.com$\"]\n",
+        ca.path("ca.crt"),
+        ca.path("ca.crl")
+    );
+    let r = router(&pki, "required", &tls).await;
+    let https = r.https.expect("https");
+    let both = (&ca, pki.ca_file.as_path());
+
+    // A valid certificate: served, and the member told what it was (never
+    // what the client claims).
+    let echo = with_cert(
+        https,
+        both,
+        Some(&good),
+        &[
+            "-H",
+            "X-SSL-Client-Verify: FORGED",
+            "-H",
+            "X-SSL-Client-DN: /CN=admin",
+        ],
+    )
+    .await
+    .expect("a valid certificate is served");
+    assert_eq!(echo.all("x-ssl-client-verify"), ["SUCCESS"], "{echo:?}");
+    assert_eq!(
+        echo.all("x-ssl-client-dn"),
+        ["/CN=partner.example.com"],
+        "{echo:?}"
+    );
+    let der = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-outform",
+            "der",
+            "-in",
+            &ca.path(&format!("{good}.crt")),
+        ])
+        .output()
+        .expect("openssl x509");
+    use base64ct::Encoding as _;
+    assert_eq!(
+        echo.header("x-ssl-client-cert"),
+        Some(base64ct::Base64::encode_string(&der.stdout).as_str())
+    );
+    // Over h2 too.
+    let echo = with_cert(https, both, Some(&good), &["--http2"])
+        .await
+        .expect("h2");
+    assert_eq!(echo.header("x-ssl-client-verify"), Some("SUCCESS"));
+
+    // Refused in the handshake: no certificate, a revoked one, a subject no
+    // pattern allows.
+    for (stem, why) in [
+        (None, "none"),
+        (Some(revoked.as_str()), "revoked"),
+        (Some(stranger.as_str()), "subject"),
+    ] {
+        let got = with_cert(https, both, stem, &[]).await;
+        assert!(got.is_err(), "{why}: served {got:?}");
+    }
+
+    // A revocation published while the router runs applies without a restart.
+    assert!(
+        with_cert(https, both, Some(&late), &[]).await.is_ok(),
+        "late is valid first"
+    );
+    ca.revoke(&late);
+    e2e::eventually(
+        "the new CRL is read (every 10 s)",
+        Duration::from_secs(30),
+        async || with_cert(https, both, Some(&late), &[]).await.is_err(),
+    )
+    .await;
+    assert!(
+        with_cert(https, both, Some(&good), &[]).await.is_ok(),
+        "the others still pass"
+    );
+
+    // Optional: without a certificate served, the member told NONE (not the
+    // client's own claim).
+    let tls = format!(
+        "  client_certificates:\n    mode: optional\n    ca_file: {}\n",
+        ca.path("ca.crt")
+    );
+    let r = router(&pki, "optional", &tls).await;
+    let https = r.https.expect("https");
+    let echo = with_cert(
+        https,
+        both,
+        None,
+        &[
+            "-H",
+            "X-SSL-Client-Verify: SUCCESS",
+            "-H",
+            "X-SSL-Client-Cert: Zm9yZ2Vk",
+        ],
+    )
+    .await
+    .expect("optional, without a certificate");
+    assert_eq!(echo.all("x-ssl-client-verify"), ["NONE"], "{echo:?}");
+    assert!(echo.all("x-ssl-client-cert").is_empty(), "{echo:?}");
+    let echo = with_cert(https, both, Some(&good), &[])
+        .await
+        .expect("optional, with one");
+    assert_eq!(echo.header("x-ssl-client-verify"), Some("SUCCESS"));
+}

@@ -43,6 +43,8 @@ pub struct TlsConfig {
     pub min_version: Option<String>,
     /// `custom`: the suites, by IANA or OpenSSL name (none: every one).
     pub ciphers: Vec<String>,
+    /// Client certificates (see `crate::tls::client_auth`); none: not asked for.
+    pub client_certificates: Option<crate::tls::client_auth::ClientAuthSettings>,
 }
 
 impl TlsConfig {
@@ -72,6 +74,7 @@ impl Default for TlsConfig {
             profile: crate::tls::profile::Profile::default(),
             min_version: None,
             ciphers: Vec::new(),
+            client_certificates: None,
         }
     }
 }

@@ -93,6 +93,14 @@ impl QuicConnection {
             Some(certs.load().served_for(sni))
         });
         conn.sni = sni.map(Arc::from);
+        if self.serving.proxy.client_auth {
+            let chain = quic.peer_identity().and_then(|i| {
+                i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                    .ok()
+            });
+            let cert = crate::tls::client_auth::ClientCert::of(chain.as_deref().map(Vec::as_slice));
+            conn.client_cert = Some(Arc::new(cert));
+        }
         // Not evicted: a listener at its cap refuses new QUIC clients instead.
         let never = Arc::new(Signal::default());
         let watch = Watch::of(limits, (self.stop, self.kill), never, activity.clone());

@@ -610,11 +610,16 @@ async fn handshake(
     let (proxy, metrics) = (&serving.proxy, &serving.proxy.metrics.tls);
     let hello = hello_then_handshake(proxy, tls, stream, conn.key(), activity, metrics);
     let s = Box::pin(hello).await?;
-    if let Some(sni) = s.get_ref().1.server_name() {
+    let session = s.get_ref().1;
+    if let Some(sni) = session.server_name() {
         // Not shared yet: `make_mut` does not copy.
         let conn = Arc::make_mut(conn);
         conn.served = Some(tls.acceptor.served(sni));
         conn.sni = Some(Arc::from(sni));
+    }
+    if tls.acceptor.client_auth {
+        let cert = crate::tls::client_auth::ClientCert::of(session.peer_certificates());
+        Arc::make_mut(conn).client_cert = Some(Arc::new(cert));
     }
     Some(Stream::Tls(Box::new(s)))
 }

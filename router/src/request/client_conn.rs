@@ -36,6 +36,8 @@ pub struct ClientConn {
     pub served: Option<Served>,
     /// The TLS server name the client asked for (header actions' `%{sni}`).
     pub sni: Option<Arc<str>>,
+    /// What its client certificate tells members (`tls.client_certificates`).
+    pub client_cert: Option<Arc<crate::tls::client_auth::ClientCert>>,
     pub(super) ip_value: HeaderValue,
     pub(super) port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
@@ -79,6 +81,7 @@ impl ClientConn {
             behind_proxy: false,
             served: None,
             sni: None,
+            client_cert: None,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),

@@ -298,7 +298,37 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
     headers.insert(X_FORWARDED_PROTO, proto(conn));
     headers.insert(X_FORWARDED_HOST, host.clone());
     headers.insert(X_FORWARDED_PORT, conn.port_value.clone());
+    // A client's own certificate fields are never believed.
+    for name in [X_SSL_CLIENT_VERIFY, X_SSL_CLIENT_DN, X_SSL_CLIENT_CERT] {
+        headers.remove(name);
+    }
+    if let Some(cert) = &conn.client_cert {
+        headers.insert(X_SSL_CLIENT_VERIFY, cert.verify.clone());
+        for (name, value) in [(X_SSL_CLIENT_DN, &cert.dn), (X_SSL_CLIENT_CERT, &cert.cert)] {
+            if let Some(v) = value {
+                headers.insert(name, v.clone());
+            }
+        }
+    }
 }
+
+/// What the client's certificate says, as lines of a member's head (see
+/// [`set_forwarded`] for a map).
+fn client_cert_lines(cert: &crate::tls::client_auth::ClientCert, out: &mut Vec<u8>) {
+    line(b"x-ssl-client-verify", cert.verify.as_bytes(), out);
+    if let Some(dn) = &cert.dn {
+        line(b"x-ssl-client-dn", dn.as_bytes(), out);
+    }
+    if let Some(c) = &cert.cert {
+        line(b"x-ssl-client-cert", c.as_bytes(), out);
+    }
+}
+
+/// The fields the router says the client's certificate in (see
+/// [`crate::tls::client_auth::ClientCert`]).
+pub const X_SSL_CLIENT_VERIFY: HeaderName = HeaderName::from_static("x-ssl-client-verify");
+pub const X_SSL_CLIENT_DN: HeaderName = HeaderName::from_static("x-ssl-client-dn");
+pub const X_SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("x-ssl-client-cert");
 
 /// The request head a member gets, written from the client's fields as they
 /// came (the own HTTP/1.1 path; no map built): the request line (`target`:
@@ -477,6 +507,9 @@ fn write_member_head<'a>(
     line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
     line(b"x-forwarded-host", host.as_bytes(), out);
     line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
+    if let Some(cert) = &conn.client_cert {
+        client_cert_lines(cert, out);
+    }
     if !wrote_id {
         line(b"x-request-id", trace.request_id.as_bytes(), out);
     }

@@ -121,6 +121,9 @@ pub struct Proxy {
     pub traces: Option<Arc<crate::traces::Spans>>,
     /// The operator's pages for the router's own answers (`error_pages:`).
     pub error_pages: Option<Arc<crate::policy::pages::ErrorPages>>,
+    /// TLS clients are asked for certificates (`tls.client_certificates`):
+    /// every request over TLS says what was presented.
+    pub client_auth: bool,
 }
 
 /// A request's answer: the response and, when an HTTP/1.1 member gave it, the

@@ -74,6 +74,10 @@ impl Listeners {
             Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
             None => crate::tls::server::Resumption::Local,
         };
+        let resumption = crate::tls::server::Handshakes {
+            resumption,
+            client_auth: client_auth(config, provider)?,
+        };
         let https = match config.listen.https {
             Some(addr) => {
                 if config.tls.default_cert.is_none() {
@@ -143,7 +147,7 @@ fn bind_http3(
         &Arc<ArcSwap<crate::tls::store::Certs>>,
         &Arc<rustls::crypto::CryptoProvider>,
     ),
-    resumption: crate::tls::server::Resumption,
+    resumption: crate::tls::server::Handshakes,
 ) -> Result<crate::quic::listener::Bound, StartError> {
     let tls = crate::tls::server::quic_config(live_certs, provider.clone(), resumption)?;
     let keys =
@@ -164,4 +168,27 @@ fn bind_http3(
         server,
         retry_above: config.http3.retry_above_handshakes,
     })
+}
+
+/// `tls.client_certificates`' verifier, its CRLs looked at every
+/// [`crate::tls::client_auth::CRL_CHECK`] (none without the key).
+fn client_auth(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, StartError> {
+    let Some(settings) = &config.tls.client_certificates else {
+        return Ok(None);
+    };
+    let verifier = crate::tls::client_auth::Verifier::new(settings, provider.clone())?;
+    let watched = Arc::downgrade(&verifier);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(crate::tls::client_auth::CRL_CHECK).await;
+            match watched.upgrade() {
+                Some(v) => v.refresh(),
+                None => return,
+            }
+        }
+    });
+    Ok(Some(verifier))
 }

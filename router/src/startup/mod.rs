@@ -69,6 +69,8 @@ pub enum StartError {
     Metrics(#[from] prometheus::Error),
     #[error("pair.peer: {0}")]
     PairPeer(#[from] crate::pair::PeerError),
+    #[error("tls.client_certificates: {0}")]
+    ClientAuth(#[from] crate::tls::client_auth::ClientAuthError),
     #[error("error_pages: {0}")]
     ErrorPages(#[from] crate::policy::pages::PagesError),
     #[error("state_dir/pair.json: {0}")]

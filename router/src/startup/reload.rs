@@ -81,6 +81,7 @@ pub(super) fn with_settings(
         traces: base.traces,
         compression: base.compression,
         error_pages,
+        client_auth: config.tls.client_certificates.is_some(),
     }
 }
 

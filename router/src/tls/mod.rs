@@ -11,6 +11,7 @@
 //! - [`client`]: TLS towards `ssl_to_gear` members.
 
 pub mod client;
+pub mod client_auth;
 pub mod groups;
 pub mod hello;
 pub mod keys;

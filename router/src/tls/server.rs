@@ -12,6 +12,7 @@
 //! instructions, ChaCha20 first where it has not (there it is the faster and the
 //! constant-time one).
 
+use rustls::server::danger::ClientCertVerifier;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,20 +44,33 @@ pub enum Resumption {
 pub struct Acceptor {
     config: Arc<ServerConfig>,
     certs: Arc<ArcSwap<Certs>>,
+    /// Clients are asked for certificates (`tls.client_certificates`).
+    pub client_auth: bool,
+}
+
+/// What every TLS listener's handshake does beside the certificate: how
+/// sessions resume, and whether clients present certificates
+/// (`tls.client_certificates`, see [`crate::tls::client_auth`]).
+#[derive(Clone)]
+pub struct Handshakes {
+    pub resumption: Resumption,
+    pub client_auth: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 pub fn acceptor(
     certs: Arc<ArcSwap<Certs>>,
     provider: Arc<CryptoProvider>,
-    resumption: Resumption,
+    handshakes: Handshakes,
 ) -> Result<Acceptor, rustls::Error> {
     // The versions the profile's suites speak (`tls.profile`).
     let versions = crate::tls::profile::versions(&provider);
-    let mut config = server_config(&certs, provider, resumption, &versions)?;
+    let client_auth = handshakes.client_auth.is_some();
+    let mut config = server_config(&certs, provider, handshakes, &versions)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Acceptor {
         config: Arc::new(config),
         certs,
+        client_auth,
     })
 }
 
@@ -67,9 +81,9 @@ pub fn acceptor(
 pub fn quic_config(
     certs: &Arc<ArcSwap<Certs>>,
     provider: Arc<CryptoProvider>,
-    resumption: Resumption,
+    handshakes: Handshakes,
 ) -> Result<ServerConfig, rustls::Error> {
-    let mut config = server_config(certs, provider, resumption, &[&rustls::version::TLS13])?;
+    let mut config = server_config(certs, provider, handshakes, &[&rustls::version::TLS13])?;
     config.alpn_protocols = vec![b"h3".to_vec()];
     config.max_early_data_size = 0;
     Ok(config)
@@ -80,7 +94,10 @@ pub fn quic_config(
 fn server_config(
     certs: &Arc<ArcSwap<Certs>>,
     provider: Arc<CryptoProvider>,
-    resumption: Resumption,
+    Handshakes {
+        resumption,
+        client_auth,
+    }: Handshakes,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Result<ServerConfig, rustls::Error> {
     let resolver = Arc::new(SniResolver {
@@ -90,10 +107,12 @@ fn server_config(
         cipher_suites: server_order(&provider.cipher_suites, aes_in_hardware()),
         ..(*provider).clone()
     });
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions)?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    let builder = ServerConfig::builder_with_provider(provider).with_protocol_versions(versions)?;
+    let builder = match client_auth {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.ignore_client_order = true;
     match resumption {
         Resumption::Shared(t) => {
