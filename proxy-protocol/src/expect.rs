@@ -92,6 +92,61 @@ pub async fn read_leading<R: AsyncRead + Unpin>(
     }
 }
 
+/// Why a connection that must start with a header did not.
+#[derive(Debug, thiserror::Error)]
+pub enum RequiredError {
+    #[error("no PROXY header")]
+    Missing,
+    #[error("invalid PROXY header: {0}")]
+    Invalid(&'static str),
+    #[error("no complete PROXY header within the deadline")]
+    Timeout,
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// How long to wait before looking again at a header that arrived in part
+/// (rare: a load balancer writes its header in one segment).
+const PARTIAL_WAIT: Duration = Duration::from_millis(2);
+
+/// Reads the header a trusted source must send first, and nothing after it:
+/// the bytes are looked at with `peek` and only the header's are consumed, so
+/// the stream goes on at the payload's first byte (a TLS ClientHello, an HTTP
+/// request) with nothing to put back. `Ok(None)`: a header that names no
+/// client (`LOCAL`, `UNKNOWN`: a load balancer's own health check).
+pub async fn read_required(
+    stream: &mut tokio::net::TcpStream,
+    deadline: tokio::time::Instant,
+) -> Result<Option<SocketAddr>, RequiredError> {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; header::V2_MAX];
+    loop {
+        let seen = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .map_err(|_| RequiredError::Timeout)??;
+        if seen == 0 {
+            return Err(RequiredError::Missing);
+        }
+        match header::inspect(&buf[..seen]) {
+            Inspect::Header { len, source, .. } => {
+                stream.read_exact(&mut buf[..len]).await?;
+                return Ok(source);
+            }
+            Inspect::NotHeader => return Err(RequiredError::Missing),
+            Inspect::Invalid(why) => return Err(RequiredError::Invalid(why)),
+            Inspect::Incomplete if seen == buf.len() => {
+                return Err(RequiredError::Invalid("longer than any header"));
+            }
+            Inspect::Incomplete => {
+                if tokio::time::Instant::now() + PARTIAL_WAIT > deadline {
+                    return Err(RequiredError::Timeout);
+                }
+                tokio::time::sleep(PARTIAL_WAIT).await;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

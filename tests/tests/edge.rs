@@ -479,3 +479,171 @@ async fn client_certificates_are_verified_revoked_by_crl_matched_and_passed_to_m
         .expect("optional, with one");
     assert_eq!(echo.header("x-ssl-client-verify"), Some("SUCCESS"));
 }
+
+/// curl to `url` from the loopback address `from`: status and the member's echo.
+async fn curl_from(
+    from: &str,
+    url: &str,
+    ca: &Path,
+    extra: &[&str],
+) -> Result<(u16, String), String> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--interface", from, "--cacert"])
+        .arg(ca)
+        .args(["-H", &format!("Host: {HOST}"), "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .await
+        .expect("curl");
+    if !out.status.success() {
+        return Err(format!(
+            "{} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+    Ok((code.parse().unwrap_or(0), body.to_string()))
+}
+
+#[tokio::test]
+async fn a_real_haproxy_in_front_sends_proxy_v2_and_its_clients_are_the_clients() {
+    let pki = Wildcard::new("proxy-in");
+    let root = pki.dir.join("router");
+    let extra = format!(
+        "{}proxy_protocol:\n  trusted: [127.0.0.1]\n",
+        pki.tls_section()
+    );
+    let r = TestRouter::start_https(root, &extra).await;
+    let b = Backend::start().await;
+    r.drop_event("00.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_health(b.addr, "up").await;
+    let https = r.https.expect("https");
+    // haproxy in tcp mode in front of both listeners, from 127.0.0.1, PROXY v2.
+    let (plain_port, tls_port) = (
+        e2e::free_port("127.0.0.1".parse().expect("ip")),
+        e2e::free_port("127.0.0.1".parse().expect("ip")),
+    );
+    let cfg = pki.dir.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
+             listen plain\n  bind 127.0.0.1:{plain_port}\n  server r {} send-proxy-v2 source 127.0.0.1\n\
+             listen tls\n  bind 127.0.0.1:{tls_port}\n  server r {https} send-proxy-v2 source 127.0.0.1\n",
+            r.http
+        ),
+    )
+    .expect("cfg");
+    let mut haproxy = tokio::process::Command::new("haproxy")
+        .args(["-db", "-f"])
+        .arg(&cfg)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("haproxy (apt-get install haproxy)");
+    let plain_url = format!("http://127.0.0.1:{plain_port}/");
+    let tls_url = format!("https://{HOST}:{tls_port}/");
+    let resolve = format!("{HOST}:{tls_port}:127.0.0.1");
+    let ca = pki.ca_file.as_path();
+    e2e::eventually("haproxy forwards", Duration::from_secs(10), async || {
+        curl_from("127.0.0.2", &plain_url, ca, &[])
+            .await
+            .is_ok_and(|(s, _)| s == 200)
+    })
+    .await;
+
+    // Each client is itself: in X-Forwarded-For, over plain HTTP and HTTPS.
+    for from in ["127.0.0.2", "127.0.0.3"] {
+        let (s, body) = curl_from(from, &plain_url, ca, &[]).await.expect("plain");
+        assert_eq!(s, 200);
+        let echo = e2e::backend::Echo::parse(body.as_bytes());
+        assert_eq!(
+            echo.header("x-forwarded-for"),
+            Some(from),
+            "plain from {from}: {echo:?}"
+        );
+        let (s, body) = curl_from(from, &tls_url, ca, &["--resolve", &resolve])
+            .await
+            .expect("tls");
+        assert_eq!(s, 200);
+        let echo = e2e::backend::Echo::parse(body.as_bytes());
+        assert_eq!(
+            echo.header("x-forwarded-for"),
+            Some(from),
+            "https from {from}"
+        );
+        assert_eq!(echo.header("x-forwarded-proto"), Some("https"));
+    }
+    // An app's deny list sees the client, not haproxy.
+    let (s, text) = r
+        .admin_call(
+            "PUT",
+            "/apps/myapp-demo/settings",
+            r#"{"deny": ["127.0.0.3"]}"#,
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(
+        curl_from("127.0.0.3", &plain_url, ca, &[])
+            .await
+            .map(|r| r.0),
+        Ok(403)
+    );
+    assert_eq!(
+        curl_from("127.0.0.2", &plain_url, ca, &[])
+            .await
+            .map(|r| r.0),
+        Ok(200)
+    );
+
+    // A forged header from an address not trusted is not believed: its bytes
+    // are a malformed request (400), and the member never sees 10.9.9.9.
+    let router_http = r.http;
+    let forged = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        socket
+            .bind(
+                &"127.0.0.5:0"
+                    .parse::<std::net::SocketAddr>()
+                    .expect("addr")
+                    .into(),
+            )
+            .expect("bind");
+        socket.connect(&router_http.into()).expect("connect");
+        let mut s: std::net::TcpStream = socket.into();
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(
+            format!(
+                "PROXY TCP4 10.9.9.9 127.0.0.1 1234 80\r\nGET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .expect("write");
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .expect("forged");
+    assert!(forged.starts_with("HTTP/1.1 400"), "{forged}");
+    // The trusted address without a header: closed, never answered; counted.
+    let direct = curl_from("127.0.0.1", &format!("http://{}/", r.http), ca, &[]).await;
+    assert!(
+        direct.is_err(),
+        "a trusted source without a header was served: {direct:?}"
+    );
+    let refused = r
+        .metric_sum(
+            "router_connections_refused_total",
+            &[("reason", "proxy_header")],
+        )
+        .await;
+    assert!(refused >= 1.0, "counted: {refused}");
+    let _ = haproxy.kill().await;
+}

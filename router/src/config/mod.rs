@@ -111,6 +111,11 @@ pub struct Config {
     /// (see `router::policy::hsts`): refused at `PUT` otherwise.
     #[serde(default)]
     pub hsts_required: Vec<crate::policy::hsts::RequiredHsts>,
+    /// The load balancers in front that send a PROXY header (v1 or v2) first
+    /// on the HTTP and HTTPS listeners: from these a header is required and
+    /// its client is the client; from any other address none is read.
+    #[serde(default)]
+    pub proxy_protocol: ProxyProtocol,
     /// Traffic per app: how many apps have series of their own (see
     /// `router::metrics::apps`).
     #[serde(default)]
@@ -274,6 +279,14 @@ impl Config {
 
     /// Checks what types alone cannot; returns the field's dotted path and the problem.
     fn validate(&self) -> Result<(), Invalid> {
+        for c in &self.proxy_protocol.trusted {
+            if crate::policy::settings::parse_cidr(c).is_none() {
+                return Err((
+                    "proxy_protocol.trusted",
+                    format!("{c:?} is no address or CIDR"),
+                ));
+            }
+        }
         for p in &self.hsts_required {
             p.check().map_err(|e| ("hsts_required", e))?;
         }
@@ -444,3 +457,22 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// `proxy_protocol:`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyProtocol {
+    /// Addresses or CIDRs of the load balancers that send the header.
+    #[serde(default)]
+    pub trusted: Vec<String>,
+}
+
+impl ProxyProtocol {
+    /// The trusted networks.
+    pub fn networks(&self) -> Vec<ipnet::IpNet> {
+        self.trusted
+            .iter()
+            .filter_map(|c| crate::policy::settings::parse_cidr(c))
+            .collect()
+    }
+}

@@ -276,7 +276,7 @@ fn listener_counters(r: &Registry) -> prometheus::Result<[IntCounterVec; 5]> {
     )?;
     let refused = counters!(
         "router_connections_refused_total",
-        "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source)",
+        "Client connections closed at accept, by listener and reason (source_limit: the client address held limits.max_connections_per_source; proxy_header: a trusted load balancer's connection without a valid PROXY header, or its client over the source limit)",
         &["listener", "reason"],
         r
     )?;

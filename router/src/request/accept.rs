@@ -164,6 +164,7 @@ pub async fn listen(
     let mut http = HttpListener {
         listening,
         gate,
+        balancers: per_source::PerSource::new(usize::MAX),
         builder,
         quiet,
         evicted: metrics.evicted.with_label_values(&[name]),
@@ -185,6 +186,9 @@ pub async fn listen(
 struct HttpListener {
     listening: Listening,
     gate: Gate,
+    /// The load balancers of `proxy_protocol.trusted`: under no per-source cap
+    /// (their clients are, once their headers name them: see [`super::proxied`]).
+    balancers: Arc<per_source::PerSource>,
     /// hyper's settings by the live limits, renewed after a reload.
     builder: Arc<auto::Builder<TokioExecutor>>,
     /// The open connections, for making room at the cap.
@@ -221,6 +225,11 @@ impl accept::Listener for HttpListener {
         // A reload: new limits for the connections from here on.
         if self.gate.refresh(&self.live) {
             self.builder = Arc::new(builder_for(&self.gate.current.limits));
+        }
+        let trusted = &self.gate.current.proxy.proxy_trusted;
+        if super::proxied::is_trusted(trusted, peer.ip()) {
+            let keys = self.gate.current.limits.client_keys();
+            return Some((client, self.balancers.admit(keys.key(peer.ip()))?));
         }
         // Its source holds its share of the listener: closed at once.
         let Some(source) = self.gate.admit_source(peer.ip()) else {
@@ -274,9 +283,12 @@ impl accept::Listener for HttpListener {
         )
         .with_forwarded(forwarded, local);
         conn.kill = Some(self.kill.clone());
+        let proxied = super::proxied::is_trusted(&current.proxy.proxy_trusted, peer.ip())
+            .then(|| self.gate.sources.clone());
         let connection = Connection {
             peer,
             conn,
+            proxied,
             tls: self.tls.clone(),
             serving: current.clone(),
             activity,
@@ -446,6 +458,9 @@ impl Incoming {
 struct Connection {
     peer: SocketAddr,
     conn: ClientConn,
+    /// From a trusted load balancer: its PROXY header names the client, whose
+    /// per-source slot is taken here (see [`super::proxied`]).
+    proxied: Option<Arc<per_source::PerSource>>,
     tls: Option<crate::tls::server::Acceptor>,
     /// The proxy and limits live when it was accepted.
     serving: Arc<crate::request::listener::Serving>,
@@ -466,6 +481,7 @@ impl Connection {
         let Connection {
             peer,
             conn,
+            proxied,
             tls,
             serving,
             activity,
@@ -482,6 +498,7 @@ impl Connection {
         let mut watch = Watch::of(&serving.limits, (stop, kill), evict, activity);
         let start = Box::new(Start {
             incoming,
+            proxied,
             tls,
             serving,
             // Shared from here (its requests take it by `Arc`): the future
@@ -496,6 +513,7 @@ impl Connection {
                 own,
                 first,
                 placed: _placed,
+                client_source: _client_source,
                 conn,
                 live,
                 builder,
@@ -529,6 +547,8 @@ struct Opened {
     first: Duration,
     /// The worker's count of it, held for the connection's life.
     placed: Option<crate::workers::WorkerSlot>,
+    /// Its client's count among its source's, when a PROXY header named it.
+    client_source: Option<per_source::SourceSlot>,
     conn: Arc<ClientConn>,
     live: Live,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -539,6 +559,8 @@ struct Opened {
 /// stayed there for the connection's life, moved out or not (80 bytes).
 struct Start {
     incoming: Incoming,
+    /// From a trusted load balancer (see [`Connection`]).
+    proxied: Option<Arc<per_source::PerSource>>,
     tls: Option<crate::tls::server::Acceptor>,
     /// The proxy and limits live when it was accepted (each request gets the
     /// ones live at its start).
@@ -554,18 +576,35 @@ struct Start {
 async fn open(start: Box<Start>, watch: &Watch, peer: SocketAddr) -> Option<Opened> {
     let Start {
         incoming,
+        proxied,
         tls,
         serving,
         mut conn,
         live,
         builder,
     } = *start;
-    let (stream, placed) = match incoming.register() {
+    let (mut stream, placed) = match incoming.register() {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(client = %peer, error = %e, "cannot register a connection with its worker");
             return None;
         }
+    };
+    let client_source = match &proxied {
+        Some(sources) => {
+            let how = (serving.limits.header_read_timeout, &serving.proxy.forwarded);
+            match super::proxied::take_header(&mut stream, &mut conn, sources, how).await {
+                Ok(slot) => slot,
+                Err(e) => {
+                    let listener = if tls.is_some() { "https" } else { "http" };
+                    let refused = &serving.proxy.metrics.refused;
+                    refused.with_label_values(&[listener, "proxy_header"]).inc();
+                    tracing::debug!(client = %peer, error = %e, "PROXY header refused; closed");
+                    return None;
+                }
+            }
+        }
+        None => None,
     };
     let io = match tls {
         None => Stream::Plain(stream),
@@ -584,6 +623,7 @@ async fn open(start: Box<Start>, watch: &Watch, peer: SocketAddr) -> Option<Open
         own: h1::Settings::of(limits),
         first: limits.header_read_timeout,
         placed,
+        client_source,
         conn,
         live,
         builder,

@@ -125,6 +125,15 @@ impl ClientConn {
 }
 
 impl ClientConn {
+    /// The same connection, its client at `ip` (a PROXY header named it): the
+    /// address, its header values and the trust rule's verdict anew.
+    pub fn moved_to(mut self, ip: IpAddr, forwarded: &ForwardedSettings) -> ClientConn {
+        self.ip = ip.to_canonical();
+        self.ip_value = HeaderValue::from_str(&self.ip.to_string())
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        self.with_forwarded(forwarded, None)
+    }
+
     /// The connection's own client key (the peer's, whatever its requests say).
     pub fn key(&self) -> ClientKey {
         self.keys.key(self.ip)

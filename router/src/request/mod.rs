@@ -59,6 +59,7 @@ pub mod listener;
 pub mod log;
 pub mod own_waker;
 pub mod passthrough;
+pub mod proxied;
 mod registry;
 pub mod respond;
 pub mod retry;
@@ -124,6 +125,9 @@ pub struct Proxy {
     /// TLS clients are asked for certificates (`tls.client_certificates`):
     /// every request over TLS says what was presented.
     pub client_auth: bool,
+    /// `proxy_protocol.trusted`: connections from these start with a PROXY
+    /// header naming the client (see [`proxied`]).
+    pub proxy_trusted: Arc<[ipnet::IpNet]>,
 }
 
 /// A request's answer: the response and, when an HTTP/1.1 member gave it, the

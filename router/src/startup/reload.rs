@@ -82,6 +82,7 @@ pub(super) fn with_settings(
         compression: base.compression,
         error_pages,
         client_auth: config.tls.client_certificates.is_some(),
+        proxy_trusted: config.proxy_protocol.networks().into(),
     }
 }
 
