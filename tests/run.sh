@@ -47,6 +47,8 @@ command -v pebble >/dev/null 2>&1 || need+=(pebble)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # testssl.sh reads the HSTS header as a browser would (tests/tests/routes.rs).
 command -v testssl >/dev/null 2>&1 || need+=(testssl.sh)
+# rsyslog receives the access lines over UDP, TCP and a unix socket (tests/tests/edge.rs).
+command -v rsyslogd >/dev/null 2>&1 || [ -x /usr/sbin/rsyslogd ] || need+=(rsyslog)
 # A real gRPC server and client (tests/grpc/echo.py, tests/tests/grpc.rs), run by
 # Debian's own interpreter.
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)

@@ -647,3 +647,152 @@ async fn a_real_haproxy_in_front_sends_proxy_v2_and_its_clients_are_the_clients(
     assert!(refused >= 1.0, "counted: {refused}");
     let _ = haproxy.kill().await;
 }
+
+/// A real rsyslogd (Debian's) in the foreground, receiving on a UDP and a TCP
+/// port of loopback and writing each message's tag and text to a file.
+struct Rsyslog {
+    child: tokio::process::Child,
+    udp: u16,
+    tcp: u16,
+    out: std::path::PathBuf,
+}
+
+impl Rsyslog {
+    async fn start(dir: &Path) -> Rsyslog {
+        let dir = dir.join("rsyslog");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ip: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+        let (udp, tcp) = (e2e::free_port(ip), e2e::free_port(ip));
+        let out = dir.join("out.log");
+        let conf = dir.join("rsyslog.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "global(workDirectory=\"{d}\")\nmodule(load=\"imuxsock\" SysSock.Use=\"off\")\ninput(type=\"imuxsock\" Socket=\"{d}/log.sock\")\n\
+                 module(load=\"imudp\")\ninput(type=\"imudp\" address=\"127.0.0.1\" port=\"{udp}\")\n\
+                 module(load=\"imtcp\")\ninput(type=\"imtcp\" address=\"127.0.0.1\" port=\"{tcp}\")\n\
+                 template(name=\"raw\" type=\"string\" string=\"%syslogtag%|%msg%\\n\")\n\
+                 *.* action(type=\"omfile\" file=\"{o}\" template=\"raw\")\n",
+                d = dir.display(),
+                o = out.display()
+            ),
+        )
+        .expect("conf");
+        let child = tokio::process::Command::new("rsyslogd")
+            .args(["-n", "-f"])
+            .arg(&conf)
+            .arg("-i")
+            .arg(dir.join("pid"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("rsyslogd (apt-get install rsyslog)");
+        e2e::eventually(
+            "rsyslog listening on TCP",
+            Duration::from_secs(10),
+            async || tokio::net::TcpStream::connect((ip, tcp)).await.is_ok(),
+        )
+        .await;
+        Rsyslog {
+            child,
+            udp,
+            tcp,
+            out,
+        }
+    }
+
+    /// Waits for a line containing `want`; the line.
+    async fn line(&self, want: &str) -> String {
+        let mut found = String::new();
+        e2e::eventually(
+            &format!("rsyslog wrote a line with {want:?}"),
+            Duration::from_secs(10),
+            async || {
+                let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+                match text.lines().find(|l| l.contains(want)) {
+                    Some(l) => {
+                        found = l.to_string();
+                        true
+                    }
+                    None => false,
+                }
+            },
+        )
+        .await;
+        found
+    }
+}
+
+#[tokio::test]
+async fn access_lines_reach_rsyslog_in_the_operators_template_and_a_dead_sink_slows_nothing() {
+    let dir = e2e::tempdir("syslog");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let syslog = Rsyslog::start(&dir).await;
+    // 1. RFC 5424 over UDP, a template of our own with captures.
+    let extra = format!(
+        "access_log:\n  syslog: {{address: \"udp://127.0.0.1:{}\", tag: edge}}\n  \
+         template: \"%{{client_ip}} %{{method}} %{{path}} %{{status}} app=%{{app}} ua=%{{req.user-agent}} sid=%{{cookie.session}} ct=%{{res.content-type}} id=%{{request_id}}\"\n  \
+         capture: {{request: [User-Agent], response: [Content-Type], cookies: [session], length: 12}}\n",
+        syslog.udp
+    );
+    let (r, _b) = TestRouter::with_backend(&extra).await;
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-A",
+            "curl-syslog-test/1.0",
+            "-b",
+            "a=1; session=abc123",
+        ])
+        .args(["-H", &format!("Host: {HOST}")])
+        .arg(format!("http://{}/hello?x=1", r.http))
+        .output()
+        .await
+        .expect("curl");
+    assert!(out.status.success());
+    let line = syslog.line("/hello?x=1").await;
+    assert!(line.starts_with("edge["), "the tag: {line}");
+    assert!(
+        line.contains("127.0.0.1 GET /hello?x=1 200 app=myapp-demo ua=curl-syslog- sid=abc123 ct=application/ id="),
+        "{line}"
+    );
+
+    // 2. RFC 3164 over TCP, the httplog preset: what haproxy log parsers read.
+    let extra = format!(
+        "access_log:\n  syslog: {{address: \"tcp://127.0.0.1:{}\", protocol: rfc3164}}\n  template: httplog\n",
+        syslog.tcp
+    );
+    let (r2, _b2) = TestRouter::with_backend(&extra).await;
+    let _ = r2.get(HOST, "/httplog-check").await;
+    let line = syslog.line("/httplog-check").await;
+    let msg = line.split_once('|').map_or("", |(_, m)| m).trim();
+    let httplog = regex::Regex::new(
+        r#"^\d+\.\d+\.\d+\.\d+:\d+ \[\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2}\.\d{3}\] \S+ \S+/\S+ \d+/\d+/\d+/\d+/\d+ \d{3} \d+ - - ---- \d+/\d+/\d+/\d+/\d+ \d+/\d+ "GET /httplog-check HTTP/1\.1"$"#,
+    )
+    .expect("regex");
+    assert!(httplog.is_match(msg), "not an httplog line: {msg:?}");
+
+    // 3. A unix datagram socket (as /dev/log is), RFC 3164.
+    let sock = dir.join("rsyslog/log.sock");
+    let extra = format!(
+        "access_log:\n  syslog: {{address: \"unix://{}\", protocol: rfc3164, tag: viasock}}\n  template: \"%{{path}} %{{status}}\"\n",
+        sock.display()
+    );
+    let (r4, _b4) = TestRouter::with_backend(&extra).await;
+    let _ = r4.get(HOST, "/over-unix").await;
+    let line = syslog.line("/over-unix 200").await;
+    assert!(line.starts_with("viasock["), "{line}");
+
+    // 4. A dead sink (nothing listens) and a queue of one: every request is
+    // served, the lines are dropped and counted.
+    let dead = e2e::free_port("127.0.0.1".parse().expect("ip"));
+    let extra =
+        format!("access_log:\n  syslog: {{address: \"tcp://127.0.0.1:{dead}\", queue: 1}}\n");
+    let (r3, _b3) = TestRouter::with_backend(&extra).await;
+    let statuses = r3.get_n(HOST, 50).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let dropped = r3.metric_sum("router_access_log_dropped_total", &[]).await;
+    assert!(dropped >= 1.0, "dropped lines counted: {dropped}");
+    drop(syslog.child);
+}

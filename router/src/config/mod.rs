@@ -188,6 +188,19 @@ pub struct AccessLog {
     pub enabled: bool,
     #[serde(default)]
     pub format: LogFormat,
+    /// Access lines to syslog too (see `router::syslog`).
+    #[serde(default)]
+    pub syslog: Option<crate::syslog::SyslogSettings>,
+    /// The syslog line: a template or a preset (see `router::log_format`).
+    #[serde(default = "httplog")]
+    pub template: String,
+    /// Fields and cookies a template may name, each cut at `length` bytes.
+    #[serde(default)]
+    pub capture: Capture,
+}
+
+fn httplog() -> String {
+    "httplog".into()
 }
 
 impl Default for AccessLog {
@@ -195,6 +208,31 @@ impl Default for AccessLog {
         AccessLog {
             enabled: true,
             format: LogFormat::Text,
+            syslog: None,
+            template: httplog(),
+            capture: Capture::default(),
+        }
+    }
+}
+
+/// `access_log.capture`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Capture {
+    pub request: Vec<String>,
+    pub response: Vec<String>,
+    pub cookies: Vec<String>,
+    /// Bytes of a value kept at most.
+    pub length: usize,
+}
+
+impl Default for Capture {
+    fn default() -> Capture {
+        Capture {
+            request: Vec::new(),
+            response: Vec::new(),
+            cookies: Vec::new(),
+            length: 64,
         }
     }
 }
@@ -279,6 +317,7 @@ impl Config {
 
     /// Checks what types alone cannot; returns the field's dotted path and the problem.
     fn validate(&self) -> Result<(), Invalid> {
+        self.validate_access_log()?;
         for c in &self.proxy_protocol.trusted {
             if crate::policy::settings::parse_cidr(c).is_none() {
                 return Err((
@@ -457,6 +496,26 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+impl Config {
+    /// `access_log`: the syslog sink, the template against the captures.
+    fn validate_access_log(&self) -> Result<(), Invalid> {
+        let a = &self.access_log;
+        if let Some(s) = &a.syslog {
+            s.check()?;
+        }
+        crate::log_format::Template::parse(&a.template, &a.capture.names())
+            .map_err(|e| ("access_log.template", e))?;
+        let c = &a.capture;
+        if c.request.len() + c.response.len() + c.cookies.len() > 32 {
+            return Err(("access_log.capture", "at most 32 names in all".into()));
+        }
+        if !(1..=1024).contains(&c.length) {
+            return Err(("access_log.capture.length", "1 to 1024 bytes".into()));
+        }
+        Ok(())
+    }
+}
 
 /// `proxy_protocol:`.
 #[derive(Clone, Debug, Default, Deserialize)]

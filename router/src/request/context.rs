@@ -122,6 +122,9 @@ impl Context<'_> {
             span.app = Some(format!("{}-{}", route.name, route.namespace));
             span.mark(Moment::Routed);
         }
+        if let Some(c) = self.log.as_mut().and_then(|l| l.syslog.as_mut()) {
+            c.app = Some(format!("{}-{}", route.name, route.namespace));
+        }
     }
 
     /// A moment of the request, for its span (if it has one).
@@ -178,9 +181,10 @@ impl Proxy {
             field_rules: None,
             pages: None,
             app: None,
-            log: self
-                .access_log
-                .then(|| Box::new(AccessRecord::of(req, conn.ip, host))),
+            log: self.access_log.then(|| {
+                let sink = self.access_sink.as_ref();
+                Box::new(AccessRecord::of(req, fields, conn.ip, (host, sink)))
+            }),
             received: req.body().declared_len(),
             active: conn.activity.begin(stream),
             stream,

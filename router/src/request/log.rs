@@ -46,6 +46,9 @@ impl Proxy {
                 log.head = Some(context.start.elapsed());
                 log.ids = Some(context.trace.clone());
                 log.upstream = upstream;
+                if let Some(c) = log.syslog.as_mut() {
+                    c.response(response.headers(), fields.as_ref());
+                }
             }
         }
         let closing = !context.stream

@@ -108,6 +108,8 @@ pub struct Proxy {
     /// the connection's is 421.
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub access_log: bool,
+    /// Access lines to syslog in the operator's template (`access_log.syslog`).
+    pub access_sink: Option<Arc<crate::syslog::Sink>>,
     /// Per-client state of the apps' limits (see [`crate::policy::clients`]).
     pub clients: Arc<crate::policy::clients::Clients>,
     /// `Alt-Svc` for HTTPS responses over TCP when the HTTP/3 listener is on and

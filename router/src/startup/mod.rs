@@ -71,6 +71,8 @@ pub enum StartError {
     PairPeer(#[from] crate::pair::PeerError),
     #[error("tls.client_certificates: {0}")]
     ClientAuth(#[from] crate::tls::client_auth::ClientAuthError),
+    #[error("access_log.syslog: {0}")]
+    Syslog(String),
     #[error("error_pages: {0}")]
     ErrorPages(#[from] crate::policy::pages::PagesError),
     #[error("state_dir/pair.json: {0}")]

@@ -209,6 +209,7 @@ pub(super) fn kept(
     clients: Arc<crate::policy::clients::Clients>,
     listeners: &super::listeners::Listeners,
 ) -> Result<Kept, StartError> {
+    let metrics_registry = metrics.registry.clone();
     Ok(Kept {
         table,
         member_tls: None,
@@ -227,6 +228,18 @@ pub(super) fn kept(
             .and_then(|b| b.socket.local_addr().ok())
             .and_then(|a| config.http3.alt_svc_value(a.port())),
         acme: config.acme.directory.as_ref().map(|_| Arc::default()),
+        access_sink: match &config.access_log.syslog {
+            Some(s) => Some(
+                crate::syslog::Sink::start(
+                    s,
+                    &config.access_log.template,
+                    &config.access_log.capture,
+                    &metrics_registry,
+                )
+                .map_err(StartError::Syslog)?,
+            ),
+            None => None,
+        },
     })
 }
 

@@ -31,6 +31,7 @@ pub(super) struct Kept {
     pub(super) acme: Option<Arc<acme::Challenges>>,
     pub(super) traces: Option<Arc<crate::traces::Spans>>,
     pub(super) compression: Arc<crate::request::compress::Compression>,
+    pub(super) access_sink: Option<Arc<crate::syslog::Sink>>,
 }
 
 impl Kept {
@@ -46,6 +47,7 @@ impl Kept {
             acme: p.acme.clone(),
             traces: p.traces.clone(),
             compression: p.compression.clone(),
+            access_sink: p.access_sink.clone(),
         }
     }
 }
@@ -80,6 +82,7 @@ pub(super) fn with_settings(
         acme: base.acme,
         traces: base.traces,
         compression: base.compression,
+        access_sink: base.access_sink,
         error_pages,
         client_auth: config.tls.client_certificates.is_some(),
         proxy_trusted: config.proxy_protocol.networks().into(),

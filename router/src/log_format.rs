@@ -1,0 +1,210 @@
+//! The access line an operator chooses (`access_log.template`): text with
+//! variables, each written `%{name}` (`%%` is one `%`), or a preset by name.
+//!
+//! | variable | what it is |
+//! |---|---|
+//! | `client_ip` | the client (the PROXY header's, where one named it) |
+//! | `time` | when the request ended, RFC 3339 in UTC, milliseconds |
+//! | `time_haproxy` | the same as haproxy writes it: `29/Nov/2026:02:13:49.123` |
+//! | `method`, `host`, `path`, `version` | the request's (`path` with its query) |
+//! | `status`, `bytes` | the response's status and body bytes sent |
+//! | `head_ms`, `duration_ms` | to the response head, to the last byte (whole milliseconds) |
+//! | `app`, `upstream` | the app (`name-namespace`) and the member, or `-` |
+//! | `request_id`, `trace_id` | the request's ID and trace ID |
+//! | `aborted` | `true` when the client went away first |
+//! | `req.NAME`, `res.NAME`, `cookie.NAME` | a captured request field, response field, request cookie (see `access_log.capture`), or `-` |
+//!
+//! Presets: `httplog` writes what parsers of haproxy's `option httplog` read
+//! (`client:port [time] frontend backend/server Tq/Tw/Tc/Tr/Ta status bytes
+//! - - ---- 0/0/0/0/0 0/0 "request"`, with the router's head and total
+//! times for `Tr` and `Ta`); `combined` nginx's and Apache's combined log.
+//!
+//! A template is checked when the configuration is read (an unknown variable
+//! refuses to start, naming it) and compiled once; each line is one pass.
+
+/// A variable of a template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Var {
+    ClientIp,
+    Time,
+    TimeHaproxy,
+    Method,
+    Host,
+    Path,
+    Version,
+    Status,
+    Bytes,
+    HeadMs,
+    DurationMs,
+    App,
+    Upstream,
+    RequestId,
+    TraceId,
+    Aborted,
+    /// The n-th captured request field, response field, cookie.
+    Request(usize),
+    Response(usize),
+    Cookie(usize),
+}
+
+/// One piece of a template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    Text(String),
+    Var(Var),
+}
+
+/// The names a template may capture (`access_log.capture`), by kind.
+#[derive(Clone, Debug, Default)]
+pub struct Captures<'a> {
+    pub request: &'a [String],
+    pub response: &'a [String],
+    pub cookies: &'a [String],
+}
+
+/// A compiled template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    pub parts: Vec<Part>,
+}
+
+/// `httplog`'s template.
+const HTTPLOG: &str = "%{client_ip}:0 [%{time_haproxy}] router %{app}/%{upstream} 0/0/0/%{head_ms}/%{duration_ms} %{status} %{bytes} - - ---- 0/0/0/0/0 0/0 \"%{method} %{path} %{version}\"";
+/// `combined`'s template (nginx, Apache).
+const COMBINED: &str = "%{client_ip} - - [%{time_haproxy}] \"%{method} %{path} %{version}\" %{status} %{bytes} \"%{req.referer}\" \"%{req.user-agent}\"";
+
+impl Template {
+    /// Compiles `text` (or the preset it names) against `captures`; the
+    /// error names what is wrong.
+    pub fn parse(text: &str, captures: &Captures<'_>) -> Result<Template, String> {
+        let text = match text {
+            "httplog" => HTTPLOG,
+            "combined" => COMBINED,
+            t => t,
+        };
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('%') {
+            literal.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            if let Some(more) = after.strip_prefix('%') {
+                literal.push('%');
+                rest = more;
+                continue;
+            }
+            let inner = after
+                .strip_prefix('{')
+                .ok_or("a % starts %{variable} or %% (a literal %)")?;
+            let end = inner.find('}').ok_or("%{ without its }")?;
+            let var = var(&inner[..end], captures)?;
+            if !literal.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut literal)));
+            }
+            parts.push(Part::Var(var));
+            rest = &inner[end + 1..];
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        if parts.len() > 200 || text.len() > 4096 {
+            return Err("at most 4 096 bytes and 200 pieces".into());
+        }
+        Ok(Template { parts })
+    }
+
+    /// Whether a line reads the record's captures of `kind`.
+    pub fn reads(&self, kind: fn(&Var) -> bool) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Var(v) if kind(v)))
+    }
+}
+
+/// The variable `name` is, given what is captured.
+fn var(name: &str, captures: &Captures<'_>) -> Result<Var, String> {
+    let index = |list: &[String], n: &str, what: &str| {
+        list.iter()
+            .position(|c| c.eq_ignore_ascii_case(n))
+            .ok_or_else(|| format!("%{{{name}}}: {n:?} is not in access_log.capture.{what}"))
+    };
+    if let Some(n) = name.strip_prefix("req.") {
+        return Ok(Var::Request(index(captures.request, n, "request")?));
+    }
+    if let Some(n) = name.strip_prefix("res.") {
+        return Ok(Var::Response(index(captures.response, n, "response")?));
+    }
+    if let Some(n) = name.strip_prefix("cookie.") {
+        return Ok(Var::Cookie(index(captures.cookies, n, "cookies")?));
+    }
+    Ok(match name {
+        "client_ip" => Var::ClientIp,
+        "time" => Var::Time,
+        "time_haproxy" => Var::TimeHaproxy,
+        "method" => Var::Method,
+        "host" => Var::Host,
+        "path" => Var::Path,
+        "version" => Var::Version,
+        "status" => Var::Status,
+        "bytes" => Var::Bytes,
+        "head_ms" => Var::HeadMs,
+        "duration_ms" => Var::DurationMs,
+        "app" => Var::App,
+        "upstream" => Var::Upstream,
+        "request_id" => Var::RequestId,
+        "trace_id" => Var::TraceId,
+        "aborted" => Var::Aborted,
+        _ => {
+            return Err(format!(
+                "%{{{name}}}: no such variable (see docs/operations.md)"
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_and_presets_compile_and_unknown_names_are_refused() {
+        let req = ["User-Agent".to_string(), "referer".to_string()];
+        let cookies = ["session".to_string()];
+        let caps = Captures {
+            request: &req,
+            response: &[],
+            cookies: &cookies,
+        };
+        let t = Template::parse(
+            "%{client_ip} %{req.user-agent} 100%% %{cookie.session}",
+            &caps,
+        )
+        .expect("parse");
+        assert_eq!(
+            t.parts,
+            [
+                Part::Var(Var::ClientIp),
+                Part::Text(" ".into()),
+                Part::Var(Var::Request(0)),
+                Part::Text(" 100% ".into()),
+                Part::Var(Var::Cookie(0)),
+            ]
+        );
+        assert!(Template::parse("httplog", &caps).is_ok());
+        assert!(Template::parse("combined", &caps).is_ok());
+        assert!(
+            Template::parse("%{nope}", &caps)
+                .unwrap_err()
+                .contains("no such variable")
+        );
+        assert!(
+            Template::parse("%{res.server}", &caps)
+                .unwrap_err()
+                .contains("capture.response")
+        );
+        assert!(Template::parse("50%", &caps).is_err());
+        assert!(Template::parse("%{host", &caps).is_err());
+        assert!(Template::parse(&"x".repeat(5000), &caps).is_err());
+    }
+}
