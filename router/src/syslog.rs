@@ -130,7 +130,7 @@ impl SyslogSettings {
 pub struct Sink {
     pub template: Template,
     /// What is captured, in the template's order (see `access_log.capture`).
-    pub capture: crate::config::Capture,
+    pub capture: Capture,
     tx: mpsc::Sender<Bytes>,
     prefix: Prefix,
     queue_full: prometheus::IntCounter,
@@ -152,7 +152,7 @@ impl Sink {
     pub fn start(
         settings: &SyslogSettings,
         template: &str,
-        capture: &crate::config::Capture,
+        capture: &Capture,
         registry: &prometheus::Registry,
     ) -> Result<Arc<Sink>, String> {
         let target = Target::parse(&settings.address)?;
@@ -374,8 +374,30 @@ pub fn capture<'a>(
         .collect()
 }
 
+/// `access_log.capture`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Capture {
+    pub request: Vec<String>,
+    pub response: Vec<String>,
+    pub cookies: Vec<String>,
+    /// Bytes of a value kept at most.
+    pub length: usize,
+}
+
+impl Default for Capture {
+    fn default() -> Capture {
+        Capture {
+            request: Vec::new(),
+            response: Vec::new(),
+            cookies: Vec::new(),
+            length: 64,
+        }
+    }
+}
+
 /// The template's captures, for [`Template::parse`].
-impl crate::config::Capture {
+impl Capture {
     pub fn names(&self) -> Captures<'_> {
         Captures {
             request: &self.request,

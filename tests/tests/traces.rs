@@ -78,8 +78,17 @@ impl Receiver {
         &mut self,
         enough: impl Fn(&[serde_json::Value]) -> bool,
     ) -> Vec<serde_json::Value> {
+        self.spans_within(enough, Duration::from_secs(20)).await
+    }
+
+    /// Spans until `enough` says so (or `wait` passed: what came).
+    async fn spans_within(
+        &mut self,
+        enough: impl Fn(&[serde_json::Value]) -> bool,
+        wait: Duration,
+    ) -> Vec<serde_json::Value> {
         let mut spans = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let deadline = tokio::time::Instant::now() + wait;
         while !enough(&spans) {
             match tokio::time::timeout_at(deadline, self.lines.recv()).await {
                 Ok(Some(v)) => {
@@ -232,11 +241,51 @@ async fn a_not_sampled_parent_and_a_zero_ratio_export_nothing() {
         let tp = member_traceparent(&get(r.http, "/y", "").await);
         assert!(tp.ends_with("-00"), "ratio 0: {tp}");
     }
-    // A sampled parent is exported whatever the ratio: its span, and only it.
-    get(r.http, "/z", &format!("traceparent: {PARENT}\r\n")).await;
+    // A sampled parent is exported whatever the ratio: its span, and only it;
+    // its query's credentials redacted (OpenTelemetry's conventions).
+    get(
+        r.http,
+        "/z?sig=SECRET123&token=TOKEN456&page=2",
+        &format!("traceparent: {PARENT}\r\n"),
+    )
+    .await;
     let spans = rx.spans(1).await;
     assert_eq!(spans.len(), 1, "{spans:#?}");
     assert_eq!(spans[0]["attributes"]["url.path"], "/z");
+    assert_eq!(
+        spans[0]["attributes"]["url.query"],
+        "sig=REDACTED&token=REDACTED&page=2"
+    );
+    // A client flooding sampled flags (not a proxy forwarded.trusted names)
+    // starts at most traces.client_sampled_per_second spans (10 a second, a
+    // burst of 10) at ratio 0: not one per request.
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        get(r.http, "/flood", &format!("traceparent: {PARENT}\r\n")).await;
+    }
+    let flood = started.elapsed();
+    let mut all = Vec::new();
+    let end = loop {
+        get(r.http, "/end", &format!("traceparent: {PARENT}\r\n")).await;
+        // The exporter sends every 100 ms: a second is ten of its rounds.
+        let ended =
+            |s: &[serde_json::Value]| s.iter().any(|x| x["attributes"]["url.path"] == "/end");
+        let got = rx.spans_within(ended, Duration::from_secs(1)).await;
+        let done = got.iter().any(|x| x["attributes"]["url.path"] == "/end");
+        all.extend(got);
+        if done {
+            break started.elapsed();
+        }
+    };
+    let flooded = all
+        .iter()
+        .filter(|x| x["attributes"]["url.path"] == "/flood")
+        .count();
+    let bound = 10 + (10.0 * end.as_secs_f64()).ceil() as usize;
+    assert!(
+        flooded <= bound && flooded < 200,
+        "{flooded} spans from 200 client-sampled requests in {flood:?} (bound {bound})"
+    );
 }
 
 /// A collector that hangs (takes the request, never answers) or refuses

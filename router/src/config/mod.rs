@@ -196,7 +196,7 @@ pub struct AccessLog {
     pub template: String,
     /// Fields and cookies a template may name, each cut at `length` bytes.
     #[serde(default)]
-    pub capture: Capture,
+    pub capture: crate::syslog::Capture,
 }
 
 fn httplog() -> String {
@@ -210,29 +210,7 @@ impl Default for AccessLog {
             format: LogFormat::Text,
             syslog: None,
             template: httplog(),
-            capture: Capture::default(),
-        }
-    }
-}
-
-/// `access_log.capture`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Capture {
-    pub request: Vec<String>,
-    pub response: Vec<String>,
-    pub cookies: Vec<String>,
-    /// Bytes of a value kept at most.
-    pub length: usize,
-}
-
-impl Default for Capture {
-    fn default() -> Capture {
-        Capture {
-            request: Vec::new(),
-            response: Vec::new(),
-            cookies: Vec::new(),
-            length: 64,
+            capture: crate::syslog::Capture::default(),
         }
     }
 }

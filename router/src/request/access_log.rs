@@ -69,6 +69,26 @@ impl AccessRecord {
         }
     }
 
+    /// The response head is final: how long it took from `start`, the
+    /// request's IDs, the member that answered.
+    pub fn head_known(
+        &mut self,
+        trace: &super::trace::Trace,
+        start: std::time::Instant,
+        upstream: Option<Arc<str>>,
+    ) {
+        self.head = Some(start.elapsed());
+        self.ids = Some(trace.clone());
+        self.upstream = upstream;
+    }
+
+    /// The response's captures, for the syslog line (none without it).
+    pub fn response(&mut self, map: &http::HeaderMap, raw: Option<&h1_codec::fields::Fields>) {
+        if let Some(c) = self.syslog.as_mut() {
+            c.response(map, raw);
+        }
+    }
+
     pub fn emit(self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
         if let Some(captured) = &self.syslog {
             let line = self.render(captured, (status, bytes, duration, aborted));

@@ -157,7 +157,10 @@ impl Proxy {
         let span = self
             .traces
             .as_ref()
-            .filter(|_| trace.sampled())
+            .filter(|spans| {
+                trace.sampled()
+                    && spans.believes(trace.parent.is_some(), conn.behind_proxy, trace.low_bits())
+            })
             .map(|spans| {
                 let started = Started {
                     traceparent: trace.traceparent(),

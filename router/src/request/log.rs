@@ -43,12 +43,8 @@ impl Proxy {
                 span.member = upstream.clone();
             }
             if let Some(log) = context.log.as_mut() {
-                log.head = Some(context.start.elapsed());
-                log.ids = Some(context.trace.clone());
-                log.upstream = upstream;
-                if let Some(c) = log.syslog.as_mut() {
-                    c.response(response.headers(), fields.as_ref());
-                }
+                log.head_known(&context.trace, context.start, upstream);
+                log.response(response.headers(), fields.as_ref());
             }
         }
         let closing = !context.stream

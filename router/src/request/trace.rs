@@ -165,6 +165,14 @@ impl Trace {
         &self.traceparent
     }
 
+    /// The trace ID's low 64 bits (what the ratio samples on).
+    pub fn low_bits(&self) -> u64 {
+        std::str::from_utf8(&self.traceparent[19..35])
+            .ok()
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .unwrap_or(0)
+    }
+
     /// The trace ID (32 hex digits), for the access log.
     pub fn trace_id(&self) -> &str {
         std::str::from_utf8(&self.traceparent[3..35]).unwrap_or("")

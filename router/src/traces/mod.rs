@@ -58,6 +58,52 @@ pub struct TracesConfig {
     /// An export request that takes longer has failed (its spans dropped).
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Spans a second at most that a client's own sampled flag starts, from
+    /// clients `forwarded.trusted` does not name (others: `sample_ratio`).
+    pub client_sampled_per_second: u32,
+    /// What `url.query` carries: `redact` (the values of the keys in
+    /// `redacted_keys` replaced by `REDACTED`), `drop` (none), `keep`.
+    pub query: QueryPolicy,
+    /// The query keys whose values are redacted (any case).
+    pub redacted_keys: Vec<String>,
+    /// Bytes of a path, query or host a span keeps at most.
+    pub max_attribute_length: usize,
+}
+
+/// `traces.query`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryPolicy {
+    #[default]
+    Redact,
+    Drop,
+    Keep,
+}
+
+/// `traces.redacted_keys`' default: OpenTelemetry's HTTP conventions' list
+/// (`AWSAccessKeyId`, `Signature`, `sig`, `X-Goog-Signature`) and the keys
+/// that carry credentials by custom.
+pub fn default_redacted_keys() -> Vec<String> {
+    [
+        "AWSAccessKeyId",
+        "Signature",
+        "sig",
+        "X-Goog-Signature",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "api_key",
+        "apikey",
+        "key",
+        "secret",
+        "password",
+        "passwd",
+        "code",
+        "session",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 impl Default for TracesConfig {
@@ -70,6 +116,10 @@ impl Default for TracesConfig {
             batch: 512,
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
+            client_sampled_per_second: 10,
+            query: QueryPolicy::Redact,
+            redacted_keys: default_redacted_keys(),
+            max_attribute_length: 1024,
         }
     }
 }
@@ -88,6 +138,12 @@ impl TracesConfig {
         }
         if !(1..=1_000_000).contains(&self.queue) {
             return Err(("traces.queue", "from 1 to 1000000 spans".into()));
+        }
+        if !(64..=65_536).contains(&self.max_attribute_length) {
+            return Err((
+                "traces.max_attribute_length",
+                "from 64 to 65536 bytes".into(),
+            ));
         }
         if !(1..=self.queue).contains(&self.batch) {
             return Err(("traces.batch", "from 1 to traces.queue spans".into()));
@@ -134,6 +190,13 @@ impl Sample {
 pub struct Spans {
     queue: tokio::sync::mpsc::Sender<Box<SpanRecord>>,
     pub sample: Sample,
+    /// Spans a client's own sampled flag may still start (see
+    /// [`Spans::believes`]).
+    client_sampled: std::sync::Mutex<crate::token_bucket::TokenBucket>,
+    client_rate: crate::token_bucket::Rate,
+    query: QueryPolicy,
+    redacted: Vec<String>,
+    max_len: usize,
     metrics: TraceMetrics,
 }
 
@@ -177,12 +240,40 @@ impl Spans {
         metrics: TraceMetrics,
     ) -> (Arc<Spans>, tokio::sync::mpsc::Receiver<Box<SpanRecord>>) {
         let (queue, rx) = tokio::sync::mpsc::channel(config.queue);
+        let client_rate = crate::token_bucket::Rate {
+            per_second: f64::from(config.client_sampled_per_second),
+            burst: f64::from(config.client_sampled_per_second.max(1)),
+        };
         let spans = Spans {
             queue,
             sample: Sample::ratio(config.sample_ratio),
+            client_sampled: std::sync::Mutex::new(crate::token_bucket::TokenBucket::full(
+                &client_rate,
+                Instant::now(),
+            )),
+            client_rate,
+            query: config.query,
+            redacted: config.redacted_keys.clone(),
+            max_len: config.max_attribute_length,
             metrics,
         };
         (Arc::new(spans), rx)
+    }
+
+    /// Whether a sampled trace gets a span: one that started here (the
+    /// ratio chose it) or that a proxy `forwarded.trusted` names continued
+    /// always; one a client's own flag sampled, within
+    /// `traces.client_sampled_per_second`, else as the ratio decides on its
+    /// trace ID (a client cannot make every request cost an export).
+    pub fn believes(&self, continued: bool, trusted_proxy: bool, trace_low: u64) -> bool {
+        if !continued || trusted_proxy {
+            return true;
+        }
+        let mut bucket = self
+            .client_sampled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        bucket.take(&self.client_rate, Instant::now()).is_ok() || self.sample.new_trace(trace_low)
     }
 
     /// A finished span to the exporter, or dropped and counted: never waits.
@@ -279,16 +370,12 @@ impl SpanRecord {
             start_unix_nanos: u64::try_from(since.as_nanos()).unwrap_or(0),
             start: s.start,
             method: s.method.clone(),
-            host: s
-                .host
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or_default()
-                .to_owned(),
-            path: s
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned(),
+            host: cut(
+                s.host.and_then(|h| h.to_str().ok()).unwrap_or_default(),
+                spans.max_len,
+            )
+            .to_owned(),
+            path: spans.path_of(s.uri),
             version: s.version,
             client: s.client,
             request_id: s.request_id.to_owned(),
@@ -331,3 +418,60 @@ impl SpanRecord {
 
 #[cfg(test)]
 mod tests;
+
+impl Spans {
+    /// The path and query a span keeps: the query as `traces.query` says,
+    /// each cut at `traces.max_attribute_length` (so a queued span holds at
+    /// most a few KiB, whatever the request).
+    fn path_of(&self, uri: &http::Uri) -> String {
+        let path = cut(uri.path(), self.max_len);
+        let query = match (uri.query(), self.query) {
+            (None, _) | (_, QueryPolicy::Drop) => return path.to_owned(),
+            (Some(q), QueryPolicy::Keep) => q.to_owned(),
+            (Some(q), QueryPolicy::Redact) => redact(q, &self.redacted),
+        };
+        format!("{path}?{}", cut(&query, self.max_len))
+    }
+}
+
+/// `query` with the values of `keys` (any case) replaced by `REDACTED`.
+pub fn redact(query: &str, keys: &[String]) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if keys.iter().any(|s| s.eq_ignore_ascii_case(k)) => {
+                format!("{k}=REDACTED")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// `s` cut at `max` bytes, on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod bounded {
+    use super::*;
+
+    #[test]
+    fn queries_are_redacted_and_values_cut() {
+        let keys = default_redacted_keys();
+        assert_eq!(
+            redact("sig=SECRET123&token=TOKEN456&page=2&Signature=x", &keys),
+            "sig=REDACTED&token=REDACTED&page=2&Signature=REDACTED"
+        );
+        assert_eq!(cut("aé", 2), "a");
+        assert_eq!(cut("abc", 5), "abc");
+    }
+}
