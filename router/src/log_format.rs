@@ -82,32 +82,13 @@ impl Template {
             "combined" => COMBINED,
             t => t,
         };
-        let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(at) = rest.find('%') {
-            literal.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            if let Some(more) = after.strip_prefix('%') {
-                literal.push('%');
-                rest = more;
-                continue;
-            }
-            let inner = after
-                .strip_prefix('{')
-                .ok_or("a % starts %{variable} or %% (a literal %)")?;
-            let end = inner.find('}').ok_or("%{ without its }")?;
-            let var = var(&inner[..end], captures)?;
-            if !literal.is_empty() {
-                parts.push(Part::Text(std::mem::take(&mut literal)));
-            }
-            parts.push(Part::Var(var));
-            rest = &inner[end + 1..];
-        }
-        literal.push_str(rest);
-        if !literal.is_empty() {
-            parts.push(Part::Text(literal));
-        }
+        let parts = pieces(text)?
+            .into_iter()
+            .map(|p| match p {
+                Piece::Text(t) => Ok(Part::Text(t)),
+                Piece::Var(name) => var(name, captures).map(Part::Var),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         if parts.len() > 200 || text.len() > 4096 {
             return Err("at most 4 096 bytes and 200 pieces".into());
         }
@@ -120,6 +101,46 @@ impl Template {
             .iter()
             .any(|p| matches!(p, Part::Var(v) if kind(v)))
     }
+}
+
+/// A piece of text with `%{name}` variables: literal text, or a name.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Text(String),
+    Var(&'a str),
+}
+
+/// `text` cut into literal text and `%{name}` variables (`%%` is one `%`;
+/// any other `%` is refused): the one reader of the `%{...}` syntax, for the
+/// access-log templates here and the header actions' values
+/// (`crate::policy::fields`).
+pub fn pieces(text: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut literal = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('%') {
+        literal.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(more) = after.strip_prefix('%') {
+            literal.push('%');
+            rest = more;
+            continue;
+        }
+        let inner = after
+            .strip_prefix('{')
+            .ok_or("a % starts %{variable} or %% (a literal %)")?;
+        let end = inner.find('}').ok_or("%{ without its }")?;
+        if !literal.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut literal)));
+        }
+        out.push(Piece::Var(&inner[..end]));
+        rest = &inner[end + 1..];
+    }
+    literal.push_str(rest);
+    if !literal.is_empty() {
+        out.push(Piece::Text(literal));
+    }
+    Ok(out)
 }
 
 /// The variable `name` is, given what is captured.

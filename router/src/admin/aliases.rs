@@ -11,9 +11,7 @@ impl Admin {
         raw: &str,
         req: Option<Request<Incoming>>,
     ) -> Response<Full<Bytes>> {
-        let Some(name) = percent_decode(raw)
-            .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
-        else {
+        let Some(name) = alias_name(raw) else {
             return text(StatusCode::BAD_REQUEST, "not a host name\n");
         };
         let weights = match req {
@@ -109,9 +107,7 @@ impl Admin {
         raw: &str,
         req: Option<Request<Incoming>>,
     ) -> Response<Full<Bytes>> {
-        let Some(name) = percent_decode(raw)
-            .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
-        else {
+        let Some(name) = alias_name(raw) else {
             return text(StatusCode::BAD_REQUEST, "not a host name\n");
         };
         let table = match req {
@@ -202,3 +198,10 @@ impl Admin {
 /// Largest `/aliases/{name}/paths` body: 100 prefixes with rewrites, each up
 /// to 1 KiB.
 const MAX_PATHS_BODY: usize = 256 * 1024;
+
+/// The name an `/aliases/{name}/...` path names: percent-decoded, normalised
+/// as a request's host is.
+fn alias_name(raw: &str) -> Option<String> {
+    percent_decode(raw)
+        .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
+}

@@ -142,60 +142,28 @@ pub enum Part {
 }
 
 impl Value {
-    /// Reads `%{name}` variables and `%%`; anything else after `%` is refused.
+    /// Reads `%{name}` variables and `%%` (see [`crate::log_format::pieces`]);
+    /// anything else after `%` is refused.
     pub fn parse(text: &str) -> Result<Value, String> {
+        use crate::log_format::Piece;
+        let bad_text = || format!("{text:?}: a value is visible ASCII, spaces and tabs");
         let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(at) = rest.find('%') {
-            literal.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            if let Some(more) = after.strip_prefix('%') {
-                literal.push('%');
-                rest = more;
-            } else if let Some(inner) = after.strip_prefix('{') {
-                let end = inner
-                    .find('}')
-                    .ok_or_else(|| format!("{text:?}: %{{ without its }}"))?;
-                let var = Var::of(&inner[..end]).ok_or_else(|| {
-                    format!(
-                        "%{{{}}}: no such variable (client_ip, request_id, sni, app, host)",
-                        &inner[..end]
-                    )
-                })?;
-                if !literal.is_empty() {
-                    parts.push(Part::Text(std::mem::take(&mut literal)));
-                }
-                parts.push(Part::Var(var));
-                rest = &inner[end + 1..];
-            } else {
-                return Err(format!(
-                    "{text:?}: a % starts %{{variable}} or %% (a literal %)"
-                ));
-            }
+        for piece in crate::log_format::pieces(text).map_err(|e| format!("{text:?}: {e}"))? {
+            parts.push(match piece {
+                Piece::Text(t) if HeaderValue::from_str(&t).is_err() => return Err(bad_text()),
+                Piece::Text(t) => Part::Text(t),
+                Piece::Var(name) => Part::Var(Var::of(name).ok_or_else(|| {
+                    format!("%{{{name}}}: no such variable (client_ip, request_id, sni, app, host)")
+                })?),
+            });
         }
-        literal.push_str(rest);
-        for part in parts
-            .iter()
-            .chain(std::iter::once(&Part::Text(literal.clone())))
-        {
-            if let Part::Text(t) = part
-                && HeaderValue::from_str(t).is_err()
-            {
-                return Err(format!(
-                    "{text:?}: a value is visible ASCII, spaces and tabs"
-                ));
-            }
-        }
-        if parts.is_empty() {
-            return HeaderValue::from_str(&literal)
+        match parts.as_slice() {
+            [] => Ok(Value::Literal(HeaderValue::from_static(""))),
+            [Part::Text(t)] => HeaderValue::from_str(t)
                 .map(Value::Literal)
-                .map_err(|_| format!("{text:?}: a value is visible ASCII, spaces and tabs"));
+                .map_err(|_| bad_text()),
+            _ => Ok(Value::Template(parts)),
         }
-        if !literal.is_empty() {
-            parts.push(Part::Text(literal));
-        }
-        Ok(Value::Template(parts))
     }
 
     /// The value for one request.
