@@ -48,6 +48,12 @@ pub struct TlsConfig {
 }
 
 impl TlsConfig {
+    /// The client side's crypto: `tls.groups` and the profile's suites.
+    pub fn provider(&self) -> rustls::crypto::CryptoProvider {
+        self.profile()
+            .apply(crate::tls::groups::provider(&self.groups))
+    }
+
     /// The client side's profile.
     pub fn profile(&self) -> crate::tls::profile::Settings<'_> {
         crate::tls::profile::Settings {

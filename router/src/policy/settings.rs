@@ -441,6 +441,11 @@ impl AppSettings {
                 format!("at most {} KiB", MAX_PAGE / 1024),
             ));
         }
+        self.check_http()
+    }
+
+    /// The HTTP fields' settings: `hsts`, `balance`, `error_pages`, `headers`.
+    fn check_http(&self) -> Result<(), SettingsError> {
         if let Some(h) = &self.hsts
             && h.max_age > Duration::from_secs(MAX_HSTS_AGE)
         {

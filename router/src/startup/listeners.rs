@@ -69,15 +69,7 @@ impl Listeners {
         .map(|(name, what, addr)| addr.map(|a| bind(name, what, a)).transpose());
         let (admin, metrics) = (admin?, metrics?);
         say_where_admin_is(config.listen.admin);
-        let resumption = match &ticketer {
-            _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
-            Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
-            None => crate::tls::server::Resumption::Local,
-        };
-        let resumption = crate::tls::server::Handshakes {
-            resumption,
-            client_auth: client_auth(config, provider)?,
-        };
+        let resumption = handshakes(config, ticketer, provider)?;
         let https = match config.listen.https {
             Some(addr) => {
                 if config.tls.default_cert.is_none() {
@@ -167,6 +159,24 @@ fn bind_http3(
         endpoint,
         server,
         retry_above: config.http3.retry_above_handshakes,
+    })
+}
+
+/// How the TLS listeners' handshakes resume sessions and ask for client
+/// certificates.
+fn handshakes(
+    config: &Config,
+    ticketer: Option<&Arc<SharedTicketer>>,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<crate::tls::server::Handshakes, StartError> {
+    let resumption = match ticketer {
+        _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
+        Some(t) => crate::tls::server::Resumption::Shared((*t).clone()),
+        None => crate::tls::server::Resumption::Local,
+    };
+    Ok(crate::tls::server::Handshakes {
+        resumption,
+        client_auth: client_auth(config, provider)?,
     })
 }
 

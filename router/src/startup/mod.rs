@@ -202,12 +202,7 @@ impl Router {
         let workers = start_workers(&config, &metrics)?;
         let registry = member_registry(&config, &metrics, workers.as_deref())?;
         // TLS: the default certificate must load, or the router does not start.
-        let provider = Arc::new(
-            config
-                .tls
-                .profile()
-                .apply(crate::tls::groups::provider(&config.tls.groups)),
-        );
+        let provider = Arc::new(config.tls.provider());
         let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
         let admin_tls = admin_tls(&config, &provider)?;
         let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();

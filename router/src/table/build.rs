@@ -54,6 +54,19 @@ impl Naming {
         format!("{}-{}.{}", app.name, app.namespace, self.cloud_domain).to_ascii_lowercase()
     }
 
+    /// The aliases that are routed: every one, but a wildcard (`*.domain`)
+    /// only with `wildcard_aliases`.
+    fn admitted<'a>(
+        &self,
+        aliases: impl IntoIterator<Item = &'a String>,
+    ) -> impl Iterator<Item = &'a str> {
+        let wildcards = self.wildcard_aliases;
+        aliases
+            .into_iter()
+            .map(String::as_str)
+            .filter(move |a| wildcards || !a.starts_with("*."))
+    }
+
     fn routed(&self, types: &[String]) -> bool {
         types.iter().any(|t| self.endpoint_types.contains(t))
     }
@@ -232,13 +245,7 @@ impl Builder {
         } else {
             0
         };
-        let admitted = |a: &&String| self.naming.wildcard_aliases || !a.starts_with("*.");
-        hosts.extend(
-            app.aliases
-                .iter()
-                .filter(admitted)
-                .map(|a| Arc::from(a.as_str())),
-        );
+        hosts.extend(self.naming.admitted(&app.aliases).map(Arc::from));
         hosts.dedup();
 
         let mut members = Vec::new();
