@@ -10,7 +10,7 @@ N1, then (in a second run) N2 sequential GETs. Instructions per request is
 
 usage: bench/instructions.py [--router BIN] [--n1 2000] [--n2 12000]
                              [--config 'YAML lines' ...] [--handoff] [--cookies] [--peers]
-                             [--h2] [--syscalls] [--keep DIR]
+                             [--h2] [--syscalls] [--keep DIR] [--admin 'METHOD PATH JSON' ...]
 Each --config is one variant (extra top-level YAML), measured in turn; the default
 compares `upstream.source_reserve` 0 and 10 (what the member reserve costs per request).
 --handoff: the connection's first request is in absolute form, which the router's
@@ -26,6 +26,9 @@ TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the rou
 and, with --peers, haproxy and nginx (the h2 axis).
 --syscalls: count system calls per request (`strace -f -c`) instead, with the
 calls by name: the kernel's side of the same requests (Debian `strace`).
+--admin 'METHOD PATH JSON': an admin call made (with a token) once the router
+answers, before the counted requests: per-app settings and path tables that the
+config file does not hold (e.g. `POST /aliases/ha-bench-bench.example.com/paths`).
 --keep DIR: keep each run's callgrind output in DIR (named by variant, proxy and N)
 and print the functions whose instructions per request differ most between
 two --router binaries measured into the same DIR (`--diff A B` compares two kept
@@ -57,6 +60,8 @@ TLS_OFFSET = 10  # each proxy's HTTPS port is its plain port + 10 (--h2)
 CERT_DIR = "/tmp/router-instructions-cert"
 RUNS = "/tmp/router-instructions-runs"  # each run's output, by label (or proxy) and N
 SYSCALLS, UNIT = False, "instructions"  # --syscalls
+ADMIN_CALLS = []  # --admin: (method, path, body) made before the counted requests
+TOKEN = "bench-instructions-token"
 
 EVENT = H.route_event(BACKEND)
 
@@ -87,6 +92,7 @@ MASK = False
 
 
 def config(d, extra):
+    token = f"\nadmin:\n  token_file: {d}/admin.token" if ADMIN_CALLS else ""
     http3 = f"\n  http3: 127.0.0.1:{ROUTER + TLS_OFFSET}" if H3 else ""
     tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}{http3}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
            f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
@@ -103,7 +109,7 @@ spi:
 access_log:
   enabled: false
 health:
-  checks: false
+  checks: false{token}
 {extra}
 """
 
@@ -205,6 +211,8 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
                     said = f.read()[-2000:]
                 sys.exit(f"{name} under valgrind never answered; it said:\n{said}")
             time.sleep(0.5)
+        if port == ROUTER:
+            admin_calls()
         requests(n, handoff, cookies, port)
     finally:
         stop(p)
@@ -215,6 +223,18 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
             if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])
     sys.exit(f"no totals in {name}'s {'strace' if SYSCALLS else 'callgrind'} output")
+
+
+def admin_calls():
+    """The --admin calls, each answered 200 or the run stops with what was said."""
+    for method, path, body in ADMIN_CALLS:
+        c = http.client.HTTPConnection("127.0.0.1", ADMIN, timeout=30)
+        c.request(method, path, body=body, headers={"Authorization": f"Bearer {TOKEN}",
+                                                    "Content-Type": "application/json"})
+        r = c.getresponse()
+        said = r.read().decode(errors="replace")
+        if r.status != 200:
+            sys.exit(f"admin {method} {path}: {r.status} {said[:500]}")
 
 
 def stop(p):
@@ -280,6 +300,10 @@ def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
         f.write(EVENT)
     with open(f"{d}/router.yaml", "w") as f:
         f.write(config(d, extra))
+    if ADMIN_CALLS:
+        with open(f"{d}/admin.token", "w") as f:
+            f.write(TOKEN + "\n")
+        os.chmod(f"{d}/admin.token", 0o600)
     ir = measured([binary, "--config", f"{d}/router.yaml"], ROUTER, f"{d}/run.out",
                    "the router", n, handoff, cookies)
     for into in (RUNS, keep):
@@ -321,6 +345,8 @@ def main():
                     help="count system calls (strace -c) instead of instructions")
     ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
     ap.add_argument("--label", help="name of this binary's runs in --keep (default: the variant's number)")
+    ap.add_argument("--admin", action="append", default=[], metavar="'METHOD PATH JSON'",
+                    help="an admin call made before the counted requests (repeatable)")
     ap.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"),
                     help="per-function difference of two labels kept in --keep (no measuring)")
     args = ap.parse_args()
@@ -332,6 +358,9 @@ def main():
             sys.exit("--diff needs --keep DIR")
         diff(args.keep, *args.diff, args.n1, args.n2)
         return
+    for call in args.admin:
+        method, path, body = (call.split(None, 2) + [""])[:3]
+        ADMIN_CALLS.append((method, path, body))
     global H2, H3, MASK
     H3 = args.h3
     H2 = args.h2 or H3

@@ -3,7 +3,7 @@
 //! the fixture files in `fixtures/broker/`, and remembers the Authorization
 //! header of every request.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,8 @@ pub struct BrokerApi {
     pub addr: Option<SocketAddr>,
     answers: Arc<Mutex<HashMap<String, (u16, String)>>>,
     pub authorizations: Arc<Mutex<Vec<String>>>,
+    /// The listed apps, by domain: what `GET domains` and `GET domains/{ns}/applications` say.
+    listed: Arc<Mutex<BTreeMap<String, BTreeMap<String, String>>>>,
 }
 
 /// A fixture file with its `{{KEY}}` placeholders filled in.
@@ -123,12 +125,53 @@ impl BrokerApi {
         );
         let groups = fixture("gear_groups.json", &[("GEARS", &gears.join(","))]);
         let base = format!("/broker/rest/domains/{ns}/applications/{name}");
+        self.list(ns, name, Some(&app));
         self.set(&base, 200, app);
         self.set(
             &format!("{base}/gear_groups?include=endpoints"),
             200,
             groups,
         );
+    }
+
+    /// Lists the app in its domain (`app`: its `application.json`), or takes it off
+    /// the listings (`None`): the listings follow.
+    pub fn list(&self, ns: &str, name: &str, app: Option<&str>) {
+        let mut listed = self.listed.lock().expect("lock");
+        let domain = listed.entry(ns.to_string()).or_default();
+        match app {
+            Some(app) => {
+                let v: serde_json::Value = serde_json::from_str(app).expect("application.json");
+                domain.insert(name.to_string(), v["data"].to_string());
+            }
+            None => {
+                domain.remove(name);
+            }
+        }
+        let domains: Vec<String> = listed
+            .keys()
+            .map(|d| {
+                format!("{{\"id\": \"{d}-id\", \"name\": \"{d}\", \"suffix\": \"example.com\"}}")
+            })
+            .collect();
+        let mut answers = self.answers.lock().expect("lock");
+        answers.insert(
+            "/broker/rest/domains".into(),
+            (
+                200,
+                fixture("domains.json", &[("DOMAINS", &domains.join(","))]),
+            ),
+        );
+        for (d, apps) in listed.iter() {
+            let apps: Vec<&str> = apps.values().map(String::as_str).collect();
+            answers.insert(
+                format!("/broker/rest/domains/{d}/applications"),
+                (
+                    200,
+                    fixture("applications.json", &[("APPLICATIONS", &apps.join(","))]),
+                ),
+            );
+        }
     }
 
     /// Any answer for a path (with its query).

@@ -3,7 +3,8 @@
 //! and an app the broker no longer has are found, reported and counted; fixed on
 //! demand through `router reconcile --apply` (the real binary, over the admin API),
 //! persisted across a restart; fixed by the timer when `reconcile.apply` is on; a
-//! malformed answer fixes nothing for that app.
+//! malformed answer fixes nothing for that app; an app the router never heard of is
+//! found in the broker's listing and routed.
 
 use std::time::Duration;
 
@@ -214,6 +215,102 @@ async fn reconcile_reports_fixes_on_demand_persists_and_runs_on_its_timer() {
         r.get("shop.example.org", "/").await.0 == 200
     })
     .await;
+    r.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// An app created while the router was away, every event of it lost: the broker's
+/// listing names it, one reconcile routes it (its gears and its alias), and a run
+/// with `discover_max: 0` does not walk the listing.
+#[tokio::test]
+async fn an_app_whose_every_event_was_lost_is_routed_after_one_reconcile() {
+    let b1 = Backend::start().await;
+    let broker = BrokerApi::start().await;
+    let root = e2e::tempdir("reconcile-discover");
+    std::fs::create_dir_all(&root).expect("root");
+    std::fs::write(root.join("admin.token"), "admin-secret\n").expect("token");
+    let extra = |discover_max: usize| {
+        format!(
+            "admin:\n  token_file: {r}/admin.token\n\
+             reconcile:\n  url: {url}\n  interval: 0s\n  timeout: 2s\n  discover_max: {discover_max}\n",
+            r = root.display(),
+            url = broker.url()
+        )
+    };
+    // The router knows myapp; the broker has myapp and `lost`, which it never heard of.
+    let r = TestRouter::start_in(root.clone(), &extra(1000)).await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b1.addr));
+    r.wait_route(HA).await;
+    broker.set_app(
+        "myapp",
+        "demo",
+        &[],
+        &[("5464c9f6e0b8cd5a6e000001", b1.addr)],
+    );
+    broker.set_app(
+        "lost",
+        "other",
+        &["lost.example.org"],
+        &[("5464c9f6e0b8cd5a6e000009", b1.addr)],
+    );
+    let run = async |r: &TestRouter, apply: bool| -> serde_json::Value {
+        let (s, body) = r
+            .admin_call(
+                "POST",
+                &format!("/reconcile?apply={apply}"),
+                "",
+                Some("admin-secret"),
+            )
+            .await;
+        assert_eq!(s, 200, "{body}");
+        serde_json::from_str(&body).expect("json report")
+    };
+    // A report first: found, counted, not routed.
+    let report = run(&r, false).await;
+    assert_eq!(report["apps_listed"], 2, "{report}");
+    assert_eq!(
+        report["differences"]["lost-other"][0]["kind"], "missing_app",
+        "{report}"
+    );
+    assert!(
+        report["differences"].get("myapp-demo").is_none(),
+        "{report}"
+    );
+    assert_eq!(
+        r.metric("router_reconcile_differences_total{kind=\"missing_app\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(r.get("ha-lost-other.example.com", "/").await.0, 404);
+    // One run with apply: routed under its own name and its alias.
+    let report = run(&r, true).await;
+    assert_eq!(report["applied"], 2, "an endpoint and an alias: {report}");
+    assert_eq!(r.get("ha-lost-other.example.com", "/").await.0, 200);
+    assert_eq!(r.get("lost.example.org", "/").await.0, 200);
+    let report = run(&r, false).await;
+    assert_eq!(
+        report["differences"],
+        serde_json::json!({}),
+        "nothing left: {report}"
+    );
+    r.stop().await;
+
+    // discover_max 0: the listing is not walked (a new app stays unknown).
+    broker.set_app(
+        "later",
+        "other",
+        &[],
+        &[("5464c9f6e0b8cd5a6e00000a", b1.addr)],
+    );
+    let r = TestRouter::start_in(root.clone(), &extra(0)).await;
+    r.wait_route("lost.example.org").await;
+    let report = run(&r, true).await;
+    assert_eq!(report["apps_listed"], 0, "{report}");
+    assert!(
+        report["differences"].get("later-other").is_none(),
+        "{report}"
+    );
+    assert_eq!(r.get("ha-later-other.example.com", "/").await.0, 404);
     r.stop().await;
     let _ = std::fs::remove_dir_all(&root);
 }

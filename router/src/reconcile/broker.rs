@@ -7,7 +7,12 @@
 //!   `data[].gears[].endpoints[]` with `cartridge_name`, `external_address`,
 //!   `external_port`, `protocols`, `types` and `mappings`.
 //!
-//! Both answers are wrapped in `{"status": "ok", "type": ..., "data": ...}`; a 404
+//! - `GET {url}/domains`: `data[].name`, and for each domain
+//!   `GET {url}/domains/{namespace}/applications`: `data[].name` (discovery: the apps
+//!   the router never heard of; the listing carries no endpoints, so each app found
+//!   missing is then fetched as above).
+//!
+//! All answers are wrapped in `{"status": "ok", "type": ..., "data": ...}`; a 404
 //! means the app is gone. The client is strict about what it uses (status and type
 //! checked, ports in range, addresses well formed, every field it needs present) and
 //! ignores every other field. Bodies are capped at [`MAX_BODY`].
@@ -88,6 +93,23 @@ struct PortInterface {
     mappings: Vec<Mapping>,
 }
 
+#[derive(Deserialize)]
+struct Domain {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Listed {
+    name: String,
+}
+
+/// One app the broker lists, by the names events carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedApp {
+    pub name: String,
+    pub namespace: String,
+}
+
 /// How to reach the broker.
 pub struct Client {
     pub base: http::Uri,
@@ -151,6 +173,43 @@ impl Client {
                 .map(|a| a.id.to_ascii_lowercase())
                 .collect(),
         }))
+    }
+
+    /// Every app of every domain the broker lists, domain by domain (one request at
+    /// a time: a walk of the whole broker stays a trickle beside its users' calls),
+    /// at most `max` of them. Names that are not alphanumeric (the broker refuses
+    /// them) are skipped with a warning.
+    pub async fn list_apps(&self, max: usize) -> Result<Vec<ListedApp>, FetchError> {
+        let Some(body) = self.get("domains").await? else {
+            return Ok(Vec::new());
+        };
+        let domains: Reply<Vec<Domain>> = parse(&self.url("domains"), &body, "domains")?;
+        let mut apps = Vec::new();
+        for domain in domains.data {
+            if !plain_name(&domain.name) {
+                tracing::warn!(domain = %domain.name, "reconcile: a domain name the broker would refuse; skipped");
+                continue;
+            }
+            let path = format!("domains/{}/applications", domain.name);
+            let Some(body) = self.get(&path).await? else {
+                continue;
+            };
+            let listed: Reply<Vec<Listed>> = parse(&self.url(&path), &body, "applications")?;
+            for app in listed.data {
+                if apps.len() == max {
+                    return Ok(apps);
+                }
+                if plain_name(&app.name) {
+                    apps.push(ListedApp {
+                        name: app.name,
+                        namespace: domain.name.clone(),
+                    });
+                } else {
+                    tracing::warn!(app = %app.name, "reconcile: an app name the broker would refuse; skipped");
+                }
+            }
+        }
+        Ok(apps)
     }
 
     fn url(&self, path: &str) -> String {
@@ -265,6 +324,11 @@ fn parse<'a, T: Deserialize<'a>>(
     Ok(reply)
 }
 
+/// An app or domain name as the broker allows them: ASCII letters and digits.
+fn plain_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|c| c.is_ascii_alphanumeric())
+}
+
 /// An IP literal or a DNS name, as endpoints are announced.
 fn valid_address(a: &str) -> bool {
     a.parse::<std::net::IpAddr>().is_ok()
@@ -298,6 +362,10 @@ mod tests {
         let missing = br#"{"status":"ok","type":"gear_groups","data":[{"gears":[{"id":"a","endpoints":[{"cartridge_name":"x"}]}]}]}"#;
         assert!(parse::<Vec<GearGroup>>("u", missing, "gear_groups").is_err());
         assert!(valid_address("node1.example.com") && valid_address("::1"));
+        let domains = br#"{"status":"ok","type":"domains","data":[{"id":"5464","name":"demo","suffix":"x"}]}"#;
+        let d: Reply<Vec<Domain>> = parse("u", domains, "domains").expect("parses");
+        assert_eq!(d.data[0].name, "demo");
+        assert!(plain_name("MyApp1") && !plain_name("a/b") && !plain_name(""));
         assert!(!valid_address("a b") && !valid_address(""));
     }
 }

@@ -19,7 +19,7 @@ use crate::table::Route;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Difference {
     /// `missing_member`, `stale_member`, `changed_member`, `missing_alias`,
-    /// `stale_alias` or `stale_app`.
+    /// `stale_alias`, `stale_app` or `missing_app`.
     pub kind: &'static str,
     /// The member (`address:port`) or the alias; empty for an app.
     pub what: String,
@@ -140,6 +140,34 @@ pub fn diff(ours: &Ours<'_>, theirs: Option<&BrokerApp>) -> Vec<Difference> {
         });
     }
     out
+}
+
+/// What differs for an app the router has no route for: `missing_app` when the
+/// broker has anything to route (an endpoint or an alias), else nothing.
+pub fn unknown(theirs: Option<&BrokerApp>) -> Vec<Difference> {
+    match theirs {
+        Some(t) if !t.endpoints.is_empty() || !t.aliases.is_empty() => vec![Difference {
+            kind: "missing_app",
+            what: String::new(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// The events that create an app the router never heard of as the broker has it.
+pub fn creates(id: &AppId, theirs: &BrokerApp) -> Vec<RoutingEvent> {
+    let endpoints = theirs
+        .endpoints
+        .iter()
+        .map(|e| RoutingEvent::AddPublicEndpoint {
+            app: id.clone(),
+            endpoint: e.clone(),
+        });
+    let aliases = theirs.aliases.iter().map(|a| RoutingEvent::AddAlias {
+        app: id.clone(),
+        alias: a.clone(),
+    });
+    endpoints.chain(aliases).collect()
 }
 
 /// The events that turn `app` into what the broker says.
@@ -285,6 +313,15 @@ mod tests {
         let key = spi_consumer::AppKey::of(&id);
         let fixed = state.app(&key).expect("app");
         assert!(diff(&Ours::of_app(fixed), Some(&theirs)).is_empty());
+        // Never heard of: created as the broker has it, and then nothing differs.
+        assert_eq!(unknown(Some(&theirs))[0].kind, "missing_app");
+        assert!(unknown(None).is_empty());
+        let mut state = spi_consumer::RoutingState::default();
+        for e in creates(&id, &theirs) {
+            state.apply(&e);
+        }
+        let created = state.app(&key).expect("created");
+        assert!(diff(&Ours::of_app(created), Some(&theirs)).is_empty());
         // Gone at the broker: the app is deleted.
         assert!(matches!(
             fixes(&ours, None)[..],

@@ -14,10 +14,13 @@
 //!    apply path, saved and published, like events from the broker; then the source
 //!    starts again. See `startup` for that part.
 //!
+//! Step 1 also walks the broker's listing (`GET domains`, then each domain's
+//! `applications`) for apps the router has never heard of (every event of theirs
+//! lost): at most `reconcile.discover_max` of them a run are fetched, and each is a
+//! `missing_app` difference whose fix is the events that create its route.
+//!
 //! Runs every `reconcile.interval`, on `POST /reconcile` and on `router reconcile`.
-//! Apps the router has never heard of are not discovered (the per-app resources are
-//! all the API offers for this); certificates are not compared (the API returns no
-//! keys).
+//! Certificates are not compared (the API returns no keys).
 
 pub mod broker;
 pub mod diff;
@@ -30,7 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use spi_consumer::AppKey;
 
-use self::broker::{BrokerApp, Client};
+use self::broker::{BrokerApp, Client, ListedApp};
 use self::diff::{Difference, Ours};
 use crate::metrics::Metrics;
 use crate::table::{Route, RouteTable};
@@ -53,6 +56,10 @@ pub struct ReconcileSettings {
     /// Requests to the broker at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// Apps the router never heard of, fetched and added at most this many a run
+    /// (0: the broker's listing is not walked).
+    #[serde(default = "default_discover_max")]
+    pub discover_max: usize,
     /// A file whose first line is an authorization token (`Bearer`).
     pub token_file: Option<PathBuf>,
     /// HTTP Basic credentials: a user and a file holding the password.
@@ -73,6 +80,15 @@ fn default_timeout() -> Duration {
 fn default_concurrency() -> usize {
     4
 }
+
+fn default_discover_max() -> usize {
+    1000
+}
+
+/// Apps read from the broker's listing in one run at most (each listing answer is
+/// also capped at [`broker::MAX_BODY`]): a bound on the run's memory whatever the
+/// broker says.
+pub const MAX_LISTED: usize = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -146,7 +162,10 @@ pub struct Job {
 /// What one run found (and did), for the log, `POST /reconcile` and the CLI.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
+    /// Apps of the route table compared.
     pub apps_checked: usize,
+    /// Apps the broker listed (0 when discovery is off).
+    pub apps_listed: usize,
     /// Per app (`name-namespace`), what differs.
     pub differences: BTreeMap<String, Vec<Difference>>,
     /// Apps the broker could not be asked about, with the reason.
@@ -159,46 +178,118 @@ pub struct Report {
     pub deferred: Vec<String>,
 }
 
-/// Step 1's result: the report, and for each app that differs, the broker's answer
+/// One app step 1 asks the broker about: its key and names, and the route it was
+/// compared with (none: an app the router never heard of).
+pub struct Found {
+    pub key: AppKey,
+    pub app: ListedApp,
+    pub route: Option<Arc<Route>>,
+    pub theirs: Option<BrokerApp>,
+}
+
+/// Step 1's result: the report, and each app that differs, with the broker's answer
 /// and the route it was compared with (to see later whether an event changed it).
 pub struct Checked {
     pub report: Report,
-    pub found: Vec<(AppKey, Arc<Route>, Option<BrokerApp>)>,
+    pub found: Vec<Found>,
 }
 
-/// Step 1: fetches every app of `table` from the broker and compares.
+/// Step 1: fetches every app of `table` from the broker, and up to `discover_max`
+/// listed apps the table does not have, and compares.
 pub async fn check(
     client: Arc<Client>,
     table: &RouteTable,
     concurrency: usize,
+    discover_max: usize,
     metrics: &Metrics,
 ) -> Checked {
-    let routes: Vec<Arc<Route>> = table.routes().cloned().collect();
+    let mut asked: Vec<Found> = table
+        .routes()
+        .map(|route| Found {
+            key: route.app.clone(),
+            app: ListedApp {
+                name: route.name.to_string(),
+                namespace: route.namespace.to_string(),
+            },
+            route: Some(route.clone()),
+            theirs: None,
+        })
+        .collect();
     let mut report = Report {
-        apps_checked: routes.len(),
+        apps_checked: asked.len(),
         ..Report::default()
     };
+    if discover_max > 0 {
+        match client.list_apps(MAX_LISTED).await {
+            Ok(listed) => {
+                report.apps_listed = listed.len();
+                asked.extend(unknown(table, listed).take(discover_max));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: cannot list the broker's apps");
+                report.errors.insert("discovery".into(), e.to_string());
+            }
+        }
+    }
+    let found = compare(client, asked, concurrency, metrics, &mut report).await;
+    let result = if report.errors.is_empty() {
+        "ok"
+    } else {
+        "error"
+    };
+    metrics.reconcile_runs.with_label_values(&[result]).inc();
+    Checked { report, found }
+}
+
+/// The listed apps that `table` has no route for.
+fn unknown(table: &RouteTable, listed: Vec<ListedApp>) -> impl Iterator<Item = Found> + '_ {
+    listed.into_iter().filter_map(|app| {
+        let key = AppKey::of(&spi_consumer::decode::AppId {
+            name: app.name.clone(),
+            namespace: app.namespace.clone(),
+        });
+        table.app(&key).is_none().then_some(Found {
+            key,
+            app,
+            route: None,
+            theirs: None,
+        })
+    })
+}
+
+/// Asks the broker about each app (`concurrency` at once) and keeps those that
+/// differ, with what differs in `report`.
+async fn compare(
+    client: Arc<Client>,
+    asked: Vec<Found>,
+    concurrency: usize,
+    metrics: &Metrics,
+    report: &mut Report,
+) -> Vec<Found> {
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    for route in routes {
+    for found in asked {
         let (client, slots) = (client.clone(), slots.clone());
         tasks.spawn(async move {
             let _slot = slots.acquire_owned().await;
-            let got = client.app(&route.name, &route.namespace).await;
-            (route, got)
+            let got = client.app(&found.app.name, &found.app.namespace).await;
+            (found, got)
         });
     }
-    let mut found = Vec::new();
+    let mut differing = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        let Ok((route, got)) = done else { continue };
-        let name = route.app.to_string();
+        let Ok((mut found, got)) = done else { continue };
+        let name = found.key.to_string();
         match got {
             Err(e) => {
                 tracing::warn!(app = %name, error = %e, "reconcile: cannot ask the broker");
                 report.errors.insert(name, e.to_string());
             }
             Ok(theirs) => {
-                let d = diff::diff(&Ours::of_route(&route), theirs.as_ref());
+                let d = match &found.route {
+                    Some(route) => diff::diff(&Ours::of_route(route), theirs.as_ref()),
+                    None => diff::unknown(theirs.as_ref()),
+                };
                 if !d.is_empty() {
                     for x in &d {
                         metrics
@@ -208,16 +299,11 @@ pub async fn check(
                         tracing::warn!(app = %name, kind = x.kind, what = %x.what, "reconcile: the broker differs");
                     }
                     report.differences.insert(name, d);
-                    found.push((route.app.clone(), route, theirs));
+                    found.theirs = theirs;
+                    differing.push(found);
                 }
             }
         }
     }
-    let result = if report.errors.is_empty() {
-        "ok"
-    } else {
-        "error"
-    };
-    metrics.reconcile_runs.with_label_values(&[result]).inc();
-    Checked { report, found }
+    differing
 }

@@ -193,8 +193,10 @@ pub(super) async fn reconcile_once(
     let settings = config.reconcile.as_ref();
     let apply = apply.unwrap_or(settings.is_some_and(|r| r.apply));
     let concurrency = settings.map_or(4, |r| r.concurrency);
+    let discover_max = settings.map_or(0, |r| r.discover_max);
     let table = admin.table.load_full();
-    let checked = crate::reconcile::check(client, &table, concurrency, &admin.metrics).await;
+    let checked =
+        crate::reconcile::check(client, &table, concurrency, discover_max, &admin.metrics).await;
     let mut report = checked.report;
     report.apply = apply;
     if apply && !checked.found.is_empty() {
@@ -202,20 +204,31 @@ pub(super) async fn reconcile_once(
         sourcing.stop().await;
         // An app an event changed since the check: the broker's answer may be older.
         let now = admin.table.load_full();
-        let (fix, deferred): (Vec<_>, Vec<_>) = checked
-            .found
-            .into_iter()
-            .partition(|(key, route, _)| now.app(key).is_some_and(|r| Arc::ptr_eq(r, route)));
-        report.deferred = deferred
-            .into_iter()
-            .map(|(k, _, _)| k.to_string())
-            .collect();
+        let (fix, deferred): (Vec<_>, Vec<_>) =
+            checked
+                .found
+                .into_iter()
+                .partition(|f| match (now.app(&f.key), &f.route) {
+                    (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                    (None, None) => true,
+                    _ => false,
+                });
+        report.deferred = deferred.into_iter().map(|f| f.key.to_string()).collect();
         sourcing.reopen(events, config, &admin.metrics, |consumer| {
             let fixes: Vec<_> = fix
                 .iter()
-                .filter_map(|(key, _, theirs)| {
-                    let app = consumer.state().app(key)?;
-                    Some(crate::reconcile::diff::fixes(app, theirs.as_ref()))
+                .filter_map(|f| match (consumer.state().app(&f.key), &f.theirs) {
+                    (Some(app), theirs) => {
+                        Some(crate::reconcile::diff::fixes(app, theirs.as_ref()))
+                    }
+                    (None, Some(theirs)) => Some(crate::reconcile::diff::creates(
+                        &spi_consumer::decode::AppId {
+                            name: f.app.name.clone(),
+                            namespace: f.app.namespace.clone(),
+                        },
+                        theirs,
+                    )),
+                    (None, None) => None,
                 })
                 .flatten()
                 .collect();
