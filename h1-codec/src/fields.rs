@@ -385,6 +385,23 @@ impl Fields {
         map
     }
 
+    /// Takes out every field named `name` (any case): a header action's
+    /// deletion on fields that are written as they came, without putting
+    /// them in a map first.
+    pub fn remove(&mut self, name: &[u8]) {
+        let head = &self.head;
+        let before = self.index.len();
+        self.index.retain(|f| {
+            let at = f.name as usize;
+            !head
+                .get(at..at + f.name_len as usize)
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        });
+        if self.index.len() != before {
+            self.present = self.index.iter().fold(0, |bits, f| bits | f.kind.bit());
+        }
+    }
+
     fn field(&self, f: &Field) -> (&[u8], &[u8]) {
         let name = f.name as usize;
         let value = f.value as usize;
@@ -541,6 +558,16 @@ mod tests {
         assert_eq!(map.len(), 4);
         assert_eq!(map.get_all("set-cookie").iter().count(), 2);
         assert_eq!(map.get("x-a").map(HeaderValue::as_bytes), Some(&b"1"[..]));
+        // Removed by name in any case, the others kept in order.
+        let mut f = f;
+        f.remove(b"SET-COOKIE");
+        assert_eq!(
+            f.iter().collect::<Vec<_>>(),
+            [(&b"X-A"[..], &b"1"[..]), (b"X-B", b"2")]
+        );
+        assert!(!f.contains(Name::SetCookie) && f.get_all(Name::SetCookie).next().is_none());
+        f.remove(b"x-none");
+        assert_eq!(f.len(), 2);
     }
 
     #[test]

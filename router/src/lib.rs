@@ -21,6 +21,7 @@ pub mod admin;
 pub mod config;
 pub mod fds;
 pub mod issuer;
+pub mod keyed;
 pub mod log_format;
 pub mod log_limit;
 pub mod members;

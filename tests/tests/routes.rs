@@ -193,10 +193,15 @@ async fn hsts_header_actions_plain_http_policy_and_body_limit_apply_on_every_pro
             ("https", https.port()),
             "/x",
             ca,
-            &[version, "-A", "curl-test"],
+            &[version, "-A", "curl-test", "-H", "X-Tenant: forged"],
         )
         .await;
         let echo = Echo::parse(got.body.as_bytes());
+        assert_eq!(
+            echo.all("x-tenant").len(),
+            1,
+            "{version}: a set field replaces the client's: {echo:?}"
+        );
         check_https(
             version,
             got.status,

@@ -27,6 +27,7 @@
 
 use std::sync::Arc;
 
+use h1_codec::fields::Fields;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::settings::{AppSettings, HeaderAction};
@@ -175,7 +176,7 @@ impl Value {
                 for part in parts {
                     match part {
                         Part::Text(t) => out.push_str(t),
-                        Part::Var(v) => out.push_str(vars.get(*v)),
+                        Part::Var(v) => vars.write(*v, &mut out),
                     }
                 }
                 HeaderValue::from_str(&out).ok()
@@ -184,33 +185,47 @@ impl Value {
     }
 }
 
-/// What a request's variables are.
+/// What a request's variables are (borrowed: nothing is formatted unless a
+/// value names a variable).
 pub struct Vars<'a> {
     pub client_ip: &'a str,
     pub request_id: &'a str,
     pub sni: &'a str,
-    pub app: &'a str,
+    /// The app's name and namespace (`%{app}` is `name-namespace`); none
+    /// for a request that reached no app.
+    pub app: Option<(&'a str, &'a str)>,
     pub host: &'a str,
 }
 
 impl Vars<'_> {
-    fn get(&self, var: Var) -> &str {
+    fn write(&self, var: Var, out: &mut String) {
         match var {
-            Var::ClientIp => self.client_ip,
-            Var::RequestId => self.request_id,
-            Var::Sni => self.sni,
-            Var::App => self.app,
-            Var::Host => self.host,
+            Var::ClientIp => out.push_str(self.client_ip),
+            Var::RequestId => out.push_str(self.request_id),
+            Var::Sni => out.push_str(self.sni),
+            Var::App => {
+                if let Some((name, namespace)) = self.app {
+                    out.push_str(name);
+                    out.push('-');
+                    out.push_str(namespace);
+                }
+            }
+            Var::Host => out.push_str(self.host),
         }
     }
 
-    /// Whether any of `actions` reads a variable (then they are rendered).
+    /// Whether any of `actions` reads a variable.
     fn needed(actions: &[Action]) -> bool {
         actions
             .iter()
             .any(|a| matches!(a, Action::Set(_, Value::Template(_))))
     }
 }
+
+/// Fields a request's actions set, written after the client's (which lost
+/// every field of these names): for a head written from the fields as they
+/// came, with no map.
+pub type SetFields = Vec<(HeaderName, HeaderValue)>;
 
 /// One compiled action.
 #[derive(Clone, Debug)]
@@ -266,35 +281,60 @@ impl FieldRules {
         }))
     }
 
-    /// Whether a response's fields must be in its map to apply the rules (a
-    /// deletion of a member's field, which the own HTTP/1.1 path would
-    /// otherwise write as it came).
-    pub fn deletes_on_response(&self) -> bool {
-        self.response.iter().any(|a| matches!(a, Action::Delete(_)))
-    }
-
     /// The request actions on `headers`.
     pub fn on_request(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
-        apply(&self.request, headers, vars);
+        apply(&self.request, headers, None, vars);
+    }
+
+    /// The request actions on fields written as they came (the own HTTP/1.1
+    /// path), without a map: a field deleted or set is taken out of `raw`;
+    /// what is set comes back, to be written after them, in order.
+    pub fn on_raw_request(&self, raw: &mut Fields, vars: &Vars<'_>) -> SetFields {
+        let mut added = SetFields::new();
+        for action in &self.request {
+            let name = match action {
+                Action::Set(name, _) | Action::Delete(name) => name,
+            };
+            raw.remove(name.as_str().as_bytes());
+            added.retain(|(n, _)| n != name);
+            if let Action::Set(name, value) = action
+                && let Some(v) = value.render(vars)
+            {
+                added.push((name.clone(), v));
+            }
+        }
+        added
     }
 
     /// The response actions and HSTS (`https`: the response goes out over
-    /// TLS) on `headers`: the router's value in place of the member's.
-    pub fn on_response(&self, headers: &mut HeaderMap, https: bool, vars: &Vars<'_>) {
+    /// TLS): set in `headers` (a member's field of the name, in `raw` when
+    /// written as it came, is then left out), deleted from both.
+    pub fn on_response(
+        &self,
+        headers: &mut HeaderMap,
+        raw: Option<&mut Fields>,
+        https: bool,
+        vars: &Vars<'_>,
+    ) {
         if https && let Some(hsts) = &self.hsts {
             headers.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
-        apply(&self.response, headers, vars);
+        apply(&self.response, headers, raw, vars);
     }
 
-    /// Whether the request actions read variables (the caller renders the
-    /// ones it has).
-    pub fn request_needs_vars(&self) -> bool {
-        Vars::needed(&self.request)
+    /// Whether the response actions read variables (then the log phase keeps
+    /// the host for them).
+    pub fn response_needs_vars(&self) -> bool {
+        Vars::needed(&self.response)
     }
 }
 
-fn apply(actions: &[Action], headers: &mut HeaderMap, vars: &Vars<'_>) {
+fn apply(
+    actions: &[Action],
+    headers: &mut HeaderMap,
+    mut raw: Option<&mut Fields>,
+    vars: &Vars<'_>,
+) {
     for action in actions {
         match action {
             Action::Set(name, value) => {
@@ -303,7 +343,12 @@ fn apply(actions: &[Action], headers: &mut HeaderMap, vars: &Vars<'_>) {
                 }
             }
             Action::Delete(name) => {
-                headers.remove(name);
+                if !headers.is_empty() {
+                    headers.remove(name);
+                }
+                if let Some(raw) = raw.as_deref_mut() {
+                    raw.remove(name.as_str().as_bytes());
+                }
             }
         }
     }
@@ -319,7 +364,7 @@ mod tests {
             client_ip: "192.0.2.7",
             request_id: "abc",
             sni: "www.example.com",
-            app: "app-ns",
+            app: Some(("app", "ns")),
             host: "www.example.com",
         }
     }
@@ -405,22 +450,71 @@ mod tests {
             ..AppSettings::default()
         };
         let rules = FieldRules::of(&settings).expect("rules");
-        assert!(rules.deletes_on_response());
         let mut h = HeaderMap::new();
         h.insert("server", HeaderValue::from_static("member/1.0"));
         h.insert("x-frame-options", HeaderValue::from_static("SAMEORIGIN"));
-        rules.on_response(&mut h, false, &vars());
+        rules.on_response(&mut h, None, false, &vars());
         assert_eq!(h.get("x-frame-options").expect("set"), "DENY");
         assert!(h.get("server").is_none() && h.get("x-app").is_none());
         assert!(
             h.get("strict-transport-security").is_none(),
             "never on plain HTTP"
         );
-        rules.on_response(&mut h, true, &vars());
+        rules.on_response(&mut h, None, true, &vars());
         assert_eq!(
             h.get("strict-transport-security").expect("hsts"),
             "max-age=31536000; includeSubDomains"
         );
         assert!(FieldRules::of(&AppSettings::default()).is_none());
+        // A member's fields as they came: a deleted one is taken out of them.
+        let mut raw =
+            Fields::of_head(b"HTTP/1.1 200 OK\r\nServer: m\r\nX-Kept: 1\r\n\r\n").expect("head");
+        let mut h = HeaderMap::new();
+        rules.on_response(&mut h, Some(&mut raw), false, &vars());
+        assert_eq!(
+            raw.iter().collect::<Vec<_>>(),
+            [(&b"X-Kept"[..], &b"1"[..])]
+        );
+        assert_eq!(h.get("x-frame-options").expect("set"), "DENY");
+    }
+
+    #[test]
+    fn request_actions_on_fields_as_they_came_take_out_and_add_in_order() {
+        let set = |name: &str, value: &str| HeaderAction::Set {
+            name: name.into(),
+            value: value.into(),
+        };
+        let settings = AppSettings {
+            headers: Some(HeaderActions {
+                request: vec![
+                    set("X-Seen", "first"),
+                    HeaderAction::Delete("Cookie".into()),
+                    set("X-App", "%{app} via %{host}"),
+                    set("X-Seen", "second"),
+                    HeaderAction::Delete("X-Gone".into()),
+                ],
+                response: vec![],
+            }),
+            ..AppSettings::default()
+        };
+        let rules = FieldRules::of(&settings).expect("rules");
+        let mut raw = Fields::of_head(
+            b"GET / HTTP/1.1\r\nHost: h\r\nx-seen: client\r\nCookie: a=1\r\nX-Gone: 1\r\nAccept: */*\r\n\r\n",
+        )
+        .expect("head");
+        let added = rules.on_raw_request(&mut raw, &vars());
+        let names: Vec<&[u8]> = raw.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"Host"[..], b"Accept"]);
+        let added: Vec<(&str, &str)> = added
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            added,
+            [
+                ("x-app", "app-ns via www.example.com"),
+                ("x-seen", "second")
+            ]
+        );
     }
 }

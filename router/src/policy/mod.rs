@@ -39,7 +39,10 @@ use crate::token_bucket::Rate;
 
 /// Every app's compiled policy: those with settings of their own, and the one of
 /// the others (none when `app_defaults:` is empty).
-pub type Compiled = (imbl::HashMap<AppKey, Arc<Policy>>, Option<Arc<Policy>>);
+pub type Compiled = (
+    crate::keyed::Keyed<AppKey, Arc<Policy>>,
+    Option<Arc<Policy>>,
+);
 
 /// One app's settings, compiled for the request path.
 #[derive(Debug)]

@@ -57,7 +57,7 @@ impl Proxy {
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
         let target = to.pick(fields, source.0)?;
         let conn = (context.conn, &context.trace);
-        let (protocol, body) = prepare((&mut req, &mut raw), &to, &target, conn)?;
+        let (protocol, body, added) = prepare((&mut req, &mut raw), &to, &target, conn)?;
         let body = self.read_body(body, to.policy.as_deref()).await?;
         let timeouts = Timeouts::of(self, to.policy.as_deref());
         match protocol {
@@ -80,7 +80,8 @@ impl Proxy {
         };
         context.mark(Moment::Connected);
         let conn = (context.conn, &context.trace);
-        let (mut request, replay) = encoded((req, body), raw.as_ref(), conn, to.host);
+        let raw = raw.as_ref().map(|f| (f, &added));
+        let (mut request, replay) = encoded((req, body), raw, conn, to.host);
         let mut retried = false;
         let head = loop {
             let result = up

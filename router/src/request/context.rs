@@ -27,6 +27,7 @@ use crate::policy::Refused;
 use crate::policy::clients::ClientSlot;
 use crate::policy::fields::{FieldRules, Vars};
 use crate::policy::pages::ErrorPages;
+use crate::table::Route;
 use crate::traces::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
@@ -68,33 +69,50 @@ pub(super) struct Context<'c> {
 }
 
 /// An app's field rules with what their variables need that the log phase
-/// does not have at hand (see [`crate::policy::fields`]).
+/// does not have at hand (see [`crate::policy::fields`]): nothing is
+/// formatted here.
 pub(super) struct Rules {
     pub(super) rules: Arc<FieldRules>,
-    pub(super) app: String,
-    pub(super) host: String,
+    route: Arc<Route>,
+    /// The host, kept only when a response action reads a variable.
+    host: Option<Box<str>>,
 }
 
 impl Rules {
     /// The rules of `to`'s app, if it has some.
     pub(super) fn of(to: &Destination<'_>) -> Option<Box<Rules>> {
         let rules = to.policy.as_ref()?.fields.clone()?;
+        let host = rules.response_needs_vars().then(|| to.name.as_ref().into());
         Some(Box::new(Rules {
             rules,
-            app: format!("{}-{}", to.route.name, to.route.namespace),
-            host: to.name.to_string(),
+            route: to.route.clone(),
+            host,
         }))
     }
 
     /// The variables of a request of `conn` with `trace`.
     pub(super) fn vars<'a>(&'a self, conn: &'a ClientConn, trace: &'a Trace) -> Vars<'a> {
-        Vars {
-            client_ip: conn.ip_text(),
-            request_id: trace.request_id.as_str(),
-            sni: conn.sni.as_deref().unwrap_or(""),
-            app: &self.app,
-            host: &self.host,
-        }
+        vars_of(
+            (conn, trace),
+            Some(&self.route),
+            self.host.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+/// The variables of a request of `conn` with `trace` for `host`, routed to
+/// `route` (none: it reached no app).
+pub(super) fn vars_of<'a>(
+    (conn, trace): (&'a ClientConn, &'a Trace),
+    route: Option<&'a Route>,
+    host: &'a str,
+) -> Vars<'a> {
+    Vars {
+        client_ip: conn.ip_text(),
+        request_id: trace.request_id.as_str(),
+        sni: conn.sni.as_deref().unwrap_or(""),
+        app: route.map(|r| (r.name.as_str(), r.namespace.as_str())),
+        host,
     }
 }
 

@@ -338,14 +338,22 @@ pub const X_SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("x-ssl-client-
 /// framing is the client's `Content-Length`, passed on with its fields.
 pub fn encode_for_member(
     (method, target): (&http::Method, &str),
-    fields: &Fields,
+    (fields, added): (&Fields, &[(HeaderName, HeaderValue)]),
     (conn, trace): (&ClientConn, &Trace),
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) {
     let forwarding = forwarding(FieldsRef::Raw(fields), conn, host);
     let none = HeaderMap::new();
-    let fields = end_to_end(fields, &none).filter(|(_, name, _)| !is_underscored(name));
+    // The fields the app's request actions set come after the client's
+    // (which lost every field of those names).
+    let added = added.iter().map(|(name, value)| {
+        let name = name.as_str().as_bytes();
+        (Name::of(name), name, value.as_bytes())
+    });
+    let fields = end_to_end(fields, &none)
+        .filter(|(_, name, _)| !is_underscored(name))
+        .chain(added);
     let added = (forwarding, conn, trace, host);
     write_member_head((method, target), fields, added, out);
 }
@@ -849,7 +857,7 @@ mod tests {
             let host = HeaderValue::from_static("a.example");
             let mut written = Vec::new();
             let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted(), Default::default());
-            encode_for_member((&http::Method::GET, "/p?q=1"), &raw, (&conn, &trace), &host, &mut written);
+            encode_for_member((&http::Method::GET, "/p?q=1"), (&raw, &[]), (&conn, &trace), &host, &mut written);
             let mut map = raw.to_map(6);
             remove_hop_by_hop(&mut map, false);
             set_forwarded(&mut map, &conn, &host);

@@ -10,7 +10,7 @@ use http::Response;
 
 use super::body::{Completion, ProxyBody};
 use super::context::{Context, Forwarded};
-use super::{Answer, Proxy, headers};
+use super::{Answer, Proxy};
 use crate::policy::fields::{FieldRules, Vars};
 use crate::traces::Moment;
 
@@ -111,13 +111,7 @@ impl Proxy {
             return;
         };
         drop(table);
-        let vars = Vars {
-            client_ip: context.conn.ip_text(),
-            request_id: context.trace.request_id.as_str(),
-            sni: context.conn.sni.as_deref().unwrap_or(""),
-            app: "",
-            host: "",
-        };
+        let vars = super::context::vars_of((context.conn, &context.trace), None, "");
         rules::on_response(&rules, response, context.conn.https, &vars);
     }
 }
@@ -125,21 +119,16 @@ impl Proxy {
 mod rules {
     use super::*;
 
-    /// `rules` on a response: the member's fields as they came are put in
-    /// its map first when an action deletes one (the own HTTP/1.1 path
-    /// writes them as they came otherwise; a field set in the map replaces
-    /// the member's of its name there).
+    /// `rules` on a response: on its map, and on the member's fields when
+    /// they are written as they came (the own HTTP/1.1 path; a field set in
+    /// the map replaces the member's of its name there, a deleted one is
+    /// taken out of both).
     pub(super) fn on_response(
         rules: &FieldRules,
         (response, fields): (&mut Response<ProxyBody>, &mut Option<Fields>),
         https: bool,
         vars: &Vars<'_>,
     ) {
-        if rules.deletes_on_response()
-            && let Some(f) = fields.take()
-        {
-            headers::member_map(&f, response.headers_mut());
-        }
-        rules.on_response(response.headers_mut(), https, vars);
+        rules.on_response(response.headers_mut(), fields.as_mut(), https, vars);
     }
 }

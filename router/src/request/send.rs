@@ -26,6 +26,7 @@ use super::route::Destination;
 use super::trace::Trace;
 use super::upload::{Received, read_now, read_rest};
 use crate::metrics::UpstreamError;
+use crate::policy::fields::SetFields;
 use crate::policy::{Policy, Refused};
 use crate::table::Target;
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
@@ -42,36 +43,32 @@ pub(super) enum Protocol {
     Upgrade(hyper::upgrade::OnUpgrade),
 }
 
+/// What [`prepare`] hands on: how the request goes, its body (taken out to go
+/// its own way; the head stays boxed, see [`Proxy::answer`]), and the fields
+/// its app's request actions add to a head written from the client's fields
+/// as they came.
+pub(super) type Prepared = (Protocol, Received, SetFields);
+
 /// The request as its member gets it, from the client's request (`raw`: its
 /// fields as they came, on the own HTTP/1.1 path) to its destination's
-/// `target`: how it goes, and its body, taken out to
-/// go its own way (the head stays boxed, see [`Proxy::answer`]).
+/// `target`.
 pub(super) fn prepare(
     (req, raw): (&mut Request<Received>, &mut Option<Fields>),
     to: &Destination<'_>,
     target: &Target,
     (conn, trace): (&ClientConn, &Trace),
-) -> Result<(Protocol, Received), ProxyError> {
+) -> Result<Prepared, ProxyError> {
     let (host, h2_members) = (to.host, to.h2_members());
     let fields = FieldsRef::of(req, raw.as_ref());
     let upgrade = req.version() == Version::HTTP_11 && wants_upgrade(fields);
     let trailers = h2_members && wants_trailers(fields);
-    let actions = to
-        .policy
-        .as_ref()
-        .and_then(|p| p.fields.as_ref())
-        .filter(|r| !r.request.is_empty());
-    plain_or_map(req, raw, h2_members || upgrade || actions.is_some());
-    if let Some(rules) = actions
-        && let Some(named) = super::context::Rules::of(to)
-    {
-        rules.on_request(req.headers_mut(), &named.vars(conn, trace));
-    }
-    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
-    let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
     // An HTTP/1.1 member's head is written from the fields where they are
     // (`encode`); hyper's clients (h2 members, upgrades) take a map.
     let written = !(h2_members || upgrade);
+    plain_or_map(req, raw, !written);
+    let added = request_actions((req, raw), to, (conn, trace));
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
+    let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
     for_member(
         req,
         (host, &to.rewrite),
@@ -84,7 +81,34 @@ pub(super) fn prepare(
         None if h2_members => Protocol::H2 { trailers },
         None => Protocol::H1,
     };
-    Ok((protocol, body))
+    Ok((protocol, body, added))
+}
+
+/// The app's request actions (see [`crate::policy::fields`]): on the
+/// client's fields as they came when the head is written from them (what
+/// they set comes back, to be written after them: no map is built), else on
+/// the request's map.
+fn request_actions(
+    (req, raw): (&mut Request<Received>, &mut Option<Fields>),
+    to: &Destination<'_>,
+    conn: (&ClientConn, &Trace),
+) -> SetFields {
+    let Some(rules) = to
+        .policy
+        .as_ref()
+        .and_then(|p| p.fields.as_ref())
+        .filter(|r| !r.request.is_empty())
+    else {
+        return SetFields::new();
+    };
+    let vars = super::context::vars_of(conn, Some(&to.route), &to.name);
+    match raw.as_mut() {
+        Some(fields) => rules.on_raw_request(fields, &vars),
+        None => {
+            rules.on_request(req.headers_mut(), &vars);
+            SetFields::new()
+        }
+    }
 }
 
 impl Proxy {
@@ -148,7 +172,7 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 /// without a body).
 pub(super) fn encoded(
     (req, body): (Box<Request<Received>>, RequestBody),
-    raw: Option<&Fields>,
+    raw: Option<(&Fields, &SetFields)>,
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> (Encoded, Replay) {
@@ -161,12 +185,12 @@ pub(super) fn encoded(
 fn encode(
     req: Box<Request<Received>>,
     body: RequestBody,
-    raw: Option<&Fields>,
+    raw: Option<(&Fields, &SetFields)>,
     conn: (&ClientConn, &Trace),
     host: &HeaderValue,
 ) -> Encoded {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let Some(fields) = raw else {
+    let Some((fields, added)) = raw else {
         let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
         let mut head = Vec::with_capacity(512);
         let framing = encode_map_for_member(
@@ -181,7 +205,13 @@ fn encode(
     };
     // Room for what the router adds (forwarding, request ID, trace context).
     let mut head = Vec::with_capacity(fields.head_len() + 384);
-    encode_for_member((req.method(), target), fields, conn, host, &mut head);
+    encode_for_member(
+        (req.method(), target),
+        (fields, added),
+        conn,
+        host,
+        &mut head,
+    );
     Encoded::from_head(head, req.method(), body)
 }
 

@@ -229,11 +229,11 @@ pub struct RouteTable {
     /// How generated names are taken apart; none: every name is in `hosts`.
     pub(crate) generated: Option<Arc<Generated>>,
     /// Names shared between apps by weight (blue/green), set by the operator.
-    pub splits: imbl::HashMap<Arc<str>, Arc<split::Split>>,
+    pub splits: crate::keyed::Keyed<Arc<str>, Arc<split::Split>>,
     /// Names whose path prefixes go to other apps, set by the operator.
-    pub paths: imbl::HashMap<Arc<str>, Arc<paths::PathTable>>,
+    pub paths: crate::keyed::Keyed<Arc<str>, Arc<paths::PathTable>>,
     /// The policy of each app with settings of its own (see [`crate::policy`]).
-    pub policies: imbl::HashMap<AppKey, Arc<crate::policy::Policy>>,
+    pub policies: crate::keyed::Keyed<AppKey, Arc<crate::policy::Policy>>,
     /// The policy of every other app (`app_defaults:`); none when that is empty.
     pub default_policy: Option<Arc<crate::policy::Policy>>,
 }

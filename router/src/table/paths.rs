@@ -6,13 +6,16 @@
 //! `/api/x`, never `/apix`; `/` takes everything. A request under none goes
 //! where the name goes without paths (its own app, or its split). A host
 //! without paths pays one empty-map check (the table has none) or one hash
-//! probe (other names have some).
+//! probe (other names have some). A host with paths pays one more probe, by
+//! the request's first segment, and compares only the prefixes under it (a
+//! scan of all 20 prefixes of a table cost 240 instructions a request).
 //!
 //! A rewrite replaces the matched prefix: `/api` rewritten to `/` sends
 //! `/api/users?x=1` as `/users?x=1` and `/api` as `/`; to `/v2`, as
 //! `/v2/users?x=1` and `/v2`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -71,10 +74,15 @@ struct Entry {
     rewrite: Option<Arc<str>>,
 }
 
-/// A name's compiled path routes, longest prefix first.
+/// A name's compiled path routes, by first segment, longest prefix first.
 #[derive(Debug)]
 pub struct PathTable {
+    /// Grouped by first segment, each group longest first.
     entries: Vec<Entry>,
+    /// A first segment (`api` of `/api/v2`) → its group in `entries`.
+    by_segment: HashMap<Box<str>, Range<usize>, foldhash::fast::RandomState>,
+    /// The `/` rule, which takes what no other does.
+    root: Option<usize>,
     /// As given, for `/routes` and the pair.
     pub rules: PathRules,
 }
@@ -115,8 +123,29 @@ impl PathTable {
                 rewrite: route.rewrite.as_deref().map(Arc::from),
             });
         }
-        entries.sort_by_key(|e| std::cmp::Reverse(e.prefix.len()));
-        Ok(PathTable { entries, rules })
+        entries.sort_by(|a, b| {
+            let key = |e: &Entry| (first_segment(&e.prefix).to_string(), e.prefix.len());
+            let ((sa, la), (sb, lb)) = (key(a), key(b));
+            sa.cmp(&sb).then(lb.cmp(&la))
+        });
+        let mut by_segment = HashMap::<Box<str>, Range<usize>, _>::default();
+        let mut root = None;
+        for (i, e) in entries.iter().enumerate() {
+            if &*e.prefix == "/" {
+                root.get_or_insert(i);
+                continue;
+            }
+            by_segment
+                .entry(first_segment(&e.prefix).into())
+                .or_insert(i..i)
+                .end = i + 1;
+        }
+        Ok(PathTable {
+            entries,
+            by_segment,
+            root,
+            rules,
+        })
     }
 
     /// The apps the rules name.
@@ -127,13 +156,29 @@ impl PathTable {
     /// The rule for `path` (without its query): the longest prefix it is
     /// under, on a segment boundary.
     pub fn find(&self, path: &str) -> Option<PathMatch<'_>> {
-        self.entries
+        let group = self
+            .by_segment
+            .get(first_segment(path))
+            .and_then(|r| self.entries.get(r.clone()))
+            .unwrap_or_default();
+        group
             .iter()
             .find(|e| under(path, &e.prefix))
+            .or_else(|| self.entries.get(self.root?))
             .map(|e| PathMatch {
                 app: &e.app,
                 rewrite: e.rewrite.clone().map(|to| (e.prefix.len(), to)),
             })
+    }
+}
+
+/// A path's first segment: `api` of `/api/v2/x`, empty for `/`.
+fn first_segment(path: &str) -> &str {
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    // A byte search: `split_once('/')`'s char searcher cost 53 instructions here.
+    match rest.bytes().position(|b| b == b'/') {
+        Some(end) => rest.get(..end).unwrap_or(rest),
+        None => rest,
     }
 }
 
@@ -201,6 +246,38 @@ mod tests {
             root.find("/anything").map(|m| m.app.to_string()).as_deref(),
             Some("all-ns")
         );
+    }
+
+    /// The lookup by first segment finds what a scan of every prefix, longest
+    /// first, finds.
+    #[test]
+    fn the_lookup_by_segment_agrees_with_a_scan_of_every_prefix() {
+        let prefixes = [
+            "/", "/a", "/a/b", "/a/b/c", "/ab", "/b", "/b/a", "/x/y", "/a/bc", "/c/",
+        ];
+        let apps: Vec<String> = (0..prefixes.len()).map(|i| format!("app{i}-ns")).collect();
+        let rules: Vec<(&str, &str, Option<&str>)> = prefixes
+            .iter()
+            .zip(&apps)
+            .map(|(p, a)| (*p, a.as_str(), None))
+            .collect();
+        for n in 1..=rules.len() {
+            let t = table(&rules[..n]);
+            let mut scan: Vec<(&str, &str)> = rules[..n]
+                .iter()
+                .map(|(p, a, _)| (p.trim_end_matches('/'), *a))
+                .map(|(p, a)| (if p.is_empty() { "/" } else { p }, a))
+                .collect();
+            scan.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+            for path in [
+                "/", "/a", "/a/", "/a/b", "/a/bx", "/a/b/c/d", "/ab/c", "/abc", "/b/a/z", "/x",
+                "/x/y", "/x/yz", "/c", "/c/d", "", "*", "/a/bc",
+            ] {
+                let want = scan.iter().find(|(p, _)| under(path, p)).map(|(_, a)| *a);
+                let got = t.find(path).map(|m| m.app.to_string());
+                assert_eq!(got.as_deref(), want, "{path} with {n} rules");
+            }
+        }
     }
 
     #[test]
