@@ -389,13 +389,17 @@ impl Fields {
     /// deletion on fields that are written as they came, without putting
     /// them in a map first.
     pub fn remove(&mut self, name: &[u8]) {
+        self.retain_names(|n| !n.eq_ignore_ascii_case(name));
+    }
+
+    /// Keeps the fields whose name (as sent) `keep` says to keep: one pass
+    /// for all of a message's deletions.
+    pub fn retain_names(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
         let head = &self.head;
         let before = self.index.len();
         self.index.retain(|f| {
             let at = f.name as usize;
-            !head
-                .get(at..at + f.name_len as usize)
-                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+            head.get(at..at + f.name_len as usize).is_none_or(&mut keep)
         });
         if self.index.len() != before {
             self.present = self.index.iter().fold(0, |bits, f| bits | f.kind.bit());

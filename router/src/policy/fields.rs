@@ -172,7 +172,7 @@ impl Value {
         match self {
             Value::Literal(v) => Some(v.clone()),
             Value::Template(parts) => {
-                let mut out = String::new();
+                let mut out = String::with_capacity(128);
                 for part in parts {
                     match part {
                         Part::Text(t) => out.push_str(t),
@@ -235,6 +235,12 @@ pub enum Action {
 }
 
 impl Action {
+    fn name(&self) -> &HeaderName {
+        match self {
+            Action::Set(name, _) | Action::Delete(name) => name,
+        }
+    }
+
     fn of(action: &HeaderAction) -> Option<Action> {
         match action {
             HeaderAction::Set { name, value } => Some(Action::Set(
@@ -256,6 +262,33 @@ pub struct FieldRules {
     pub hsts: Option<HeaderValue>,
     pub request: Vec<Action>,
     pub response: Vec<Action>,
+    /// Every name a request action sets or deletes: the client's fields of
+    /// these names go, in one pass over fields as they came.
+    request_names: Names,
+    /// Every name a response action deletes, likewise for a member's fields.
+    response_deletes: Names,
+}
+
+/// Field names in lower case, compared with a name as sent.
+#[derive(Debug, Default)]
+struct Names(Vec<Box<[u8]>>);
+
+impl Names {
+    fn of<'a>(names: impl Iterator<Item = &'a HeaderName>) -> Names {
+        let mut out: Vec<Box<[u8]>> = Vec::new();
+        for n in names {
+            let n = n.as_str().as_bytes();
+            if !out.iter().any(|o| **o == *n) {
+                out.push(n.into());
+            }
+        }
+        Names(out)
+    }
+
+    /// Whether a field of `name` (any case) stays.
+    fn keeps(&self, name: &[u8]) -> bool {
+        !self.0.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
 }
 
 impl FieldRules {
@@ -274,29 +307,33 @@ impl FieldRules {
         if hsts.is_none() && request.is_empty() && response.is_empty() {
             return None;
         }
+        let request_names = Names::of(request.iter().map(Action::name));
+        let response_deletes = Names::of(response.iter().filter_map(|a| match a {
+            Action::Delete(name) => Some(name),
+            Action::Set(..) => None,
+        }));
         Some(Arc::new(FieldRules {
             hsts,
             request,
             response,
+            request_names,
+            response_deletes,
         }))
     }
 
     /// The request actions on `headers`.
     pub fn on_request(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
-        apply(&self.request, headers, None, vars);
+        apply(&self.request, headers, vars);
     }
 
     /// The request actions on fields written as they came (the own HTTP/1.1
     /// path), without a map: a field deleted or set is taken out of `raw`;
     /// what is set comes back, to be written after them, in order.
     pub fn on_raw_request(&self, raw: &mut Fields, vars: &Vars<'_>) -> SetFields {
+        raw.retain_names(|n| self.request_names.keeps(n));
         let mut added = SetFields::new();
         for action in &self.request {
-            let name = match action {
-                Action::Set(name, _) | Action::Delete(name) => name,
-            };
-            raw.remove(name.as_str().as_bytes());
-            added.retain(|(n, _)| n != name);
+            added.retain(|(n, _)| n != action.name());
             if let Action::Set(name, value) = action
                 && let Some(v) = value.render(vars)
             {
@@ -319,7 +356,12 @@ impl FieldRules {
         if https && let Some(hsts) = &self.hsts {
             headers.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
-        apply(&self.response, headers, raw, vars);
+        if let Some(raw) = raw
+            && !self.response_deletes.0.is_empty()
+        {
+            raw.retain_names(|n| self.response_deletes.keeps(n));
+        }
+        apply(&self.response, headers, vars);
     }
 
     /// Whether the response actions read variables (then the log phase keeps
@@ -329,12 +371,8 @@ impl FieldRules {
     }
 }
 
-fn apply(
-    actions: &[Action],
-    headers: &mut HeaderMap,
-    mut raw: Option<&mut Fields>,
-    vars: &Vars<'_>,
-) {
+/// `actions` on a map, in order.
+fn apply(actions: &[Action], headers: &mut HeaderMap, vars: &Vars<'_>) {
     for action in actions {
         match action {
             Action::Set(name, value) => {
@@ -345,9 +383,6 @@ fn apply(
             Action::Delete(name) => {
                 if !headers.is_empty() {
                     headers.remove(name);
-                }
-                if let Some(raw) = raw.as_deref_mut() {
-                    raw.remove(name.as_str().as_bytes());
                 }
             }
         }
