@@ -2,7 +2,8 @@
 //! random validation delays and refused nonces left on: an account made once and
 //! kept (0600), a certificate ordered over HTTP-01 that chains to Pebble's root and
 //! names the alias, its answers withdrawn afterwards; and a CA that answers with an
-//! endless body fails the one request, quickly, with its reason.
+//! endless body fails the one request, quickly, with its reason; an order that
+//! failed for a moment (the CA answering 503) is resumed, not placed again.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Arc;
@@ -233,10 +234,33 @@ async fn a_ca_sending_an_endless_body_fails_that_request_quickly_with_its_reason
 /// `challenge`), HTTPS on with a wildcard default certificate from a CA of the
 /// test's, and app `shop` with `alias`: the router, its directory, its
 /// configuration file, Pebble's root and the wildcard's CA.
-async fn acme_router(
+async fn acme_router(pebble: &Pebble, challenge: &str, alias: &str) -> RouterParts {
+    acme_router_via(
+        pebble,
+        (&pebble.directory, &pebble.ca_file),
+        challenge,
+        alias,
+        "",
+    )
+    .await
+}
+
+type RouterParts = (
+    e2e::process::RouterProcess,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    String,
+    e2e::pki::Wildcard,
+);
+
+/// [`acme_router`] asking the CA at `directory` (trusted through `ca_file`;
+/// a front of `pebble`'s), with `more` lines under `acme:`.
+async fn acme_router_via(
     pebble: &Pebble,
+    (directory, ca_file): (&str, &std::path::Path),
     challenge: &str,
     alias: &str,
+    more: &str,
 ) -> (
     e2e::process::RouterProcess,
     std::path::PathBuf,
@@ -249,11 +273,11 @@ async fn acme_router(
     let wildcard = e2e::pki::Wildcard::new("acme-router");
     let dir = e2e::tempdir("acme-router");
     let extra = format!(
-        "{tls}acme:\n  directory: {dir_url}\n  ca_file: {ca}\n  check_interval: 1s\n  challenge: {challenge}\n\
+        "{tls}acme:\n  directory: {dir_url}\n  ca_file: {ca}\n  check_interval: 1s\n  challenge: {challenge}\n{more}\
          app_defaults:\n  acme: true\n",
         tls = wildcard.tls_section(),
-        dir_url = pebble.directory,
-        ca = pebble.ca_file.display(),
+        dir_url = directory,
+        ca = ca_file.display(),
     );
     // `listen:`'s https goes under the lines the helper writes.
     let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "").replace(
@@ -340,6 +364,26 @@ async fn served_within(
     false
 }
 
+/// Waits for `alias` to be served a certificate chaining to Pebble's root
+/// (`root`) on `https`; fails with what the router said when it is not.
+async fn served_or_say(
+    router: &mut e2e::process::RouterProcess,
+    https: std::net::SocketAddr,
+    alias: &str,
+    root: &str,
+) {
+    if !served_within(https, alias, root, ISSUE_TRIES, ISSUE_EVERY).await {
+        let mut said = Vec::new();
+        while let Ok(line) = router.logs.try_recv() {
+            said.push(line.to_string());
+        }
+        panic!(
+            "{alias} is not served a certificate chaining to Pebble's root; the router said:\n{}",
+            said.join("\n")
+        );
+    }
+}
+
 /// The status document's source of `alias`'s certificate.
 async fn certificate_source(admin: std::net::SocketAddr, alias: &str) -> String {
     let (_, status) = e2e::http_get(&format!("http://{admin}/status")).await;
@@ -374,17 +418,8 @@ async fn an_alias_of_an_app_asking_for_acme_is_served_pebbles_certificate_and_ke
 
     // Ordered, validated through the router's HTTP listener, served over HTTPS.
     // Pebble waits up to 15 s before it validates.
-    if !served_within(https, alias, &root, ISSUE_TRIES, ISSUE_EVERY).await {
-        let mut router = router;
-        let mut said = Vec::new();
-        while let Ok(line) = router.logs.try_recv() {
-            said.push(line.to_string());
-        }
-        panic!(
-            "the alias is not served a certificate chaining to Pebble's root; the router said:\n{}",
-            said.join("\n")
-        );
-    }
+    let mut router = router;
+    served_or_say(&mut router, https, alias, &root).await;
     assert_eq!(orders(admin, "issued").await, "1", "one order");
     // Kept for operators in /audit's own ACME ring.
     let (_, audit) = e2e::http_get(&format!("http://{admin}/audit")).await;
@@ -672,5 +707,152 @@ async fn a_ca_offering_renewal_information_gives_the_window_for_the_certificate(
             .contains(&format!("/ari/{}.AQID", base64url(&[0xAB; 20]))),
         "asked by AKI and serial: {:?}",
         asked.lock().expect("lock")
+    );
+}
+
+/// A TLS front of Pebble's ACME API, as a CA whose service fails for a moment
+/// mid-order: it passes every request on to Pebble (the Host as sent, so
+/// Pebble's URLs name the front), counts new orders (`POST /order-plz`), and
+/// answers the first `fail` requests that tell the CA to validate a challenge
+/// (`POST /chalZ/...`) with the CA's `serverInternal` problem (503) instead.
+/// Its port, its CA's directory (`ca.pem`), the new orders and the failures.
+async fn faulty_front(
+    pebble: &Pebble,
+    fail: usize,
+) -> (
+    u16,
+    std::path::PathBuf,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (listener, acceptor, dir) = tls_ca("faulty CA front").await;
+    let port = listener.local_addr().expect("addr").port();
+    let upstream: std::net::SocketAddr = pebble
+        .directory
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("Pebble's address");
+    let client = e2e::tlsclient::client_config(
+        &std::fs::read_to_string(&pebble.ca_file).expect("Pebble's CA"),
+        &[b"http/1.1"],
+    );
+    let (orders, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (orders.clone(), failed.clone());
+    serve(listener, acceptor, move |tls: CaStream| {
+        let (client, (orders, failed)) = (client.clone(), counts.clone());
+        async move {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let (client, orders, failed) = (client.clone(), orders.clone(), failed.clone());
+                async move {
+                    let post = req.method() == hyper::Method::POST;
+                    let path = req.uri().path().to_string();
+                    if post && path == "/order-plz" {
+                        orders.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if post
+                        && path.starts_with("/chalZ/")
+                        && failed.fetch_add(1, Ordering::SeqCst) < fail
+                    {
+                        let body = r#"{"type":"urn:ietf:params:acme:error:serverInternal","detail":"a moment","status":503}"#;
+                        return Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .status(503)
+                                .header("content-type", "application/problem+json")
+                                .body(Full::new(Bytes::from(body)))
+                                .expect("response"),
+                        );
+                    }
+                    Ok(pass_on(req, upstream, client).await)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        }
+    });
+    (port, dir, orders, failed)
+}
+
+/// One request passed on to `upstream` over TLS, its answer read whole (502
+/// when Pebble cannot be reached).
+async fn pass_on(
+    req: hyper::Request<hyper::body::Incoming>,
+    upstream: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+) -> hyper::Response<Full<Bytes>> {
+    use http_body_util::BodyExt as _;
+    let bad = || {
+        hyper::Response::builder()
+            .status(502)
+            .body(Full::new(Bytes::new()))
+            .expect("response")
+    };
+    let (parts, body) = req.into_parts();
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+        return bad();
+    };
+    let Ok(tls) = e2e::tlsclient::connect(upstream, "127.0.0.1", &client).await else {
+        return bad();
+    };
+    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await
+    else {
+        return bad();
+    };
+    tokio::spawn(conn);
+    let Ok(answer) = sender
+        .send_request(hyper::Request::from_parts(parts, Full::new(body)))
+        .await
+    else {
+        return bad();
+    };
+    let (parts, body) = answer.into_parts();
+    match body.collect().await {
+        Ok(b) => hyper::Response::from_parts(parts, Full::new(b.to_bytes())),
+        Err(_) => bad(),
+    }
+}
+
+/// Issue 60: a CA that fails mid-order (its service answering 503 for a
+/// moment) costs no second order: the router's next try resumes the order it
+/// has, and the certificate comes from that one order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_that_failed_for_a_moment_is_resumed_not_placed_again() {
+    let (relay, to) = relay_to_later().await;
+    let (tls_relay, _) = relay_to_later().await;
+    let pebble = Pebble::start(relay, tls_relay);
+    let (front, front_dir, new_orders, failed) = faulty_front(&pebble, 1).await;
+    let alias = "resume.example.test";
+    let directory = format!("https://127.0.0.1:{front}/dir");
+    let (router, _dir, _cfg, root, _wildcard) = acme_router_via(
+        &pebble,
+        (&directory, &front_dir.join("ca.pem")),
+        "http-01",
+        alias,
+        "  retry_after: 1s\n",
+    )
+    .await;
+    to.send_replace(router.http.port());
+    let (https, admin) = (router.https.expect("https"), router.admin.expect("admin"));
+    let mut router = router;
+    served_or_say(&mut router, https, alias, &root).await;
+    use std::sync::atomic::Ordering;
+    assert!(
+        failed.load(Ordering::SeqCst) >= 1,
+        "the front failed a challenge request"
+    );
+    assert_eq!(orders(admin, "failed").await, "1", "the first try failed");
+    assert_eq!(orders(admin, "issued").await, "1");
+    assert_eq!(
+        new_orders.load(Ordering::SeqCst),
+        1,
+        "one order at the CA: the second try resumed the first's"
+    );
+    let (_, audit) = e2e::http_get(&format!("http://{admin}/audit")).await;
+    assert!(
+        audit.contains("acme-resume"),
+        "the resume is audited: {audit}"
     );
 }

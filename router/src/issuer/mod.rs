@@ -14,7 +14,10 @@
 //! there at start. It is ordered again when the CA's renewal window says
 //! (ACME Renewal Information, see [`renewal`]), else at two thirds of its
 //! lifetime; a failed order is tried again after `acme.retry_after`, doubling
-//! with each failure up to a day, while the certificate in service (if any) stays. An alias that
+//! with each failure up to a day, while the certificate in service (if any) stays.
+//! The try resumes the order it has (its URL, and its key once finalized) when
+//! the CA says it can still lead to a certificate: a CA unreachable for a while
+//! costs no order against its limits. An alias that
 //! leaves the table or whose app turns ACME off stops being served its ACME
 //! certificate at once; its saved key is deleted [`KEEP_GONE`] later (a remove
 //! and add of the alias in between keeps it).
@@ -534,13 +537,16 @@ impl Manager {
         client: Arc<acme::Client>,
         alias: String,
     ) -> impl std::future::Future<Output = Done> + Send + 'static {
-        let resume = self
+        let peers = self
             .shared
             .take_peer_order(&alias, self.config.order_timeout);
-        match &resume {
-            Some(r) => (self.audit)("acme-take-over", &alias, &r.url),
-            None => (self.audit)("acme-order", &alias, "started"),
+        let own = self.shared.resume_own_order(&alias);
+        match (&peers, &own) {
+            (Some(r), _) => (self.audit)("acme-take-over", &alias, &r.url),
+            (None, Some(r)) => (self.audit)("acme-resume", &alias, &r.url),
+            (None, None) => (self.audit)("acme-order", &alias, "started"),
         }
+        let resume = peers.or(own);
         let peer = self.pair.as_ref().filter(|p| p.up).map(|p| p.peer.clone());
         let shared = self.shared.clone();
         async move {
@@ -584,6 +590,7 @@ impl Manager {
             tracing::warn!(alias = %alias, error = %e, "ACME certificate not saved; served until restart");
         }
         self.install(&alias, &saved);
+        self.shared.end_own_order(&alias);
         self.failed.remove(&alias);
         self.metrics.acme_failures(&alias, 0);
         self.metrics.acme_order(true);
@@ -660,6 +667,7 @@ impl Manager {
             self.gone.entry(alias).or_insert(now);
         }
         for alias in unwanted(&self.failed, wanted) {
+            self.shared.end_own_order(&alias);
             self.failed.remove(&alias);
             self.metrics.acme_failures(&alias, 0);
         }
@@ -713,6 +721,7 @@ impl acme::Answers for Answering<'_> {
     }
 
     fn progress<'a>(&'a self, name: &'a str, record: &'a OrderRecord) -> Publishing<'a> {
+        self.shared.own_order(name, record);
         let body = serde_json::to_vec(record).unwrap_or_default();
         Box::pin(async move {
             self.to_peer(Method::PUT, &format!("/acme/orders/{name}"), body)

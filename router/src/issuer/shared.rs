@@ -105,6 +105,11 @@ pub struct Shared {
     /// Orders the peer has in flight, by alias, and when each was last
     /// recorded: taken over if it goes away.
     orders: Mutex<HashMap<String, (OrderRecord, std::time::Instant)>>,
+    /// This router's own orders, by alias, as far as each got: an order that
+    /// failed (the CA unreachable, a refused nonce too often, a deadline) is
+    /// resumed by its next try, not placed again. Dropped when its alias is
+    /// issued or leaves; at most one an alias the table wants.
+    own: Mutex<HashMap<String, OrderRecord>>,
     /// Aliases whose certificate the peer put here since the issuer last looked.
     arrived: Mutex<Vec<String>>,
     /// Wakes the issuer when something arrived.
@@ -154,6 +159,7 @@ impl Shared {
             provider,
             index: Mutex::default(),
             orders: Mutex::default(),
+            own: Mutex::default(),
             arrived: Mutex::default(),
             wake: tokio::sync::Notify::new(),
         }
@@ -336,6 +342,22 @@ impl Shared {
             .remove(alias)
             .filter(|(_, at)| at.elapsed() < max_age)
             .map(|(r, _)| r)
+    }
+
+    /// This router's order for `alias` got as far as `record`.
+    pub fn own_order(&self, alias: &str, record: &OrderRecord) {
+        lock(&self.own).insert(alias.to_string(), record.clone());
+    }
+
+    /// This router's last order for `alias`, to resume (the CA says whether
+    /// it still can lead to a certificate).
+    pub fn resume_own_order(&self, alias: &str) -> Option<OrderRecord> {
+        lock(&self.own).get(alias).cloned()
+    }
+
+    /// `alias`'s order ended for good (issued, or the alias is gone).
+    pub fn end_own_order(&self, alias: &str) {
+        lock(&self.own).remove(alias);
     }
 
     /// The peer's orders in flight: alias and URL (not their keys).
