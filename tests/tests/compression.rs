@@ -3,7 +3,8 @@
 //! decoded by curl itself) and Python's own gzip reader. Bodies decode to the
 //! member's bytes; what is already encoded, short, a range or not text passes
 //! untouched; a 100 MB streamed response is compressed without the router's
-//! memory growing past its bound.
+//! memory growing past its bound; one client holds at most its share of the
+//! streams being compressed.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -276,5 +277,43 @@ async fn a_100_mb_stream_is_compressed_within_the_routers_memory_bound() {
     assert!(
         peak < before + 32 * 1024,
         "the router held the stream: RSS {before} -> {peak} KiB"
+    );
+}
+
+/// One client holds at most `compression.max_streams_per_client` streams being
+/// compressed: its third concurrent download (none of them read past the head)
+/// goes uncompressed and is counted, while another client's is compressed.
+#[tokio::test]
+async fn one_client_holds_at_most_its_share_of_the_compressed_streams() {
+    let b = Backend::start().await;
+    let config = format!("{ON}compression:\n  max_streams_per_client: 2\n");
+    let r = RouterProcess::one_app("compress-share", &b, &config).await;
+    let (host, port) = (r.http.ip(), r.http.port());
+    // Each from its source address; every socket is kept open (unread) until
+    // the script ends, so the streams stay in flight.
+    let script = format!(
+        "import socket\n\
+         held = []\n\
+         def head(src):\n\
+         \x20   s = socket.create_connection(('{host}', {port}), source_address=(src, 0))\n\
+         \x20   s.sendall(b'GET /stream?chunks=1600&type=text%2Fplain HTTP/1.1\\r\\nHost: {HOST}\\r\\nAccept-Encoding: gzip\\r\\n\\r\\n')\n\
+         \x20   buf = b''\n\
+         \x20   while b'\\r\\n\\r\\n' not in buf:\n\
+         \x20       c = s.recv(4096)\n\
+         \x20       assert c, buf\n\
+         \x20       buf += c\n\
+         \x20   held.append(s)\n\
+         \x20   return 'gzip' if b'content-encoding: gzip' in buf.split(b'\\r\\n\\r\\n')[0].lower() else 'plain'\n\
+         print(' '.join(head(src) for src in ['127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.2']))\n"
+    );
+    let out = python(&script).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out).trim(),
+        "gzip gzip plain gzip",
+        "the first client's third stream is past its share; the other client's is not"
+    );
+    assert_eq!(
+        r.metric("router_compression_over_client_share_total").await,
+        Some(1.0)
     );
 }

@@ -53,7 +53,9 @@ impl Proxy {
         // The head is handed to the server: on h2 it now waits on the client's window.
         context.active.wait_on_client();
         if let Some(asked) = context.compress {
-            self.compression.apply(asked, &mut response, &mut fields);
+            let client = context.conn.key();
+            self.compression
+                .apply((asked, client), &mut response, &mut fields);
         }
         let completion = Completion {
             start: context.start,

@@ -109,24 +109,36 @@ impl Encoder {
     }
 }
 
-/// A compressed stream's place among `compression.max_streams`; freed with it.
-pub struct StreamSlot(Arc<AtomicUsize>);
+/// A compressed stream's place among `compression.max_streams`, and its
+/// client's share of them; freed with it.
+pub struct StreamSlot {
+    active: Arc<AtomicUsize>,
+    _client: per_source::SourceSlot,
+}
 
 impl StreamSlot {
-    /// A place if fewer than `max` streams are compressing now.
-    pub fn take(active: &Arc<AtomicUsize>, max: usize) -> Option<StreamSlot> {
+    /// A place if fewer than `max` streams are compressing now (`client`:
+    /// the place within its client's share, given back if there is none).
+    pub fn take(
+        active: &Arc<AtomicUsize>,
+        max: usize,
+        client: per_source::SourceSlot,
+    ) -> Option<StreamSlot> {
         active
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| StreamSlot(active.clone()))
+            .map(|_| StreamSlot {
+                active: active.clone(),
+                _client: client,
+            })
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

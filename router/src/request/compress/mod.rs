@@ -22,10 +22,13 @@
 //!   apart (as nginx's `gzip_vary`).
 //! - **Bounds**: the body streams through the encoder ([`encode`]), never
 //!   whole; each stream's memory is bounded by its window (gzip 32 KiB,
-//!   brotli 256 KiB, zstd 512 KiB, with the encoders' tables: about 1 MiB at
-//!   most); at most `compression.max_streams` responses are being compressed
-//!   at once (the next ones go uncompressed, counted); one poll compresses at
-//!   most 256 KiB before it yields the thread.
+//!   brotli 256 KiB, zstd 512 KiB) and the encoder's tables: measured in
+//!   flight, about 1.9 MiB a brotli stream, 1.5 MiB zstd, 0.36 MiB gzip
+//!   (bench/RESULTS.md, "What compression.max_streams holds"); at most
+//!   `compression.max_streams` responses are being compressed at once,
+//!   `compression.max_streams_per_client` of them for one client (the next
+//!   ones go uncompressed, counted); one poll compresses at most 256 KiB or
+//!   2 ms before it yields the thread.
 
 pub mod encode;
 
@@ -36,6 +39,7 @@ use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Body;
+use per_source::{ClientKey, PerSource};
 use serde::Deserialize;
 
 use self::encode::{Encoder, Levels, StreamSlot};
@@ -84,6 +88,9 @@ pub struct CompressionConfig {
     pub zstd_level: i32,
     /// Responses being compressed at once at most; more go uncompressed.
     pub max_streams: usize,
+    /// Of those, at most this many for one client (its key, as every
+    /// per-client count): one client cannot hold every stream.
+    pub max_streams_per_client: usize,
 }
 
 impl Default for CompressionConfig {
@@ -105,7 +112,8 @@ impl Default for CompressionConfig {
             gzip_level: 2,
             brotli_level: 4,
             zstd_level: 3,
-            max_streams: 512,
+            max_streams: 256,
+            max_streams_per_client: 32,
         }
     }
 }
@@ -150,6 +158,12 @@ impl CompressionConfig {
         if !(1..=1_000_000).contains(&self.max_streams) {
             return Err(("compression.max_streams", "1 to 1000000".into()));
         }
+        if !(1..=self.max_streams).contains(&self.max_streams_per_client) {
+            return Err((
+                "compression.max_streams_per_client",
+                "1 to compression.max_streams".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -169,10 +183,15 @@ pub struct Compression {
     config: CompressionConfig,
     levels: Levels,
     active: Arc<AtomicUsize>,
+    /// Streams each client holds (`max_streams_per_client`).
+    per_client: Arc<PerSource>,
     /// `router_responses_compressed_total{coding}`.
     compressed: [prometheus::IntCounter; 3],
     /// Responses left uncompressed because `max_streams` were busy.
     over_limit: prometheus::IntCounter,
+    /// Responses left uncompressed because their client held
+    /// `max_streams_per_client`.
+    over_client_share: prometheus::IntCounter,
 }
 
 /// What a request to an app that compresses asked for: its coding, if any
@@ -287,8 +306,13 @@ impl Compression {
             "router_compression_over_limit_total",
             "Responses sent uncompressed because compression.max_streams were being compressed",
         )?;
+        let over_client_share = prometheus::IntCounter::new(
+            "router_compression_over_client_share_total",
+            "Responses sent uncompressed because their client held compression.max_streams_per_client",
+        )?;
         r.register(Box::new(compressed.clone()))?;
         r.register(Box::new(over_limit.clone()))?;
+        r.register(Box::new(over_client_share.clone()))?;
         let by = |c: Coding| compressed.with_label_values(&[c.token()]);
         Ok(Compression {
             levels: Levels {
@@ -296,11 +320,27 @@ impl Compression {
                 brotli: config.brotli_level,
                 zstd: config.zstd_level,
             },
+            per_client: PerSource::new(config.max_streams_per_client),
             config,
             active: Arc::default(),
             compressed: [by(Coding::Gzip), by(Coding::Brotli), by(Coding::Zstd)],
             over_limit,
+            over_client_share,
         })
+    }
+
+    /// A stream's place for `client`, within its share and the whole;
+    /// counted when there is none.
+    fn slot(&self, client: ClientKey) -> Option<StreamSlot> {
+        let Some(share) = self.per_client.admit(client) else {
+            self.over_client_share.inc();
+            return None;
+        };
+        let Some(slot) = StreamSlot::take(&self.active, self.config.max_streams, share) else {
+            self.over_limit.inc();
+            return None;
+        };
+        Some(slot)
     }
 
     /// Settings with counters of their own (unit tests, benchmarks).
@@ -311,10 +351,10 @@ impl Compression {
     /// Compresses the response to a request that `asked`, when it is one
     /// worth compressing; marks it `Vary: Accept-Encoding` then either way.
     /// `fields`: an HTTP/1.1 member's as they came (moved into the map when
-    /// the response is compressed).
+    /// the response is compressed); `client`: the requester's key.
     pub fn apply(
         &self,
-        asked: Asked,
+        (asked, client): (Asked, ClientKey),
         response: &mut Response<ProxyBody>,
         fields: &mut Option<Fields>,
     ) {
@@ -331,10 +371,7 @@ impl Compression {
         }
         let vary = vary_with_accept_encoding(&view.values("vary"));
         let stream = asked.0.and_then(|coding| {
-            let Some(slot) = StreamSlot::take(&self.active, self.config.max_streams) else {
-                self.over_limit.inc();
-                return None;
-            };
+            let slot = self.slot(client)?;
             Some((coding, Encoder::new(coding, self.levels).ok()?, slot))
         });
         let Some((coding, encoder, slot)) = stream else {

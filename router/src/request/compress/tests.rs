@@ -68,6 +68,11 @@ fn response(fields: &[(&str, &str)], body: Vec<u8>) -> Response<ProxyBody> {
     b.body(ProxyBody::full(body)).expect("response")
 }
 
+/// Client number `n`'s key.
+fn client(n: u8) -> ClientKey {
+    per_source::KeyRule::default().key(std::net::IpAddr::from([192, 0, 2, n]))
+}
+
 fn text(n: usize) -> Vec<u8> {
     let line = b"<p>the quick brown fox jumps over the lazy dog</p>\n";
     (0..n).map(|i| line[i % line.len()]).collect()
@@ -109,7 +114,7 @@ async fn each_coding_streams_what_decodes_to_the_members_bytes() {
             ],
             body.clone(),
         );
-        c.apply(Asked(Some(coding)), &mut r, &mut None);
+        c.apply((Asked(Some(coding)), client(1)), &mut r, &mut None);
         let h = r.headers();
         assert_eq!(h["content-encoding"], coding.token());
         assert!(h.get("content-length").is_none());
@@ -131,7 +136,7 @@ async fn each_coding_streams_what_decodes_to_the_members_bytes() {
 #[tokio::test]
 async fn what_is_not_worth_it_passes_untouched() {
     let c = Compression::detached(CompressionConfig::default());
-    let gzip = Asked(Some(Coding::Gzip));
+    let gzip = (Asked(Some(Coding::Gzip)), client(1));
     /// A response's fields, its length, and whether it is compressed.
     type Case<'a> = (&'a [(&'a str, &'a str)], usize, bool);
     let cases: [Case; 7] = [
@@ -186,7 +191,7 @@ async fn what_is_not_worth_it_passes_untouched() {
     }
     // A client that takes no coding still gets Vary on what could be compressed.
     let mut r = response(&[("content-type", "text/html")], text(5000));
-    c.apply(Asked(None), &mut r, &mut None);
+    c.apply((Asked(None), client(1)), &mut r, &mut None);
     assert_eq!(r.headers()["vary"], "Accept-Encoding");
     assert!(r.headers().get("content-encoding").is_none());
 }
@@ -199,10 +204,18 @@ async fn beyond_max_streams_responses_go_uncompressed() {
     });
     let html = [("content-type", "text/html")];
     let mut first = response(&html, text(5000));
-    c.apply(Asked(Some(Coding::Gzip)), &mut first, &mut None);
+    c.apply(
+        (Asked(Some(Coding::Gzip)), client(1)),
+        &mut first,
+        &mut None,
+    );
     assert!(first.headers().contains_key("content-encoding"));
     let mut second = response(&html, text(5000));
-    c.apply(Asked(Some(Coding::Gzip)), &mut second, &mut None);
+    c.apply(
+        (Asked(Some(Coding::Gzip)), client(1)),
+        &mut second,
+        &mut None,
+    );
     assert!(
         !second.headers().contains_key("content-encoding"),
         "the one stream is busy"
@@ -210,10 +223,48 @@ async fn beyond_max_streams_responses_go_uncompressed() {
     assert_eq!(c.over_limit.get(), 1);
     drop(first);
     let mut third = response(&html, text(5000));
-    c.apply(Asked(Some(Coding::Gzip)), &mut third, &mut None);
+    c.apply(
+        (Asked(Some(Coding::Gzip)), client(1)),
+        &mut third,
+        &mut None,
+    );
     assert!(
         third.headers().contains_key("content-encoding"),
         "freed with its body"
+    );
+}
+
+#[tokio::test]
+async fn one_client_holds_at_most_its_share_of_the_streams() {
+    let c = Compression::detached(CompressionConfig {
+        max_streams: 4,
+        max_streams_per_client: 2,
+        ..CompressionConfig::default()
+    });
+    let html = [("content-type", "text/html")];
+    let asked = |n| (Asked(Some(Coding::Gzip)), client(n));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut r = response(&html, text(5000));
+        c.apply(asked(1), &mut r, &mut None);
+        held.push(r);
+    }
+    let compressed = |r: &Response<ProxyBody>| r.headers().contains_key("content-encoding");
+    assert_eq!(
+        held.iter().map(compressed).collect::<Vec<_>>(),
+        [true, true, false],
+        "the third of one client's goes uncompressed"
+    );
+    assert_eq!(c.over_client_share.get(), 1);
+    let mut other = response(&html, text(5000));
+    c.apply(asked(2), &mut other, &mut None);
+    assert!(compressed(&other), "another client has its own share");
+    drop(held.remove(0));
+    let mut again = response(&html, text(5000));
+    c.apply(asked(1), &mut again, &mut None);
+    assert!(
+        compressed(&again),
+        "a share's place comes back with its body"
     );
 }
 
@@ -249,5 +300,12 @@ fn types_and_levels_are_checked() {
             ..d()
         }),
         "compression.max_streams"
+    );
+    assert_eq!(
+        bad(CompressionConfig {
+            max_streams_per_client: 257,
+            ..d()
+        }),
+        "compression.max_streams_per_client"
     );
 }
