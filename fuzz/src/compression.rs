@@ -47,7 +47,11 @@ fn roundtrip(coding: Coding, body: &[u8]) -> Vec<u8> {
         zstd: 3,
     };
     let encoder = Encoder::new(coding, levels).expect("an encoder");
-    let slot = StreamSlot::take(&Default::default(), 1).expect("a slot");
+    let client = per_source::KeyRule::default().key(std::net::Ipv4Addr::LOCALHOST.into());
+    let share = per_source::PerSource::new(1)
+        .admit(client)
+        .expect("a share");
+    let slot = StreamSlot::take(&Default::default(), 1, share).expect("a slot");
     let mut c = Compressing::new(ProxyBody::full(body.to_vec()), encoder, slot);
     let mut cx = Context::from_waker(Waker::noop());
     let mut sent = Vec::new();

@@ -358,6 +358,53 @@ pub fn router_config(data: &[u8]) {
     let _ = router::config::Config::parse(&text, "fuzz.yaml");
 }
 
+/// An app's header actions on a client's fields as they came (the own
+/// HTTP/1.1 path): every field an action names is gone from them, and what
+/// they add holds each name at most once, every one set by an action.
+fn header_actions(settings: &router::policy::settings::AppSettings) {
+    use router::policy::fields::{Action, FieldRules, Vars};
+    let Some(rules) = FieldRules::of(settings) else {
+        return;
+    };
+    let head =
+        b"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nUser-Agent: u\r\nCookie: c\r\nx-a: 2\r\n\r\n";
+    let Some(mut raw) = h1_codec::fields::Fields::of_head(head) else {
+        return;
+    };
+    let vars = Vars {
+        client_ip: "192.0.2.1",
+        request_id: "id",
+        sni: "h.example.com",
+        app: Some(("app", "ns")),
+        host: "h.example.com",
+    };
+    let added = rules.on_raw_request(&mut raw, &vars);
+    let named = |a: &Action| match a {
+        Action::Set(n, _) | Action::Delete(n) => n.clone(),
+    };
+    for action in &rules.request {
+        let name = named(action);
+        assert!(
+            raw.iter()
+                .all(|(n, _)| !n.eq_ignore_ascii_case(name.as_str().as_bytes())),
+            "{name} left in the client's fields"
+        );
+    }
+    for (i, (name, _)) in added.iter().enumerate() {
+        assert!(
+            added[..i].iter().all(|(n, _)| n != name),
+            "{name} added twice"
+        );
+        assert!(
+            rules
+                .request
+                .iter()
+                .any(|a| matches!(a, Action::Set(n, _) if n == name)),
+            "{name} added by no action"
+        );
+    }
+}
+
 pub fn app_settings(data: &[u8]) {
     use router::policy::affinity::{Affinity, AffinityKey};
     use router::policy::settings::{AffinitySettings, AppSettings};
@@ -369,6 +416,7 @@ pub fn app_settings(data: &[u8]) {
         let back: AppSettings = serde_json::from_slice(&json).expect("and read back");
         assert_eq!(back, s, "settings change through JSON");
         let _ = s.summary();
+        header_actions(&s.over(&AppSettings::default()));
         let _ = router::policy::Policy::new("fuzz".into(), s.over(&AppSettings::default()), &key);
     }
     // The bytes as a name's path rules: checked, and every prefix they hold
@@ -377,7 +425,35 @@ pub fn app_settings(data: &[u8]) {
     if let Ok(rules) = serde_json::from_slice::<router::table::paths::PathRules>(data)
         && let Ok(table) = router::table::paths::PathTable::new(rules.clone())
     {
+        // The lookup by first segment finds what a scan of every prefix,
+        // longest first, finds.
+        let mut scan: Vec<(&str, &str)> = rules
+            .iter()
+            .map(|(p, r)| (p.trim_end_matches('/'), r.app.as_str()))
+            .map(|(p, a)| (if p.is_empty() { "/" } else { p }, a))
+            .collect();
+        scan.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        let under = |path: &str, p: &str| {
+            p == "/"
+                || path
+                    .strip_prefix(p)
+                    .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+        };
         for prefix in rules.keys() {
+            for path in [
+                prefix.clone(),
+                format!("{prefix}/x"),
+                format!("{prefix}x"),
+                "/".into(),
+            ] {
+                let got = table.find(&path).map(|m| m.app.to_string());
+                let want = scan
+                    .iter()
+                    .find(|(p, _)| under(&path, p))
+                    .and_then(|(_, a)| spi_consumer::AppKey::parse(a))
+                    .map(|k| k.to_string());
+                assert_eq!(got, want, "{path}: the lookup against a scan");
+            }
             let found = table.find(prefix).expect("a prefix is under its own rule");
             if let Some((len, to)) = found.rewrite {
                 let path = router::table::paths::rewritten(&format!("{prefix}/x?q"), (len, &to));

@@ -1,5 +1,5 @@
-//! The house's shape, checked: no production module over 800 lines (the lines
-//! before its `#[cfg(test)]` part), in any crate of the workspace. A module that
+//! The house's shape, checked: no production module over 800 lines (its lines
+//! outside `#[cfg(test)]` items), in any crate of the workspace. A module that
 //! grows past it is split by concern (as `admin/` is by resource and `config/` by
 //! section), not allowed to grow.
 
@@ -26,6 +26,56 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The lines of `text` outside its test code: each `#[cfg(test)]` item left
+/// out whole (a `mod tests;` line, or a block to its closing `}` at the
+/// attribute's indentation), wherever it stands; everything after it read.
+fn production(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    while let Some((at, line)) = lines.next() {
+        let body = line.trim_start();
+        if !body.starts_with("#[cfg(test)]") {
+            out.push((at, line));
+            continue;
+        }
+        let closing = format!("{}}}", " ".repeat(line.len() - body.len()));
+        // The item: further attributes, then one line ending `;`, or a block.
+        for (_, item) in lines.by_ref() {
+            let t = item.trim();
+            if t.starts_with("#[") {
+                continue;
+            }
+            if t.ends_with(';') && !t.ends_with("{;") {
+                break;
+            }
+            if t.ends_with('{') {
+                for (_, inner) in lines.by_ref() {
+                    if inner == closing {
+                        break;
+                    }
+                }
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_production_finder_reads_past_a_test_module_declared_on_one_line() {
+    let text = "mod a;\n#[cfg(test)]\nmod tests;\nfn b() {\n    c();\n}\n#[cfg(test)]\nmod more {\n    fn t() {}\n}\nfn d() {}\n    #[cfg(test)]\n    fn e() {\n        f();\n    }\n";
+    assert_eq!(
+        production(text),
+        [
+            (1, "mod a;"),
+            (4, "fn b() {"),
+            (5, "    c();"),
+            (6, "}"),
+            (11, "fn d() {}")
+        ]
+    );
+}
+
 #[test]
 fn no_production_module_is_over_800_lines() {
     let mut files = Vec::new();
@@ -44,10 +94,7 @@ fn no_production_module_is_over_800_lines() {
         .iter()
         .filter_map(|f| {
             let text = std::fs::read_to_string(f).ok()?;
-            let lines = text
-                .lines()
-                .take_while(|l| !l.starts_with("#[cfg(test)]"))
-                .count();
+            let lines = production(&text).len();
             (lines > MAX_MODULE_LINES)
                 .then(|| format!("{}: {lines}", f.strip_prefix(repo()).unwrap_or(f).display()))
         })
@@ -83,10 +130,9 @@ fn uses_of(src: &Path) -> std::collections::BTreeMap<String, std::collections::B
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap_or_default();
-        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for line in production
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
+        for (_, line) in production(&text)
+            .into_iter()
+            .filter(|(_, l)| !l.trim_start().starts_with("//"))
         {
             for (i, _) in line.match_indices("crate::") {
                 let name: String = line[i + 7..]
@@ -175,10 +221,7 @@ const MAX_REQUEST_PATH_FN_LINES: usize = 60;
 /// a `}` at the same indentation) with its first line number and length, the
 /// `#[cfg(test)]` part left out.
 fn functions(text: &str) -> Vec<(String, usize, usize)> {
-    let lines: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.starts_with("#[cfg(test)]"))
-        .collect();
+    let (numbers, lines): (Vec<usize>, Vec<&str>) = production(text).into_iter().unzip();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let body = line.trim_start();
@@ -200,7 +243,7 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
             .map_or("", |w| w.split(['(', '<']).next().unwrap_or(w));
         let closing = " ".repeat(indent) + "}";
         if let Some(end) = lines[i..].iter().position(|l| *l == closing) {
-            out.push((name.to_owned(), i + 1, end + 1));
+            out.push((name.to_owned(), numbers[i], end + 1));
         }
     }
     out

@@ -54,8 +54,7 @@ impl Proxy {
         context.active.wait_on_client();
         if let Some(asked) = context.compress {
             let client = context.conn.key();
-            self.compression
-                .apply((asked, client), &mut response, &mut fields);
+            (self.compression).apply((asked, client), &mut response, &mut fields);
         }
         let completion = Completion {
             start: context.start,

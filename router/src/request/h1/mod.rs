@@ -112,70 +112,31 @@ pub fn run<'a>(
         let flag = std::sync::Arc::new(Flag::default());
         loop {
             // 1. A head (and its body, if it came along).
-            let mut deadline: Option<Pin<Box<Sleep>>> = None;
-            let (body, parts, fields) = loop {
-                if !buf.is_empty() {
-                    let framed = io.framed_head(buf.len());
-                    match head::parse(&mut buf, &settings.head, framed) {
-                        Parsed::Request {
-                            body,
-                            parts,
-                            fields,
-                            ..
-                        } => break (body, parts, fields),
-                        Parsed::Other => return End::Handoff(buf.to_vec()),
-                        Parsed::Partial => {}
-                    }
-                    if deadline.is_none() {
-                        deadline = Some(Box::pin(tokio::time::sleep(settings.header_read_timeout)));
-                    }
-                }
-                match read(io, &mut buf, shut, deadline.as_mut()).await {
-                    Read::Bytes => {}
-                    Read::Ended => return End::Closed,
-                }
+            let (body, parts, fields) = match next_head(io, &mut buf, shut, settings).await {
+                Ok(head) => head,
+                Err(end) => return end,
             };
             let method = parts.method.clone();
-            // The request's own state lives in this block and is gone before the
-            // response is written: the task keeps one of the two, not both.
+            // The request's state ends in this block, never held beside its response.
             let writing = {
                 let req = Box::new(Request::from_parts(*parts, Received::Read(body)));
                 // Boxed: a waiting connection keeps only this loop's few words.
                 let mut served = Box::pin(proxy().answer(conn.clone(), req, Some(fields)));
-                // Meanwhile the client's side is read: pipelined requests are buffered (up
-                // to a head's size), and an end of stream cancels the request, as hyper
-                // cancels it (no half-close), so a client that left holds no member slot.
-                // The client's side is polled on its own waker: only when it has news, not
-                // on every wake-up of the request (a poll of an idle socket costs a waker
-                // registration).
-                let client = std::future::poll_fn(|cx| {
-                    loop {
-                        if buf.len() >= settings.head.max_bytes {
-                            // Enough buffered: the client waits (TCP back-pressure).
-                            return Poll::Pending;
+                // Meanwhile the client's side is read ([`client_side`]) on its own waker:
+                // polled only when it has news, not on every wake-up of the request (a
+                // poll of an idle socket costs a waker registration).
+                let response = {
+                    let client = client_side(io, &mut buf, settings.head.max_bytes);
+                    let client = std::pin::pin!(client);
+                    let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
+                    std::future::poll_fn(|cx| {
+                        if let Poll::Ready(answer) = served.as_mut().poll(cx) {
+                            return Poll::Ready(Some(answer));
                         }
-                        match poll_fill(io, &mut buf, cx) {
-                            // A smuggling shape was cut behind this request: it is
-                            // answered, then hyper refuses what follows.
-                            Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
-                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
-                            Poll::Ready(Ok(_)) => {}
-                            Poll::Pending => return Poll::Pending,
-                        }
-                    }
-                });
-                let client = std::pin::pin!(client);
-                let mut client = std::pin::pin!(OwnWaker::new(client, &flag));
-                let response = std::future::poll_fn(|cx| {
-                    if let Poll::Ready(answer) = served.as_mut().poll(cx) {
-                        return Poll::Ready(Some(answer));
-                    }
-                    match client.as_mut().poll(cx) {
-                        Poll::Ready(()) => Poll::Ready(None),
-                        Poll::Pending => Poll::Pending,
-                    }
-                })
-                .await;
+                        client.as_mut().poll(cx).map(|()| None)
+                    })
+                    .await
+                };
                 drop(served);
                 let Some(answer) = response else {
                     tracing::debug!("client closed its connection mid-request; request cancelled");
@@ -197,6 +158,73 @@ pub fn run<'a>(
             }
         }
     }
+}
+
+/// A request's head taken out of the buffer (with its body when it came
+/// along): its body, parts and fields as they came; or how the connection
+/// ends (closed, the head deadline, or a head hyper serves).
+async fn next_head(
+    io: &mut ClientIo,
+    buf: &mut BytesMut,
+    shut: &AtomicBool,
+    settings: &Settings,
+) -> Result<
+    (
+        bytes::Bytes,
+        Box<http::request::Parts>,
+        h1_codec::fields::Fields,
+    ),
+    End,
+> {
+    let mut deadline: Option<Pin<Box<Sleep>>> = None;
+    loop {
+        if !buf.is_empty() {
+            let framed = io.framed_head(buf.len());
+            match head::parse(buf, &settings.head, framed) {
+                Parsed::Request {
+                    body,
+                    parts,
+                    fields,
+                    ..
+                } => return Ok((body, parts, fields)),
+                Parsed::Other => return Err(End::Handoff(buf.to_vec())),
+                Parsed::Partial => {}
+            }
+            if deadline.is_none() {
+                deadline = Some(Box::pin(tokio::time::sleep(settings.header_read_timeout)));
+            }
+        }
+        match read(io, buf, shut, deadline.as_mut()).await {
+            Read::Bytes => {}
+            Read::Ended => return Err(End::Closed),
+        }
+    }
+}
+
+/// The client's side while a request is served: pipelined requests are
+/// buffered (up to `max` bytes, a head's size; then TCP back-pressure), and
+/// an end of stream ends it (the request is then cancelled, as hyper cancels
+/// it: no half-close, so a client that left holds no member slot).
+fn client_side<'b>(
+    io: &'b mut ClientIo,
+    buf: &'b mut BytesMut,
+    max: usize,
+) -> impl Future<Output = ()> + 'b {
+    std::future::poll_fn(move |cx| {
+        loop {
+            if buf.len() >= max {
+                return Poll::Pending;
+            }
+            match poll_fill(io, buf, cx) {
+                // A smuggling shape was cut behind this request: it is
+                // answered, then hyper refuses what follows.
+                Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
 }
 
 /// What waiting for a head's bytes ended with.
@@ -293,8 +321,7 @@ fn write<'a>(
         &mut out,
     );
     drop((parts, fields));
-    let last = head.last;
-    let encoder = head.encoder;
+    let (last, encoder) = (head.last, head.encoder);
     // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as
     // hyper drops it, and the framing ended.
     let body = (length != BodyLength::None && encoder != Encoder::Length(0)).then_some(body);
