@@ -4,7 +4,8 @@ repeatable axis for telling two versions (or two settings) of our code apart,
 whatever else the machine is doing (wall-clock CPU here moves +-25 % between rounds).
 
 The router runs under `valgrind --tool=callgrind` with one worker thread and the
-access log off, in front of the release echo-backend; one keep-alive client sends
+access log off (unless a --config variant sets `access_log:`), in front of the
+release echo-backend; one keep-alive client sends
 N1, then (in a second run) N2 sequential GETs. Instructions per request is
 (Ir(N2) - Ir(N1)) / (N2 - N1): start-up, the route load and shutdown cancel out.
 
@@ -93,6 +94,8 @@ MASK = False
 
 def config(d, extra):
     token = f"\nadmin:\n  token_file: {d}/admin.token" if ADMIN_CALLS else ""
+    # Off unless the variant sets it (what logging costs a request).
+    access = "" if "access_log:" in extra else "access_log:\n  enabled: false\n"
     http3 = f"\n  http3: 127.0.0.1:{ROUTER + TLS_OFFSET}" if H3 else ""
     tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}{http3}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
            f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
@@ -106,9 +109,7 @@ spi:
   source: spool
   spool:
     path: {d}/spool
-access_log:
-  enabled: false
-health:
+{access}health:
   checks: false{token}
 {extra}
 """
