@@ -242,7 +242,7 @@ fn default_spool_interval() -> Duration {
 /// 10 in flight, each fsync and table publish served at most 10 events, and a
 /// router at 100 000 apps spent 88 µs of CPU per event and took 6 300 events a
 /// second; with 256, 24 µs and 33 000 (`bench-events --replay`, bench/RESULTS.md
-/// "Issue 52"). A crash redelivers what was not acknowledged (applying it
+/// "Issue 52: routing events end to end, no broker in the figure"). A crash redelivers what was not acknowledged (applying it
 /// again changes nothing).
 fn default_prefetch() -> u32 {
     spi_consumer::ingest::MAX_BATCH as u32

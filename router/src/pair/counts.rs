@@ -202,7 +202,8 @@ mod tests {
         let sent = counts(10_000);
         let body = serde_json::to_vec(&Counts::of("a", sent.clone(), Vec::new())).expect("json");
         // 10 000 active IPv4 client keys in one message: what the link carries
-        // each limit_interval at most for them (bench/RESULTS.md, issue 50).
+        // each limit_interval at most for them (bench/RESULTS.md, "Issue 50: the
+        // pair as one router (state, limit, rotate-out, h2 over the move)").
         let per_key = body.len() as f64 / 10_000.0;
         eprintln!(
             "10 000 client keys: {} bytes, {per_key:.1} per key",

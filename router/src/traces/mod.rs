@@ -23,7 +23,8 @@
 //! - A small exporter of ours, not the `opentelemetry` SDK: the SDK's span
 //!   (attributes as `KeyValue`s in a `Vec`, its own span processor) costs
 //!   about 3 900 instructions per span on the request's thread before any
-//!   export (measured with callgrind, `bench/RESULTS.md` "Issue 51"); here a
+//!   export (measured with callgrind, `bench/RESULTS.md`, "Issue 51: spans, compression, slow start, the hybrid
+//!   key exchange"); here a
 //!   sampled request fills one boxed record and the encoding runs on the
 //!   exporter task.
 

@@ -20,7 +20,8 @@
 //! close first. A request sent on a reused connection that closed before any response
 //! byte may be sent once more (the proxy decides: idempotent requests only).
 //!
-//! The HTTP/1.1 framing is ours (`h1`, on `httparse`), not hyper's client: its
+//! The HTTP/1.1 framing is ours (`conn`, reading heads with `h1-codec` on
+//! `httparse`), not hyper's client: its
 //! per-request dispatch (a request channel, a response oneshot, a body channel) cost
 //! 1.8 µs of the 14.3 µs a keep-alive request took (`bench/RESULTS.md`, "Steps of
 //! 2026-11-24").
@@ -33,7 +34,7 @@
 //! Such a connection is reused only for the same host name.
 
 //!
-//! `conn` is one connection, `h1` its framing; `pool` keeps a member's idle ones and the
+//! `conn` is one connection and its framing; `pool` keeps a member's idle ones and the
 //! [`Lease`] that gives a connection back when its response has ended. Nothing here
 //! knows about routes or member health: callers say what a failure means.
 

@@ -6,7 +6,8 @@
 //!   counts for codings it does not name, `q=0` refuses); on a tie the
 //!   router's preference, zstd, then brotli, then gzip (zstd at level 3 packs
 //!   as tight as brotli at 4 for a third of its CPU, and gzip trails both in
-//!   bytes: `bench/RESULTS.md` "Issue 51"). None acceptable: the
+//!   bytes: `bench/RESULTS.md`, "Issue 51: spans, compression, slow start, the
+//!   hybrid key exchange"). None acceptable: the
 //!   response goes as it is (never a 406).
 //! - **Which responses**: status 200, 403 or 404 (as nginx); a type in
 //!   `compression.types`; no `Content-Encoding` of the member's own (an
