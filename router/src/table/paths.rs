@@ -48,7 +48,7 @@ pub enum PathError {
     #[error("at most {MAX_PATHS} paths")]
     TooMany,
     #[error(
-        "{0:?}: a path prefix starts with / and holds no ?, #, %, spaces or control bytes (at most 1024 bytes)"
+        "{0:?}: a path prefix starts with / and holds only letters, digits and -._~!$&'()*+,;=:@/ (no ?, #, %-escapes or spaces; at most 1024 bytes)"
     )]
     BadPrefix(String),
     #[error("{0:?}: the rewrite is a path like a prefix (/, /v2)")]
@@ -57,12 +57,36 @@ pub enum PathError {
     BadApp(String),
 }
 
-/// A prefix as a route may name it: `/` then path bytes.
+/// A prefix as a route may name it: `/` then the bytes RFC 3986 allows in a
+/// path unescaped (`pchar` and `/`; no `%`-escapes): a rewrite is written into
+/// the member's request target as it is (a `` ` `` or a `{` there was found by
+/// fuzzing: an h2 member's URI refused it).
 fn valid_path(p: &str) -> bool {
     p.starts_with('/')
         && p.len() <= MAX_PATH_LEN
-        && p.bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'?' | b'#' | b'%'))
+        && p.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'/' | b'-'
+                        | b'.'
+                        | b'_'
+                        | b'~'
+                        | b'!'
+                        | b'$'
+                        | b'&'
+                        | b'\''
+                        | b'('
+                        | b')'
+                        | b'*'
+                        | b'+'
+                        | b','
+                        | b';'
+                        | b'='
+                        | b':'
+                        | b'@'
+                )
+        })
 }
 
 /// One compiled prefix.
@@ -324,6 +348,16 @@ mod tests {
             one("/a", "a-b", Some("x")),
             Some(PathError::BadRewrite(_))
         ));
+        // Found by fuzzing: bytes a URI's path does not take unescaped.
+        assert!(matches!(
+            one("/a", "a-b", Some("/v`x")),
+            Some(PathError::BadRewrite(_))
+        ));
+        assert!(matches!(
+            one("/a{b}", "a-b", None),
+            Some(PathError::BadPrefix(_))
+        ));
+        assert!(one("/a/b.c_d~e;f=g:h@i", "a-b", Some("/x-y!$&'()*+,")).is_none());
         assert_eq!(
             PathTable::new(PathRules::new()).err(),
             Some(PathError::Empty)
