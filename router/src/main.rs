@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use router::config::{Config, LogFormat};
 
 /// mimalloc instead of glibc's malloc: a request's allocations (a few dozen small
@@ -74,6 +75,7 @@ enum Command {
 const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
+    hold_signals(SigmaskHow::SIG_BLOCK);
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
@@ -457,6 +459,8 @@ fn run(
             .context("installing the SIGUSR2 handler")?;
         let usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
             .context("installing the SIGUSR1 handler")?;
+        // Handled from here on: one that came while starting is delivered now.
+        hold_signals(SigmaskHow::SIG_UNBLOCK);
         let upgrade = inherited.is_some();
         let router = router::Router::bind_with(config, inherited).await?;
         tokio::spawn(upgrade_on_usr2(usr2, path.clone()));
@@ -476,6 +480,22 @@ fn run(
             .await;
         Ok(())
     })
+}
+
+/// SIGHUP, SIGUSR1 and SIGUSR2 held (`SIG_BLOCK`) from the process's first
+/// instruction until their handlers are installed (`SIG_UNBLOCK`): their
+/// default action ends the process, and keepalived's handover sends SIGUSR1 to
+/// whatever the pid file names, a router still starting included (the HA soak
+/// saw one killed so, `bench/soak.sh`). Threads started meanwhile keep them
+/// held; the thread that installed the handlers takes them.
+fn hold_signals(how: SigmaskHow) {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2] {
+        set.add(s);
+    }
+    if let Err(e) = nix::sys::signal::sigprocmask(how, Some(&set), None) {
+        eprintln!("router: holding SIGHUP, SIGUSR1 and SIGUSR2 while starting: {e}");
+    }
 }
 
 /// SIGUSR1: the client connections open now drain (`Connection: close`, GOAWAY,

@@ -65,13 +65,7 @@ impl Pair {
         let topo = Topology::new();
         let dir = tempdir("ha");
         let amq = ActiveMq::start_in_netns(&topo.ns("m"), MQ_IP);
-        let backend = topo
-            .cmd("m", crate::bin("echo-backend").to_str().expect("path"))
-            .arg(format!("{MQ_IP}:8080"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("echo-backend");
+        let backend = start_backend(&topo);
         // TLS: one certificate for the HA name, one ticket secret for both routers.
         let ca = crate::pki::Ca::new("ha test CA");
         let leaf = ca.leaf(&[HOST]);
@@ -538,6 +532,20 @@ impl Pair {
         );
     }
 
+    /// The broker stopped (SIGTERM) and started again on its data.
+    pub fn restart_broker(&mut self) {
+        self.amq.restart();
+    }
+
+    /// The app's one member killed (`kill -9`), then started again on its
+    /// address after `down`.
+    pub fn restart_backend(&mut self, down: Duration) {
+        let _ = self.backend.kill();
+        let _ = self.backend.wait();
+        std::thread::sleep(down);
+        self.backend = start_backend(&self.topo);
+    }
+
     /// Stops the supervisor `i` gracefully (it flags, waits, then SIGTERMs the router).
     pub fn stop_router(&mut self, i: usize) {
         self.begin_stop(i);
@@ -575,6 +583,16 @@ impl Drop for Pair {
         // Topology's Drop kills what is left inside the namespaces and deletes them.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The echo backend, the app's member, on `MQ_IP:8080` in the broker's namespace.
+fn start_backend(topo: &Topology) -> Child {
+    topo.cmd("m", crate::bin("echo-backend").to_str().expect("path"))
+        .arg(format!("{MQ_IP}:8080"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("echo-backend")
 }
 
 /// `(failed requests, gap from the first failure to the first success started after

@@ -73,3 +73,78 @@ async fn grace_period_bounds_the_drain() {
         .expect("join");
     slow.abort();
 }
+
+/// keepalived's handover sends SIGUSR1 to whatever router its pid file names,
+/// one still starting included (the HA soak saw one killed so): SIGHUP, SIGUSR1
+/// and SIGUSR2 are held from `main`'s first line (seen in the process's
+/// `SigBlk` mask; before `main`, the loader's few microseconds, no process can
+/// hold them) until their handlers are in, and then taken: the real binary,
+/// signalled from then on while it starts, starts and stays.
+#[tokio::test]
+async fn a_router_signalled_while_it_starts_starts() {
+    let dir = e2e::tempdir("signalled-start");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "");
+    let event = events::add_lb("app", "ns", "127.0.0.1:9".parse().expect("addr"));
+    let cfg = e2e::process::spool_router(&dir, &event, &config);
+    let mut child = std::process::Command::new(e2e::bin("router"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("router");
+    let pid = child.id().to_string();
+    // HUP (bit 0), USR1 (bit 9), USR2 (bit 11) in the main thread's mask.
+    let held = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let hex = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigBlk:"))?
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&hex, 16).ok()
+            })
+            .is_some_and(|mask| mask & 0xa01 == 0xa01)
+    };
+    let mut seen = false;
+    for _ in 0..5000 {
+        if held(&pid) {
+            seen = true;
+            break;
+        }
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert!(
+        seen,
+        "SIGHUP, SIGUSR1 and SIGUSR2 never held while the router started"
+    );
+    let mut sent = 0;
+    for _ in 0..100 {
+        for sig in ["-USR1", "-HUP"] {
+            let ok = std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status();
+            sent += usize::from(ok.is_ok_and(|s| s.success()));
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            panic!("the router ended while starting ({status}) after {sent} signals");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the router ended after {sent} signals while starting"
+    );
+    assert!(
+        !held(&pid),
+        "the signals are taken once the handlers are in"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
