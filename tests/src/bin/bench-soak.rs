@@ -7,7 +7,8 @@
 //! every 20 ms each), a WebSocket (a message every 20 ms), an h2 client over TLS
 //! and an HTTP/3 one (a GET every 20 ms each, new connections and TLS handshakes
 //! after every move), a latency probe (a GET every 50 ms), and routing events at
-//! 100 a second (an alias added or removed, over the broker). Faults in turn, on
+//! 100 a second (an alias of 199 added or removed in turn, over the broker: an
+//! uneven count, so the aliases left at the end are most of them, not none). Faults in turn, on
 //! whichever router holds the VIP: `kill -9` of the router, a planned stop (the
 //! supervisor's SIGTERM: flag, drain) and start, a broker restart, the member
 //! killed (back after 3 s), the holder's link down for 10 s. Each minute: both
@@ -217,6 +218,7 @@ fn main() {
             path(&events_log),
             "app".into(),
             "ns".into(),
+            "199".into(),
         ],
     );
     let start = Instant::now();
