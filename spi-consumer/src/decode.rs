@@ -525,22 +525,7 @@ impl RawEvent {
                     alias: f.alias(&mut self)?,
                 }
             }
-            "add_ssl" => {
-                let f = Fields { action: "add_ssl" };
-                let app = f.app(&mut self)?;
-                let alias = f.alias(&mut self)?;
-                let bundle = CertBundle {
-                    certificate_pem: f.text(self.ssl.take(), ":ssl")?,
-                    private_key_pem: f.text(self.private_key.take(), ":private_key")?,
-                    // Psych writes nil as an empty value; an empty phrase means none.
-                    pass_phrase: self
-                        .pass_phrase
-                        .take()
-                        .map(|s| s.0)
-                        .filter(|s| !s.is_empty()),
-                };
-                RoutingEvent::AddSsl { app, alias, bundle }
-            }
+            "add_ssl" => self.add_ssl()?,
             "remove_ssl" => {
                 let f = Fields {
                     action: "remove_ssl",
@@ -568,6 +553,23 @@ impl RawEvent {
             }
         };
         Ok(Decoded::Event(event))
+    }
+
+    fn add_ssl(mut self) -> Result<RoutingEvent, DecodeError> {
+        let f = Fields { action: "add_ssl" };
+        let app = f.app(&mut self)?;
+        let alias = f.alias(&mut self)?;
+        let bundle = CertBundle {
+            certificate_pem: f.text(self.ssl.take(), ":ssl")?,
+            private_key_pem: f.text(self.private_key.take(), ":private_key")?,
+            // Psych writes nil as an empty value; an empty phrase means none.
+            pass_phrase: self
+                .pass_phrase
+                .take()
+                .map(|s| s.0)
+                .filter(|s| !s.is_empty()),
+        };
+        Ok(RoutingEvent::AddSsl { app, alias, bundle })
     }
 
     fn add_endpoint(mut self, action: &'static str) -> Result<RoutingEvent, DecodeError> {

@@ -127,27 +127,7 @@ pub async fn handle(gear: &Gear, line: &str) -> AdminAnswer {
     let rules = gear.rules();
     match verb {
         "ping" => AdminAnswer::ok(Vec::new()),
-        "add" => {
-            if args.is_empty() || args.len() % 2 != 0 {
-                return AdminAnswer::err(2, "usage: add PORT IP:PORT [PORT IP:PORT…]");
-            }
-            let mut pairs = Vec::with_capacity(args.len() / 2);
-            for pair in args.chunks(2) {
-                let port = match rules.port(pair[0]) {
-                    Ok(p) => p,
-                    Err(e) => return AdminAnswer::err(1, e.to_string()),
-                };
-                let target = match rules.target(pair[1]) {
-                    Ok(t) => t,
-                    Err(e) => return AdminAnswer::err(1, e.to_string()),
-                };
-                pairs.push((port, target));
-            }
-            match gear.add(&pairs).await {
-                Ok(_) => AdminAnswer::ok(Vec::new()),
-                Err(e) => AdminAnswer::err(1, e.to_string()),
-            }
-        }
+        "add" => add(gear, rules, args).await,
         "remove" => {
             if args.is_empty() {
                 return AdminAnswer::err(2, "usage: remove PORT…");
@@ -164,30 +144,7 @@ pub async fn handle(gear: &Gear, line: &str) -> AdminAnswer {
                 Err(e) => AdminAnswer::err(1, e.to_string()),
             }
         }
-        "remove-uid" => {
-            let [uid] = args else {
-                return AdminAnswer::err(2, "usage: remove-uid UID");
-            };
-            let uid = match strict_u32(uid) {
-                Ok(u) => u,
-                Err(e) => return AdminAnswer::err(1, format!("uid: {e}")),
-            };
-            let block = match gear
-                .config()
-                .allocation
-                .port_block(uid, &gear.config().ports.0)
-            {
-                Ok(b) => b,
-                Err(e) => return AdminAnswer::err(1, e.to_string()),
-            };
-            let ports: Vec<u16> = block.collect();
-            match gear.remove(&ports).await {
-                Ok(removed) => {
-                    AdminAnswer::ok(removed.iter().map(|(p, t)| format!("{p} {t}")).collect())
-                }
-                Err(e) => AdminAnswer::err(1, e.to_string()),
-            }
-        }
+        "remove-uid" => remove_uid(gear, args).await,
         "show" => {
             let mut ports = Vec::with_capacity(args.len());
             for a in args {
@@ -205,5 +162,52 @@ pub async fn handle(gear: &Gear, line: &str) -> AdminAnswer {
             AdminAnswer::ok(lines)
         }
         other => AdminAnswer::err(2, format!("unknown verb `{other}`")),
+    }
+}
+
+/// `add PORT IP:PORT [PORT IP:PORT…]`: every pair checked before any is added.
+async fn add(gear: &Gear, rules: &crate::gear::Rules, args: &[&str]) -> AdminAnswer {
+    if args.is_empty() || !args.len().is_multiple_of(2) {
+        return AdminAnswer::err(2, "usage: add PORT IP:PORT [PORT IP:PORT…]");
+    }
+    let mut pairs = Vec::with_capacity(args.len() / 2);
+    for pair in args.chunks(2) {
+        let port = match rules.port(pair[0]) {
+            Ok(p) => p,
+            Err(e) => return AdminAnswer::err(1, e.to_string()),
+        };
+        let target = match rules.target(pair[1]) {
+            Ok(t) => t,
+            Err(e) => return AdminAnswer::err(1, e.to_string()),
+        };
+        pairs.push((port, target));
+    }
+    match gear.add(&pairs).await {
+        Ok(_) => AdminAnswer::ok(Vec::new()),
+        Err(e) => AdminAnswer::err(1, e.to_string()),
+    }
+}
+
+/// `remove-uid UID`: every mapping of the uid's port block, each removed one listed.
+async fn remove_uid(gear: &Gear, args: &[&str]) -> AdminAnswer {
+    let [uid] = args else {
+        return AdminAnswer::err(2, "usage: remove-uid UID");
+    };
+    let uid = match strict_u32(uid) {
+        Ok(u) => u,
+        Err(e) => return AdminAnswer::err(1, format!("uid: {e}")),
+    };
+    let block = match gear
+        .config()
+        .allocation
+        .port_block(uid, &gear.config().ports.0)
+    {
+        Ok(b) => b,
+        Err(e) => return AdminAnswer::err(1, e.to_string()),
+    };
+    let ports: Vec<u16> = block.collect();
+    match gear.remove(&ports).await {
+        Ok(removed) => AdminAnswer::ok(removed.iter().map(|(p, t)| format!("{p} {t}")).collect()),
+        Err(e) => AdminAnswer::err(1, e.to_string()),
     }
 }

@@ -74,43 +74,7 @@ impl Events {
                 })?)
             }
             (SourceKind::Stomp, _, Some(s)) => {
-                let passcode = match &s.passcode_file {
-                    Some(path) => Some(config_file::first_line(path).map_err(|source| {
-                        StartError::Passcode {
-                            path: path.clone(),
-                            source,
-                        }
-                    })?),
-                    None => None,
-                };
-                let dead = dead_letters()?;
-                EventSource::Stomp(
-                    Box::new(SessionConfig {
-                        hosts: s.hosts.clone(),
-                        login: s.login.clone(),
-                        passcode,
-                        vhost: s.vhost.clone(),
-                        client_id: s.client_id.clone(),
-                        destination: s.destination.clone(),
-                        subscription_name: s.subscription_name.clone(),
-                        prefetch: s.prefetch,
-                        heartbeat: s.heartbeat,
-                        timeout: s.timeout,
-                        tls: s
-                            .tls
-                            .as_ref()
-                            .map(|t| {
-                                TlsClient::load(&TlsFiles {
-                                    ca_file: t.ca_file.clone(),
-                                    cert_file: t.cert_file.clone(),
-                                    key_file: t.key_file.clone(),
-                                    server_name: t.server_name.clone(),
-                                })
-                            })
-                            .transpose()?,
-                    }),
-                    dead,
-                )
+                EventSource::Stomp(Box::new(stomp_session(s)?), dead_letters()?)
             }
             _ => EventSource::None,
         };
@@ -124,6 +88,42 @@ pub(super) enum EventSource {
     Stomp(Box<SessionConfig>, DeadLetters),
     Amqp(spi_consumer::source::amqp::AmqpConfig, DeadLetters),
     None,
+}
+
+/// The STOMP session `spi.stomp` describes (its passcode and TLS files read now).
+fn stomp_session(s: &crate::config::StompConfig) -> Result<SessionConfig, StartError> {
+    let passcode = match &s.passcode_file {
+        Some(path) => {
+            Some(
+                config_file::first_line(path).map_err(|source| StartError::Passcode {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let tls = s.tls.as_ref().map(|t| {
+        TlsClient::load(&TlsFiles {
+            ca_file: t.ca_file.clone(),
+            cert_file: t.cert_file.clone(),
+            key_file: t.key_file.clone(),
+            server_name: t.server_name.clone(),
+        })
+    });
+    Ok(SessionConfig {
+        hosts: s.hosts.clone(),
+        login: s.login.clone(),
+        passcode,
+        vhost: s.vhost.clone(),
+        client_id: s.client_id.clone(),
+        destination: s.destination.clone(),
+        subscription_name: s.subscription_name.clone(),
+        prefetch: s.prefetch,
+        heartbeat: s.heartbeat,
+        timeout: s.timeout,
+        tls: tls.transpose()?,
+    })
 }
 
 /// The running event source, which an upgrade and a reconcile stop and start again.

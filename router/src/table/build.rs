@@ -233,7 +233,9 @@ impl Builder {
         });
     }
 
-    fn route(&self, key: &AppKey, app: &App) -> Route {
+    /// An app's names: its generated ones first (how many of them, when they
+    /// are resolved from the key rather than stored), then its admitted aliases.
+    fn hosts(&self, key: &AppKey, app: &App) -> (Vec<Arc<str>>, u8) {
         let mut hosts: Vec<Arc<str>> = vec![Arc::from(self.naming.ha_name(key))];
         if self.naming.app_dns {
             hosts.push(Arc::from(self.naming.app_name(key)));
@@ -247,7 +249,11 @@ impl Builder {
         };
         hosts.extend(self.naming.admitted(&app.aliases).map(Arc::from));
         hosts.dedup();
+        (hosts, generated)
+    }
 
+    fn route(&self, key: &AppKey, app: &App) -> Route {
+        let (hosts, generated) = self.hosts(key, app);
         let mut members = Vec::new();
         let mut endpoints = Vec::new();
         let mut passthrough = true;
