@@ -34,22 +34,7 @@ impl Listeners {
         live_certs: &Arc<ArcSwap<crate::tls::store::Certs>>,
         provider: &Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Listeners, StartError> {
-        let mut bind = |name: &str, what, addr: SocketAddr| {
-            let listener = match inherited.as_mut().and_then(|i| i.listener(name)) {
-                Some(l) => {
-                    if let Ok(had) = l.as_ref().map(|l| l.local_addr())
-                        && let Ok(had) = had
-                        && addr.port() != 0
-                        && had != addr
-                    {
-                        tracing::warn!(listener = name, inherited = %had, configured = %addr, "kept the inherited socket; a new address needs a restart");
-                    }
-                    l
-                }
-                None => crate::request::listener::bind(addr),
-            };
-            listener.map_err(|source| StartError::Bind { what, addr, source })
-        };
+        let mut bind = |name: &str, what, addr| bind_named(inherited, name, what, addr);
         let http_addr = config
             .listen
             .http
@@ -201,4 +186,29 @@ fn client_auth(
         }
     });
     Ok(Some(verifier))
+}
+
+/// Listener `name` (`what`, its configuration key) on `addr`: the old router's
+/// socket of that name after an upgrade (kept even if the address changed,
+/// with a warning: a new address needs a restart), else a new one.
+fn bind_named(
+    inherited: &mut Option<Inherited>,
+    name: &str,
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<TcpListener, StartError> {
+    let listener = match inherited.as_mut().and_then(|i| i.listener(name)) {
+        Some(l) => {
+            if let Ok(had) = l.as_ref().map(|l| l.local_addr())
+                && let Ok(had) = had
+                && addr.port() != 0
+                && had != addr
+            {
+                tracing::warn!(listener = name, inherited = %had, configured = %addr, "kept the inherited socket; a new address needs a restart");
+            }
+            l
+        }
+        None => crate::request::listener::bind(addr),
+    };
+    listener.map_err(|source| StartError::Bind { what, addr, source })
 }
