@@ -202,6 +202,14 @@ impl Pair {
         );
     }
 
+    /// `kill -9` of router `i` itself (not its supervisor, which then flags
+    /// the fault at once).
+    pub fn kill_router(&self, i: usize) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.router_pid(i)])
+            .status();
+    }
+
     /// The router process itself (the supervisor's child).
     pub fn router_pid(&self, i: usize) -> String {
         std::fs::read_to_string(self.flag(i).with_extension("flag.pid"))

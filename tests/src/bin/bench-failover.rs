@@ -72,9 +72,7 @@ fn main() {
             let t = now();
             match fault {
                 Fault::Kill => {
-                    let _ = std::process::Command::new("kill")
-                        .args(["-KILL", &pair.router_pid(h)])
-                        .status();
+                    pair.kill_router(h);
                 }
                 Fault::Graceful => pair.stop_router(h),
                 Fault::LinkDown => {

@@ -137,9 +137,7 @@ fn apply(pair: &mut Pair, fault: Fault) -> Option<(f64, f64)> {
     let t = now();
     match fault {
         Fault::Kill => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &pair.router_pid(h)])
-                .status();
+            pair.kill_router(h);
             pair.wait_vip(other, VIP, Duration::from_secs(10));
             let _ = pair.routers[h].take().map(|mut c| c.wait());
             pair.start_router(h);
