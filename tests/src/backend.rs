@@ -452,3 +452,34 @@ fn websocket(req: &mut Request<Incoming>) -> Response<Body> {
     }
     r
 }
+
+/// A loopback port that refuses every connection for as long as this lives.
+///
+/// The socket is bound but never listens, so the kernel answers a SYN with a
+/// reset and no other process (or parallel test) can take the port. A port
+/// that was bound and dropped instead can be handed to the next `bind(:0)`,
+/// which turns "a dead member" into someone else's live backend.
+pub struct Refusing {
+    _socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+impl Refusing {
+    pub fn new() -> Refusing {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("loopback"))
+            .expect("bind");
+        let addr = socket.local_addr().expect("addr");
+        Refusing {
+            _socket: socket,
+            addr,
+        }
+    }
+}
+
+impl Default for Refusing {
+    fn default() -> Self {
+        Refusing::new()
+    }
+}

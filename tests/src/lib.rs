@@ -30,7 +30,7 @@ pub mod raw;
 pub mod router;
 pub mod tlsclient;
 
-pub use backend::{Backend, Echo};
+pub use backend::{Backend, Echo, Refusing};
 pub use router::TestRouter;
 
 use std::path::{Path, PathBuf};

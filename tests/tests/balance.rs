@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use e2e::{Backend, TestRouter, events};
+use e2e::{Backend, Refusing, TestRouter, events};
 
 const HA: &str = "ha-myapp-demo.example.com";
 
@@ -111,10 +111,8 @@ async fn round_robin_keeps_feeding_a_hung_member() {
 #[tokio::test]
 async fn idempotent_requests_move_to_another_member_when_one_refuses() {
     let healthy = Backend::start().await;
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr")
-    };
+    let refusing = Refusing::new();
+    let dead = refusing.addr;
     // Health off: this is about the retry alone (with it on, the dead member
     // would be out after its first check or third refusal; see health.rs).
     let r = TestRouter::start(
@@ -129,11 +127,17 @@ async fn idempotent_requests_move_to_another_member_when_one_refuses() {
     for _ in 0..10 {
         assert_eq!(r.get(HA, "/").await.0, 200, "GET never sees the refusal");
     }
-    assert!(r.metric("router_upstream_retries_total").await >= Some(4.0));
+    // Each of the 5+ picks of the refusing member is one refused connect and
+    // one retry; fewer means the "dead" port answered (it once was a released
+    // port that a parallel test's backend could take; now it is held).
+    let retries = r.metric("router_upstream_retries_total").await;
+    let refused = r
+        .metric("router_upstream_errors_total{kind=\"connect\"}")
+        .await;
     assert!(
-        r.metric("router_upstream_errors_total{kind=\"connect\"}")
-            .await
-            >= Some(4.0)
+        retries >= Some(4.0) && refused >= Some(4.0),
+        "10 GETs round robin over a live and a refusing member: {retries:?} retries, \
+         {refused:?} refused connects (want 4+ each)"
     );
 }
 

@@ -786,9 +786,9 @@ async fn access_lines_reach_rsyslog_in_the_operators_template_and_a_dead_sink_sl
 
     // 4. A dead sink (nothing listens) and a queue of one: every request is
     // served, the lines are dropped and counted.
-    let dead = e2e::free_port("127.0.0.1".parse().expect("ip"));
-    let extra =
-        format!("access_log:\n  syslog: {{address: \"tcp://127.0.0.1:{dead}\", queue: 1}}\n");
+    let refusing = e2e::Refusing::new();
+    let dead = refusing.addr;
+    let extra = format!("access_log:\n  syslog: {{address: \"tcp://{dead}\", queue: 1}}\n");
     let (r3, _b3) = TestRouter::with_backend(&extra).await;
     let statuses = r3.get_n(HOST, 50).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");

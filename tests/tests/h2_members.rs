@@ -39,13 +39,9 @@ async fn h2c_member() -> SocketAddr {
 #[tokio::test]
 async fn an_unreachable_h2_member_gives_way_to_another() {
     let live = h2c_member().await;
-    // A port that was bound and closed: connecting to it is refused.
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        l.local_addr().expect("addr")
-    };
+    // A bound port that never listens: connecting to it is refused.
+    let refusing = e2e::Refusing::new();
+    let dead = refusing.addr;
     // Round robin and no health checks or passive ejection: the dead member stays
     // in turn, so every other request meets it first.
     let r = TestRouter::start(

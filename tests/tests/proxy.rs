@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use e2e::{Backend, Echo, TestRouter, events, raw};
+use e2e::{Backend, Echo, Refusing, TestRouter, events, raw};
 use http::Request;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -394,11 +394,9 @@ async fn slow_request_head_is_cut_off() {
 
 #[tokio::test]
 async fn refused_member_is_502_and_counted() {
-    // A port that was bound and released: nothing listens there.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr")
-    };
+    // A bound port that never listens: every connect is refused.
+    let refusing = Refusing::new();
+    let dead = refusing.addr;
     let r = TestRouter::start("").await;
     r.drop_event("01.yaml", &events::add_lb("myapp", "demo", dead));
     r.wait_member(dead).await;

@@ -95,10 +95,8 @@ async fn persistent_messages_survive_a_broker_restart_and_failover_skips_dead_ho
     let q = "/queue/routinginfo.restart";
     publish(&amq, q, &["survivor"]).await;
     amq.restart();
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").to_string()
-    };
+    let refusing = e2e::Refusing::new();
+    let dead = refusing.addr.to_string();
     let mut cfg = config(&amq, q);
     cfg.hosts = vec![dead, amq.stomp.to_string()];
     let mut s = StompSession::connect(&cfg, 0)
