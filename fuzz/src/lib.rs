@@ -55,7 +55,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 16] = [
+pub const TARGETS: [(&str, Check); 17] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -72,6 +72,7 @@ pub const TARGETS: [(&str, Check); 16] = [
     ("h3_frames", h3_frames),
     ("pair_bodies", pair_bodies),
     ("log_template", log_template),
+    ("ocsp_answer", ocsp_answer),
 ];
 
 /// The check of the target called `name`.
@@ -596,5 +597,33 @@ pub fn log_template(data: &[u8]) {
                 Part::Var(_) => {}
             }
         }
+    }
+}
+
+/// An OCSP responder's answer (any bytes) checked against the fixture
+/// certificate (`fixtures/ocsp/`): never a panic, and an answer accepted for
+/// stapling is current at the time it was checked.
+pub fn ocsp_answer(data: &[u8]) {
+    use router::tls::ocsp::answer::{SKEW, Subject};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    static SUBJECT: std::sync::OnceLock<Subject> = std::sync::OnceLock::new();
+    const NOW: u64 = 1_795_936_400;
+    let subject = SUBJECT.get_or_init(|| {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/ocsp/");
+        let chain: Vec<CertificateDer<'static>> = ["leaf.crt", "ca.crt"]
+            .iter()
+            .map(|f| {
+                let pem = std::fs::read(format!("{dir}{f}")).expect("fixture");
+                CertificateDer::from_pem_slice(&pem).expect("pem")
+            })
+            .collect();
+        Subject::new(&chain).expect("the fixture chain")
+    });
+    let algs = rustls::crypto::aws_lc_rs::default_provider()
+        .signature_verification_algorithms
+        .all;
+    if let Ok(c) = subject.check(data, NOW, algs) {
+        assert!(c.this_update <= NOW + SKEW.as_secs() && NOW < c.next_update);
     }
 }

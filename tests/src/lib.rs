@@ -19,6 +19,7 @@ pub mod events;
 pub mod h3client;
 pub mod hapair;
 pub mod netns;
+pub mod openssl_ca;
 pub mod pebble;
 pub mod pki;
 pub mod portproxy;

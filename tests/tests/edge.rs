@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use e2e::openssl_ca::OpensslCa;
 use e2e::pki::Wildcard;
 use e2e::{Backend, TestRouter, events};
 
@@ -150,15 +151,8 @@ impl OpensslMember {
         use tokio::io::AsyncBufReadExt;
         let (cert, key) = (dir.join("member.crt"), dir.join("member.key"));
         let made = std::process::Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-            ])
+            .args(["req", "-x509"])
+            .args(e2e::openssl_ca::NEW_EC_KEY)
             .args(["-days", "1", "-subj", "/CN=member", "-keyout"])
             .arg(&key)
             .arg("-out")
@@ -223,110 +217,6 @@ async fn a_member_side_profile_decides_what_members_are_offered() {
     drop(member.child);
 }
 
-/// An openssl CA in `dir` (`openssl ca` with its index, so it can revoke and
-/// publish CRLs), issuing client certificates.
-struct OpensslCa {
-    dir: std::path::PathBuf,
-}
-
-impl OpensslCa {
-    fn new(dir: &Path) -> OpensslCa {
-        let dir = dir.join("client-ca");
-        std::fs::create_dir_all(dir.join("new")).expect("dir");
-        std::fs::write(dir.join("index.txt"), "").expect("index");
-        std::fs::write(dir.join("crlnumber"), "01\n").expect("crlnumber");
-        let conf = format!(
-            "[ca]\ndefault_ca = test\n[test]\ndir = {d}\ndatabase = {d}/index.txt\nnew_certs_dir = {d}/new\n\
-             certificate = {d}/ca.crt\nprivate_key = {d}/ca.key\nserial = {d}/serial\ncrlnumber = {d}/crlnumber\n\
-             default_md = sha256\ndefault_days = 2\ndefault_crl_days = 2\npolicy = any\nunique_subject = no\n\
-             copy_extensions = copy\nx509_extensions = client\n[any]\ncommonName = supplied\n\
-             [client]\nbasicConstraints = CA:FALSE\nkeyUsage = digitalSignature\nextendedKeyUsage = clientAuth\n",
-            d = dir.display()
-        );
-        std::fs::write(dir.join("ca.cnf"), conf).expect("cnf");
-        let ca = OpensslCa { dir };
-        ca.run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=Partner CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ]);
-        ca.crl();
-        ca
-    }
-
-    fn run(&self, args: &[&str]) {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// A client certificate for `cn`: its files' stem.
-    fn issue(&self, cn: &str) -> String {
-        let stem = cn.replace(['.', ' '], "_");
-        self.run(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            &format!("/CN={cn}"),
-            "-keyout",
-            &format!("{stem}.key"),
-            "-out",
-            &format!("{stem}.csr"),
-        ]);
-        self.run(&[
-            "ca",
-            "-batch",
-            "-config",
-            "ca.cnf",
-            "-create_serial",
-            "-in",
-            &format!("{stem}.csr"),
-            "-out",
-            &format!("{stem}.crt"),
-            "-notext",
-        ]);
-        stem
-    }
-
-    fn revoke(&self, stem: &str) {
-        self.run(&["ca", "-config", "ca.cnf", "-revoke", &format!("{stem}.crt")]);
-        self.crl();
-    }
-
-    /// Publishes the CRL (`ca.crl`), written whole then renamed into place.
-    fn crl(&self) {
-        self.run(&["ca", "-config", "ca.cnf", "-gencrl", "-out", "ca.crl.new"]);
-        std::fs::rename(self.dir.join("ca.crl.new"), self.dir.join("ca.crl")).expect("crl");
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-}
-
 /// curl over HTTPS with the client certificate `stem` (none: without one) and
 /// `extra` arguments: the member's echo, or curl's failure.
 async fn with_cert(
@@ -366,7 +256,7 @@ async fn with_cert(
 #[tokio::test]
 async fn client_certificates_are_verified_revoked_by_crl_matched_and_passed_to_members() {
     let pki = Wildcard::new("client-certs");
-    let ca = OpensslCa::new(&pki.dir);
+    let ca = OpensslCa::new(&pki.dir, "Partner CA");
     let good = ca.issue("partner.example.com");
     let revoked = ca.issue("partner-old.example.com");
     let late = ca.issue("partner-late.example.com");

@@ -21,6 +21,7 @@
 //! | `/acme/*` | what a router pair's two routers put on and take from each other for ACME, token needed for reads too (see [`acme`]) |
 //! | `GET /pair/state` | the pair's shared entries' versions, this router's name and epoch, whether the peer answers: what `router check-pair` explains a difference with |
 //! | `POST /pair/updates` | the pair's other router's shared-state entries (settings, splits, rotate states), applied when newer; answers this router's epoch (see [`pair`]) |
+//! | `GET /ocsp/{file}` | a saved OCSP staple (`tls.ocsp`), for the pair's other router (see [`crate::tls::ocsp::stapler`]) |
 //! | `POST /pair/counts` | the tokens the pair's other router's clients took from each app's rate limit, taken here too (see [`crate::pair::counts`]) |
 //!
 //! Any other path is 404, a wrong method 405. Rotate state survives restarts until
@@ -130,6 +131,10 @@ pub struct Admin {
     /// The pair's link (`pair.peer`): what is put here is shared with the
     /// other router, and what it puts is applied here (see [`pair`]).
     pub pair: Option<Arc<crate::pair::link::Link>>,
+    /// Where the OCSP staples are saved (`tls.ocsp.stapling`): served as
+    /// `GET /ocsp/{file}` to the pair's other router (see
+    /// [`crate::tls::ocsp::stapler`]).
+    pub ocsp_dir: Option<std::path::PathBuf>,
 }
 
 /// `admin:` settings.
@@ -366,6 +371,7 @@ impl Admin {
                 "refused": self.audit.refused(),
                 "acme": self.audit.acme_entries(),
             })),
+            _ if path.starts_with("/ocsp/") => self.ocsp_staple(&path["/ocsp/".len()..]),
             _ => match path
                 .strip_prefix("/apps/")
                 .and_then(|r| r.strip_suffix("/stats"))
@@ -373,6 +379,26 @@ impl Admin {
                 Some(app) => self.app_stats(app),
                 None => text(StatusCode::NOT_FOUND, "not found\n"),
             },
+        }
+    }
+
+    /// `GET /ocsp/{file}`: a saved OCSP staple (public: what every handshake
+    /// sends), for the pair's other router.
+    fn ocsp_staple(&self, stem: &str) -> Response<Full<Bytes>> {
+        let saved = self
+            .ocsp_dir
+            .as_deref()
+            .and_then(|dir| crate::tls::ocsp::stapler::saved(dir, stem));
+        match saved {
+            Some(body) => {
+                let mut r = Response::new(Full::new(Bytes::from(body)));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            None => text(StatusCode::NOT_FOUND, "no staple saved under that name\n"),
         }
     }
 

@@ -143,8 +143,9 @@ fn app_documents(
         .collect()
 }
 
-/// Each alias certificate's expiry, from the metrics' samples, at `now`, and
-/// where it comes from (`upload`, `acme`, `default`).
+/// Each alias certificate's expiry, from the metrics' samples, at `now`,
+/// where it comes from (`upload`, `acme`, `default`) and the age of its OCSP
+/// staple (none: not stapled).
 fn certificate_documents(
     m: &BTreeMap<&str, f64>,
     now: u64,
@@ -160,11 +161,19 @@ fn certificate_documents(
                 Some(c) => c.source(name),
                 None => "upload",
             };
+            // The OCSP answer stapled for it (`tls.ocsp`): its age in seconds.
+            let stapled = m
+                .get(
+                    format!("router_tls_ocsp_staple_timestamp_seconds{{alias=\"{name}\"}}")
+                        .as_str(),
+                )
+                .map(|t| now as i64 - *t as i64);
             Some(json!({
                 "name": name,
                 "not_after": not_after,
                 "days": (not_after - now as i64).div_euclid(86_400),
                 "source": source,
+                "staple_age_seconds": stapled,
             }))
         })
         .collect()

@@ -45,6 +45,8 @@ pub struct TlsConfig {
     pub ciphers: Vec<String>,
     /// Client certificates (see `crate::tls::client_auth`); none: not asked for.
     pub client_certificates: Option<crate::tls::client_auth::ClientAuthSettings>,
+    /// OCSP stapling (see `crate::tls::ocsp`).
+    pub ocsp: crate::tls::ocsp::OcspSettings,
 }
 
 impl TlsConfig {
@@ -81,6 +83,7 @@ impl Default for TlsConfig {
             min_version: None,
             ciphers: Vec::new(),
             client_certificates: None,
+            ocsp: crate::tls::ocsp::OcspSettings::default(),
         }
     }
 }
@@ -170,6 +173,19 @@ impl Config {
         }
         if t.session_ticket_rotation < Duration::from_secs(60) {
             return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
+        }
+        let o = &t.ocsp;
+        if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&o.timeout) {
+            return Err(("tls.ocsp.timeout", "must be from 1s to 5m".into()));
+        }
+        if o.refresh < crate::tls::ocsp::MIN_REFRESH {
+            return Err(("tls.ocsp.refresh", "must be at least 5m".into()));
+        }
+        if o.retry < Duration::from_secs(1) || o.retry > o.refresh {
+            return Err((
+                "tls.ocsp.retry",
+                "must be at least 1s and at most tls.ocsp.refresh".into(),
+            ));
         }
         Ok(())
     }

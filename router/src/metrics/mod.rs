@@ -618,6 +618,14 @@ pub struct TlsMetrics {
     /// answers the ACME calls (`acme.peer`), 0 once it has not for
     /// `acme.peer_timeout`; no series without a pair.
     acme_peer: IntGaugeVec,
+    /// `router_tls_ocsp_fetches_total{result}`: `ok`, `peer`, or why nothing was
+    /// stapled (see `crate::tls::ocsp::answer::OcspError::reason`, `fetch`).
+    ocsp_fetches: IntCounterVec,
+    /// `router_tls_ocsp_staple_timestamp_seconds{alias}`: the `thisUpdate` of
+    /// the answer stapled for each alias (its age is `time()` minus this).
+    ocsp_staple: IntGaugeVec,
+    /// `router_tls_ocsp_staples`: certificates with an answer stapled.
+    ocsp_staples: IntGauge,
 }
 
 impl TlsMetrics {
@@ -685,7 +693,46 @@ impl TlsMetrics {
                 &["peer"],
                 r
             )?,
+            ocsp_fetches: counters!(
+                "router_tls_ocsp_fetches_total",
+                "OCSP answers fetched for stapling, by result (ok, or why none was stapled)",
+                &["result"],
+                r
+            )?,
+            ocsp_staple: gauges!(
+                "router_tls_ocsp_staple_timestamp_seconds",
+                "thisUpdate of the OCSP answer stapled for each alias (its age: time() minus this)",
+                &["alias"],
+                r
+            )?,
+            ocsp_staples: gauge!(
+                "router_tls_ocsp_staples",
+                "Certificates served with an OCSP answer stapled",
+                r
+            )?,
         })
+    }
+
+    /// An OCSP fetch ended with `result` (`ok`, or a reason).
+    pub fn ocsp_fetch(&self, result: &str) {
+        self.ocsp_fetches.with_label_values(&[result]).inc();
+    }
+
+    /// The staple `alias` is served with: its `thisUpdate`, or none.
+    pub fn ocsp_staple_shown(&self, alias: &str, this_update: Option<u64>) {
+        match this_update {
+            Some(t) => self
+                .ocsp_staple
+                .with_label_values(&[alias])
+                .set(i64::try_from(t).unwrap_or(i64::MAX)),
+            None => {
+                let _ = self.ocsp_staple.remove_label_values(&[alias]);
+            }
+        }
+    }
+
+    pub fn ocsp_staples(&self, n: usize) {
+        self.ocsp_staples.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// `alias`'s orders have failed `n` times in a row; 0: its last one did not.

@@ -31,7 +31,10 @@ impl Listeners {
         config: &Config,
         inherited: &mut Option<Inherited>,
         ticketer: Option<&Arc<SharedTicketer>>,
-        live_certs: &Arc<ArcSwap<crate::tls::store::Certs>>,
+        (live_certs, staples): (
+            &Arc<ArcSwap<crate::tls::store::Certs>>,
+            &Arc<crate::tls::ocsp::Staples>,
+        ),
         provider: &Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Listeners, StartError> {
         let mut bind = |name: &str, what, addr| bind_named(inherited, name, what, addr);
@@ -54,7 +57,7 @@ impl Listeners {
         .map(|(name, what, addr)| addr.map(|a| bind(name, what, a)).transpose());
         let (admin, metrics) = (admin?, metrics?);
         say_where_admin_is(config.listen.admin);
-        let resumption = handshakes(config, ticketer, provider)?;
+        let resumption = handshakes(config, ticketer, provider, staples)?;
         let https = match config.listen.https {
             Some(addr) => {
                 if config.tls.default_cert.is_none() {
@@ -153,6 +156,7 @@ fn handshakes(
     config: &Config,
     ticketer: Option<&Arc<SharedTicketer>>,
     provider: &Arc<rustls::crypto::CryptoProvider>,
+    staples: &Arc<crate::tls::ocsp::Staples>,
 ) -> Result<crate::tls::server::Handshakes, StartError> {
     let resumption = match ticketer {
         _ if !config.tls.resumption => crate::tls::server::Resumption::Off,
@@ -162,6 +166,7 @@ fn handshakes(
     Ok(crate::tls::server::Handshakes {
         resumption,
         client_auth: client_auth(config, provider)?,
+        staples: staples.clone(),
     })
 }
 

@@ -174,6 +174,9 @@ pub struct Router {
     /// The per-core runtimes client connections are served on; `None`: on the
     /// runtime this router runs on (see [`crate::workers`]).
     workers: Option<Arc<Workers>>,
+    /// Fetches the OCSP answers stapled (`tls.ocsp.stapling`), started with the
+    /// timers.
+    stapler: Option<crate::tls::ocsp::stapler::Stapler>,
     /// "Drain what is open now" for every client listener (SIGUSR1).
     drainer: crate::request::drain::Drainer,
 }
@@ -205,7 +208,12 @@ impl Router {
         let provider = Arc::new(config.tls.provider());
         let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
         let admin_tls = admin_tls(&config, &provider)?;
-        let live_certs = certs.lock().unwrap_or_else(|p| p.into_inner()).live();
+        let (live_certs, staples) = {
+            let index = certs.lock().unwrap_or_else(|p| p.into_inner());
+            (index.live(), index.staples())
+        };
+        // The saved staples are served from the first handshake.
+        let stapler = stapler(&config, (&live_certs, &staples), &provider, &metrics);
         let recent = Arc::new(crate::table::recent::Recent::default());
         let events = Events {
             config: config.clone(),
@@ -224,7 +232,7 @@ impl Router {
             &config,
             &mut inherited,
             ticketer.as_ref(),
-            &live_certs,
+            (&live_certs, &staples),
             &provider,
         )?;
         let handover = handover(&config, inherited.is_some()).await?;
@@ -244,6 +252,8 @@ impl Router {
         let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
         let acme = acme_state(&config, &live, &certs, &provider);
         let pair = pair_link(&config, &metrics)?;
+        // Router `b` of a pair staples what `a` fetched.
+        let stapler = stapler.map(|s| s.with_peer(ocsp_peer(pair.as_ref())));
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
@@ -275,6 +285,7 @@ impl Router {
             consumer,
             source,
             workers,
+            stapler,
             drainer: crate::request::drain::Drainer::default(),
         })
     }
@@ -424,6 +435,7 @@ impl Router {
         }
 
         let timers = tasks::spawn_timers(&self.config, &self.admin_api);
+        let stapler = self.stapler.map(|s| tokio::spawn(s.run()));
         let upgraded = serve_until(
             shutdown,
             self.handover,
@@ -440,6 +452,7 @@ impl Router {
         .await;
         timers
             .iter()
+            .chain([&stapler])
             .flatten()
             .for_each(tokio::task::JoinHandle::abort);
         if upgraded {

@@ -316,9 +316,60 @@ pub(super) fn admin_api(
         certs,
         acme,
         pair,
+        ocsp_dir: config
+            .tls
+            .ocsp
+            .stapling
+            .then(|| config.state_dir.join("ocsp")),
         dead_letters: match (&config.spi.source, &config.spi.spool) {
             (SourceKind::Spool, Some(s)) => s.path.join(spi_consumer::source::spool::FAILED),
             _ => config.state_dir.join("dead-letters"),
         },
     }
+}
+
+/// The OCSP stapler (`tls.ocsp.stapling`), its saved staples read back; none
+/// when stapling is off.
+pub(super) fn stapler(
+    config: &Config,
+    (live_certs, staples): (
+        &Arc<arc_swap::ArcSwap<crate::tls::store::Certs>>,
+        &Arc<crate::tls::ocsp::Staples>,
+    ),
+    provider: &rustls::crypto::CryptoProvider,
+    metrics: &Metrics,
+) -> Option<crate::tls::ocsp::stapler::Stapler> {
+    if !config.tls.ocsp.stapling {
+        return None;
+    }
+    let stapler = crate::tls::ocsp::stapler::Stapler::new(
+        live_certs.clone(),
+        staples.clone(),
+        &config.state_dir,
+        config.tls.ocsp.clone(),
+        provider,
+        metrics.tls.clone(),
+    );
+    let restored = stapler.restore();
+    tracing::info!(restored, "OCSP stapling on");
+    Some(stapler)
+}
+
+/// Router `b` of a pair asks `a` for its OCSP staples (`GET /ocsp/{name}`);
+/// none on `a` or without a pair.
+pub(super) fn ocsp_peer(
+    pair: Option<&Arc<crate::pair::link::Link>>,
+) -> Option<crate::tls::ocsp::stapler::AskPeer> {
+    let link = pair.filter(|l| l.state.node() == crate::config::Node::B)?;
+    let peer = link.peer.clone();
+    Some(Arc::new(move |name: String| {
+        let peer = peer.clone();
+        Box::pin(async move {
+            let path = format!("/ocsp/{name}");
+            match peer.call(http::Method::GET, &path, Vec::new()).await {
+                Ok((status, body)) if status == http::StatusCode::OK => Some(body.to_vec()),
+                _ => None,
+            }
+        })
+    }))
 }

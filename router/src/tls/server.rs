@@ -55,6 +55,8 @@ pub struct Acceptor {
 pub struct Handshakes {
     pub resumption: Resumption,
     pub client_auth: Option<Arc<dyn ClientCertVerifier>>,
+    /// The OCSP staples served with the certificates (`tls.ocsp`).
+    pub staples: Arc<crate::tls::ocsp::Staples>,
 }
 
 pub fn acceptor(
@@ -97,11 +99,13 @@ fn server_config(
     Handshakes {
         resumption,
         client_auth,
+        staples,
     }: Handshakes,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Result<ServerConfig, rustls::Error> {
     let resolver = Arc::new(SniResolver {
         live: certs.clone(),
+        staples,
     });
     let provider = Arc::new(CryptoProvider {
         cipher_suites: server_order(&provider.cipher_suites, aes_in_hardware()),

@@ -175,6 +175,27 @@ impl Certs {
         self.by_name.len()
     }
 
+    /// Every certificate loaded now, with the alias it is served for
+    /// (`default` for the default): uploaded ones (a restored one once its
+    /// first handshake loaded it), ACME ones where none is uploaded, the
+    /// default. What the OCSP stapler keeps answers for.
+    pub fn loaded(&self) -> impl Iterator<Item = (Arc<str>, Arc<CertifiedKey>)> + '_ {
+        let uploaded = self
+            .by_name
+            .iter()
+            .filter_map(|(a, slot)| Some((a.clone(), slot.key.get()?.clone()?)));
+        let acme = self
+            .acme
+            .iter()
+            .filter(|(a, _)| !self.by_name.contains_key(*a))
+            .map(|(a, k)| (a.clone(), k.clone()));
+        let default = self
+            .default
+            .iter()
+            .map(|k| (Arc::from("default"), k.clone()));
+        uploaded.chain(acme).chain(default)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
@@ -191,21 +212,24 @@ pub enum Served {
     Default,
 }
 
-/// The rustls side: picks the certificate for each handshake.
+/// The rustls side: picks the certificate for each handshake, with its OCSP
+/// staple when it has one (see [`crate::tls::ocsp`]).
 #[derive(Debug)]
 pub struct SniResolver {
     pub live: Arc<ArcSwap<Certs>>,
+    pub staples: Arc<crate::tls::ocsp::Staples>,
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let certs = self.live.load();
-        match hello.server_name() {
+        let key = match hello.server_name() {
             Some(name) if name.bytes().any(|b| b.is_ascii_uppercase()) => {
                 certs.for_name(Some(&name.to_ascii_lowercase()))
             }
             name => certs.for_name(name),
-        }
+        }?;
+        Some(self.staples.staple(key))
     }
 }
 
@@ -334,6 +358,9 @@ pub struct CertIndex {
     /// The notAfter of each ACME certificate (its expiry gauge when no uploaded
     /// certificate shows instead).
     acme_expiry: HashMap<String, i64>,
+    /// The OCSP staples served with these certificates (written by the
+    /// stapler, `crate::tls::ocsp::stapler`).
+    staples: Arc<crate::tls::ocsp::Staples>,
 }
 
 impl CertIndex {
@@ -366,6 +393,7 @@ impl CertIndex {
             restoring: false,
             expiry_unread: false,
             acme_expiry: HashMap::new(),
+            staples: Arc::default(),
         }
     }
 
@@ -379,6 +407,11 @@ impl CertIndex {
     /// The map handshakes read.
     pub fn live(&self) -> Arc<ArcSwap<Certs>> {
         self.live.clone()
+    }
+
+    /// The OCSP staples handshakes serve with these certificates.
+    pub fn staples(&self) -> Arc<crate::tls::ocsp::Staples> {
+        self.staples.clone()
     }
 
     /// Follows the state for the apps in `changed`, then publishes.

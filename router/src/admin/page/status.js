@@ -216,13 +216,15 @@ function renderApps(d, dt) {
 }
 
 function renderTables(d) {
-  table('certificates', ['name', 'source', 'expires', '#days left'], d.certificates
+  table('certificates', ['name', 'source', 'expires', '#days left', 'OCSP staple'], d.certificates
     .filter(c => !filterText() || c.name.includes(filterText()))
     .sort((a, b) => a.days - b.days)
     .map(c => el('tr', { 'data-certificate': c.name },
       el('td', { class: 'mono' }, c.name), el('td', { 'data-source': c.source }, c.source),
       el('td', {}, when(c.not_after)),
-      el('td', { class: 'num' }, pill(String(c.days), c.days < 7 ? 'bad' : c.days < 30 ? 'warn' : 'up')))),
+      el('td', { class: 'num' }, pill(String(c.days), c.days < 7 ? 'bad' : c.days < 30 ? 'warn' : 'up')),
+      el('td', { 'data-staple': c.staple_age_seconds ?? '' },
+        c.staple_age_seconds == null ? '—' : ago(c.staple_age_seconds)))),
   'no certificate loaded');
   table('splits', ['name', 'shares'], Object.entries(d.splits).map(([name, w]) =>
     el('tr', { 'data-split': name }, el('td', { class: 'mono' }, name),
