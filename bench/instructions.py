@@ -30,6 +30,14 @@ calls by name: the kernel's side of the same requests (Debian `strace`).
 --admin 'METHOD PATH JSON': an admin call made (with a token) once the router
 answers, before the counted requests: per-app settings and path tables that the
 config file does not hold (e.g. `POST /aliases/ha-bench-bench.example.com/paths`).
+--handshakes PRESET,...: full TLS 1.3 handshakes instead of requests (resumption
+off; each handshake carries one GET with `Connection: close`; the client is
+`bench-clients handshakes`, rustls, X25519, one at a time), for each preset:
+`plain`; `client-optional` (`tls.client_certificates` optional, the client
+presents none); `client-required` (required, the client presents one, verified
+against the CA); `staple` (`tls.ocsp.stapling` with a saved answer read back at
+start: every handshake carries it). The chain, the client certificate and the
+OCSP answer come from an openssl CA made here.
 --keep DIR: keep each run's callgrind output in DIR (named by variant, proxy and N)
 and print the functions whose instructions per request differ most between
 two --router binaries measured into the same DIR (`--diff A B` compares two kept
@@ -67,6 +75,78 @@ TOKEN = "bench-instructions-token"
 EVENT = H.route_event(BACKEND)
 
 
+HANDSHAKES = None  # --handshakes: the preset measured now
+PRESETS = {
+    "plain": "",
+    "client-optional": f"  client_certificates:\n    mode: optional\n    ca_file: {CERT_DIR}/ca.pem\n",
+    "client-required": f"  client_certificates:\n    mode: required\n    ca_file: {CERT_DIR}/ca.pem\n",
+    "staple": "  ocsp:\n    stapling: true\n",
+}
+
+
+def handshake_pki():
+    """An openssl CA (CERT_DIR/ca.pem), the server chain it signs for HOST
+    (tls.crt: leaf then CA), a client certificate (client.crt) and an OCSP
+    answer for the leaf (ocsp.der, by `openssl ocsp`, valid two days)."""
+    shutil.rmtree(CERT_DIR, ignore_errors=True)
+    os.makedirs(CERT_DIR)
+    H.write(f"{CERT_DIR}/ca.cnf", f"""[ca]
+default_ca = bench
+[bench]
+dir = {CERT_DIR}
+database = {CERT_DIR}/index.txt
+new_certs_dir = {CERT_DIR}
+certificate = {CERT_DIR}/ca.pem
+private_key = {CERT_DIR}/ca.key
+serial = {CERT_DIR}/serial
+default_md = sha256
+default_days = 2
+policy = any
+copy_extensions = copy
+[any]
+commonName = supplied
+[server]
+basicConstraints = CA:FALSE
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:{HOST}
+authorityInfoAccess = OCSP;URI:http://127.0.0.1:9/
+[client]
+basicConstraints = CA:FALSE
+extendedKeyUsage = clientAuth
+""")
+    H.write(f"{CERT_DIR}/index.txt", "")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=CERT_DIR)
+    run("req", "-x509", *ec, "-days", "2", "-subj", "/CN=bench CA", "-keyout", "ca.key", "-out", "ca.pem")
+    for name, section in (("leaf", "server"), ("client", "client")):
+        run("req", *ec, "-subj", f"/CN={name}.bench", "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        run("ca", "-batch", "-config", "ca.cnf", "-create_serial", "-extensions", section,
+            "-in", f"{name}.csr", "-out", f"{name}.crt", "-notext")
+    H.write(f"{CERT_DIR}/tls.crt", open(f"{CERT_DIR}/leaf.crt").read() + open(f"{CERT_DIR}/ca.pem").read())
+    shutil.copy(f"{CERT_DIR}/leaf.key", f"{CERT_DIR}/tls.key")
+    run("ocsp", "-issuer", "ca.pem", "-cert", "leaf.crt", "-reqout", "ocsp.req", "-no_nonce")
+    run("ocsp", "-index", "index.txt", "-rsigner", "ca.pem", "-rkey", "ca.key", "-CA", "ca.pem",
+        "-reqin", "ocsp.req", "-respout", "ocsp.der", "-ndays", "2")
+    run("x509", "-in", "leaf.crt", "-outform", "DER", "-out", "leaf.der")
+
+
+def saved_staple(state_dir):
+    """The OCSP answer saved as the router saves it (`state_dir/ocsp/`), so that
+    it is stapled from the first handshake (the stapler reads it back at start)."""
+    import base64
+    import hashlib
+    import json
+    leaf = open(f"{CERT_DIR}/leaf.der", "rb").read()
+    answer = open(f"{CERT_DIR}/ocsp.der", "rb").read()
+    now = int(time.time())
+    os.makedirs(f"{state_dir}/ocsp", exist_ok=True)
+    H.write(f"{state_dir}/ocsp/{hashlib.sha256(leaf).hexdigest()[:32]}.ocsp", json.dumps({
+        "leaf": base64.b64encode(leaf).decode(), "answer": base64.b64encode(answer).decode(),
+        "this_update": now - 60, "next_update": now + 86400}))
+
+
 def certificate():
     """A self-signed P-256 certificate for HOST (--h2); for --h3 a CA and a leaf
     (bench-clients certs: rustls refuses a self-signed leaf as its own CA)."""
@@ -99,6 +179,8 @@ def config(d, extra):
     http3 = f"\n  http3: 127.0.0.1:{ROUTER + TLS_OFFSET}" if H3 else ""
     tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}{http3}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
            f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
+    if HANDSHAKES is not None:
+        tls += "\n  resumption: false\n" + PRESETS[HANDSHAKES].rstrip("\n")
     return f"""cloud_domain: example.com
 state_dir: {d}/state
 worker_threads: 1
@@ -116,6 +198,16 @@ spi:
 
 
 def requests(n, handoff, cookies, port=ROUTER):
+    if HANDSHAKES is not None:
+        env = dict(os.environ)
+        if HANDSHAKES == "client-required":
+            env.update(CLIENT_CERT=f"{CERT_DIR}/client.crt", CLIENT_KEY=f"{CERT_DIR}/client.key")
+        out = subprocess.run([os.path.join(RELEASE, "bench-clients"), "handshakes", f"127.0.0.1:{port + TLS_OFFSET}",
+                              HOST, f"{CERT_DIR}/ca.pem", "x25519", str(n), "1"],
+                             capture_output=True, text=True, env=env)
+        if f'"ok":{n}' not in out.stdout.replace(" ", ""):
+            sys.exit(f"bench-clients handshakes:\n{out.stdout}{out.stderr}")
+        return
     if H3:
         out = subprocess.run([os.path.join(RELEASE, "h3-client"), "count", f"127.0.0.1:{port + TLS_OFFSET}", HOST,
                               f"{CERT_DIR}/ca.pem", "/", str(n), "1", "10"], capture_output=True, text=True)
@@ -301,6 +393,8 @@ def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
         f.write(EVENT)
     with open(f"{d}/router.yaml", "w") as f:
         f.write(config(d, extra))
+    if HANDSHAKES == "staple":
+        saved_staple(f"{d}/state")
     if ADMIN_CALLS:
         with open(f"{d}/admin.token", "w") as f:
             f.write(TOKEN + "\n")
@@ -342,6 +436,8 @@ def main():
                     help="HTTP/3 (h3-client, one connection, 10 streams), aws-lc's CPU paths masked (see CPU_MASK)")
     ap.add_argument("--mask", action="store_true",
                     help="with --h2: aws-lc's CPU paths masked as for --h3, so that the two compare")
+    ap.add_argument("--handshakes", metavar="PRESET,...",
+                    help="full TLS handshakes per preset (plain, client-optional, client-required, staple)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count system calls (strace -c) instead of instructions")
     ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
@@ -366,6 +462,10 @@ def main():
     H3 = args.h3
     H2 = args.h2 or H3
     MASK = H3 or args.mask
+    if args.handshakes:
+        H2 = True
+        handshake_pki()
+        return handshakes(args, args.handshakes.split(","))
     if H2:
         certificate()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
@@ -394,6 +494,30 @@ def main():
                   f"(total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
             if SYSCALLS:
                 by_name(name, args.n1, args.n2)
+    finally:
+        backend.terminate()
+        backend.wait()
+
+
+def handshakes(args, presets):
+    """--handshakes: instructions per full handshake (and its one request) per preset."""
+    global HANDSHAKES
+    backend = subprocess.Popen([os.path.join(RELEASE, "echo-backend"), f"127.0.0.1:{BACKEND}"],
+                               stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        base = None
+        for preset in presets:
+            if preset not in PRESETS:
+                sys.exit(f"--handshakes: no preset {preset!r} (one of {', '.join(PRESETS)})")
+            HANDSHAKES = preset
+            label = (args.label or "hs") + f"-{preset}"
+            a = instructions(args.router, "", args.n1, False, False, args.keep, label)
+            b = instructions(args.router, "", args.n2, False, False, args.keep, label)
+            per = (b - a) / (args.n2 - args.n1)
+            base = base or per
+            print(f"{preset}: {per:,.0f} instructions per full handshake + 1 request "
+                  f"({per / base:.3f}x the first preset; total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
     finally:
         backend.terminate()
         backend.wait()

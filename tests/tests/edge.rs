@@ -370,6 +370,113 @@ async fn client_certificates_are_verified_revoked_by_crl_matched_and_passed_to_m
     assert_eq!(echo.header("x-ssl-client-verify"), Some("SUCCESS"));
 }
 
+/// curl over HTTPS to `name` (its SNI and URL), with `host` as the Host (or
+/// :authority) when given, the client certificate `stem` when given, over h2
+/// or HTTP/1.1: the status and body, or curl's failure (a failed handshake).
+async fn curl_name(
+    https: std::net::SocketAddr,
+    (ca, server_ca): (&OpensslCa, &Path),
+    (name, host): (&str, Option<&str>),
+    stem: Option<&str>,
+    h2: bool,
+) -> Result<(u16, String), String> {
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(server_ca)
+    .args(["--resolve", &format!("{name}:{}:127.0.0.1", https.port())])
+    .arg(if h2 { "--http2" } else { "--http1.1" });
+    if let Some(host) = host {
+        cmd.args(["-H", &format!("Host: {host}")]);
+    }
+    if let Some(stem) = stem {
+        let (crt, key) = (
+            ca.path(&format!("{stem}.crt")),
+            ca.path(&format!("{stem}.key")),
+        );
+        cmd.args(["--cert", &crt, "--key", &key]);
+    }
+    let out = cmd
+        .arg(format!("https://{name}:{}/", https.port()))
+        .output()
+        .await
+        .expect("curl");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+    Ok((code.parse().unwrap_or(0), body.to_string()))
+}
+
+#[tokio::test]
+async fn a_name_with_a_client_certificate_policy_of_its_own_asks_for_one_and_is_not_reached_past_it()
+ {
+    const PARTNER: &str = "partner.example.com";
+    let pki = Wildcard::new("client-by-name");
+    let ca = OpensslCa::new(&pki.dir, "Partner CA");
+    let good = ca.issue(PARTNER);
+    let tls = format!(
+        "  client_certificates_by_name:\n    {PARTNER}:\n      mode: required\n      ca_file: {}\n",
+        ca.path("ca.crt")
+    );
+    let r = router(&pki, "by-name", &tls).await;
+    r.drop_event("01.yaml", &events::add_alias("myapp", "demo", PARTNER));
+    r.wait_route(PARTNER).await;
+    let https = r.https.expect("https");
+    let both = (&ca, pki.ca_file.as_path());
+
+    // The other names keep the router-wide policy (none here): no certificate
+    // asked for, none claimed to the member.
+    let (status, body) = curl_name(https, both, (HOST, None), None, true)
+        .await
+        .expect("a name without a policy of its own");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        e2e::backend::Echo::parse(body.as_bytes())
+            .all("x-ssl-client-verify")
+            .is_empty(),
+        "{body}"
+    );
+
+    // The partner's name: no certificate, no handshake; with one, served and
+    // the member told.
+    let refused = curl_name(https, both, (PARTNER, None), None, true).await;
+    assert!(
+        refused.is_err(),
+        "a handshake without a certificate for {PARTNER}: {refused:?}"
+    );
+    let (status, body) = curl_name(https, both, (PARTNER, None), Some(&good), true)
+        .await
+        .expect("the partner with its certificate");
+    assert_eq!(status, 200, "{body}");
+    let echo = e2e::backend::Echo::parse(body.as_bytes());
+    assert_eq!(echo.all("x-ssl-client-verify"), ["SUCCESS"], "{echo:?}");
+    assert_eq!(
+        echo.all("x-ssl-client-dn"),
+        [format!("/CN={PARTNER}")],
+        "{echo:?}"
+    );
+
+    // A connection made for another name (no certificate asked) carrying a
+    // request for the partner's: 421, over h2 (coalescing) and HTTP/1.1.
+    for h2 in [true, false] {
+        let (status, _) = curl_name(https, both, (HOST, Some(PARTNER)), None, h2)
+            .await
+            .expect("the handshake for HOST");
+        assert_eq!(
+            status, 421,
+            "a request for {PARTNER} past its policy (h2: {h2})"
+        );
+    }
+}
+
 /// curl to `url` from the loopback address `from`: status and the member's echo.
 async fn curl_from(
     from: &str,

@@ -45,6 +45,8 @@ pub struct TlsConfig {
     pub ciphers: Vec<String>,
     /// Client certificates (see `crate::tls::client_auth`); none: not asked for.
     pub client_certificates: Option<crate::tls::client_auth::ClientAuthSettings>,
+    /// Names (or `*.domain`) with a client-certificate policy of their own.
+    pub client_certificates_by_name: crate::tls::client_auth::ByName,
     /// OCSP stapling (see `crate::tls::ocsp`).
     pub ocsp: crate::tls::ocsp::OcspSettings,
 }
@@ -83,6 +85,7 @@ impl Default for TlsConfig {
             min_version: None,
             ciphers: Vec::new(),
             client_certificates: None,
+            client_certificates_by_name: Default::default(),
             ocsp: crate::tls::ocsp::OcspSettings::default(),
         }
     }
@@ -173,6 +176,26 @@ impl Config {
         }
         if t.session_ticket_rotation < Duration::from_secs(60) {
             return Err(("tls.session_ticket_rotation", "must be at least 1m".into()));
+        }
+        for name in t.client_certificates_by_name.keys() {
+            let host = name.strip_prefix("*.").unwrap_or(name);
+            let ok = host.contains('.')
+                && *name == name.to_ascii_lowercase()
+                && host.split('.').all(|l| {
+                    !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !ok {
+                return Err((
+                    "tls.client_certificates_by_name",
+                    format!("{name:?} is not a lower-case host name or *.domain"),
+                ));
+            }
+        }
+        if t.client_certificates_by_name.len() > usize::from(u16::MAX) {
+            return Err((
+                "tls.client_certificates_by_name",
+                "at most 65535 names".into(),
+            ));
         }
         let o = &t.ocsp;
         if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&o.timeout) {

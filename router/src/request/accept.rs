@@ -651,13 +651,19 @@ async fn handshake(
     let hello = hello_then_handshake(proxy, tls, stream, conn.key(), activity, metrics);
     let s = Box::pin(hello).await?;
     let session = s.get_ref().1;
+    let policies = &tls.acceptor.policies;
+    let policy = match session.server_name() {
+        Some(name) if !policies.is_empty() => policies.of(Some(&name.to_ascii_lowercase())),
+        _ => 0,
+    };
     if let Some(sni) = session.server_name() {
         // Not shared yet: `make_mut` does not copy.
         let conn = Arc::make_mut(conn);
         conn.served = Some(tls.acceptor.served(sni));
         conn.sni = Some(Arc::from(sni));
+        conn.client_policy = policy;
     }
-    if tls.acceptor.client_auth {
+    if tls.acceptor.asks_certificate(policy) {
         let cert = crate::tls::client_auth::ClientCert::of(session.peer_certificates());
         Arc::make_mut(conn).client_cert = Some(Arc::new(cert));
     }

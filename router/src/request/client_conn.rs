@@ -38,6 +38,10 @@ pub struct ClientConn {
     pub sni: Option<Arc<str>>,
     /// What its client certificate tells members (`tls.client_certificates`).
     pub client_cert: Option<Arc<crate::tls::client_auth::ClientCert>>,
+    /// The client-certificate policy its handshake was under (see
+    /// [`crate::tls::client_auth::Policies`]): requests for names under
+    /// another are 421.
+    pub client_policy: u16,
     pub(super) ip_value: HeaderValue,
     pub(super) port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
@@ -82,6 +86,7 @@ impl ClientConn {
             served: None,
             sni: None,
             client_cert: None,
+            client_policy: 0,
             ip_value: HeaderValue::from_str(&ip.to_string())
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             port_value: HeaderValue::from(local_port),

@@ -155,6 +155,17 @@ impl Context<'_> {
 }
 
 impl Proxy {
+    /// Whether HTTP/3 serves `host`: not a name with a client-certificate
+    /// policy of its own (QUIC's handshakes have the router-wide one, see
+    /// [`crate::tls::client_auth`]), which is not announced there.
+    fn h3_serves(&self, host: Option<&HeaderValue>) -> bool {
+        self.client_policies.is_empty()
+            || host
+                .and_then(|h| h.to_str().ok())
+                .and_then(super::route::normalize_host)
+                .is_none_or(|name| self.client_policies.of(Some(&name)) == 0)
+    }
+
     /// A request's context: `fields` are its fields (in its map, or as they
     /// came), `host` the host it addressed (for the access log).
     pub(super) fn context<'c>(
@@ -212,7 +223,8 @@ impl Proxy {
             last_on_connection,
             announce_h3: self.alt_svc.is_some()
                 && conn.https
-                && req.version() != http::Version::HTTP_3,
+                && req.version() != http::Version::HTTP_3
+                && self.h3_serves(host),
         }
     }
 }

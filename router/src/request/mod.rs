@@ -127,6 +127,10 @@ pub struct Proxy {
     /// TLS clients are asked for certificates (`tls.client_certificates`):
     /// every request over TLS says what was presented.
     pub client_auth: bool,
+    /// Which client-certificate policy each name's handshakes get
+    /// (`tls.client_certificates_by_name`): a request for a name under
+    /// another policy than its connection's is 421.
+    pub client_policies: Arc<crate::tls::client_auth::Policies>,
     /// `proxy_protocol.trusted`: connections from these start with a PROXY
     /// header naming the client (see [`proxied`]).
     pub proxy_trusted: Arc<[ipnet::IpNet]>,

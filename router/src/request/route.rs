@@ -194,6 +194,10 @@ impl Proxy {
         {
             return Err(ProxyError::Misdirected);
         }
+        // ... and only under the client-certificate policy its handshake had.
+        if conn.https && self.client_policies.of(Some(&name)) != conn.client_policy {
+            return Err(ProxyError::Misdirected);
+        }
         // One table load; the guard is dropped before any await.
         let table = self.table.load();
         let (route, rewrite) = match table.path_route(&name, req.uri().path()) {

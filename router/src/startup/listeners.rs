@@ -166,12 +166,12 @@ fn handshakes(
     Ok(crate::tls::server::Handshakes {
         resumption,
         client_auth: client_auth(config, provider)?,
+        by_name: client_auth_by_name(config, provider)?,
         staples: staples.clone(),
     })
 }
 
-/// `tls.client_certificates`' verifier, its CRLs looked at every
-/// [`crate::tls::client_auth::CRL_CHECK`] (none without the key).
+/// `tls.client_certificates`' verifier (none without the key), see [`verifier`].
 fn client_auth(
     config: &Config,
     provider: &Arc<rustls::crypto::CryptoProvider>,
@@ -179,6 +179,30 @@ fn client_auth(
     let Some(settings) = &config.tls.client_certificates else {
         return Ok(None);
     };
+    Ok(Some(verifier(settings, provider)?))
+}
+
+/// `tls.client_certificates_by_name`' verifiers, in policy order, and which
+/// name gets which.
+fn client_auth_by_name(
+    config: &Config,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<crate::tls::server::ByName, StartError> {
+    let by_name = &config.tls.client_certificates_by_name;
+    let verifiers = by_name
+        .values()
+        .map(|s| verifier(s, provider))
+        .collect::<Result<Vec<_>, _>>()?;
+    let policies = crate::tls::client_auth::Policies::new(by_name);
+    Ok((verifiers, Arc::new(policies)))
+}
+
+/// A client-certificate verifier, its CRLs looked at every
+/// [`crate::tls::client_auth::CRL_CHECK`].
+fn verifier(
+    settings: &crate::tls::client_auth::ClientAuthSettings,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, StartError> {
     let verifier = crate::tls::client_auth::Verifier::new(settings, provider.clone())?;
     let watched = Arc::downgrade(&verifier);
     tokio::spawn(async move {
@@ -190,7 +214,7 @@ fn client_auth(
             }
         }
     });
-    Ok(Some(verifier))
+    Ok(verifier)
 }
 
 /// Listener `name` (`what`, its configuration key) on `addr`: the old router's

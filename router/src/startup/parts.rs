@@ -240,6 +240,11 @@ pub(super) fn kept(
             ),
             None => None,
         },
+        client_auth: listeners
+            .https
+            .as_ref()
+            .map(|(_, a)| (a.client_auth, a.policies.clone()))
+            .unwrap_or_default(),
     })
 }
 

@@ -32,6 +32,10 @@ pub(super) struct Kept {
     pub(super) traces: Option<Arc<crate::traces::Spans>>,
     pub(super) compression: Arc<crate::request::compress::Compression>,
     pub(super) access_sink: Option<Arc<crate::syslog::Sink>>,
+    /// Whether clients are asked for certificates router-wide, and each
+    /// name's policy: what the TLS listeners were built with (a change of
+    /// `tls.client_certificates*` needs a restart).
+    pub(super) client_auth: (bool, Arc<crate::tls::client_auth::Policies>),
 }
 
 impl Kept {
@@ -48,6 +52,7 @@ impl Kept {
             traces: p.traces.clone(),
             compression: p.compression.clone(),
             access_sink: p.access_sink.clone(),
+            client_auth: (p.client_auth, p.client_policies.clone()),
         }
     }
 }
@@ -84,7 +89,8 @@ pub(super) fn with_settings(
         compression: base.compression,
         access_sink: base.access_sink,
         error_pages,
-        client_auth: config.tls.client_certificates.is_some(),
+        client_auth: base.client_auth.0,
+        client_policies: base.client_auth.1,
         proxy_trusted: config.proxy_protocol.networks().into(),
     }
 }
@@ -217,6 +223,12 @@ pub(super) fn not_live(a: &Config, b: &Config) -> Vec<&'static str> {
         "tls.replace_grace" => tls.replace_grace,
         "tls.redirect_http" => tls.redirect_http,
         "tls.groups" => tls.groups,
+        "tls.profile" => tls.profile,
+        "tls.min_version" => tls.min_version,
+        "tls.ciphers" => tls.ciphers,
+        "tls.client_certificates" => tls.client_certificates,
+        "tls.client_certificates_by_name" => tls.client_certificates_by_name,
+        "tls.ocsp" => tls.ocsp,
         "affinity_key_file" => affinity_key_file,
         "http3" => http3,
         "traces" => traces,

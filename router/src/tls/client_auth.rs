@@ -13,6 +13,17 @@
 //! The CRL files are read again when they change (checked every
 //! [`CRL_CHECK`]): a revocation reaches the next handshake without a restart.
 //! The CA bundle and the patterns need one.
+//!
+//! **Per name** (`tls.client_certificates_by_name`, HAProxy's crt-list
+//! `verify` per SNI): a name (or `*.domain`, for the names one label under
+//! it) may have a policy of its own, which its handshakes get instead of the
+//! router-wide one ([`Policies`]: the ClientHello's server name picks the
+//! TLS configuration). A request on a connection made under one policy for a
+//! name under another is 421, as for a name with another certificate: h2
+//! coalescing never carries a request past a certificate check it did not
+//! pass. HTTP/3 handshakes have one configuration (QUIC's TLS is set before the
+//! name is known), the router-wide one: a name with its own policy is
+//! answered 421 there and not announced in `Alt-Svc`, so clients use TCP.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -66,6 +77,46 @@ pub enum ClientAuthError {
     Pattern(#[from] regex::Error),
     #[error("{0}")]
     Verifier(String),
+}
+
+/// `tls.client_certificates_by_name`: names with a policy of their own.
+pub type ByName = std::collections::BTreeMap<String, ClientAuthSettings>;
+
+/// Which client-certificate policy a name's handshakes get: `0` the
+/// router-wide one (`tls.client_certificates`, or none), `i` the `i`-th
+/// name of `tls.client_certificates_by_name` (in its sorted order).
+#[derive(Debug, Default)]
+pub struct Policies {
+    by_name: std::collections::HashMap<String, u16>,
+}
+
+impl Policies {
+    pub fn new(by_name: &ByName) -> Policies {
+        Policies {
+            by_name: by_name
+                .keys()
+                .zip(1u16..)
+                .map(|(n, i)| (n.to_ascii_lowercase(), i))
+                .collect(),
+        }
+    }
+
+    /// The policy of `name` (lower-case): its own, else its wildcard's one
+    /// label up, else the router-wide one.
+    pub fn of(&self, name: Option<&str>) -> u16 {
+        let (Some(name), false) = (name, self.by_name.is_empty()) else {
+            return 0;
+        };
+        self.by_name
+            .get(name)
+            .or_else(|| self.by_name.get(&crate::tls::store::wildcard_of(name)?))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
 }
 
 /// The verifier the TLS listeners use.
@@ -273,5 +324,37 @@ impl ClientCert {
             dn: subject(leaf).and_then(|s| HeaderValue::from_str(&s).ok()),
             cert: HeaderValue::from_str(&b64).ok(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ClientAuthSettings {
+        ClientAuthSettings {
+            mode: Mode::Required,
+            ca_file: PathBuf::from("/dev/null"),
+            crl_files: Vec::new(),
+            allowed_subjects: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_name_gets_its_own_policy_else_its_wildcards_else_the_router_wide_one() {
+        let by_name: ByName = ["partner.example.com", "*.b2b.example.com"]
+            .into_iter()
+            .map(|n| (n.to_string(), settings()))
+            .collect();
+        let p = Policies::new(&by_name);
+        // Sorted: "*.b2b..." is 1, "partner..." is 2.
+        assert_eq!(p.of(Some("partner.example.com")), 2);
+        assert_eq!(p.of(Some("shop.b2b.example.com")), 1);
+        assert_eq!(p.of(Some("*.b2b.example.com")), 1);
+        // Two labels under the wildcard: not covered, as for certificates.
+        assert_eq!(p.of(Some("a.shop.b2b.example.com")), 0);
+        assert_eq!(p.of(Some("www.example.com")), 0);
+        assert_eq!(p.of(None), 0);
+        assert_eq!(Policies::default().of(Some("partner.example.com")), 0);
     }
 }

@@ -43,6 +43,11 @@ pub enum Resumption {
 #[derive(Clone)]
 pub struct Acceptor {
     config: Arc<ServerConfig>,
+    /// The configuration of each name's own client-certificate policy
+    /// (`tls.client_certificates_by_name`; policy `i` at `i - 1`).
+    by_policy: Vec<Arc<ServerConfig>>,
+    /// Which policy each name gets.
+    pub policies: Arc<crate::tls::client_auth::Policies>,
     certs: Arc<ArcSwap<Certs>>,
     /// Clients are asked for certificates (`tls.client_certificates`).
     pub client_auth: bool,
@@ -55,9 +60,19 @@ pub struct Acceptor {
 pub struct Handshakes {
     pub resumption: Resumption,
     pub client_auth: Option<Arc<dyn ClientCertVerifier>>,
+    /// The verifiers of `tls.client_certificates_by_name`, in policy order,
+    /// and which name gets which.
+    pub by_name: ByName,
     /// The OCSP staples served with the certificates (`tls.ocsp`).
     pub staples: Arc<crate::tls::ocsp::Staples>,
 }
+
+/// The verifiers of `tls.client_certificates_by_name`, in policy order, and
+/// which name gets which.
+pub type ByName = (
+    Vec<Arc<dyn ClientCertVerifier>>,
+    Arc<crate::tls::client_auth::Policies>,
+);
 
 pub fn acceptor(
     certs: Arc<ArcSwap<Certs>>,
@@ -67,10 +82,25 @@ pub fn acceptor(
     // The versions the profile's suites speak (`tls.profile`).
     let versions = crate::tls::profile::versions(&provider);
     let client_auth = handshakes.client_auth.is_some();
-    let mut config = server_config(&certs, provider, handshakes, &versions)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let (verifiers, policies) = handshakes.by_name.clone();
+    let tcp = |handshakes: Handshakes| {
+        let mut config = server_config(&certs, provider.clone(), handshakes, &versions)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok::<_, rustls::Error>(Arc::new(config))
+    };
+    let by_policy = verifiers
+        .into_iter()
+        .map(|v| {
+            tcp(Handshakes {
+                client_auth: Some(v),
+                ..handshakes.clone()
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Acceptor {
-        config: Arc::new(config),
+        config: tcp(handshakes)?,
+        by_policy,
+        policies,
         certs,
         client_auth,
     })
@@ -100,6 +130,7 @@ fn server_config(
         resumption,
         client_auth,
         staples,
+        by_name: _,
     }: Handshakes,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Result<ServerConfig, rustls::Error> {
@@ -185,6 +216,19 @@ impl Acceptor {
     pub fn served(&self, sni: &str) -> Served {
         self.certs.load().served_for(sni)
     }
+
+    /// The configuration of a handshake under client-certificate `policy`.
+    fn config_for(&self, policy: u16) -> &Arc<ServerConfig> {
+        usize::from(policy)
+            .checked_sub(1)
+            .and_then(|i| self.by_policy.get(i))
+            .unwrap_or(&self.config)
+    }
+
+    /// Whether clients of a handshake under `policy` are asked for a certificate.
+    pub fn asks_certificate(&self, policy: u16) -> bool {
+        policy != 0 || self.client_auth
+    }
 }
 
 /// Runs the handshake within `timeout`; counts it either way.
@@ -200,9 +244,10 @@ pub async fn handshake(
 ) -> Option<TlsStream<Rewind>> {
     let handshake = async {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
-        let (covered, challenge) = {
+        let (covered, challenge, policy) = {
             let hello = start.client_hello();
             let name = hello.server_name().map(str::to_ascii_lowercase);
+            let policy = acceptor.policies.of(name.as_deref());
             let certs = acceptor.certs.load();
             let acme = hello
                 .alpn()
@@ -211,12 +256,12 @@ pub async fn handshake(
                 .as_deref()
                 .filter(|_| acme)
                 .and_then(|n| certs.alpn_challenge(n));
-            (certs.for_name(name.as_deref()).is_some(), challenge)
+            (certs.for_name(name.as_deref()).is_some(), challenge, policy)
         };
         let config = match challenge {
             Some(key) => alpn_challenge_config(key, &acceptor.config)
                 .map_err(|e| Failure::Handshake((true, std::io::Error::other(e))))?,
-            None => acceptor.config.clone(),
+            None => acceptor.config_for(policy).clone(),
         };
         start
             .into_stream(config)

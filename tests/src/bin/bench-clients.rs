@@ -27,7 +27,8 @@
 //!     offering the key-exchange GROUPS (comma-separated, preferred first:
 //!     `x25519mlkem768,x25519` as browsers, or `x25519`), CONNS at a time, each
 //!     then one GET for HOST (SNI) with `Connection: close` that must be a 200;
-//!     trusts CA (PEM) for SNI. One JSON
+//!     trusts CA (PEM) for SNI. With `CLIENT_CERT` and `CLIENT_KEY` (PEM files)
+//!     in the environment it presents that client certificate. One JSON
 //!     line: done, ok, failed, seconds, and how many agreed on each group
 //! ```
 //!
@@ -128,11 +129,23 @@ async fn handshakes(
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
         roots.add(cert.expect("CA PEM")).expect("CA");
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("TLS 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut config = match (std::env::var("CLIENT_CERT"), std::env::var("CLIENT_KEY")) {
+        (Ok(cert), Ok(key)) => {
+            let chain = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
+                .and_then(|c| c.collect::<Result<Vec<_>, _>>())
+                .unwrap_or_else(|e| panic!("{cert}: {e}"));
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key)
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("client certificate")
+        }
+        _ => builder.with_no_client_auth(),
+    };
     config.resumption = rustls::client::Resumption::disabled();
     let config = Arc::new(config);
     let next = Arc::new(AtomicU64::new(0));
