@@ -360,3 +360,60 @@ fn epoch() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+#[test]
+fn a_binary_upgrade_under_the_supervisor_keeps_the_vip_and_is_followed() {
+    let mut pair = Pair::new(&[]);
+    publish_route(&pair);
+    pair.start_keepalived(0);
+    pair.start_keepalived(1);
+    pair.wait_vip(0, VIP, Duration::from_secs(15));
+    pair.wait_served(VIP, Duration::from_secs(20));
+
+    // SIGUSR2: the router starts its own binary as `upgrade`, hands over its
+    // sockets and drains. Under a request loop nothing fails and the VIP
+    // stays: the supervisor does not take the old process's exit for a death.
+    let (mut poll, log) = pair.poller(VIP, 6.0);
+    let old = pair.router_pid(0);
+    let _ = std::process::Command::new("kill")
+        .args(["-USR2", &old])
+        .status();
+    e2e::wait_for(
+        "the supervisor follows the upgraded router (a new PID in its pid file)",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match pair.router_pid(0) {
+            new if new != old => Ok(()),
+            same => {
+                let log =
+                    std::fs::read_to_string(pair.dir.join("router-a.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                Err(format!(
+                    "still {same}; flag {:?}; router-a's log ends:\n{}",
+                    std::fs::read_to_string(pair.flag(0)),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ))
+            }
+        },
+    );
+    poll.wait().expect("poller");
+    let (failed, _) = failures(&log);
+    assert_eq!(failed, 0, "failed requests during the upgrade");
+    assert!(pair.topo.has_addr("a", VIP), "the VIP stayed on router-a");
+    assert_eq!(
+        std::fs::read_to_string(pair.flag(0))
+            .map(|s| s.trim().to_string())
+            .ok(),
+        Some("0".to_string()),
+        "router-a's flag says up after the upgrade"
+    );
+
+    // The followed process is the router now: its death is noticed (the flag
+    // goes to 1 and the VIP moves), as the first one's would have been.
+    pair.kill_router(0);
+    let moved = pair.wait_vip(1, VIP, Duration::from_secs(5));
+    assert!(
+        moved < Duration::from_secs(2),
+        "VIP moved in {moved:?} after the upgraded router's kill -9"
+    );
+}

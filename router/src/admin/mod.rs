@@ -349,11 +349,16 @@ impl Admin {
             "/apps/settings" => json(&self.all_settings()),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
-                if self.ready.load(Ordering::Acquire) {
+                let mut r = if self.ready.load(Ordering::Acquire) {
                     text(StatusCode::OK, "ready\n")
                 } else {
                     text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-                }
+                };
+                // Which process answers: a supervisor follows a binary upgrade
+                // by it (`keepalived/router-supervise`), as systemd does by MAINPID=.
+                r.headers_mut()
+                    .insert("router-pid", header::HeaderValue::from(std::process::id()));
+                r
             }
             "/metrics" => {
                 let mut r = Response::new(Full::new(Bytes::from(self.metrics.render())));
