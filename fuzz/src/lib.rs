@@ -407,8 +407,8 @@ fn header_actions(settings: &router::policy::settings::AppSettings) {
 }
 
 pub fn app_settings(data: &[u8]) {
-    use router::policy::affinity::{Affinity, AffinityKey};
-    use router::policy::settings::{AffinitySettings, AppSettings};
+    use router::policy::affinity::AffinityKey;
+    use router::policy::settings::AppSettings;
     let key = AffinityKey::from_secret(b"fuzz affinity secret, 32 bytes!!");
     if let Ok(s) = serde_json::from_slice::<AppSettings>(data)
         && s.check().is_ok()
@@ -420,9 +420,14 @@ pub fn app_settings(data: &[u8]) {
         header_actions(&s.over(&AppSettings::default()));
         let _ = router::policy::Policy::new("fuzz".into(), s.over(&AppSettings::default()), &key);
     }
-    // The bytes as a name's path rules: checked, and every prefix they hold
-    // finds a rule for itself (the longest prefix it is under), whose
-    // rewrite makes a path the member can be sent.
+    path_rules(data);
+    cookies(data, &key);
+}
+
+/// The bytes as a name's path rules: checked, and every prefix they hold
+/// finds a rule for itself (the longest prefix it is under), whose rewrite
+/// makes a path the member can be sent.
+fn path_rules(data: &[u8]) {
     if let Ok(rules) = serde_json::from_slice::<router::table::paths::PathRules>(data)
         && let Ok(table) = router::table::paths::PathTable::new(rules.clone())
     {
@@ -463,8 +468,13 @@ pub fn app_settings(data: &[u8]) {
             }
         }
     }
-    // The bytes as Cookie headers (split at newlines): no panic; and the
-    // router's own cookie for the bytes as a member address names that member.
+}
+
+/// The bytes as Cookie headers (split at newlines): no panic; and the
+/// router's own cookie for the bytes as a member address names that member.
+fn cookies(data: &[u8], key: &router::policy::affinity::AffinityKey) {
+    use router::policy::affinity::Affinity;
+    use router::policy::settings::AffinitySettings;
     let affinity = Affinity::new(AffinitySettings::default(), key.clone());
     let mut headers = http::HeaderMap::new();
     for line in data.split(|b| *b == b'\n') {

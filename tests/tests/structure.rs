@@ -1,7 +1,8 @@
 //! The house's shape, checked: no production module over 800 lines (its lines
 //! outside `#[cfg(test)]` items), in any crate of the workspace. A module that
 //! grows past it is split by concern (as `admin/` is by resource and `config/` by
-//! section), not allowed to grow.
+//! section), not allowed to grow. No import cycle between a crate's modules. No
+//! production function over 80 lines (60 on the request path).
 
 use std::path::{Path, PathBuf};
 
@@ -231,10 +232,17 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
             continue;
         };
         let qualifiers = ["pub", "async", "const", "unsafe", "extern"];
+        // A declaration without a body (a trait's), on one line or several:
+        // its signature ends with `;` before any line opens a block.
+        let declaration = lines[i..]
+            .iter()
+            .map(|l| l.trim_end())
+            .find(|l| l.ends_with('{') || l.ends_with(';'))
+            .is_none_or(|l| l.ends_with(';'));
         if !words[..at]
             .iter()
             .all(|w| qualifiers.contains(w) || w.starts_with("pub("))
-            || body.ends_with(';')
+            || declaration
         {
             continue;
         }
@@ -276,9 +284,37 @@ fn no_function_on_the_request_path_is_over_60_lines() {
     );
 }
 
+/// Anywhere else in the workspace's production code: two screens.
+const MAX_FN_LINES: usize = 80;
+
+#[test]
+fn no_production_function_is_over_80_lines() {
+    let mut files = Vec::new();
+    rust_files(&repo(), &mut files);
+    let mut seen = 0;
+    let mut over = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("source");
+        for (name, line, len) in functions(&text) {
+            seen += 1;
+            if len > MAX_FN_LINES {
+                let at = f.strip_prefix(repo()).unwrap_or(f).display();
+                over.push(format!("{at}:{line} {name}: {len} lines"));
+            }
+        }
+    }
+    assert!(seen > 2000, "functions found in the workspace: {seen}");
+    over.sort();
+    assert!(
+        over.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split by step, each on a screen or two):\n{}",
+        over.join("\n")
+    );
+}
+
 #[test]
 fn the_function_finder_measures_what_rustfmt_lays_out() {
-    let text = "fn a() {\n    x();\n}\n\nimpl T {\n    pub(crate) async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n    fn c();\n}\n";
+    let text = "fn a() {\n    x();\n}\n\nimpl T {\n    pub(crate) async fn b(\n        y: u8,\n    ) {\n        z();\n    }\n    fn c();\n    fn d(\n        e: u8,\n    ) -> impl Future<Output = ()> + Send;\n}\n";
     assert_eq!(
         functions(text),
         vec![("a".to_owned(), 1, 3), ("b".to_owned(), 6, 5)]

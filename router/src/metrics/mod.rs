@@ -14,6 +14,9 @@
 //! label per request.
 
 pub mod apps;
+mod tls;
+
+pub use tls::{TLS_GROUPS, TlsMetrics};
 
 use std::sync::Arc;
 
@@ -196,6 +199,87 @@ fn zeroed(family: &IntCounterVec, values: &[&str]) {
     }
 }
 
+/// What every request counts: by status class, by protocol, its duration,
+/// its failed exchanges with members, its affinity.
+struct RequestMetrics {
+    by_class: [IntCounter; 5],
+    by_protocol: [IntCounter; 3],
+    http3: IntCounterVec,
+    duration: Histogram,
+    upstream_errors: Vec<IntCounter>,
+    affinity: [IntCounter; 3],
+}
+
+impl RequestMetrics {
+    fn new(r: &Registry) -> prometheus::Result<RequestMetrics> {
+        let requests = counters!(
+            "router_http_requests_total",
+            "Requests answered, by status class",
+            &["class"],
+            r
+        )?;
+        let errors = counters!(
+            "router_upstream_errors_total",
+            "Failed exchanges with members, by kind",
+            &["kind"],
+            r
+        )?;
+        let affinity = counters!(
+            "router_affinity_total",
+            "Requests of apps with cookie affinity, by result (kept: on the cookie's member; moved: that member was not eligible; new: no valid cookie)",
+            &["result"],
+            r
+        )?;
+        let by_protocol = counters!(
+            "router_http_requests_by_protocol_total",
+            "Requests begun, by the client's protocol (http/1, h2, h3)",
+            &["protocol"],
+            r
+        )?;
+        let http3 = counters!(
+            "router_http3_handshakes_total",
+            "QUIC connections offered to the HTTP/3 listener, by result (ok, failed, timeout, retry: asked to prove its address first, refused: a connection or source limit)",
+            &["result"],
+            r
+        )?;
+        zeroed(&http3, &["ok", "failed", "timeout", "retry", "refused"]);
+        Ok(RequestMetrics {
+            by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
+            by_protocol: ["http/1", "h2", "h3"].map(|p| by_protocol.with_label_values(&[p])),
+            http3,
+            duration: histogram!(
+                "router_http_request_duration_seconds",
+                "From request head received to response body sent",
+                buckets(60.0),
+                r
+            )?,
+            upstream_errors: UpstreamError::ALL
+                .iter()
+                .map(|k| errors.with_label_values(&[k.as_str()]))
+                .collect(),
+            affinity: ["kept", "moved", "new"].map(|v| affinity.with_label_values(&[v])),
+        })
+    }
+}
+
+/// `router_open_connections{listener}` and `router_worker_connections{worker}`.
+fn open_gauges(r: &Registry) -> prometheus::Result<[IntGaugeVec; 2]> {
+    Ok([
+        gauges!(
+            "router_open_connections",
+            "Client connections open, by listener",
+            &["listener"],
+            r
+        )?,
+        gauges!(
+            "router_worker_connections",
+            "Client connections open on each worker thread (per-core runtimes)",
+            &["worker"],
+            r
+        )?,
+    ])
+}
+
 /// The operations' counters, each series at zero from the start: reloads,
 /// reconcile runs and differences, passthrough results, refused admin calls.
 fn operations(r: &Registry) -> prometheus::Result<[IntCounterVec; 5]> {
@@ -354,18 +438,6 @@ fn buckets(up_to: f64) -> Vec<f64> {
 impl Metrics {
     pub fn new() -> prometheus::Result<Metrics> {
         let r = Registry::new();
-        let requests = counters!(
-            "router_http_requests_total",
-            "Requests answered, by status class",
-            &["class"],
-            r
-        )?;
-        let errors = counters!(
-            "router_upstream_errors_total",
-            "Failed exchanges with members, by kind",
-            &["kind"],
-            r
-        )?;
         let [
             reloads,
             reconcile_runs,
@@ -377,57 +449,29 @@ impl Metrics {
         let [retries, upstream_connections, queue_waits] = upstream_counters(&r)?;
         let (app_refused, app_untracked) = policy_metrics(&r)?;
         let ([routes, apps], [table_updates, table_copies]) = table_metrics(&r)?;
-        let affinity = counters!(
-            "router_affinity_total",
-            "Requests of apps with cookie affinity, by result (kept: on the cookie's member; moved: that member was not eligible; new: no valid cookie)",
-            &["result"],
-            r
-        )?;
-        let by_protocol = counters!(
-            "router_http_requests_by_protocol_total",
-            "Requests begun, by the client's protocol (http/1, h2, h3)",
-            &["protocol"],
-            r
-        )?;
-        let http3 = counters!(
-            "router_http3_handshakes_total",
-            "QUIC connections offered to the HTTP/3 listener, by result (ok, failed, timeout, retry: asked to prove its address first, refused: a connection or source limit)",
-            &["result"],
-            r
-        )?;
-        zeroed(&http3, &["ok", "failed", "timeout", "retry", "refused"]);
+        let RequestMetrics {
+            by_class,
+            by_protocol,
+            http3,
+            duration,
+            upstream_errors,
+            affinity,
+        } = RequestMetrics::new(&r)?;
+        let [open_connections, worker_connections] = open_gauges(&r)?;
         let app_traffic = Arc::new(apps::AppsTraffic::new()?);
         r.register(Box::new(apps::Export(app_traffic.clone())))?;
         Ok(Metrics {
             app_traffic,
-            by_protocol: ["http/1", "h2", "h3"].map(|p| by_protocol.with_label_values(&[p])),
+            by_protocol,
             http3,
-            by_class: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| requests.with_label_values(&[c])),
-            duration: histogram!(
-                "router_http_request_duration_seconds",
-                "From request head received to response body sent",
-                buckets(60.0),
-                r
-            )?,
-            upstream_errors: UpstreamError::ALL
-                .iter()
-                .map(|k| errors.with_label_values(&[k.as_str()]))
-                .collect(),
+            by_class,
+            duration,
+            upstream_errors,
             retries,
             upstream_connections,
             queue_waits,
-            open_connections: gauges!(
-                "router_open_connections",
-                "Client connections open, by listener",
-                &["listener"],
-                r
-            )?,
-            worker_connections: gauges!(
-                "router_worker_connections",
-                "Client connections open on each worker thread (per-core runtimes)",
-                &["worker"],
-                r
-            )?,
+            open_connections,
+            worker_connections,
             connections,
             evicted,
             accept_errors,
@@ -441,7 +485,7 @@ impl Metrics {
             tls: TlsMetrics::new(&r)?,
             spi: spi_consumer::metrics::Metrics::new(&r)?,
             app_refused,
-            affinity: ["kept", "moved", "new"].map(|v| affinity.with_label_values(&[v])),
+            affinity,
             app_untracked,
             passthrough,
             reloads,
@@ -577,213 +621,5 @@ impl HealthMetrics {
     /// Drops the series of a member that left every table.
     pub fn forget(&self, member: &str) {
         let _ = self.up.remove_label_values(&[member]);
-    }
-}
-
-/// The `group` label values of `router_tls_handshakes_total`: the key-exchange
-/// groups the router can agree on (`crate::tls::groups` names them the same),
-/// then `none` (a resumption without one).
-pub const TLS_GROUPS: [&str; 7] = [
-    "x25519mlkem768",
-    "secp256r1mlkem768",
-    "mlkem768",
-    "x25519",
-    "secp256r1",
-    "secp384r1",
-    "none",
-];
-
-/// TLS: handshakes, failures by reason, certificates. The expiry gauge is labelled
-/// by alias, so its series count is the number of alias certificates (plus one for
-/// the default certificate, `alias="default"`); each is removed with its certificate.
-#[derive(Clone)]
-pub struct TlsMetrics {
-    /// `router_tls_handshakes_total{kind,group}`: full, resumed, by the
-    /// key-exchange group agreed ([`TLS_GROUPS`]; resolved once).
-    handshakes: [[IntCounter; TLS_GROUPS.len()]; 2],
-    failures: IntCounterVec,
-    pub certificates: IntGauge,
-    certificate_errors: IntCounterVec,
-    expiry: IntGaugeVec,
-    /// `router_acme_orders_total{result}`: issued, failed (see `crate::issuer`).
-    acme_orders: [IntCounter; 2],
-    /// `router_acme_challenges_answered_total`: HTTP-01 answers served.
-    pub acme_challenges: IntCounter,
-    /// `router_acme_certificates`: aliases served an ACME certificate.
-    pub acme_certificates: IntGauge,
-    /// `router_acme_order_failures{alias}`: failed orders in a row, for the
-    /// aliases whose last order failed (a series only while it does).
-    acme_failing: IntGaugeVec,
-    /// `router_acme_peer_reachable{peer}`: 1 while the pair's other router
-    /// answers the ACME calls (`acme.peer`), 0 once it has not for
-    /// `acme.peer_timeout`; no series without a pair.
-    acme_peer: IntGaugeVec,
-    /// `router_tls_ocsp_fetches_total{result}`: `ok`, `peer`, or why nothing was
-    /// stapled (see `crate::tls::ocsp::answer::OcspError::reason`, `fetch`).
-    ocsp_fetches: IntCounterVec,
-    /// `router_tls_ocsp_staple_timestamp_seconds{alias}`: the `thisUpdate` of
-    /// the answer stapled for each alias (its age is `time()` minus this).
-    ocsp_staple: IntGaugeVec,
-    /// `router_tls_ocsp_staples`: certificates with an answer stapled.
-    ocsp_staples: IntGauge,
-}
-
-impl TlsMetrics {
-    fn new(r: &Registry) -> prometheus::Result<TlsMetrics> {
-        let handshakes = counters!(
-            "router_tls_handshakes_total",
-            "Completed client handshakes, by kind (full, resumed) and key-exchange group",
-            &["kind", "group"],
-            r
-        )?;
-        Ok(TlsMetrics {
-            handshakes: ["full", "resumed"]
-                .map(|k| TLS_GROUPS.map(|g| handshakes.with_label_values(&[k, g]))),
-            failures: counters!(
-                "router_tls_handshake_failures_total",
-                "Failed client handshakes, by reason",
-                &["reason"],
-                r
-            )?,
-            certificates: gauge!(
-                "router_tls_certificates",
-                "Alias certificates loaded (the default certificate not counted)",
-                r
-            )?,
-            certificate_errors: counters!(
-                "router_tls_certificate_errors_total",
-                "Certificates or keys rejected, by reason (the previous one stays in service)",
-                &["reason"],
-                r
-            )?,
-            expiry: gauges!(
-                "router_tls_certificate_expiry_timestamp_seconds",
-                "notAfter of each loaded certificate, by alias (alert on this minus time())",
-                &["alias"],
-                r
-            )?,
-            acme_orders: {
-                let orders = counters!(
-                    "router_acme_orders_total",
-                    "Certificate orders to the ACME CA, by result (issued, failed)",
-                    &["result"],
-                    r
-                )?;
-                ["issued", "failed"].map(|k| orders.with_label_values(&[k]))
-            },
-            acme_challenges: counter!(
-                "router_acme_challenges_answered_total",
-                "HTTP-01 challenges answered for the ACME CA",
-                r
-            )?,
-            acme_certificates: gauge!(
-                "router_acme_certificates",
-                "Aliases served a certificate from the ACME CA",
-                r
-            )?,
-            acme_failing: gauges!(
-                "router_acme_order_failures",
-                "Failed ACME orders in a row, by alias (only aliases whose last order failed)",
-                &["alias"],
-                r
-            )?,
-            acme_peer: gauges!(
-                "router_acme_peer_reachable",
-                "1 while the pair's other router answers ACME calls (acme.peer), 0 when it has not for acme.peer_timeout",
-                &["peer"],
-                r
-            )?,
-            ocsp_fetches: counters!(
-                "router_tls_ocsp_fetches_total",
-                "OCSP answers fetched for stapling, by result (ok, or why none was stapled)",
-                &["result"],
-                r
-            )?,
-            ocsp_staple: gauges!(
-                "router_tls_ocsp_staple_timestamp_seconds",
-                "thisUpdate of the OCSP answer stapled for each alias (its age: time() minus this)",
-                &["alias"],
-                r
-            )?,
-            ocsp_staples: gauge!(
-                "router_tls_ocsp_staples",
-                "Certificates served with an OCSP answer stapled",
-                r
-            )?,
-        })
-    }
-
-    /// An OCSP fetch ended with `result` (`ok`, or a reason).
-    pub fn ocsp_fetch(&self, result: &str) {
-        self.ocsp_fetches.with_label_values(&[result]).inc();
-    }
-
-    /// The staple `alias` is served with: its `thisUpdate`, or none.
-    pub fn ocsp_staple_shown(&self, alias: &str, this_update: Option<u64>) {
-        match this_update {
-            Some(t) => self
-                .ocsp_staple
-                .with_label_values(&[alias])
-                .set(i64::try_from(t).unwrap_or(i64::MAX)),
-            None => {
-                let _ = self.ocsp_staple.remove_label_values(&[alias]);
-            }
-        }
-    }
-
-    pub fn ocsp_staples(&self, n: usize) {
-        self.ocsp_staples.set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-
-    /// `alias`'s orders have failed `n` times in a row; 0: its last one did not.
-    pub fn acme_failures(&self, alias: &str, n: u32) {
-        if n == 0 {
-            let _ = self.acme_failing.remove_label_values(&[alias]);
-        } else {
-            self.acme_failing
-                .with_label_values(&[alias])
-                .set(i64::from(n));
-        }
-    }
-
-    /// Whether the pair's other router (`acme.peer`) answers.
-    pub fn acme_peer(&self, peer: &str, up: bool) {
-        self.acme_peer.with_label_values(&[peer]).set(i64::from(up));
-    }
-
-    /// An ACME order ended: issued (`true`) or failed.
-    pub fn acme_order(&self, issued: bool) {
-        self.acme_orders[usize::from(!issued)].inc();
-    }
-
-    #[cfg(test)]
-    pub(crate) fn detached() -> TlsMetrics {
-        TlsMetrics::new(&Registry::new()).unwrap_or_else(|_| unreachable!("fixed names"))
-    }
-
-    /// A completed handshake; `group` one of [`TLS_GROUPS`] (anything else is
-    /// counted as the last, `none`).
-    pub fn handshake(&self, resumed: bool, group: &str) {
-        let g = TLS_GROUPS
-            .iter()
-            .position(|l| *l == group)
-            .unwrap_or(TLS_GROUPS.len() - 1);
-        self.handshakes[usize::from(resumed)][g].inc();
-    }
-
-    pub fn handshake_failed(&self, reason: &str) {
-        self.failures.with_label_values(&[reason]).inc();
-    }
-
-    pub fn certificate_error(&self, reason: &str) {
-        self.certificate_errors.with_label_values(&[reason]).inc();
-    }
-
-    pub fn set_expiry(&self, alias: &str, not_after: i64) {
-        self.expiry.with_label_values(&[alias]).set(not_after);
-    }
-
-    pub fn forget_expiry(&self, alias: &str) {
-        let _ = self.expiry.remove_label_values(&[alias]);
     }
 }

@@ -32,6 +32,27 @@ pub(super) struct Events {
 }
 
 impl Events {
+    /// Events applied to `table` (with `config`'s naming), its members in
+    /// `registry`, its certificates in `certs`, each change noted in `recent`.
+    pub(super) fn new(
+        config: &Config,
+        registry: &Arc<MemberRegistry>,
+        table: &Arc<ArcSwap<RouteTable>>,
+        metrics: &Arc<Metrics>,
+        certs: &Arc<Mutex<CertIndex>>,
+        recent: &Arc<crate::table::recent::Recent>,
+    ) -> Events {
+        Events {
+            config: config.clone(),
+            naming: super::naming(config),
+            registry: registry.clone(),
+            table: table.clone(),
+            metrics: metrics.clone(),
+            certs: certs.clone(),
+            recent: recent.clone(),
+        }
+    }
+
     /// Loads the saved state (publishing it whole) and opens the configured source.
     pub(super) fn open(&self) -> Result<(Consumer<Builder>, EventSource), StartError> {
         let config = &self.config;

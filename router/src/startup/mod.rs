@@ -196,34 +196,16 @@ impl Router {
         fit_file_descriptors(&mut config);
         let metrics = Arc::new(Metrics::new()?);
         metrics.app_traffic.set_limits(config.metrics.limits());
-        // The state directory holds the routing state, the rotate state and the splits.
-        let splits = Arc::new(SplitStore::open(&config.state_dir)?);
-        let table = Arc::new(ArcSwap::from_pointee(initial_table(&splits)));
-        let policies = Arc::new(app_policies(&config, &metrics)?);
-        crate::table::publish_policies(&table, &policies);
+        let (splits, table, policies) = routing_state(&config, &metrics)?;
         let token = admin_token(&config)?;
         let workers = start_workers(&config, &metrics)?;
         let registry = member_registry(&config, &metrics, workers.as_deref())?;
         // TLS: the default certificate must load, or the router does not start.
         let provider = Arc::new(config.tls.provider());
-        let (certs, ticketer) = tls_state(&config, &provider, &metrics)?;
+        let tls = tls_state(&config, &provider, &metrics)?;
         let admin_tls = admin_tls(&config, &provider)?;
-        let (live_certs, staples) = {
-            let index = certs.lock().unwrap_or_else(|p| p.into_inner());
-            (index.live(), index.staples())
-        };
-        // The saved staples are served from the first handshake.
-        let stapler = stapler(&config, (&live_certs, &staples), &provider, &metrics);
         let recent = Arc::new(crate::table::recent::Recent::default());
-        let events = Events {
-            config: config.clone(),
-            naming: naming(&config),
-            registry: registry.clone(),
-            table: table.clone(),
-            metrics: metrics.clone(),
-            certs: certs.clone(),
-            recent: recent.clone(),
-        };
+        let events = Events::new(&config, &registry, &table, &metrics, &tls.certs, &recent);
         // The saved state is served before any source answers.
         let (consumer, source) = events.open()?;
         // Give back the heap reading a large saved state left (the file, the parse).
@@ -231,29 +213,23 @@ impl Router {
         let listeners = Listeners::bind(
             &config,
             &mut inherited,
-            ticketer.as_ref(),
-            (&live_certs, &staples),
+            tls.ticketer.as_ref(),
+            (&tls.live, &tls.staples),
             &provider,
         )?;
         let handover = handover(&config, inherited.is_some()).await?;
-        let https_certs = listeners.https.is_some().then(|| live_certs.clone());
-        let live = serving(
+        let (https_certs, live) = first_generation(
             &config,
-            kept(
-                &config,
-                (table.clone(), metrics.clone(), https_certs.clone()),
-                policies.clients.clone(),
-                &listeners,
-            )?,
-            (&live_certs, &provider),
-            listeners.https.as_ref().map(|(l, _)| l),
+            (&table, &metrics, &policies),
+            &listeners,
+            (&tls.live, &provider),
         )?;
         let reconcile = reconcile_client(&config, &provider)?;
         let (reconcile_tx, reconcile_jobs) = tokio::sync::mpsc::channel(4);
-        let acme = acme_state(&config, &live, &certs, &provider);
+        let acme = acme_state(&config, &live, &tls.certs, &provider);
         let pair = pair_link(&config, &metrics)?;
         // Router `b` of a pair staples what `a` fetched.
-        let stapler = stapler.map(|s| s.with_peer(ocsp_peer(pair.as_ref())));
+        let stapler = tls.stapler.map(|s| s.with_peer(ocsp_peer(pair.as_ref())));
         let admin_api = Arc::new(admin_api(
             &config,
             (table, registry.clone(), metrics),
@@ -271,8 +247,8 @@ impl Router {
             admin: listeners.admin,
             metrics: listeners.metrics,
             admin_tls,
-            certs,
-            ticketer,
+            certs: tls.certs,
+            ticketer: tls.ticketer,
             live,
             provider,
             admin_api,
@@ -385,6 +361,7 @@ impl Router {
         self.log_listeners();
         // Descriptors a successor takes over (the tasks below keep them open).
         let sockets = self.handover_sockets();
+        let background = self.spawn_background();
         let mut sourcing = Sourcing::start(
             self.source,
             self.consumer,
@@ -414,25 +391,7 @@ impl Router {
                 (&stop_rx, &self.drainer, self.config.shutdown_grace),
             )
         });
-        // Idle member connections are closed once older than the idle timeout;
-        // certificates past their replacement grace go; the ticket secret is
-        // re-read if its file changed.
-        let background = [
-            tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone()),
-            tasks::spawn_app_traffic(self.admin_api.metrics.app_traffic.clone()),
-            tasks::spawn_sweeper(
-                self.registry.clone(),
-                self.certs.clone(),
-                self.ticketer.clone(),
-                (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100)),
-            ),
-        ];
-        self.admin_api.ready.store(true, Ordering::Release);
-        if let Some(old) = self.inherited
-            && let Err(e) = old.confirm()
-        {
-            tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
-        }
+        ready(&self.admin_api, self.inherited);
 
         let timers = tasks::spawn_timers(&self.config, &self.admin_api);
         let stapler = self.stapler.map(|s| tokio::spawn(s.run()));
@@ -450,11 +409,7 @@ impl Router {
             &sockets,
         )
         .await;
-        timers
-            .iter()
-            .chain([&stapler])
-            .flatten()
-            .for_each(tokio::task::JoinHandle::abort);
+        abort_each(timers.into_iter().chain([stapler]));
         if upgraded {
             // Readiness checks and the admin API go to the new process from now on.
             let _ = admin_stop_tx.send(true);
@@ -466,20 +421,50 @@ impl Router {
         // The source stops with the listeners; its task is awaited below.
         sourcing.signal_stop();
         let _ = stop_tx.send(true);
-        for t in [Some(http_task), https_task, http3_task]
-            .into_iter()
-            .flatten()
-        {
-            let _ = t.await;
-        }
+        join_each([Some(http_task), https_task, http3_task]).await;
         sourcing.stop().await;
-        for t in background {
-            t.abort();
-        }
+        abort_each(background.map(Some));
         let _ = admin_stop_tx.send(true);
-        for t in admin_tasks {
-            let _ = t.await;
-        }
+        join_each(admin_tasks.into_iter().map(Some)).await;
         tracing::info!("stopped");
     }
+
+    /// What runs beside the listeners: idle member connections closed once
+    /// older than the idle timeout, certificates past their replacement grace
+    /// removed, the ticket secret read again if its file changed.
+    fn spawn_background(&self) -> [JoinHandle<()>; 3] {
+        [
+            tasks::spawn_trimmer(&self.admin_api.metrics, self.workers.clone()),
+            tasks::spawn_app_traffic(self.admin_api.metrics.app_traffic.clone()),
+            tasks::spawn_sweeper(
+                self.registry.clone(),
+                self.certs.clone(),
+                self.ticketer.clone(),
+                (self.config.upstream.idle_timeout / 4).max(std::time::Duration::from_millis(100)),
+            ),
+        ]
+    }
+}
+
+/// Ready: `/readyz` says so, and the router this one replaces (if any) is
+/// told to drain.
+fn ready(admin: &Admin, inherited: Option<Inherited>) {
+    admin.ready.store(true, Ordering::Release);
+    if let Some(old) = inherited
+        && let Err(e) = old.confirm()
+    {
+        tracing::warn!(error = %e, "upgrade: could not tell the old router to drain (it drains when its successor's line closes only if it saw READY)");
+    }
+}
+
+/// Awaits each task there is.
+async fn join_each(tasks: impl IntoIterator<Item = Option<JoinHandle<()>>>) {
+    for t in tasks.into_iter().flatten() {
+        let _ = t.await;
+    }
+}
+
+/// Aborts each task there is.
+fn abort_each(tasks: impl IntoIterator<Item = Option<JoinHandle<()>>>) {
+    tasks.into_iter().flatten().for_each(|t| t.abort());
 }

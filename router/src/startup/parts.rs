@@ -87,10 +87,20 @@ pub(super) fn naming(config: &Config) -> Naming {
 /// The certificate index and the shared ticket key, if one is configured.
 /// The live certificates, when there is an HTTPS listener.
 pub(super) type LiveCerts = Option<Arc<ArcSwap<crate::tls::store::Certs>>>;
-pub(super) type TlsState = (Arc<Mutex<CertIndex>>, Option<Arc<SharedTicketer>>);
+/// The client side's TLS state before any listener: the certificates and
+/// their staples, the shared ticket key.
+pub(super) struct TlsState {
+    pub(super) certs: Arc<Mutex<CertIndex>>,
+    pub(super) ticketer: Option<Arc<SharedTicketer>>,
+    /// What handshakes read: the certificates, their OCSP staples.
+    pub(super) live: Arc<ArcSwap<crate::tls::store::Certs>>,
+    pub(super) staples: Arc<crate::tls::ocsp::Staples>,
+    /// The saved staples read back: served from the first handshake.
+    pub(super) stapler: Option<crate::tls::ocsp::stapler::Stapler>,
+}
 
-/// The certificate index (with the default certificate, which must load) and the
-/// shared ticket key, if one is configured.
+/// The certificate index (with the default certificate, which must load), the
+/// shared ticket key if one is configured, and the OCSP stapler if on.
 pub(super) fn tls_state(
     config: &Config,
     provider: &Arc<rustls::crypto::CryptoProvider>,
@@ -117,7 +127,39 @@ pub(super) fn tls_state(
         )?)),
         _ => None,
     };
-    Ok((certs, ticketer))
+    let (live, staples) = {
+        let index = certs.lock().unwrap_or_else(|p| p.into_inner());
+        (index.live(), index.staples())
+    };
+    let stapler = stapler(config, (&live, &staples), provider, metrics);
+    Ok(TlsState {
+        certs,
+        ticketer,
+        live,
+        staples,
+        stapler,
+    })
+}
+
+/// The splits' store, the route table with the saved splits, the per-app policies.
+pub(super) type RoutingState = (
+    Arc<SplitStore>,
+    Arc<ArcSwap<RouteTable>>,
+    Arc<crate::policy::Policies>,
+);
+
+/// The route table with the saved splits and the per-app policies, and the
+/// splits' store.
+pub(super) fn routing_state(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<RoutingState, StartError> {
+    // The state directory holds the routing state, the rotate state and the splits.
+    let splits = Arc::new(SplitStore::open(&config.state_dir)?);
+    let table = Arc::new(ArcSwap::from_pointee(initial_table(&splits)));
+    let policies = Arc::new(app_policies(config, metrics)?);
+    crate::table::publish_policies(&table, &policies);
+    Ok((splits, table, policies))
 }
 
 /// Where a successor asks for these sockets. Without it, an upgrade is a restart.
@@ -377,4 +419,31 @@ pub(super) fn ocsp_peer(
             }
         })
     }))
+}
+
+/// The first serving generation (see [`super::serve::serving`]) and the live
+/// certificates it checks requests against (with an HTTPS listener).
+pub(super) fn first_generation(
+    config: &Config,
+    (table, metrics, policies): (
+        &Arc<ArcSwap<RouteTable>>,
+        &Arc<Metrics>,
+        &Arc<crate::policy::Policies>,
+    ),
+    listeners: &super::listeners::Listeners,
+    (live_certs, provider): (
+        &Arc<ArcSwap<crate::tls::store::Certs>>,
+        &Arc<rustls::crypto::CryptoProvider>,
+    ),
+) -> Result<(LiveCerts, crate::request::listener::Live), StartError> {
+    let https_certs = listeners.https.is_some().then(|| live_certs.clone());
+    let kept = kept(
+        config,
+        (table.clone(), metrics.clone(), https_certs.clone()),
+        policies.clients.clone(),
+        listeners,
+    )?;
+    let https = listeners.https.as_ref().map(|(l, _)| l);
+    let live = super::serve::serving(config, kept, (live_certs, provider), https)?;
+    Ok((https_certs, live))
 }
