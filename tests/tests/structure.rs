@@ -257,26 +257,32 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
     out
 }
 
+/// How many functions `files` hold, and those over `limit` lines (sorted).
+fn functions_over(files: &[PathBuf], limit: usize) -> (usize, Vec<String>) {
+    let mut seen = 0;
+    let mut over = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).expect("source");
+        for (name, line, len) in functions(&text) {
+            seen += 1;
+            if len > limit {
+                let at = f.strip_prefix(repo()).unwrap_or(f).display();
+                over.push(format!("{at}:{line} {name}: {len} lines"));
+            }
+        }
+    }
+    over.sort();
+    (seen, over)
+}
+
 #[test]
 fn no_function_on_the_request_path_is_over_60_lines() {
     let mut files = Vec::new();
     for dir in REQUEST_PATH {
         rust_files(&repo().join(dir), &mut files);
     }
-    let mut seen = 0;
-    let mut over = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).expect("source");
-        for (name, line, len) in functions(&text) {
-            seen += 1;
-            if len > MAX_REQUEST_PATH_FN_LINES {
-                let at = f.strip_prefix(repo()).unwrap_or(f).display();
-                over.push(format!("{at}:{line} {name}: {len} lines"));
-            }
-        }
-    }
+    let (seen, over) = functions_over(&files, MAX_REQUEST_PATH_FN_LINES);
     assert!(seen > 300, "functions found on the request path: {seen}");
-    over.sort();
     assert!(
         over.is_empty(),
         "request-path functions over {MAX_REQUEST_PATH_FN_LINES} lines (one phase, one screen):\n{}",
@@ -291,20 +297,8 @@ const MAX_FN_LINES: usize = 80;
 fn no_production_function_is_over_80_lines() {
     let mut files = Vec::new();
     rust_files(&repo(), &mut files);
-    let mut seen = 0;
-    let mut over = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).expect("source");
-        for (name, line, len) in functions(&text) {
-            seen += 1;
-            if len > MAX_FN_LINES {
-                let at = f.strip_prefix(repo()).unwrap_or(f).display();
-                over.push(format!("{at}:{line} {name}: {len} lines"));
-            }
-        }
-    }
+    let (seen, over) = functions_over(&files, MAX_FN_LINES);
     assert!(seen > 2000, "functions found in the workspace: {seen}");
-    over.sort();
     assert!(
         over.is_empty(),
         "functions over {MAX_FN_LINES} lines (split by step, each on a screen or two):\n{}",
