@@ -6,7 +6,8 @@
 //! loads it) and fetches, [`FETCHES`] at a time, those due: new ones at once,
 //! stapled ones halfway through their answer's validity and at least every
 //! `tls.ocsp.refresh` (never more often than [`MIN_REFRESH`]), failed ones
-//! after `tls.ocsp.retry`, doubled on each failure in a row. A fetch is
+//! after `tls.ocsp.retry`, doubled on each failure in a row; one whose chain
+//! has no issuer or that names no responder is not asked again. A fetch is
 //! bounded by `tls.ocsp.timeout` and [`MAX_ANSWER`] bytes. A failure keeps
 //! the staple in force until its `nextUpdate`; then it is dropped.
 //!
@@ -294,6 +295,17 @@ impl Stapler {
                     tracing::warn!(file = %file.display(), error = %e, "OCSP: the staple is served but not saved");
                 }
                 self.staples.put(chain[0].clone(), staple);
+            }
+            // What the certificate itself lacks: asked again only if it is
+            // replaced (a new leaf is a new entry), and said once, quietly.
+            Err(Failed::Answer(e @ (OcspError::NoIssuer | OcspError::NoResponder))) => {
+                self.metrics.ocsp_fetch(e.reason());
+                d.at = u64::MAX;
+                tracing::debug!(
+                    alias = d.aliases.first().map(|a| &**a).unwrap_or(""),
+                    reason = e.reason(), error = %e,
+                    "OCSP: nothing to staple for this certificate"
+                );
             }
             Err(e) => {
                 self.metrics.ocsp_fetch(e.reason());
