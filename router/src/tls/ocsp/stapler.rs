@@ -204,6 +204,7 @@ impl Stapler {
         };
         let mut due = due.into_iter();
         let mut running = tokio::task::JoinSet::new();
+        let mut failed = Failures::default();
         loop {
             while running.len() < FETCHES
                 && let Some(chain) = due.next()
@@ -211,11 +212,12 @@ impl Stapler {
                 running.spawn(fetch_for(chain, ask.clone()));
             }
             match running.join_next().await {
-                Some(Ok((chain, result))) => self.settle(&chain, result),
+                Some(Ok((chain, result))) => failed.add(self.settle(&chain, result)),
                 Some(Err(e)) => tracing::error!(error = %e, "OCSP: a fetch task failed"),
                 None => break,
             }
         }
+        failed.say();
         for leaf in self.staples.expire(unix_now()) {
             tracing::warn!(
                 "OCSP: a staple reached its nextUpdate without a fresh answer; none is stapled now"
@@ -272,16 +274,16 @@ impl Stapler {
         chains
     }
 
-    /// Takes a fetch's result: staples and saves a good answer, schedules the next.
+    /// Takes a fetch's result: staples and saves a good answer, schedules the
+    /// next; a failure is returned (its reason, and the alias with the error)
+    /// for the scan's one warning.
     fn settle(
         &mut self,
         chain: &[CertificateDer<'static>],
         result: Result<(Staple, Source), Failed>,
-    ) {
+    ) -> Option<(&'static str, String)> {
         let now = unix_now();
-        let Some(d) = self.due.get_mut(&chain[0]) else {
-            return;
-        };
+        let d = self.due.get_mut(&chain[0])?;
         match result {
             Ok((staple, source)) => {
                 self.metrics.ocsp_fetch(match source {
@@ -295,6 +297,7 @@ impl Stapler {
                     tracing::warn!(file = %file.display(), error = %e, "OCSP: the staple is served but not saved");
                 }
                 self.staples.put(chain[0].clone(), staple);
+                None
             }
             // What the certificate itself lacks: asked again only if it is
             // replaced (a new leaf is a new entry), and said once, quietly.
@@ -306,17 +309,16 @@ impl Stapler {
                     reason = e.reason(), error = %e,
                     "OCSP: nothing to staple for this certificate"
                 );
+                None
             }
             Err(e) => {
                 self.metrics.ocsp_fetch(e.reason());
                 d.failures = d.failures.saturating_add(1);
                 let wait = retry_after(self.settings.retry, d.failures, self.settings.refresh);
                 d.at = now + wait.as_secs();
-                tracing::warn!(
-                    alias = d.aliases.first().map(|a| &**a).unwrap_or(""),
-                    reason = e.reason(), error = %e, retry_in = ?wait,
-                    "OCSP: no fresh answer; the last good one (if any) stays stapled until its nextUpdate"
-                );
+                let alias = d.aliases.first().map(|a| &**a).unwrap_or("");
+                tracing::debug!(alias, reason = e.reason(), error = %e, retry_in = ?wait, "OCSP: no fresh answer");
+                Some((e.reason(), format!("{alias}: {e}")))
             }
         }
     }
@@ -336,6 +338,33 @@ impl Stapler {
 
     fn file(&self, leaf: &CertificateDer<'_>) -> PathBuf {
         self.dir.join(file_name(leaf))
+    }
+}
+
+/// A scan's failed fetches, said in one warning (a responder that is down for
+/// 10 000 certificates is one line a scan, not 10 000; each is at DEBUG).
+#[derive(Default)]
+struct Failures {
+    by_reason: std::collections::BTreeMap<&'static str, usize>,
+    first: Option<String>,
+}
+
+impl Failures {
+    fn add(&mut self, failure: Option<(&'static str, String)>) {
+        if let Some((reason, what)) = failure {
+            *self.by_reason.entry(reason).or_default() += 1;
+            self.first.get_or_insert(what);
+        }
+    }
+
+    fn say(self) {
+        if let Some(first) = self.first {
+            let n: usize = self.by_reason.values().sum();
+            tracing::warn!(
+                certificates = n, by_reason = ?self.by_reason, first = %first,
+                "OCSP: no fresh answer for some certificates; their last good answers stay stapled until their nextUpdate"
+            );
+        }
     }
 }
 
@@ -540,6 +569,18 @@ mod tests {
         assert_eq!(next_fetch(short, 1000, hour), 1300);
         // An answer already past halfway: not sooner than the floor.
         assert_eq!(next_fetch(short, 1500, hour), 1800);
+    }
+
+    #[test]
+    fn a_scans_failures_are_counted_by_reason_with_the_first_kept() {
+        let mut f = Failures::default();
+        f.add(None);
+        f.add(Some(("fetch", "a.example.com: fetch: refused".into())));
+        f.add(Some(("fetch", "b.example.com: fetch: refused".into())));
+        f.add(Some(("signature", "c.example.com: bad".into())));
+        assert_eq!(f.by_reason.get("fetch"), Some(&2));
+        assert_eq!(f.by_reason.get("signature"), Some(&1));
+        assert_eq!(f.first.as_deref(), Some("a.example.com: fetch: refused"));
     }
 
     #[test]
