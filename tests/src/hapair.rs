@@ -210,6 +210,35 @@ impl Pair {
             .status();
     }
 
+    /// A binary upgrade of router `i` (SIGUSR2: it starts its own binary as
+    /// `upgrade`, hands over its sockets and drains); returns once its
+    /// supervisor follows the new process (a new PID in its pid file), within 60 s.
+    pub fn upgrade_router(&self, i: usize) {
+        let old = self.router_pid(i);
+        let _ = std::process::Command::new("kill")
+            .args(["-USR2", &old])
+            .status();
+        crate::wait_for(
+            "the supervisor follows the upgraded router (a new PID in its pid file)",
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || match self.router_pid(i) {
+                new if new != old => Ok(()),
+                same => {
+                    let log =
+                        std::fs::read_to_string(self.dir.join(format!("router-{}.log", NAMES[i])))
+                            .unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                    Err(format!(
+                        "still {same}; flag {:?}; its log ends:\n{}",
+                        std::fs::read_to_string(self.flag(i)),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ))
+                }
+            },
+        );
+    }
+
     /// The router process itself (the supervisor's child).
     pub fn router_pid(&self, i: usize) -> String {
         std::fs::read_to_string(self.flag(i).with_extension("flag.pid"))

@@ -23,15 +23,15 @@ use crate::ingest::{self, Backoff, IngestError, Received};
 use crate::metrics::SourceMetrics;
 use crate::publish::Publish;
 
+/// What [`Broker::connect`] gives: a subscribed session, or its error.
+pub type Connected<B> = Result<<B as Broker>::Session, <<B as Broker>::Session as Session>::Error>;
+
 /// How to reach a broker.
 pub trait Broker: Send {
     type Session: Session;
     /// Connects to the `turn`-th host of the failover list (wrapping) and
     /// subscribes.
-    fn connect(
-        &mut self,
-        turn: usize,
-    ) -> impl Future<Output = Result<Self::Session, <Self::Session as Session>::Error>> + Send;
+    fn connect(&mut self, turn: usize) -> impl Future<Output = Connected<Self>> + Send;
     /// For logs: `"STOMP"`, `"AMQP"`.
     fn protocol(&self) -> &'static str;
 }

@@ -158,28 +158,11 @@ fn apply(pair: &mut Pair, fault: Fault) -> Option<(f64, f64)> {
             std::thread::sleep(Duration::from_secs(10));
             e2e::netns::ip(&["-n", &ns, "link", "set", "eth0", "up"]);
         }
-        Fault::Upgrade => upgrade(pair, h),
+        Fault::Upgrade => pair.upgrade_router(h),
     }
     pair.wait_vip(0, VIP, Duration::from_secs(30));
     pair.wait_served(VIP, Duration::from_secs(30));
     matches!(fault, Fault::Planned | Fault::Upgrade).then(|| (t, now() + 5.0))
-}
-
-/// SIGUSR2 to router `i`: done when its supervisor follows the new process.
-fn upgrade(pair: &Pair, i: usize) {
-    let old = pair.router_pid(i);
-    let _ = std::process::Command::new("kill")
-        .args(["-USR2", &old])
-        .status();
-    e2e::wait_for(
-        "the upgraded router followed by its supervisor",
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || match pair.router_pid(i) {
-            new if new != old => Ok(()),
-            same => Err(format!("still {same}")),
-        },
-    );
 }
 
 /// The aliases router `i` serves for the soak's app.
