@@ -314,3 +314,211 @@ fn the_function_finder_measures_what_rustfmt_lays_out() {
         vec![("a".to_owned(), 1, 3), ("b".to_owned(), 6, 5)]
     );
 }
+
+/// A file's module path inside its crate: `request/context.rs` is
+/// `request::context`, `request/mod.rs` is `request`, `lib.rs` the root.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let file = parts.pop().unwrap_or_default();
+    let stem = file.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The paths a line names after `crate::`, `super::` or `self::`, resolved
+/// against `here` (a file's module path), each as its segments; a `{a::b, c}`
+/// group gives one path per member.
+fn named_paths(line: &str, here: &[String]) -> Vec<Vec<String>> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        let before_ok = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b':');
+        let base: Option<(Vec<String>, usize)> = if !before_ok {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), 7))
+        } else if rest.starts_with("self::") {
+            Some((here.to_vec(), 6))
+        } else if rest.starts_with("super::") {
+            let mut b = here.to_vec();
+            let mut len = 0;
+            while rest[len..].starts_with("super::") {
+                b.pop();
+                len += 7;
+            }
+            Some((b, len))
+        } else {
+            None
+        };
+        let Some((mut base, len)) = base else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let mut j = i + len;
+        loop {
+            let seg = ident(&line[j..]);
+            if seg.is_empty() {
+                break;
+            }
+            j += seg.len();
+            base.push(seg);
+            if line[j..].starts_with("::") {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        if line[j..].starts_with('{') {
+            let end = line[j..].find('}').map_or(line.len(), |e| j + e);
+            for member in line[j + 1..end].split(',') {
+                let mut p = base.clone();
+                p.extend(
+                    member
+                        .trim()
+                        .split("::")
+                        .map(ident)
+                        .filter(|s| !s.is_empty()),
+                );
+                out.push(p);
+            }
+            j = end;
+        } else {
+            out.push(base);
+        }
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// Every file-level module of `src` and the modules it names that are neither
+/// itself nor one of its ancestors (a room's `mod.rs` holds what its files
+/// share, so a file naming its own room is no circle).
+fn file_uses(src: &Path) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: std::collections::BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|f| module_of(f.strip_prefix(src).expect("under src")))
+        .collect();
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for f in &files {
+        let rel = f.strip_prefix(src).expect("under src");
+        let here = module_of(rel);
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let joined: String = production(&text)
+            .into_iter()
+            .filter(|(_, l)| !l.trim_start().starts_with("//"))
+            .map(|(_, l)| l.trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        for path in named_paths(&joined, &here) {
+            let Some(target) = (0..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            if here.starts_with(&target) {
+                continue;
+            }
+            graph
+                .entry(here.join("::"))
+                .or_default()
+                .insert(target.join("::"));
+        }
+    }
+    graph
+}
+
+/// Each group of modules in `graph` that reach one another (a circle), as one
+/// line.
+fn circles(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Vec<String> {
+    let reach = |from: &String| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(n) = todo.pop() {
+            for next in graph.get(&n).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reached: std::collections::BTreeMap<&String, _> =
+        graph.keys().map(|k| (k, reach(k))).collect();
+    let mut out = std::collections::BTreeSet::new();
+    for (k, r) in &reached {
+        if !r.contains(*k) {
+            continue;
+        }
+        let group: Vec<&str> = reached
+            .iter()
+            .filter(|(o, ro)| r.contains(**o) && ro.contains(*k))
+            .map(|(o, _)| o.as_str())
+            .collect();
+        out.insert(group.join(" <-> "));
+    }
+    out.into_iter().collect()
+}
+
+#[test]
+fn no_import_cycle_between_the_files_of_a_room() {
+    for krate in ["router", "spi-consumer", "portproxy"] {
+        let graph = file_uses(&repo().join(krate).join("src"));
+        assert!(graph.len() > 10, "{krate}: files found: {graph:?}");
+        let circles = circles(&graph);
+        assert!(
+            circles.is_empty(),
+            "{krate}: files that import each other (split what they share into a file both use):\n{}",
+            circles.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_file_graph_resolves_super_self_and_groups() {
+    let here = vec!["request".to_string(), "route".to_string()];
+    let got = named_paths(
+        "use super::context::Forwarded; use super::{body::ProxyBody, error}; x(crate::table::X)",
+        &here,
+    );
+    let want: Vec<Vec<String>> = [
+        "request::context::Forwarded",
+        "request::body::ProxyBody",
+        "request::error",
+        "table::X",
+    ]
+    .iter()
+    .map(|s| s.split("::").map(String::from).collect())
+    .collect();
+    assert_eq!(got, want);
+    let mod_rs = vec!["request".to_string()];
+    assert_eq!(
+        named_paths("use self::body::ProxyBody;", &mod_rs),
+        vec![vec![
+            "request".to_string(),
+            "body".into(),
+            "ProxyBody".into()
+        ]]
+    );
+}

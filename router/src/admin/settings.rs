@@ -19,7 +19,8 @@ use serde::Serialize;
 use spi_consumer::AppKey;
 
 use super::{Admin, json, read_limited, text};
-use crate::policy::settings::{AppSettings, MAX_PAGE};
+use crate::policy::pages::MAX_PAGE;
+use crate::policy::settings::AppSettings;
 
 /// Largest settings body: a maintenance page and the rest.
 const MAX_SETTINGS_BODY: usize = MAX_PAGE + 64 * 1024;

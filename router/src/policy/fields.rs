@@ -30,12 +30,43 @@ use std::sync::Arc;
 use h1_codec::fields::Fields;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::settings::{AppSettings, HeaderAction};
+use serde::{Deserialize, Serialize};
+
+use super::hsts::Hsts;
 
 /// Actions a way (request, response) at most, as OpenShift's route API allows.
 pub const MAX_ACTIONS: usize = 20;
 /// A value's length at most, variables unexpanded.
 pub const MAX_VALUE: usize = 4096;
+
+/// Header actions on the way in (`request`) and out (`response`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeaderActions {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request: Vec<HeaderAction>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub response: Vec<HeaderAction>,
+}
+
+/// One action: `{"set": {"name": N, "value": V}}` or `{"delete": N}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum HeaderAction {
+    /// Replaces every field of the name with one (the value may name
+    /// variables, see [`super::fields`]).
+    Set { name: String, value: String },
+    /// Removes every field of the name.
+    Delete(String),
+}
+
+impl HeaderAction {
+    pub fn name(&self) -> &str {
+        match self {
+            HeaderAction::Set { name, .. } | HeaderAction::Delete(name) => name,
+        }
+    }
+}
 
 /// Which way an action list works on.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -293,15 +324,10 @@ impl Names {
 
 impl FieldRules {
     /// The rules of checked settings, if they have any.
-    pub fn of(effective: &AppSettings) -> Option<Arc<FieldRules>> {
-        let hsts = effective
-            .hsts
-            .as_ref()
-            .and_then(|h| HeaderValue::from_str(&h.value()).ok());
+    pub fn of(hsts: Option<&Hsts>, headers: Option<&HeaderActions>) -> Option<Arc<FieldRules>> {
+        let hsts = hsts.and_then(|h| HeaderValue::from_str(&h.value()).ok());
         let compile = |l: &[HeaderAction]| l.iter().filter_map(Action::of).collect::<Vec<_>>();
-        let (request, response) = effective
-            .headers
-            .as_ref()
+        let (request, response) = headers
             .map(|h| (compile(&h.request), compile(&h.response)))
             .unwrap_or_default();
         if hsts.is_none() && request.is_empty() && response.is_empty() {
@@ -392,7 +418,7 @@ fn apply(actions: &[Action], headers: &mut HeaderMap, vars: &Vars<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::settings::HeaderActions;
+    use crate::policy::settings::AppSettings;
 
     fn vars() -> Vars<'static> {
         Vars {
@@ -462,7 +488,7 @@ mod tests {
     #[test]
     fn actions_apply_in_order_and_hsts_only_over_tls() {
         let settings = AppSettings {
-            hsts: Some(crate::policy::settings::Hsts {
+            hsts: Some(crate::policy::hsts::Hsts {
                 max_age: std::time::Duration::from_secs(31_536_000),
                 include_subdomains: true,
                 preload: false,
@@ -484,7 +510,8 @@ mod tests {
             }),
             ..AppSettings::default()
         };
-        let rules = FieldRules::of(&settings).expect("rules");
+        let rules =
+            FieldRules::of(settings.hsts.as_ref(), settings.headers.as_ref()).expect("rules");
         let mut h = HeaderMap::new();
         h.insert("server", HeaderValue::from_static("member/1.0"));
         h.insert("x-frame-options", HeaderValue::from_static("SAMEORIGIN"));
@@ -500,7 +527,7 @@ mod tests {
             h.get("strict-transport-security").expect("hsts"),
             "max-age=31536000; includeSubDomains"
         );
-        assert!(FieldRules::of(&AppSettings::default()).is_none());
+        assert!(FieldRules::of(None, None).is_none());
         // A member's fields as they came: a deleted one is taken out of them.
         let mut raw =
             Fields::of_head(b"HTTP/1.1 200 OK\r\nServer: m\r\nX-Kept: 1\r\n\r\n").expect("head");
@@ -532,7 +559,8 @@ mod tests {
             }),
             ..AppSettings::default()
         };
-        let rules = FieldRules::of(&settings).expect("rules");
+        let rules =
+            FieldRules::of(settings.hsts.as_ref(), settings.headers.as_ref()).expect("rules");
         let mut raw = Fields::of_head(
             b"GET / HTTP/1.1\r\nHost: h\r\nx-seen: client\r\nCookie: a=1\r\nX-Gone: 1\r\nAccept: */*\r\n\r\n",
         )

@@ -12,7 +12,32 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::settings::Hsts;
+/// `Strict-Transport-Security` (RFC 6797).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hsts {
+    /// `max-age`, in whole seconds; 0 tells browsers to forget the policy.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    #[serde(default)]
+    pub include_subdomains: bool,
+    #[serde(default)]
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The field's value.
+    pub fn value(&self) -> String {
+        let mut v = format!("max-age={}", self.max_age.as_secs());
+        if self.include_subdomains {
+            v.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            v.push_str("; preload");
+        }
+        v
+    }
+}
 
 /// One policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -187,7 +187,7 @@ impl Policy {
             tunnel_idle_timeout: effective.tunnel_idle_timeout,
             h2: effective.members_protocol == Some(MembersProtocol::H2),
             compress: effective.compression == Some(true),
-            fields: FieldRules::of(&effective),
+            fields: FieldRules::of(effective.hsts.as_ref(), effective.headers.as_ref()),
             plain_http: effective.plain_http,
             max_body: effective.max_request_body_bytes.unwrap_or(0),
             balance: effective.balance.as_ref().and_then(Picking::of),

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::settings::MAX_PAGE;
+/// Largest maintenance page an operator may supply: it is held in memory and in
+/// the settings file for every app that has one.
+pub const MAX_PAGE: usize = 64 * 1024;
 
 /// The statuses the router answers requests with itself, each of which may
 /// have a page in `error_pages:`.

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Largest maintenance page an operator may supply: it is held in memory and in
-/// the settings file for every app that has one.
-pub const MAX_PAGE: usize = 64 * 1024;
+use super::fields::HeaderActions;
+use super::hsts::Hsts;
+use super::pages::MAX_PAGE;
+
 /// Most CIDRs in one allow or deny list (checked per request, in order).
 pub const MAX_CIDRS: usize = 256;
 /// Highest request rate a limit may name, and its burst.
@@ -103,62 +104,6 @@ pub enum AppBalance {
     Header(String),
     /// A cookie's value; without it, the route's balancer.
     Cookie(String),
-}
-
-/// `Strict-Transport-Security` (RFC 6797).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Hsts {
-    /// `max-age`, in whole seconds; 0 tells browsers to forget the policy.
-    #[serde(with = "humantime_serde")]
-    pub max_age: Duration,
-    #[serde(default)]
-    pub include_subdomains: bool,
-    #[serde(default)]
-    pub preload: bool,
-}
-
-impl Hsts {
-    /// The field's value.
-    pub fn value(&self) -> String {
-        let mut v = format!("max-age={}", self.max_age.as_secs());
-        if self.include_subdomains {
-            v.push_str("; includeSubDomains");
-        }
-        if self.preload {
-            v.push_str("; preload");
-        }
-        v
-    }
-}
-
-/// Header actions on the way in (`request`) and out (`response`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HeaderActions {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub request: Vec<HeaderAction>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub response: Vec<HeaderAction>,
-}
-
-/// One action: `{"set": {"name": N, "value": V}}` or `{"delete": N}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum HeaderAction {
-    /// Replaces every field of the name with one (the value may name
-    /// variables, see [`super::fields`]).
-    Set { name: String, value: String },
-    /// Removes every field of the name.
-    Delete(String),
-}
-
-impl HeaderAction {
-    pub fn name(&self) -> &str {
-        match self {
-            HeaderAction::Set { name, .. } | HeaderAction::Delete(name) => name,
-        }
-    }
 }
 
 /// OpenShift's `insecureEdgeTerminationPolicy`.

@@ -48,7 +48,7 @@ pub struct BrokerApp {
 }
 
 #[derive(Deserialize)]
-struct Reply<T> {
+struct Envelope<T> {
     status: String,
     #[serde(rename = "type")]
     kind: Option<String>,
@@ -126,13 +126,13 @@ impl Client {
         let Some(app) = self.get(&path).await? else {
             return Ok(None);
         };
-        let app: Reply<Application> = parse(&self.url(&path), &app, "application")?;
+        let app: Envelope<Application> = parse(&self.url(&path), &app, "application")?;
         let groups = format!("{path}/gear_groups?include=endpoints");
         let Some(body) = self.get(&groups).await? else {
             return Ok(None);
         };
         let url = self.url(&groups);
-        let groups: Reply<Vec<GearGroup>> = parse(&url, &body, "gear_groups")?;
+        let groups: Envelope<Vec<GearGroup>> = parse(&url, &body, "gear_groups")?;
         let mut endpoints = Vec::new();
         for gear in groups.data.into_iter().flat_map(|g| g.gears) {
             for pi in gear.endpoints {
@@ -183,7 +183,7 @@ impl Client {
         let Some(body) = self.get("domains").await? else {
             return Ok(Vec::new());
         };
-        let domains: Reply<Vec<Domain>> = parse(&self.url("domains"), &body, "domains")?;
+        let domains: Envelope<Vec<Domain>> = parse(&self.url("domains"), &body, "domains")?;
         let mut apps = Vec::new();
         for domain in domains.data {
             if !plain_name(&domain.name) {
@@ -194,7 +194,7 @@ impl Client {
             let Some(body) = self.get(&path).await? else {
                 continue;
             };
-            let listed: Reply<Vec<Listed>> = parse(&self.url(&path), &body, "applications")?;
+            let listed: Envelope<Vec<Listed>> = parse(&self.url(&path), &body, "applications")?;
             for app in listed.data {
                 if apps.len() == max {
                     return Ok(apps);
@@ -309,12 +309,12 @@ fn parse<'a, T: Deserialize<'a>>(
     url: &str,
     body: &'a [u8],
     kind: &str,
-) -> Result<Reply<T>, FetchError> {
+) -> Result<Envelope<T>, FetchError> {
     let format = |message: String| FetchError::Format {
         url: url.to_string(),
         message,
     };
-    let reply: Reply<T> = serde_json::from_slice(body).map_err(|e| format(e.to_string()))?;
+    let reply: Envelope<T> = serde_json::from_slice(body).map_err(|e| format(e.to_string()))?;
     if reply.status != "ok" {
         return Err(format(format!("status {:?}", reply.status)));
     }
@@ -350,7 +350,7 @@ mod tests {
               {"cartridge_name":"haproxy-1.4","external_address":"10.0.0.1","external_port":"35531",
                "internal_address":"127.1.2.3","internal_port":"8080","protocols":["http","ws"],
                "types":["load_balancer"],"mappings":[{"frontend":"","backend":""}],"extra":1}]}]}]}"#;
-        let r: Reply<Vec<GearGroup>> = parse("u", ok, "gear_groups").expect("parses");
+        let r: Envelope<Vec<GearGroup>> = parse("u", ok, "gear_groups").expect("parses");
         assert_eq!(
             r.data[0].gears[0].endpoints[0].cartridge_name,
             "haproxy-1.4"
@@ -363,7 +363,7 @@ mod tests {
         assert!(parse::<Vec<GearGroup>>("u", missing, "gear_groups").is_err());
         assert!(valid_address("node1.example.com") && valid_address("::1"));
         let domains = br#"{"status":"ok","type":"domains","data":[{"id":"5464","name":"demo","suffix":"x"}]}"#;
-        let d: Reply<Vec<Domain>> = parse("u", domains, "domains").expect("parses");
+        let d: Envelope<Vec<Domain>> = parse("u", domains, "domains").expect("parses");
         assert_eq!(d.data[0].name, "demo");
         assert!(plain_name("MyApp1") && !plain_name("a/b") && !plain_name(""));
         assert!(!valid_address("a b") && !valid_address(""));

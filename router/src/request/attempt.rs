@@ -9,7 +9,7 @@
 //! | checkout | [`Destination::pick`], [`Proxy::checkout_now`], [`Proxy::checkout_or_other`] | `checkout.rs` |
 //! | send | [`prepare`], [`Proxy::read_body`], [`encoded`], the member connection's `send` | `send.rs` |
 //! | retry decision | [`retry_of`], [`Proxy::connect_again`] | `retry.rs` |
-//! | respond | [`Proxy::answered`], [`Proxy::respond_h1`] | `respond.rs` |
+//! | respond | [`Proxy::counted`], [`Proxy::respond_h1`] | `respond.rs` |
 //! | log | [`Proxy::log`] | `log.rs` |
 //!
 //! An HTTP/1.1 member's request is sent inline here (as a function of its own,
@@ -25,7 +25,7 @@ use http::header::HeaderValue;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::checkout::{H1Checkout, H2Checkout, Requester};
-use super::context::{Context, Forwarded};
+use super::context::{Context, Reply};
 use super::error::ProxyError;
 use super::retry::{Replay, Retry, idempotent, retry_of};
 use super::route::{Destination, Routed};
@@ -47,11 +47,11 @@ impl Proxy {
         mut req: Box<Request<Received>>,
         host: Option<HeaderValue>,
         mut raw: Option<Fields>,
-    ) -> Result<Forwarded, ProxyError> {
+    ) -> Result<Reply, ProxyError> {
         let fields = FieldsRef::of(&req, raw.as_ref());
         let to = match self.route(context.conn, &req, fields, &host)? {
             Routed::To(destination) => destination,
-            Routed::Answered(answer) => return Ok(*answer),
+            Routed::Answered(response) => return Ok(Reply::of(*response, None)),
         };
         context.routed(&to, &req, fields);
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
@@ -89,7 +89,7 @@ impl Proxy {
                 .await;
             let retry = retry_of(&result, replay);
             if retry == Retry::No || retried {
-                break self.answered(&target, result)?;
+                break self.counted(&target, result)?;
             }
             retried = true;
             context.mark(Moment::Retry);
@@ -111,7 +111,7 @@ impl Proxy {
         (target, source, hold): (Target, Requester, Option<ClientSlot>),
         (parts, body): (http::request::Parts, RequestBody),
         trailers: bool,
-    ) -> Result<Forwarded, ProxyError> {
+    ) -> Result<Reply, ProxyError> {
         let timeout = Timeouts::of(self, to.policy.as_deref()).response;
         let how = H2Checkout {
             sni: &to.name,
@@ -129,7 +129,7 @@ impl Proxy {
         let sticky = (to.policy.as_deref(), &to.sticky);
         self.respond_head(&mut parts.headers, sticky, &target, context.conn.https);
         let response = http::Response::from_parts(parts, ProxyBody::detached(body));
-        Ok(Forwarded::of(response, Some(slot)).held(hold))
+        Ok(Reply::of(response, Some(slot)).held(hold))
     }
 
     /// [`Proxy::attempt`] for an upgrade (WebSocket): checked out on a fresh
@@ -144,7 +144,7 @@ impl Proxy {
         (target, source, hold): (Target, Requester, Option<ClientSlot>),
         (parts, body, client): (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade),
         timeouts: Timeouts,
-    ) -> Result<Forwarded, ProxyError> {
+    ) -> Result<Reply, ProxyError> {
         let sni: &str = &to.name;
         let how = H1Checkout {
             sni,
@@ -176,7 +176,7 @@ impl Proxy {
             let req = Request::from_parts(parts, RequestBody::Empty);
             sent = self.upgrade_on(&target, up, req, timeouts.response).await;
         }
-        let response = self.answered(&target, sent)?;
+        let response = self.counted(&target, sent)?;
         let (conn, idle) = (context.conn, timeouts.tunnel_idle);
         Ok(self.upgraded(response, client, slot, conn, (idle, hold)))
     }

@@ -33,7 +33,7 @@ enum Inner {
     Detached(Incoming),
     Full(Option<Bytes>),
     /// A body compressed on its way (see [`super::compress`]).
-    Compressed(Box<super::compress::encode::Compressing>),
+    Compressed(Box<super::compress::encode::Compressing<ProxyBody>>),
 }
 
 impl ProxyBody {
@@ -61,7 +61,7 @@ impl ProxyBody {
 
     /// A body compressed as it streams (its completion stays outside: the
     /// bytes counted are the ones the client gets).
-    pub fn compressed(c: super::compress::encode::Compressing) -> ProxyBody {
+    pub fn compressed(c: super::compress::encode::Compressing<ProxyBody>) -> ProxyBody {
         ProxyBody {
             inner: Inner::Compressed(Box::new(c)),
             completion: None,

@@ -1,5 +1,5 @@
 //! What the phases of one request share ([`Context`], Pingora's per-request
-//! `CTX`) and what its attempt produced ([`Forwarded`]): made when the head
+//! `CTX`) and what its attempt produced ([`Reply`]): made when the head
 //! arrives ([`Proxy::context`]), filled in by the phases as they run (the app
 //! once routed), and read last by the log phase ([`super::log`]).
 
@@ -230,7 +230,7 @@ impl Proxy {
 }
 
 /// What a request's attempt produced besides the response.
-pub(super) struct Forwarded {
+pub(super) struct Reply {
     pub(super) response: Response<ProxyBody>,
     pub(super) in_flight: Option<MemberSlot>,
     /// The member that answered when no slot travels with the response (an upgraded
@@ -242,10 +242,10 @@ pub(super) struct Forwarded {
     pub(super) fields: Option<Fields>,
 }
 
-impl Forwarded {
+impl Reply {
     /// An answer, with the member's slot that travels with it.
-    pub(super) fn of(response: Response<ProxyBody>, in_flight: Option<MemberSlot>) -> Forwarded {
-        Forwarded {
+    pub(super) fn of(response: Response<ProxyBody>, in_flight: Option<MemberSlot>) -> Reply {
+        Reply {
             response,
             in_flight,
             member: None,
@@ -256,7 +256,7 @@ impl Forwarded {
 
     /// The same, holding the request's count against its app's limit until
     /// the response is done.
-    pub(super) fn held(mut self, hold: Option<ClientSlot>) -> Forwarded {
+    pub(super) fn held(mut self, hold: Option<ClientSlot>) -> Reply {
         self.hold = hold;
         self
     }
@@ -270,7 +270,7 @@ impl Forwarded {
         e: &ProxyError,
         context: &Context<'_>,
         router: Option<&ErrorPages>,
-    ) -> Forwarded {
+    ) -> Reply {
         if let (ProxyError::Upstream(_), Some(app)) = (e, &context.app) {
             app.upstream_error();
         }
@@ -290,6 +290,6 @@ impl Forwarded {
                 HeaderValue::from_static("text/html; charset=utf-8"),
             );
         }
-        Forwarded::of(response, None)
+        Reply::of(response, None)
     }
 }

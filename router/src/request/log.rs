@@ -9,7 +9,7 @@ use h1_codec::fields::Fields;
 use http::Response;
 
 use super::body::{Completion, ProxyBody};
-use super::context::{Context, Forwarded};
+use super::context::{Context, Reply};
 use super::{Answer, Proxy};
 use crate::policy::fields::{FieldRules, Vars};
 use crate::traces::Moment;
@@ -18,14 +18,14 @@ impl Proxy {
     /// The last phase of the request path: the response's head as the client
     /// gets it (with what the router adds, see [`Proxy::router_fields`]), and
     /// its completion attached to its body.
-    pub(super) fn log(&self, mut context: Context<'_>, forwarded: Forwarded) -> Answer {
-        let Forwarded {
+    pub(super) fn log(&self, mut context: Context<'_>, reply: Reply) -> Answer {
+        let Reply {
             mut response,
             in_flight,
             member,
             hold,
             mut fields,
-        } = forwarded;
+        } = reply;
         // A request the router itself found malformed (400) ends its HTTP/1
         // connection, as nginx and haproxy end it: what follows on it was sent
         // by a client that frames requests otherwise (found by the

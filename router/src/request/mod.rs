@@ -79,7 +79,7 @@ use http::{Request, Response};
 
 use self::body::ProxyBody;
 use self::client_conn::ClientConn;
-use self::context::Forwarded;
+use self::context::Reply;
 use self::route::{Redirect, host_of};
 use self::upload::{Received, UploadSettings};
 use crate::metrics::Metrics;
@@ -188,10 +188,10 @@ impl Proxy {
         let fields = FieldsRef::of(&req, raw.as_ref());
         let host = host_of(&req, fields);
         let mut context = self.context(&conn, &req, fields, host.as_ref());
-        let forwarded = match self.attempt(&mut context, req, host, raw).await {
-            Ok(forwarded) => forwarded,
-            Err(e) => Forwarded::failed(&e, &context, self.error_pages.as_deref()),
+        let reply = match self.attempt(&mut context, req, host, raw).await {
+            Ok(reply) => reply,
+            Err(e) => Reply::failed(&e, &context, self.error_pages.as_deref()),
         };
-        self.log(context, forwarded)
+        self.log(context, reply)
     }
 }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::client_conn::ClientConn;
-use super::context::Forwarded;
+use super::context::Reply;
 use super::error::ProxyError;
 use super::headers::remove_hop_by_hop;
 use super::route::Sticky;
@@ -50,7 +50,7 @@ impl Proxy {
     /// What the last attempt on `target` got: the member's response head (its
     /// success recorded), or the failure counted against it.
     #[inline]
-    pub(super) fn answered<T>(
+    pub(super) fn counted<T>(
         &self,
         target: &Target,
         result: Result<T, Option<SendError>>,
@@ -79,15 +79,15 @@ impl Proxy {
         response: MemberHead,
         (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
         (target, slot, up): (Target, MemberSlot, Upstream),
-    ) -> Forwarded {
+    ) -> Reply {
         let (mut parts, fields) = response.into_parts();
         if let Some(affinity) = policy.and_then(|p| p.affinity.as_ref()) {
             self.stick(affinity, sticky, &target, &mut parts.headers, https);
         }
         let body = ProxyBody::upstream(Lease::new(up, target.member.pool.clone()));
-        let mut forwarded = Forwarded::of(Response::from_parts(parts, body), Some(slot));
-        forwarded.fields = Some(fields);
-        forwarded
+        let mut reply = Reply::of(Response::from_parts(parts, body), Some(slot));
+        reply.fields = Some(fields);
+        reply
     }
 
     /// The member's response head as the client gets it: hop-by-hop fields
@@ -141,11 +141,11 @@ impl Proxy {
         slot: MemberSlot,
         conn: &ClientConn,
         (idle_timeout, hold): (std::time::Duration, Option<ClientSlot>),
-    ) -> Forwarded {
+    ) -> Reply {
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers, false);
-            return Forwarded {
+            return Reply {
                 response: Response::from_parts(parts, ProxyBody::detached(body)),
                 in_flight: Some(slot),
                 member: None,
@@ -166,7 +166,7 @@ impl Proxy {
         tokio::spawn(tunnel.run(client_upgrade, member_upgrade));
         let (mut parts, _) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers, true);
-        Forwarded {
+        Reply {
             response: Response::from_parts(parts, ProxyBody::empty()),
             in_flight: None,
             member: Some(member),

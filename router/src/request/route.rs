@@ -12,7 +12,6 @@ use http::{Method, Request, Response, StatusCode};
 use super::Proxy;
 use super::body::ProxyBody;
 use super::client_conn::ClientConn;
-use super::context::Forwarded;
 use super::error::ProxyError;
 use super::upload::Received;
 use crate::policy::settings::PlainHttp;
@@ -236,7 +235,7 @@ impl Proxy {
         req: &Request<Received>,
         (route, name): (&Route, &str),
         policy: Option<&Policy>,
-    ) -> Result<Option<Forwarded>, ProxyError> {
+    ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
         let redirect = self.redirect.as_ref();
         let redirected = match policy.and_then(|p| p.plain_http) {
             None => redirect.filter(|r| r.by_default && r.covers(route, name)),
@@ -247,12 +246,12 @@ impl Proxy {
                 return Err(self.refused(policy, Refused::PlainHttp));
             }
         };
-        Ok(redirected.map(|r| Forwarded::of(r.response(req, name), None)))
+        Ok(redirected.map(|r| r.response(req, name)))
     }
 
     /// The HTTP-01 answer for `path` on a plain HTTP connection, if an ACME
     /// order of this router's is waiting for it.
-    fn acme_answer(&self, conn: &ClientConn, path: &str) -> Option<Forwarded> {
+    fn acme_answer(&self, conn: &ClientConn, path: &str) -> Option<Response<ProxyBody>> {
         if conn.https {
             return None;
         }
@@ -262,7 +261,7 @@ impl Proxy {
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .body(ProxyBody::full(answer))
             .ok()?;
-        Some(Forwarded::of(response, None))
+        Some(response)
     }
 }
 
@@ -315,7 +314,7 @@ fn refuse_early(req: &Request<Received>, fields: FieldsRef<'_>) -> Result<(), Pr
 pub(super) enum Routed<'h> {
     To(Destination<'h>),
     /// Nowhere: the router answers (a redirect to HTTPS, an ACME check).
-    Answered(Box<Forwarded>),
+    Answered(Box<Response<ProxyBody>>),
 }
 
 /// A routed request: its route, the host name (normalised), the app's policy and

@@ -17,7 +17,6 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::Coding;
-use crate::request::body::{ProxyBody, ProxyBodyError};
 
 /// Output handed on once this much has gathered.
 const OUT: usize = 16 * 1024;
@@ -142,9 +141,13 @@ impl Drop for StreamSlot {
     }
 }
 
-/// The member's body and its encoder.
-pub struct Compressing {
-    pub inner: ProxyBody,
+/// What a body's frames fail with (the response body's error, boxed).
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The member's body and its encoder (generic over the body, so that this file
+/// and the response body that holds it do not name each other).
+pub struct Compressing<B> {
+    pub inner: B,
     /// `None` once finished.
     encoder: Option<Encoder>,
     /// Input written since the last flush.
@@ -156,8 +159,11 @@ pub struct Compressing {
     _slot: StreamSlot,
 }
 
-impl Compressing {
-    pub fn new(inner: ProxyBody, encoder: Encoder, slot: StreamSlot) -> Compressing {
+impl<B> Compressing<B>
+where
+    B: Body<Data = Bytes, Error = BodyError> + Unpin,
+{
+    pub fn new(inner: B, encoder: Encoder, slot: StreamSlot) -> Compressing<B> {
         Compressing {
             inner,
             encoder: Some(encoder),
@@ -174,7 +180,7 @@ impl Compressing {
     }
 
     /// The end of the member's body: the encoder's last bytes.
-    fn finish(&mut self) -> Result<Option<Bytes>, ProxyBodyError> {
+    fn finish(&mut self) -> Result<Option<Bytes>, BodyError> {
         let Some(encoder) = self.encoder.take() else {
             return Ok(None);
         };
@@ -185,7 +191,7 @@ impl Compressing {
     pub fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ProxyBodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let mut taken = 0;
         let started = std::time::Instant::now();
         loop {
@@ -228,7 +234,7 @@ impl Compressing {
 
     /// The member paused (or the budget is spent): what was written so far
     /// goes out now, if anything; else wait.
-    fn flushed(&mut self) -> Poll<Option<Result<Frame<Bytes>, ProxyBodyError>>> {
+    fn flushed(&mut self) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         if self.unflushed {
             self.unflushed = false;
             if let Some(e) = self.encoder.as_mut()
