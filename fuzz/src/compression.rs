@@ -1,4 +1,4 @@
-//! `compression`: the `Accept-Encoding` reader (`router::request::compress`)
+//! `compression`: the `Accept-Encoding` reader (`router::request::phases::compress`)
 //! and the streaming encoder behind response compression.
 //!
 //! Input: its first byte picks a coding and a split; up to the first newline
@@ -10,9 +10,9 @@
 use std::io::Read;
 use std::task::{Context, Poll, Waker};
 
-use router::request::body::ProxyBody;
-use router::request::compress::encode::{Compressing, Encoder, Levels, StreamSlot};
-use router::request::compress::{Coding, negotiate};
+use router::request::phases::body::ProxyBody;
+use router::request::phases::compress::encode::{Compressing, Encoder, Levels, StreamSlot};
+use router::request::phases::compress::{Coding, negotiate};
 
 pub fn compression(data: &[u8]) {
     let Some((&first, rest)) = data.split_first() else {

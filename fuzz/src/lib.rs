@@ -168,7 +168,7 @@ pub fn client_framing(data: &[u8]) {
 
 pub fn client_head(data: &[u8]) {
     use h1_codec::framing::{Framing, POISON};
-    use router::request::h1::head::{HeadLimits, Parsed, parse};
+    use router::request::connection::h1::head::{HeadLimits, Parsed, parse};
     let limits = HeadLimits {
         max_bytes: 64 * 1024,
         max_headers: 100,
@@ -364,7 +364,7 @@ pub fn router_config(data: &[u8]) {
 /// they add holds each name at most once, every one set by an action.
 fn header_actions(settings: &router::policy::settings::AppSettings) {
     use router::policy::fields::{Action, FieldRules, Vars};
-    let Some(rules) = FieldRules::of(settings) else {
+    let Some(rules) = FieldRules::of(settings.hsts.as_ref(), settings.headers.as_ref()) else {
         return;
     };
     let head =

@@ -11,7 +11,7 @@
 //! [`Framing`] finds where each request's head and body end, the way hyper will
 //! (a head up to its empty line; then `Transfer-Encoding` means chunked, else
 //! `Content-Length`, else no body), and says at which byte the stream must be cut.
-//! The router's connection reader (`router::request::client_io`) then hands hyper, instead of that byte and the
+//! The router's connection reader (`router::request::connection::client_io`) then hands hyper, instead of that byte and the
 //! rest, [`POISON`]: bytes that are invalid wherever hyper is in its parse, so hyper
 //! answers 400 (or the body fails with 400) after the responses already due, and
 //! closes. Everything hyper refuses anyway (bad chunk sizes, obsolete line folding,
@@ -31,7 +31,7 @@
 //!
 //! This reader is the one owner of where a client's HTTP/1 request ends: it reports
 //! each head it saw complete ([`Head`]: where it starts and ends, how its body is
-//! framed), the router's own path (`router::request::h1`) takes a request only where
+//! framed), the router's own path (`router::request::connection::h1`) takes a request only where
 //! its parse ends at that byte, and hyper only parses what it lets through. The fuzz targets
 //! `client_framing`, `client_head` and `client_stream` (`fuzz/`, the last one
 //! through the whole router against a strict reader of its own) hold the seam.

@@ -4,11 +4,11 @@
 //! Two paths meet at one `ArcSwap<RouteTable>`:
 //! - **an event** (in `spi-consumer`: decoded, applied, persisted) is published by
 //!   [`table::build`] into a new route table (and the certificate index);
-//! - **a request** is accepted ([`request::accept`]), routed by Host
-//!   ([`request::route`]), admitted by its app's policy ([`policy`]: limits,
+//! - **a request** is accepted ([`request::connection::serve`]), routed by Host
+//!   ([`request::phases::route`]), admitted by its app's policy ([`policy`]: limits,
 //!   access rules, affinity), balanced over the route's members ([`table::balance`]),
-//!   forwarded ([`request::forward`]; one retry decision, [`request::retry`]) over a
-//!   member connection ([`upstream`]), and answered ([`request::body`], errors in [`request::error`]).
+//!   forwarded ([`request::phases::send`]; one retry decision, [`request::phases::retry`]) over a
+//!   member connection ([`upstream`]), and answered ([`request::phases::body`], errors in [`request::phases::error`]).
 //!
 //! Dependencies run one way: `request → table → members → upstream → metrics`;
 //! [`tls`] serves both ends; [`config`] knows only each module's settings types;

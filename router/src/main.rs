@@ -505,7 +505,7 @@ fn hold_signals(how: SigmaskHow) {
 /// packets here.
 async fn drain_on_usr1(
     mut signals: tokio::signal::unix::Signal,
-    drainer: router::request::drain::Drainer,
+    drainer: router::request::connection::drain::Drainer,
 ) {
     while signals.recv().await.is_some() {
         tracing::info!("SIGUSR1: draining the client connections open now; still accepting");

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use crate::members::Member;
 use crate::metrics::UpstreamError;
 use crate::request::Proxy;
-use crate::request::listener::{Gate, Live, stopped};
-use crate::request::passthrough::Dial;
+use crate::request::connection::listener::{Gate, Live, stopped};
+use crate::request::connection::passthrough::Dial;
 use crate::table::TcpMatch;
 use proxy_protocol::Version;
 
@@ -200,7 +200,7 @@ async fn relay(
     }
     target.member.health.record_success();
     let _tunnel = slot.into_tunnel();
-    crate::request::tunnel::relay(
+    crate::request::connection::tunnel::relay(
         &mut client,
         &mut member,
         proxy.tunnel_idle_timeout,

@@ -203,5 +203,5 @@ const MAX_PATHS_BODY: usize = 256 * 1024;
 /// as a request's host is.
 fn alias_name(raw: &str) -> Option<String> {
     percent_decode(raw)
-        .and_then(|n| crate::request::route::normalize_host(&n).map(|n| n.to_string()))
+        .and_then(|n| crate::request::phases::route::normalize_host(&n).map(|n| n.to_string()))
 }

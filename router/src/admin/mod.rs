@@ -85,8 +85,8 @@ mod status;
 
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
-use crate::request::limits::Limits;
-use crate::request::listener::stopped;
+use crate::request::connection::limits::Limits;
+use crate::request::connection::listener::stopped;
 use crate::ring::{Ring, unix_now};
 use crate::table::paths::{PathRules, PathTable};
 use crate::table::split::{Split, SplitStore};

@@ -18,7 +18,7 @@ pub struct Listen {
     /// HTTPS (TLS 1.2/1.3, h2 or HTTP/1.1 by ALPN); off unless set.
     pub https: Option<SocketAddr>,
     /// HTTP/3 over QUIC (UDP), usually the HTTPS address; off unless set (see
-    /// [`Http3Config`] and "HTTP/3" in `docs/routing.md`).
+    /// [`Http3Config`](crate::quic::Http3Config) and "HTTP/3" in `docs/routing.md`).
     #[serde(default)]
     pub http3: Option<SocketAddr>,
     /// Health, readiness, metrics and the routes API. Keep it on loopback. Defaults

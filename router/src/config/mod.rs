@@ -30,8 +30,8 @@ use crate::members::probe::{Check, StatusMatch};
 use crate::table::balance::Balance;
 pub use upstream::UpstreamConfig;
 
-pub use crate::request::client_conn::ForwardedSettings;
-pub use crate::request::limits::Limits;
+pub use crate::request::connection::client_conn::ForwardedSettings;
+pub use crate::request::connection::limits::Limits;
 /// `spi.amqp`: the AMQP source's own settings type.
 pub use spi_consumer::source::amqp::AmqpConfig;
 
@@ -136,9 +136,9 @@ pub struct Config {
     #[serde(default)]
     pub traces: crate::traces::TracesConfig,
     /// How responses are compressed for apps that have it on (see
-    /// `crate::request::compress`).
+    /// `crate::request::phases::compress`).
     #[serde(default)]
-    pub compression: crate::request::compress::CompressionConfig,
+    pub compression: crate::request::phases::compress::CompressionConfig,
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).

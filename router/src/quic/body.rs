@@ -1,6 +1,6 @@
 //! A request body as an HTTP/3 stream delivers it: DATA frames' payloads as
 //! they come, as an [`http_body::Body`] the request path reads like hyper's
-//! (see [`crate::request::upload`]). A `Content-Length` is held to (RFC 9114
+//! (see [`crate::request::phases::upload`]). A `Content-Length` is held to (RFC 9114
 //! §4.1.2): the member gets HTTP/1.1, where a body longer than declared would
 //! be read as the next request. Trailers are checked, not forwarded (as on
 //! h2: members get HTTP/1.1, where few read them).
@@ -10,7 +10,7 @@ use h3_codec::{Code, Error, frame};
 use hyper::body::Frame;
 
 use super::incoming::{Fault, Incoming};
-use crate::request::upload::Received;
+use crate::request::phases::upload::Received;
 use crate::upstream::RequestBodyError;
 
 const LENGTH: Error = Error::stream(

@@ -12,10 +12,10 @@ use h3_codec::{Code, frame};
 use prometheus::IntCounter;
 use tokio::sync::watch;
 
-use crate::request::activity::{Activity, ConnectionSlot};
-use crate::request::client_conn::ClientConn;
-use crate::request::lifecycle::{Event, Signal, Watch, next_event};
-use crate::request::listener::{Serving, stopped};
+use crate::request::connection::activity::{Activity, ConnectionSlot};
+use crate::request::connection::client_conn::ClientConn;
+use crate::request::connection::lifecycle::{Event, Signal, Watch, next_event};
+use crate::request::connection::listener::{Serving, stopped};
 
 /// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
 const NO_ERROR: u32 = 0x100;
@@ -135,7 +135,7 @@ struct Requests {
 impl Requests {
     /// Serves requests until one of the connection's ends; returns why it ended.
     /// Its deadlines and signals are every client connection's
-    /// ([`crate::request::lifecycle`]): draining sends GOAWAY, then the requests in
+    /// ([`crate::request::connection::lifecycle`]): draining sends GOAWAY, then the requests in
     /// flight finish (or the grace period ends).
     async fn run(self, mut watch: Watch) -> &'static str {
         // The server's control stream, open for the connection's life: its

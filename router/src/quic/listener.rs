@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::request::activity::ConnectionSlot;
-use crate::request::listener::{Gate, Live, Slots, stopped};
+use crate::request::connection::activity::ConnectionSlot;
+use crate::request::connection::listener::{Gate, Live, Slots, stopped};
 
-/// The bound UDP socket and what the endpoint is made of; served by [`serve`].
+/// The bound UDP socket and what the endpoint is made of; served by [`listen`].
 pub struct Bound {
     pub socket: UdpSocket,
     pub endpoint: quinn::EndpointConfig,
@@ -34,7 +34,10 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
 pub async fn listen(
     bound: Bound,
     live: Live,
-    (mut stop, drainer): (watch::Receiver<bool>, crate::request::drain::Drainer),
+    (mut stop, drainer): (
+        watch::Receiver<bool>,
+        crate::request::connection::drain::Drainer,
+    ),
     grace: Duration,
 ) {
     let local_port = bound.socket.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -109,7 +112,7 @@ struct QuicListener {
     accepted: prometheus::IntCounter,
     source_refused: prometheus::IntCounter,
     /// What each connection watches to drain: the stop, or a drain request.
-    epochs: crate::request::drain::Epochs,
+    epochs: crate::request::connection::drain::Epochs,
     kill: watch::Receiver<bool>,
 }
 

@@ -182,7 +182,7 @@ pub fn server_config(
     tls: rustls::ServerConfig,
     keys: PairKeys,
     settings: &Http3Config,
-    limits: &crate::request::limits::Limits,
+    limits: &crate::request::connection::limits::Limits,
 ) -> Result<(quinn::EndpointConfig, quinn::ServerConfig), String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("TLS for QUIC: {e}"))?;
@@ -254,7 +254,7 @@ mod tests {
             .with_single_cert(vec![der.clone()], key)
             .expect("server TLS");
         tls.alpn_protocols = vec![b"h3".to_vec()];
-        let limits = crate::request::limits::Limits::default();
+        let limits = crate::request::connection::limits::Limits::default();
         let (endpoint, server) = server_config(
             tls,
             PairKeys::derive(None),

@@ -17,8 +17,8 @@ use http_body_util::BodyExt as _;
 
 use super::incoming::{Fault, INCOMPLETE, Incoming, varint};
 use crate::request::Proxy;
-use crate::request::body::ProxyBody;
-use crate::request::client_conn::ClientConn;
+use crate::request::connection::client_conn::ClientConn;
+use crate::request::phases::body::ProxyBody;
 
 /// What each request stream of a connection needs.
 pub(super) struct Stream {

@@ -1,73 +1,19 @@
-//! The request path: route a client's request to a member and stream the answer back.
+//! The request path: a client's connection accepted, each request on it
+//! routed to a member, and the answer streamed back. Two rooms, for its two
+//! lives:
 //!
-//! A request is served by [`Proxy::answer`]: its [`context::Context`] (what its
-//! phases share) is made, the attempt loop ([`attempt`]) runs its phases in
-//! order, each a function in the file named after it, and the log phase
-//! ([`log`]) attaches what its end records:
-//! 1. **route** ([`route`]): `CONNECT` refused (405) and an ambiguous length
-//!    (400); the Host header (HTTP/1.1) or `:authority` (h2), lower-cased, port
-//!    and trailing dot stripped; none or malformed → 400; over TLS, a host whose
-//!    certificate is not the one the connection presented → 421; one load of
-//!    the live table; unknown host → 404; the app's policy and the member its
-//!    affinity cookie names; plain HTTP for a host with a certificate → 301/308;
-//! 2. **admit** ([`admit`]): the app's policy admits the client (403, 429, 503);
-//! 3. **checkout** ([`checkout`]): a member picked (the cookie's, else the
-//!    balancer's, see [`crate::table::balance`]; none → 503), a free in-flight
-//!    slot on it (waiting briefly; none → 503) and an idle or new connection.
-//!    If that fails, nothing was sent: an idempotent request tries once more
-//!    on another member;
-//! 4. **send** ([`send`]): the same method, path and query, Host and headers
-//!    (minus hop-by-hop, plus `X-Forwarded-*`), its body read ahead up to
-//!    `limits.body_buffer_bytes` before a member is involved (see [`upload`];
-//!    too slow → 408, malformed → 400), on a kept-alive HTTP/1.1 connection (see
-//!    [`crate::upstream`]) or an h2 stream; refused/reset → 502, connect or
-//!    response-header timeout → 504. Connection failures and resets count
-//!    towards the member's passive ejection (see [`crate::members::health`]);
-//! 5. **retry decision** ([`retry`]): an idempotent request without a body
-//!    whose member closed before any response byte is sent once more (on a new
-//!    connection, or on another member);
-//! 6. **respond** ([`respond`]): the member's response streamed back (minus
-//!    hop-by-hop headers); a `101 Switching Protocols` becomes a byte tunnel
-//!    between the two upgraded connections (WebSocket);
-//! 7. **log** ([`log`]): the head's time and member for the access line, and
-//!    the completion that counts the request when its body is done.
+//! - [`connection`]: a client connection from accept to close (listeners,
+//!   slots, deadlines, drain, the bytes both ways, the own HTTP/1.1 server,
+//!   tunnels and passthrough);
+//! - [`phases`]: one request, its phases called in order (route → admit →
+//!   checkout → send → retry → respond → log) and what they share.
 //!
-//! Every error becomes a response in one place, [`ProxyError::response`]. If the
-//! client goes away mid-request, the connection (hyper's, or the own HTTP/1.1
-//! path in [`h1`]) drops this future: on HTTP/1 that closes the
-//! member connection (it is not reused), on h2 it resets only that stream.
+//! They meet here: a connection hands each request to [`Proxy::answer`], which
+//! runs the phases and hands back an [`Answer`]. [`Proxy`] is what both share,
+//! one per listener set, made at start and on each reload.
 
-pub mod accept;
-pub mod access_log;
-pub mod activity;
-pub mod admit;
-pub mod attempt;
-pub mod body;
-pub mod checkout;
-pub mod client_conn;
-pub mod client_io;
-pub mod compress;
-pub mod context;
-pub mod drain;
-pub mod error;
-pub mod h1;
-pub mod h2_member;
-pub mod headers;
-pub mod lifecycle;
-pub mod limits;
-pub mod listener;
-pub mod log;
-pub mod own_waker;
-pub mod passthrough;
-pub mod proxied;
-mod registry;
-pub mod respond;
-pub mod retry;
-pub mod route;
-pub mod send;
-pub mod trace;
-pub mod tunnel;
-pub mod upload;
+pub mod connection;
+pub mod phases;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -77,16 +23,17 @@ use arc_swap::ArcSwap;
 use h1_codec::fields::{Fields, FieldsRef};
 use http::{Request, Response};
 
-use self::body::ProxyBody;
-use self::client_conn::ClientConn;
-use self::context::Reply;
-use self::route::{Redirect, host_of};
-use self::upload::{Received, UploadSettings};
+use self::connection::client_conn::{self, ClientConn};
+use self::phases::body::ProxyBody;
+use self::phases::context::Reply;
+use self::phases::route::{Redirect, host_of};
+use self::phases::upload::{Received, UploadSettings};
+use self::phases::{compress, headers, trace};
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
 
-pub use self::error::ProxyError;
+pub use self::phases::error::ProxyError;
 
 /// Everything the request path needs, shared by all connections.
 pub struct Proxy {
@@ -132,7 +79,7 @@ pub struct Proxy {
     /// another policy than its connection's is 421.
     pub client_policies: Arc<crate::tls::client_auth::Policies>,
     /// `proxy_protocol.trusted`: connections from these start with a PROXY
-    /// header naming the client (see [`proxied`]).
+    /// header naming the client (see [`connection::proxied`]).
     pub proxy_trusted: Arc<[ipnet::IpNet]>,
 }
 
@@ -140,7 +87,7 @@ pub struct Proxy {
 /// member's fields as they came. The response's own map then holds only what
 /// the router adds (the affinity cookie, `Connection: close`, `Alt-Svc`): the
 /// own HTTP/1.1 path writes both without building a map of the member's
-/// ([`h1`]); every other server gets one map ([`Proxy::response`]).
+/// ([`connection::h1`]); every other server gets one map ([`Proxy::response`]).
 pub struct Answer {
     pub response: Response<ProxyBody>,
     pub fields: Option<Fields>,

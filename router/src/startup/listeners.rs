@@ -237,7 +237,7 @@ fn bind_named(
             }
             l
         }
-        None => crate::request::listener::bind(addr),
+        None => crate::request::connection::listener::bind(addr),
     };
     listener.map_err(|source| StartError::Bind { what, addr, source })
 }

@@ -38,7 +38,7 @@ use crate::admin::{Admin, Role};
 use crate::config::{Config, SourceKind};
 use crate::members::{MemberRegistry, MemberRegistryConfig};
 use crate::metrics::Metrics;
-use crate::request::listener::{Live, Serving};
+use crate::request::connection::listener::{Live, Serving};
 use crate::table::split::{Split, SplitStore};
 use crate::table::{Builder, Naming, RouteTable};
 use crate::tls::store::CertIndex;
@@ -178,7 +178,7 @@ pub struct Router {
     /// timers.
     stapler: Option<crate::tls::ocsp::stapler::Stapler>,
     /// "Drain what is open now" for every client listener (SIGUSR1).
-    drainer: crate::request::drain::Drainer,
+    drainer: crate::request::connection::drain::Drainer,
 }
 
 impl Router {
@@ -262,13 +262,13 @@ impl Router {
             source,
             workers,
             stapler,
-            drainer: crate::request::drain::Drainer::default(),
+            drainer: crate::request::connection::drain::Drainer::default(),
         })
     }
 
     /// What drains the client connections open now while the listeners go on
-    /// accepting (see [`crate::request::drain`]).
-    pub fn drainer(&self) -> crate::request::drain::Drainer {
+    /// accepting (see [`crate::request::connection::drain`]).
+    pub fn drainer(&self) -> crate::request::connection::drain::Drainer {
         self.drainer.clone()
     }
 

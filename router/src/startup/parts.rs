@@ -257,7 +257,7 @@ pub(super) fn kept(
         member_tls: None,
         redirect: None,
         traces: traces(config, &metrics)?,
-        compression: Arc::new(crate::request::compress::Compression::new(
+        compression: Arc::new(crate::request::phases::compress::Compression::new(
             config.compression.clone(),
             &metrics.registry,
         )?),
@@ -435,7 +435,7 @@ pub(super) fn first_generation(
         &Arc<ArcSwap<crate::tls::store::Certs>>,
         &Arc<rustls::crypto::CryptoProvider>,
     ),
-) -> Result<(LiveCerts, crate::request::listener::Live), StartError> {
+) -> Result<(LiveCerts, crate::request::connection::listener::Live), StartError> {
     let https_certs = listeners.https.is_some().then(|| live_certs.clone());
     let kept = kept(
         config,

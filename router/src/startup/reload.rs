@@ -12,8 +12,8 @@ use crate::config::Config;
 use crate::members::MemberRegistry;
 use crate::metrics::Metrics;
 use crate::request::Proxy;
-use crate::request::listener::{Live, Serving};
-use crate::request::upload::UploadSettings;
+use crate::request::connection::listener::{Live, Serving};
+use crate::request::phases::upload::UploadSettings;
 use crate::table::RouteTable;
 use crate::tls::store::CertIndex;
 use crate::upstream;
@@ -23,14 +23,14 @@ use crate::upstream;
 pub(super) struct Kept {
     pub(super) table: Arc<ArcSwap<RouteTable>>,
     pub(super) member_tls: Option<tokio_rustls::TlsConnector>,
-    pub(super) redirect: Option<crate::request::route::Redirect>,
+    pub(super) redirect: Option<crate::request::phases::route::Redirect>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub(super) clients: Arc<crate::policy::clients::Clients>,
     pub(super) alt_svc: Option<http::HeaderValue>,
     pub(super) acme: Option<Arc<acme::Challenges>>,
     pub(super) traces: Option<Arc<crate::traces::Spans>>,
-    pub(super) compression: Arc<crate::request::compress::Compression>,
+    pub(super) compression: Arc<crate::request::phases::compress::Compression>,
     pub(super) access_sink: Option<Arc<crate::syslog::Sink>>,
     /// Whether clients are asked for certificates router-wide, and each
     /// name's policy: what the TLS listeners were built with (a change of

@@ -35,11 +35,14 @@ pub(super) fn serve_clients(
     config: &Config,
     live: &Live,
     workers: Option<&Arc<Workers>>,
-    (stop, drainer): (&watch::Receiver<bool>, &crate::request::drain::Drainer),
+    (stop, drainer): (
+        &watch::Receiver<bool>,
+        &crate::request::connection::drain::Drainer,
+    ),
 ) -> (JoinHandle<()>, Option<JoinHandle<()>>) {
     let on = workers.map_or_else(tokio::runtime::Handle::current, |w| w.acceptor().clone());
     let listen = |l, name, tls| {
-        on.spawn(crate::request::accept::listen(
+        on.spawn(crate::request::connection::serve::listen(
             l,
             name,
             tls,
@@ -155,7 +158,7 @@ pub(super) fn serving(
         config.upstream.tls.verify,
         Arc::new(members),
     )?);
-    kept.redirect = https.map(|l| crate::request::route::Redirect {
+    kept.redirect = https.map(|l| crate::request::phases::route::Redirect {
         https_port: l.local_addr().map(|a| a.port()).unwrap_or(443),
         certs: live_certs.clone(),
         by_default: config.tls.redirect_http,
@@ -191,7 +194,7 @@ pub(super) fn spawn_http3(
     live: &Live,
     (stop, drainer, grace): (
         &watch::Receiver<bool>,
-        &crate::request::drain::Drainer,
+        &crate::request::connection::drain::Drainer,
         std::time::Duration,
     ),
 ) -> tokio::task::JoinHandle<()> {

@@ -2,7 +2,7 @@
 //! ClientHello read to look for a passthrough name (see [`crate::tls::hello`]) is
 //! read again by our own handshake, as if it had never been taken; and a client
 //! connection the router's own HTTP/1 path hands to hyper gives hyper the bytes it
-//! had read (see [`crate::request::h1`]).
+//! had read (see [`crate::request::connection::h1`]).
 //!
 //! Hand-written because hyper-util's equivalent is private; small enough to read
 //! whole. Writes go straight to the stream.

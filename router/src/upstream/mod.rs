@@ -6,7 +6,7 @@
 //! back), which measured 26 µs of CPU per proxied request on this machine against
 //! 18 µs when the request's own task drives the connection (bench/RESULTS.md). So an
 //! [`Upstream`] is owned, never spawned:
-//! - while waiting for the response head, [`Upstream::send`] drives the connection
+//! - while waiting for the response head, [`Upstream::send`](conn::UpstreamState::send) drives the connection
 //!   (it writes the request and its streamed body, and reads the response);
 //! - while the response body streams, the body drives it ([`Lease`]);
 //! - when the body has ended, the lease returns the connection to its member's idle
@@ -14,7 +14,7 @@
 //!   the end is closed instead (HTTP/1 cannot be reused mid-message).
 //!
 //! Idle connections are not polled, so a member closing one is noticed when it is
-//! next taken: [`Upstream::is_reusable`] polls it once (no syscall unless the socket
+//! next taken: [`Upstream::is_reusable`](conn::UpstreamState::is_reusable) polls it once (no syscall unless the socket
 //! became readable) and drops it if it has closed. They are dropped once idle longer
 //! than `upstream.idle_timeout`, which stays below the gear haproxy's 10 s so that we
 //! close first. A request sent on a reused connection that closed before any response

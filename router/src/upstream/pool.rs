@@ -153,7 +153,7 @@ impl Pool {
         }
     }
 
-    /// Returns a connection to its worker's list (see [`Upstream::home`]) after
+    /// Returns a connection to its worker's list (see [`Upstream::home`](super::conn::UpstreamState::home)) after
     /// its response was read to the end.
     pub fn put_idle(&self, mut up: Upstream) {
         // The socket is looked at when the connection is taken again
@@ -202,7 +202,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// `upstream` has just returned a response head (see [`Upstream::send`]).
+    /// `upstream` has just returned a response head (see [`Upstream::send`](super::conn::UpstreamState::send)).
     pub fn new(upstream: Upstream, pool: Arc<Pool>) -> Lease {
         Lease {
             upstream: Some(upstream),

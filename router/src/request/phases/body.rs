@@ -18,8 +18,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use crate::members::MemberSlot;
 use crate::metrics::Metrics;
 use crate::metrics::apps::AppTraffic;
-use crate::request::access_log::AccessRecord;
-use crate::request::activity::ActiveRequest;
+use crate::request::connection::activity::ActiveRequest;
+use crate::request::phases::access_log::AccessRecord;
 use crate::upstream::Lease;
 
 pub struct ProxyBody {

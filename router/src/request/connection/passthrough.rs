@@ -4,7 +4,7 @@
 //! byte after them, are relayed untouched to one of that app's members, chosen by the
 //! route's balancer: the gear holds the key and presents its own certificate.
 //!
-//! The path is the request path's, for bytes: accepted ([`super::accept`]) → routed
+//! The path is the request path's, for bytes: accepted ([`super::serve`]) → routed
 //! (the SNI name in the live table) → balanced (the route's pick, one other member if
 //! the first cannot be reached, since nothing was sent yet) → forwarded (a raw TCP
 //! connection and [`super::tunnel::relay`] (splice between the two sockets), under `limits.tunnel_idle_timeout`). The
@@ -18,12 +18,12 @@ use per_source::ClientKey;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::Proxy;
 use super::activity::Activity;
-use super::checkout::TcpCheckout;
-use super::retry::Replay;
 use crate::members::{Member, MemberSlot};
 use crate::metrics::UpstreamError;
+use crate::request::Proxy;
+use crate::request::phases::checkout::TcpCheckout;
+use crate::request::phases::retry::Replay;
 use crate::table::{Route, Target};
 
 impl Proxy {
@@ -81,7 +81,7 @@ impl Proxy {
 
     /// A member chosen by `pick` (given the member to avoid, if any), a slot on it
     /// and a raw TCP connection to it, for passthrough and TCP ports: the HTTP
-    /// path's checkout ([`super::checkout`]), so another member is tried when the
+    /// path's checkout ([`crate::request::phases::checkout`]), so another member is tried when the
     /// first cannot be reached (nothing was sent) by the same retry decision.
     /// Every failure is counted in `router_upstream_errors_total`, and against
     /// the member when it is the member's fault.

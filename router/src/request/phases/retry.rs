@@ -22,10 +22,10 @@
 use http::Method;
 use per_source::ClientKey;
 
-use super::Proxy;
 use super::error::ProxyError;
 use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
+use crate::request::Proxy;
 use crate::table::{Route, Target};
 use crate::upstream::{SendError, Upstream};
 
@@ -116,7 +116,7 @@ impl Proxy {
     /// the same member, or (if that fails too, or the decision says so) one to
     /// another member of the route, `target` and `slot` moved to it. `fresh`: a
     /// connection of its own, never one from the idle pool (an upgrade's).
-    pub(super) async fn connect_again(
+    pub(in crate::request) async fn connect_again(
         &self,
         (retry, replay): (Retry, Replay),
         (route, sni, source): (&Route, &str, (ClientKey, usize)),
@@ -142,7 +142,10 @@ impl Proxy {
 }
 
 /// What the one retry decision says of an attempt's result.
-pub(super) fn retry_of<T>(result: &Result<T, Option<SendError>>, replay: Replay) -> Retry {
+pub(in crate::request) fn retry_of<T>(
+    result: &Result<T, Option<SendError>>,
+    replay: Replay,
+) -> Retry {
     match result {
         Err(Some(e)) => decide(Reached::from(e), replay),
         _ => Retry::No,

@@ -11,13 +11,13 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::Method;
 use per_source::ClientKey;
 
-use super::Proxy;
 use super::error::ProxyError;
 use super::retry::{Replay, Retry, decide, idempotent};
 use super::route::{Destination, Sticky};
 use crate::members::{Full, Member, MemberSlot};
 use crate::metrics::UpstreamError;
 use crate::policy::{HashBy, Picking};
+use crate::request::Proxy;
 use crate::table::balance::Balance;
 use crate::table::{Route, Target, hash};
 use crate::upstream::{MemberTls, Upstream};
@@ -25,7 +25,7 @@ use crate::upstream::{MemberTls, Upstream};
 /// Whose a request is, for its member: its client key (whose share of a
 /// member's slots it counts in) and the worker serving it (whose idle member
 /// connections it may reuse).
-pub(super) type Requester = (ClientKey, usize);
+pub(in crate::request) type Requester = (ClientKey, usize);
 
 impl Proxy {
     /// A slot and a connection on `target` (HTTP/1.1 or h2, as `how` says); if
@@ -34,7 +34,7 @@ impl Proxy {
     /// `router_upstream_retries_total`). The one place both member protocols
     /// move to another member; generic, so each protocol's checkout is inline
     /// (an enum of the two cost 300 instructions a request in moves).
-    pub(super) async fn checkout_or_other<K: Checkout>(
+    pub(in crate::request) async fn checkout_or_other<K: Checkout>(
         &self,
         route: &Route,
         target: Target,
@@ -77,7 +77,7 @@ impl Proxy {
     /// for (a TLS member's idle connection only if made for the same name).
     /// `source`: the client's key (its share of slots) and the worker serving
     /// it (whose idle connections it may reuse).
-    pub(super) async fn checkout(
+    pub(in crate::request) async fn checkout(
         &self,
         target: &Target,
         sni: &str,
@@ -106,7 +106,7 @@ impl Proxy {
     /// future (1.3 KB: the slot's waits, the connect) is then boxed, not part
     /// of every request's future (a request's future is copied into its box
     /// whole: 4 KB before).
-    pub(super) fn checkout_now(
+    pub(in crate::request) fn checkout_now(
         &self,
         target: &Target,
         how: &H1Checkout<'_>,
@@ -125,7 +125,7 @@ impl Proxy {
     }
 
     /// How to reach `target`'s member: TLS (asking for `sni`) or plain.
-    pub(super) fn member_tls<'a>(
+    pub(in crate::request) fn member_tls<'a>(
         &'a self,
         target: &Target,
         sni: &'a str,
@@ -143,7 +143,7 @@ impl Proxy {
 
     /// One of `target`'s in-flight slots, waiting up to `upstream.queue_timeout`
     /// (and within the client's share of them).
-    pub(super) async fn slot(
+    pub(in crate::request) async fn slot(
         &self,
         target: &Target,
         (source, _worker): (ClientKey, usize),
@@ -164,7 +164,7 @@ impl Proxy {
     }
 
     /// A new connection to `target`'s member, opened on worker `worker`.
-    pub(super) async fn connect(
+    pub(in crate::request) async fn connect(
         &self,
         target: &Target,
         sni: &str,
@@ -185,7 +185,7 @@ impl Proxy {
     /// An error that says something about the member's health: connection
     /// failures and resets count towards passive ejection (never the client's
     /// faults: see [`UpstreamError::ClientBody`]). Counted in the member's stats.
-    pub(super) fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
+    pub(in crate::request) fn failed(&self, member: &Member, kind: UpstreamError) -> ProxyError {
         member.stats.record_failure();
         if kind.members_fault() {
             member.health.record_failure();
@@ -193,7 +193,7 @@ impl Proxy {
         self.fail(kind)
     }
 
-    pub(super) fn fail(&self, kind: UpstreamError) -> ProxyError {
+    pub(in crate::request) fn fail(&self, kind: UpstreamError) -> ProxyError {
         self.metrics.upstream_error(kind);
         ProxyError::Upstream(kind)
     }
@@ -207,15 +207,15 @@ pub(crate) trait Checkout {
 }
 
 /// A slot and an HTTP/1.1 connection (`fresh`: a new one, for an upgrade).
-pub(super) struct H1Checkout<'a> {
-    pub(super) sni: &'a str,
-    pub(super) source: (ClientKey, usize),
-    pub(super) fresh: bool,
+pub(in crate::request) struct H1Checkout<'a> {
+    pub(in crate::request) sni: &'a str,
+    pub(in crate::request) source: (ClientKey, usize),
+    pub(in crate::request) fresh: bool,
 }
 
 impl<'a> H1Checkout<'a> {
     /// A connection from the member's idle pool, or a new one.
-    pub(super) fn pooled(sni: &'a str, source: (ClientKey, usize)) -> H1Checkout<'a> {
+    pub(in crate::request) fn pooled(sni: &'a str, source: (ClientKey, usize)) -> H1Checkout<'a> {
         H1Checkout {
             sni,
             source,
@@ -234,9 +234,9 @@ impl Checkout for H1Checkout<'_> {
 }
 
 /// A slot and the member's shared h2 connection.
-pub(super) struct H2Checkout<'a> {
-    pub(super) sni: &'a str,
-    pub(super) source: (ClientKey, usize),
+pub(in crate::request) struct H2Checkout<'a> {
+    pub(in crate::request) sni: &'a str,
+    pub(in crate::request) source: (ClientKey, usize),
 }
 
 impl Checkout for H2Checkout<'_> {
@@ -271,7 +271,7 @@ impl Destination<'_> {
     /// key goes to the route's balancer), else the route's (none: 503).
     /// `fields` and `client`: the request's, for a hashed app's key.
     #[inline]
-    pub(super) fn pick(
+    pub(in crate::request) fn pick(
         &self,
         fields: FieldsRef<'_>,
         client: ClientKey,

@@ -38,7 +38,7 @@ pub struct Limits {
     pub h2_max_concurrent_streams: u32,
     /// A request body is read up to this many bytes (or to its end) before the
     /// request takes a member's slot, within `header_read_timeout` (slow bodies
-    /// then never hold a member: see [`super::upload`]).
+    /// then never hold a member: see [`crate::request::phases::upload`]).
     pub body_buffer_bytes: usize,
     /// Past that, a request body that makes no progress for this long ends the
     /// request with 408 (nginx's `client_body_timeout`).

@@ -5,13 +5,13 @@
 
 use h1_codec::fields::FieldsRef;
 
-use super::Proxy;
 use super::checkout::Requester;
-use super::client_conn::ClientConn;
 use super::error::ProxyError;
 use super::route::Destination;
 use crate::policy::clients::ClientSlot;
 use crate::policy::{Policy, Refused};
+use crate::request::Proxy;
+use crate::request::connection::client_conn::ClientConn;
 
 impl Proxy {
     /// Admits the request's client to its destination's app: its hold on the
@@ -21,7 +21,7 @@ impl Proxy {
     /// member connections it may reuse). `declared`: the body's length as
     /// its head says (`max_request_body_bytes`).
     #[inline]
-    pub(super) fn admit(
+    pub(in crate::request) fn admit(
         &self,
         conn: &ClientConn,
         fields: FieldsRef<'_>,
@@ -39,7 +39,7 @@ impl Proxy {
     }
 
     /// Counts a policy's refusal, by app and reason.
-    pub(super) fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
+    pub(in crate::request) fn refused(&self, policy: &Policy, r: Refused) -> ProxyError {
         self.metrics
             .app_refused
             .with_label_values(&[&*policy.label, r.reason()])

@@ -13,8 +13,6 @@ use http::{Request, Response, Uri, Version};
 use hyper::body::Body as _;
 use hyper::body::Incoming;
 
-use super::Proxy;
-use super::client_conn::ClientConn;
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
 use super::headers::{
@@ -28,11 +26,13 @@ use super::upload::{Received, read_now, read_rest};
 use crate::metrics::UpstreamError;
 use crate::policy::fields::SetFields;
 use crate::policy::{Policy, Refused};
+use crate::request::Proxy;
+use crate::request::connection::client_conn::ClientConn;
 use crate::table::Target;
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
 
 /// How a request goes to its member.
-pub(super) enum Protocol {
+pub(in crate::request) enum Protocol {
     /// HTTP/1.1, its head written from the fields where they are.
     H1,
     /// A stream on the member's h2 connection (the app's members speak h2);
@@ -47,12 +47,12 @@ pub(super) enum Protocol {
 /// its own way; the head stays boxed, see [`Proxy::answer`]), and the fields
 /// its app's request actions add to a head written from the client's fields
 /// as they came.
-pub(super) type Prepared = (Protocol, Received, SetFields);
+pub(in crate::request) type Prepared = (Protocol, Received, SetFields);
 
 /// The request as its member gets it, from the client's request (`raw`: its
 /// fields as they came, on the own HTTP/1.1 path) to its destination's
 /// `target`.
-pub(super) fn prepare(
+pub(in crate::request) fn prepare(
     (req, raw): (&mut Request<Received>, &mut Option<Fields>),
     to: &Destination<'_>,
     target: &Target,
@@ -120,7 +120,7 @@ impl Proxy {
     /// the part read ahead, refused (413) before any member is involved;
     /// past it later, the body is cut there (see
     /// [`crate::upstream::ClientBody::limited`]).
-    pub(super) async fn read_body(
+    pub(in crate::request) async fn read_body(
         &self,
         body: Received,
         policy: Option<&Policy>,
@@ -141,7 +141,7 @@ impl Proxy {
 
     /// One upgrade request on `up`: the member's answer, its failure, or `None`
     /// when no answer came within `timeout`.
-    pub(super) async fn upgrade_on(
+    pub(in crate::request) async fn upgrade_on(
         &self,
         target: &Target,
         up: Upstream,
@@ -170,7 +170,7 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 /// as they came (`raw`), or from its map; and whether it may be sent again
 /// (the one retry decision's input: idempotent, and exactly as encoded only
 /// without a body).
-pub(super) fn encoded(
+pub(in crate::request) fn encoded(
     (req, body): (Box<Request<Received>>, RequestBody),
     raw: Option<(&Fields, &SetFields)>,
     conn: (&ClientConn, &Trace),
@@ -264,13 +264,13 @@ fn for_member<B>(
 
 /// The deadlines of one request: the app's own, else the configuration's.
 #[derive(Clone, Copy)]
-pub(super) struct Timeouts {
-    pub(super) response: std::time::Duration,
-    pub(super) tunnel_idle: std::time::Duration,
+pub(in crate::request) struct Timeouts {
+    pub(in crate::request) response: std::time::Duration,
+    pub(in crate::request) tunnel_idle: std::time::Duration,
 }
 
 impl Timeouts {
-    pub(super) fn of(proxy: &Proxy, policy: Option<&Policy>) -> Timeouts {
+    pub(in crate::request) fn of(proxy: &Proxy, policy: Option<&Policy>) -> Timeouts {
         Timeouts {
             response: policy
                 .and_then(|p| p.response_timeout)

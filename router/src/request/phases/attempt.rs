@@ -22,7 +22,6 @@ use h1_codec::fields::{Fields, FieldsRef};
 use http::Request;
 use http::header::HeaderValue;
 
-use super::Proxy;
 use super::body::ProxyBody;
 use super::checkout::{H1Checkout, H2Checkout, Requester};
 use super::context::{Context, Reply};
@@ -32,6 +31,7 @@ use super::route::{Destination, Routed};
 use super::send::{Protocol, Timeouts, encoded, prepare};
 use super::upload::Received;
 use crate::policy::clients::ClientSlot;
+use crate::request::Proxy;
 use crate::table::Target;
 use crate::traces::Moment;
 use crate::upstream::RequestBody;
@@ -41,7 +41,7 @@ impl Proxy {
     /// sent (once more if the retry decision allows), answered. `host`: the
     /// host it addressed; `raw`: its fields as they came (the own HTTP/1.1
     /// path, the request's map then empty).
-    pub(super) async fn attempt(
+    pub(in crate::request) async fn attempt(
         &self,
         context: &mut Context<'_>,
         mut req: Box<Request<Received>>,

@@ -8,19 +8,19 @@ use http::header::{self, HeaderMap};
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::Proxy;
 use super::body::ProxyBody;
-use super::client_conn::ClientConn;
 use super::context::Reply;
 use super::error::ProxyError;
 use super::headers::remove_hop_by_hop;
 use super::route::Sticky;
-use super::tunnel::Tunnel;
 use crate::members::MemberSlot;
 use crate::metrics::{AffinityResult, UpstreamError};
 use crate::policy::Policy;
 use crate::policy::affinity::Affinity;
 use crate::policy::clients::ClientSlot;
+use crate::request::Proxy;
+use crate::request::connection::client_conn::ClientConn;
+use crate::request::connection::tunnel::Tunnel;
 use crate::table::Target;
 use crate::upstream::{Lease, MemberHead, SendError, Upstream};
 
@@ -28,7 +28,7 @@ impl Proxy {
     /// What the router adds to a response's head: `Connection: close` when the
     /// HTTP/1 connection ends after it (never on a 101, which becomes a
     /// tunnel the drain leaves alone), `Alt-Svc` for the HTTP/3 listener.
-    pub(super) fn router_fields(
+    pub(in crate::request) fn router_fields(
         &self,
         response: &mut Response<ProxyBody>,
         closing: bool,
@@ -50,7 +50,7 @@ impl Proxy {
     /// What the last attempt on `target` got: the member's response head (its
     /// success recorded), or the failure counted against it.
     #[inline]
-    pub(super) fn counted<T>(
+    pub(in crate::request) fn counted<T>(
         &self,
         target: &Target,
         result: Result<T, Option<SendError>>,
@@ -74,7 +74,7 @@ impl Proxy {
     /// affinity cookie in the response's own map, the body read from `up` (back
     /// to its pool once read), the slot travelling with it.
     #[inline]
-    pub(super) fn respond_h1(
+    pub(in crate::request) fn respond_h1(
         &self,
         response: MemberHead,
         (policy, sticky, https): (Option<&Policy>, &Sticky, bool),
@@ -93,7 +93,7 @@ impl Proxy {
     /// The member's response head as the client gets it: hop-by-hop fields
     /// removed, and the affinity cookie when `policy` has affinity.
     #[inline]
-    pub(super) fn respond_head(
+    pub(in crate::request) fn respond_head(
         &self,
         headers: &mut HeaderMap,
         (policy, sticky): (Option<&Policy>, &Sticky),
@@ -108,7 +108,7 @@ impl Proxy {
 
     /// Counts what affinity did and sets the cookie for the member that answered,
     /// unless the request's cookie named it already.
-    pub(super) fn stick(
+    pub(in crate::request) fn stick(
         &self,
         affinity: &Affinity,
         sticky: &Sticky,
@@ -134,7 +134,7 @@ impl Proxy {
     /// The answer to an upgrade request: on 101, a tunnel between the two upgraded
     /// connections (its slot turned into a tunnel count while it lives); otherwise
     /// the member's answer as it is.
-    pub(super) fn upgraded(
+    pub(in crate::request) fn upgraded(
         &self,
         mut response: Response<Incoming>,
         client_upgrade: hyper::upgrade::OnUpgrade,

@@ -52,7 +52,7 @@ impl Tunnel {
         match self.kill {
             Some(mut kill) => tokio::select! {
                 () = relayed => {}
-                () = crate::request::listener::stopped(&mut kill) => {
+                () = crate::request::connection::listener::stopped(&mut kill) => {
                     close_cleanly(c.0, m.0).await;
                 }
             },

@@ -9,13 +9,13 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
-use super::Proxy;
 use super::body::ProxyBody;
-use super::client_conn::ClientConn;
 use super::error::ProxyError;
 use super::upload::Received;
 use crate::policy::settings::PlainHttp;
 use crate::policy::{Policy, Refused};
+use crate::request::Proxy;
+use crate::request::connection::client_conn::ClientConn;
 use crate::table::{Route, RouteTable, Target};
 use crate::tls::store::Certs;
 use h1_codec::request::framing_is_clear;
@@ -154,7 +154,7 @@ impl Proxy {
     /// The route phase: what is refused before the host is read, the host,
     /// an ACME CA's check of an order of ours (answered before routing and
     /// redirects), then the route for the host (or the redirect to HTTPS).
-    pub(super) fn route<'h>(
+    pub(in crate::request) fn route<'h>(
         &self,
         conn: &ClientConn,
         req: &Request<Received>,
@@ -311,7 +311,7 @@ fn refuse_early(req: &Request<Received>, fields: FieldsRef<'_>) -> Result<(), Pr
 }
 
 /// Where [`Proxy::route`] sends a request.
-pub(super) enum Routed<'h> {
+pub(in crate::request) enum Routed<'h> {
     To(Destination<'h>),
     /// Nowhere: the router answers (a redirect to HTTPS, an ACME check).
     Answered(Box<Response<ProxyBody>>),
@@ -319,29 +319,29 @@ pub(super) enum Routed<'h> {
 
 /// A routed request: its route, the host name (normalised), the app's policy and
 /// what its affinity cookie said.
-pub(super) struct Destination<'h> {
-    pub(super) route: Arc<Route>,
+pub(in crate::request) struct Destination<'h> {
+    pub(in crate::request) route: Arc<Route>,
     /// The host as the client sent it (the member gets it as it came).
-    pub(super) host: &'h HeaderValue,
+    pub(in crate::request) host: &'h HeaderValue,
     /// The host normalised: what TLS members are asked for (SNI) and verified
     /// against.
-    pub(super) name: std::borrow::Cow<'h, str>,
-    pub(super) policy: Option<Arc<Policy>>,
-    pub(super) sticky: Sticky,
+    pub(in crate::request) name: std::borrow::Cow<'h, str>,
+    pub(in crate::request) policy: Option<Arc<Policy>>,
+    pub(in crate::request) sticky: Sticky,
     /// The name's path rule that took it rewrites its prefix: (the prefix's
     /// length, what replaces it) (see [`crate::table::paths`]).
-    pub(super) rewrite: Option<crate::table::paths::Rewrite>,
+    pub(in crate::request) rewrite: Option<crate::table::paths::Rewrite>,
 }
 
 impl Destination<'_> {
     /// The app's members speak h2 (`h2: true` in its settings).
-    pub(super) fn h2_members(&self) -> bool {
+    pub(in crate::request) fn h2_members(&self) -> bool {
         self.policy.as_ref().is_some_and(|p| p.h2)
     }
 }
 
 /// The member a request's affinity cookie names.
-pub(super) enum Sticky {
+pub(in crate::request) enum Sticky {
     /// No affinity, or no valid cookie.
     None,
     /// Eligible: the request goes there.

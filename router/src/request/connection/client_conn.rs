@@ -19,18 +19,18 @@ use crate::tls::store::Served;
 pub struct ClientConn {
     pub ip: IpAddr,
     /// How client addresses are keyed for per-client counts (`limits.client_*_prefix`).
-    pub(super) keys: KeyRule,
+    pub(in crate::request) keys: KeyRule,
     /// The connection's requests in flight (for its idle deadline).
     pub activity: Arc<Activity>,
     /// The port the client connected to (X-Forwarded-Port).
     pub local_port: u16,
     pub https: bool,
     /// The client's own forwarding headers are kept (see the trust rule).
-    pub(super) trusted: bool,
+    pub(in crate::request) trusted: bool,
     /// It is one of the proxies `forwarded.trusted` names (an explicit list, not
     /// the default of every address): the real client is the one its
     /// `X-Forwarded-For` names (see [`ClientConn::share_source`]).
-    pub(super) behind_proxy: bool,
+    pub(in crate::request) behind_proxy: bool,
     /// TLS with SNI: the certificate the connection presented (RFC 9110 §15.5.20:
     /// requests for names that would get another are 421).
     pub served: Option<Served>,
@@ -42,10 +42,10 @@ pub struct ClientConn {
     /// [`crate::tls::client_auth::Policies`]): requests for names under
     /// another are 421.
     pub client_policy: u16,
-    pub(super) ip_value: HeaderValue,
-    pub(super) port_value: HeaderValue,
+    pub(in crate::request) ip_value: HeaderValue,
+    pub(in crate::request) port_value: HeaderValue,
     /// `for=...;proto=...` and the `by=` part, when `Forwarded` is sent.
-    pub(super) forwarded: Option<Arc<str>>,
+    pub(in crate::request) forwarded: Option<Arc<str>>,
     /// The per-core worker serving the connection (0 without workers): whose idle
     /// member connections its requests reuse (see [`crate::workers`]).
     pub worker: usize,
@@ -165,7 +165,7 @@ impl ClientConn {
     }
 }
 
-/// `forwarded:` in the configuration (the trust rule: see [`super::headers`]).
+/// `forwarded:` in the configuration (the trust rule: see [`crate::request::phases::headers`]).
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardedSettings {

@@ -10,9 +10,9 @@ use http_body_util::BodyExt as _;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::super::headers::head_by_name;
 use super::head::{self, HeadLimits, Parsed};
 use super::response::{BodyLength, DateCache, Encoder, encode_head};
+use crate::request::phases::headers::head_by_name;
 use h1_codec::framing::{Framing, POISON};
 
 const LIMITS: HeadLimits = HeadLimits {
@@ -436,7 +436,7 @@ proptest! {
         let id = HeaderValue::from_static("0123456789abcdef0123456789abcdef");
         let raw_head = encode_head(&parts, (Some(&member), Some(id.as_bytes())), &method, kind, &mut DateCache::default(), &mut raw);
         let mut map = added;
-        super::super::headers::member_map(&member, &mut map);
+        crate::request::phases::headers::member_map(&member, &mut map);
         map.insert("x-request-id", id);
         parts.headers = map;
         let mut mapped = Vec::new();

@@ -10,15 +10,16 @@ use http::Response;
 
 use super::body::{Completion, ProxyBody};
 use super::context::{Context, Reply};
-use super::{Answer, Proxy};
 use crate::policy::fields::{FieldRules, Vars};
+use crate::request::Answer;
+use crate::request::Proxy;
 use crate::traces::Moment;
 
 impl Proxy {
     /// The last phase of the request path: the response's head as the client
     /// gets it (with what the router adds, see [`Proxy::router_fields`]), and
     /// its completion attached to its body.
-    pub(super) fn log(&self, mut context: Context<'_>, reply: Reply) -> Answer {
+    pub(in crate::request) fn log(&self, mut context: Context<'_>, reply: Reply) -> Answer {
         let Reply {
             mut response,
             in_flight,
@@ -124,7 +125,7 @@ mod rules {
     /// they are written as they came (the own HTTP/1.1 path; a field set in
     /// the map replaces the member's of its name there, a deleted one is
     /// taken out of both).
-    pub(super) fn on_response(
+    pub(in crate::request) fn on_response(
         rules: &FieldRules,
         (response, fields): (&mut Response<ProxyBody>, &mut Option<Fields>),
         https: bool,

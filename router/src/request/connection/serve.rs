@@ -45,7 +45,6 @@ use per_source::ClientKey;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::Proxy;
 use super::activity::{Activity, ConnectionSlot};
 use super::client_conn::ClientConn;
 use super::client_io::{ClientIo, Stream};
@@ -55,7 +54,8 @@ use super::limits::Limits;
 use super::listener::{Gate, Live, Slots, stopped};
 use super::own_waker::{Flag, OwnWaker};
 use super::registry::{Connections, Registered, lock};
-use super::upload::Received;
+use crate::request::Proxy;
+use crate::request::phases::upload::Received;
 use crate::tls::rewind::Rewind;
 
 /// With passthrough routes in the table, reads the ClientHello first: a name whose
@@ -463,7 +463,7 @@ struct Connection {
     proxied: Option<Arc<per_source::PerSource>>,
     tls: Option<crate::tls::server::Acceptor>,
     /// The proxy and limits live when it was accepted.
-    serving: Arc<crate::request::listener::Serving>,
+    serving: Arc<crate::request::connection::listener::Serving>,
     activity: Arc<Activity>,
     evict: Arc<Signal>,
     member_of: Registered,
@@ -564,7 +564,7 @@ struct Start {
     tls: Option<crate::tls::server::Acceptor>,
     /// The proxy and limits live when it was accepted (each request gets the
     /// ones live at its start).
-    serving: Arc<crate::request::listener::Serving>,
+    serving: Arc<crate::request::connection::listener::Serving>,
     conn: Arc<ClientConn>,
     live: Live,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -637,7 +637,7 @@ async fn open(start: Box<Start>, watch: &Watch, peer: SocketAddr) -> Option<Open
 /// is freed once it is done, not kept in the task for the connection's whole
 /// life.
 async fn handshake(
-    serving: &crate::request::listener::Serving,
+    serving: &crate::request::connection::listener::Serving,
     acceptor: crate::tls::server::Acceptor,
     stream: tokio::net::TcpStream,
     conn: &mut Arc<ClientConn>,

@@ -1,4 +1,4 @@
-//! What every listener shares (the HTTP and HTTPS listeners of [`super::accept`],
+//! What every listener shares (the HTTP and HTTPS listeners of [`super::serve`],
 //! the `tcp.listen` ports, the HTTP/3 listener, the admin listener): binding, the
 //! live settings a reload swaps, the gate a new client passes (resizable
 //! connection slots and the per-source cap, kept to the live limits), and the stop
@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use super::Proxy;
 use super::limits::Limits;
+use crate::request::Proxy;
 
 /// Binds a listening socket with a deep backlog and `SO_REUSEADDR`.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
-use super::super::headers::end_to_end;
+use crate::request::phases::headers::end_to_end;
 use h1_codec::encode::{encode_chunk, encode_field};
 use h1_codec::fields::{Fields, Name};
 use h1_codec::length::content_length;

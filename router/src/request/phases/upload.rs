@@ -34,7 +34,7 @@ pub struct UploadSettings {
 
 /// A request body as the client's connection delivers it: hyper's (h2, and HTTP/1
 /// on connections hyper serves), or read whole already by the router's own
-/// HTTP/1 path (see [`super::h1`]; empty when the request has none).
+/// HTTP/1 path (see [`crate::request::connection::h1`]; empty when the request has none).
 pub enum Received {
     Hyper(Incoming),
     Read(Bytes),

@@ -10,10 +10,10 @@ use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use per_source::ClientKey;
 
-use super::Proxy;
 use super::error::ProxyError;
 use crate::members::MemberSlot;
 use crate::metrics::UpstreamError;
+use crate::request::Proxy;
 use crate::table::Target;
 use crate::upstream::RequestBody;
 
@@ -33,13 +33,13 @@ pub fn wants_trailers<'a>(fields: impl Into<FieldsRef<'a>>) -> bool {
 }
 
 /// A member's shared h2 connection, to send one request on.
-pub(super) type H2Sender = hyper::client::conn::http2::SendRequest<RequestBody>;
+pub(in crate::request) type H2Sender = hyper::client::conn::http2::SendRequest<RequestBody>;
 
 impl Proxy {
     /// A slot on `target` and its member's shared h2 connection (made if there is
     /// none yet): the h2 path's checkout, retried on another member by the one
     /// decision like HTTP/1's (see [`Proxy::with_other_member`]).
-    pub(super) async fn h2_checkout(
+    pub(in crate::request) async fn h2_checkout(
         &self,
         target: &Target,
         (sni, source): (&str, (ClientKey, usize)),
@@ -57,7 +57,7 @@ impl Proxy {
 
     /// Sends `parts` (already as a member gets them over HTTP/1.1) and `body` to
     /// `target` over `send`, its member's h2 connection; the member's answer.
-    pub(super) async fn exchange_h2(
+    pub(in crate::request) async fn exchange_h2(
         &self,
         target: &Target,
         mut send: H2Sender,

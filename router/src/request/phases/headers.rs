@@ -17,7 +17,7 @@ use h1_codec::fields::{Fields, FieldsRef, Name};
 use h1_codec::request::is_underscored;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::client_conn::ClientConn;
+use crate::request::connection::client_conn::ClientConn;
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -564,8 +564,8 @@ pub(crate) fn head_by_name(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::activity::Activity;
-    use crate::request::client_conn::ForwardedSettings;
+    use crate::request::connection::activity::Activity;
+    use crate::request::connection::client_conn::ForwardedSettings;
     use per_source::KeyRule;
     use std::net::IpAddr;
 

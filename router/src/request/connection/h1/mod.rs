@@ -4,7 +4,7 @@
 //! no body or a `Content-Length` one that has arrived with its head and fits
 //! `limits.body_buffer_bytes`, keep-alive, no upgrade, no `Expect`, no
 //! `Transfer-Encoding`) is parsed in place with `httparse` ([`head`]), served by
-//! [`Proxy::answer`](super::Proxy::answer) like any other, and its response written
+//! [`Proxy::answer`](crate::request::Proxy::answer) like any other, and its response written
 //! here ([`response`], exactly as hyper writes it). At the first request that is
 //! anything else the connection is handed to hyper with every byte read so far put
 //! back in front ([`End::Handoff`]), and hyper serves it from there as it serves
@@ -49,12 +49,13 @@ use tokio::time::Sleep;
 
 use self::head::Parsed;
 use self::response::{BodyLength, DateCache, Encoder};
-use super::body::ProxyBody;
 use super::client_conn::ClientConn;
 use super::client_io::ClientIo;
 use super::own_waker::{Flag, OwnWaker};
-use super::upload::Received;
-use super::{Answer, Proxy};
+use crate::request::Answer;
+use crate::request::Proxy;
+use crate::request::phases::body::ProxyBody;
+use crate::request::phases::upload::Received;
 
 /// How the router's own path left a connection.
 pub enum End {
@@ -79,7 +80,7 @@ pub struct Settings {
 
 impl Settings {
     /// The path's settings from the listener's `limits`.
-    pub fn of(limits: &crate::request::limits::Limits) -> Settings {
+    pub fn of(limits: &crate::request::connection::limits::Limits) -> Settings {
         Settings {
             head: HeadLimits {
                 max_bytes: limits.max_header_bytes,
@@ -383,7 +384,9 @@ impl Writing {
     /// Appends one frame of the body (`None`: it ended) to `out`.
     fn take(
         &mut self,
-        frame: Option<Result<hyper::body::Frame<bytes::Bytes>, super::body::ProxyBodyError>>,
+        frame: Option<
+            Result<hyper::body::Frame<bytes::Bytes>, crate::request::phases::body::ProxyBodyError>,
+        >,
     ) -> std::io::Result<()> {
         let Some(b) = self.body.as_mut() else {
             return Ok(());

@@ -14,7 +14,7 @@ use super::lifecycle::Signal;
 
 /// A listener's open connections, for [`Connections::make_room`].
 #[derive(Default)]
-pub(super) struct Connections {
+pub(in crate::request) struct Connections {
     next: u64,
     /// Each connection's activity, its signal and its client source.
     by_id: HashMap<u64, (Arc<Activity>, Arc<Signal>, ClientKey)>,
@@ -23,7 +23,7 @@ pub(super) struct Connections {
 impl Connections {
     /// Has every connection look at its drain epoch and the kill switch (one
     /// has turned).
-    pub(super) fn wake_all(&self) {
+    pub(in crate::request) fn wake_all(&self) {
         for (_, signal, _) in self.by_id.values() {
             signal.wake();
         }
@@ -39,7 +39,7 @@ impl Connections {
     /// requests in flight for as long as they like: without this they would hold
     /// the listener against everyone else). Otherwise none: the newcomer waits for
     /// a slot.
-    pub(super) fn make_room(
+    pub(in crate::request) fn make_room(
         &mut self,
         newcomer: ClientKey,
         sources: &per_source::PerSource,
@@ -69,19 +69,19 @@ impl Connections {
     }
 }
 
-pub(super) fn lock(c: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
+pub(in crate::request) fn lock(c: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
     c.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A connection's entry in [`Connections`], removed when dropped.
-pub(super) struct Registered {
+pub(in crate::request) struct Registered {
     id: u64,
     all: Arc<Mutex<Connections>>,
-    pub(super) evict: Arc<Signal>,
+    pub(in crate::request) evict: Arc<Signal>,
 }
 
 impl Registered {
-    pub(super) fn new(
+    pub(in crate::request) fn new(
         all: &Arc<Mutex<Connections>>,
         activity: Arc<Activity>,
         from: ClientKey,

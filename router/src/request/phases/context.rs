@@ -10,11 +10,8 @@ use h1_codec::fields::{Fields, FieldsRef, Name};
 use http::header::HeaderValue;
 use http::{Request, Response};
 
-use super::Proxy;
 use super::access_log::AccessRecord;
-use super::activity::ActiveRequest;
 use super::body::ProxyBody;
-use super::client_conn::ClientConn;
 use super::compress::Asked;
 use super::error::ProxyError;
 use super::headers;
@@ -27,52 +24,55 @@ use crate::policy::Refused;
 use crate::policy::clients::ClientSlot;
 use crate::policy::fields::{FieldRules, Vars};
 use crate::policy::pages::ErrorPages;
+use crate::request::Proxy;
+use crate::request::connection::activity::ActiveRequest;
+use crate::request::connection::client_conn::ClientConn;
 use crate::table::Route;
 use crate::traces::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
 /// produces for the next (the route, the member, the connection) is passed on
 /// as a value instead; this holds only what more than one phase reads.
-pub(super) struct Context<'c> {
-    pub(super) conn: &'c ClientConn,
+pub(in crate::request) struct Context<'c> {
+    pub(in crate::request) conn: &'c ClientConn,
     /// When the head was read: the duration's start and `head_ms`'s.
-    pub(super) start: Instant,
+    pub(in crate::request) start: Instant,
     /// Its ID and trace context (see [`super::trace`]).
-    pub(super) trace: Trace,
+    pub(in crate::request) trace: Trace,
     /// The app's counters, once the request is routed to one.
-    pub(super) app: Option<Arc<AppTraffic>>,
+    pub(in crate::request) app: Option<Arc<AppTraffic>>,
     /// Boxed: most routers log no requests (`access_log`).
-    pub(super) log: Option<Box<AccessRecord>>,
+    pub(in crate::request) log: Option<Box<AccessRecord>>,
     /// The request body's declared length, for the app's byte counts.
-    pub(super) received: u64,
+    pub(in crate::request) received: u64,
     /// Its place in the connection's activity (idle deadline, drain).
-    pub(super) active: ActiveRequest,
+    pub(in crate::request) active: ActiveRequest,
     /// A stream of a multiplexed connection (h2, h3): no `Connection` field.
-    pub(super) stream: bool,
+    pub(in crate::request) stream: bool,
     /// The client's request says its HTTP/1 connection ends after it: a
     /// `close` it asked for, read token by token from the bytes (hyper skips a
     /// `Connection` value with a byte outside ASCII and would read the next
     /// request), or an upgrade (the framing reader stops at a head naming one,
     /// so a connection whose upgrade did not happen must not carry another
     /// request; both found by the `client_stream` fuzz target).
-    pub(super) last_on_connection: bool,
+    pub(in crate::request) last_on_connection: bool,
     /// HTTPS over TCP announces the HTTP/3 listener (`http3.alt_svc`).
-    pub(super) announce_h3: bool,
+    pub(in crate::request) announce_h3: bool,
     /// Its span, when spans are exported and its trace is sampled.
-    pub(super) span: Option<Box<SpanRecord>>,
+    pub(in crate::request) span: Option<Box<SpanRecord>>,
     /// What it takes of compression, when its app compresses responses.
-    pub(super) compress: Option<Asked>,
+    pub(in crate::request) compress: Option<Asked>,
     /// Its app's field rules (HSTS, header actions), when it has some.
-    pub(super) field_rules: Option<Box<Rules>>,
+    pub(in crate::request) field_rules: Option<Box<Rules>>,
     /// Its app's own error pages, when it has some.
-    pub(super) pages: Option<Arc<ErrorPages>>,
+    pub(in crate::request) pages: Option<Arc<ErrorPages>>,
 }
 
 /// An app's field rules with what their variables need that the log phase
 /// does not have at hand (see [`crate::policy::fields`]): nothing is
 /// formatted here.
-pub(super) struct Rules {
-    pub(super) rules: Arc<FieldRules>,
+pub(in crate::request) struct Rules {
+    pub(in crate::request) rules: Arc<FieldRules>,
     route: Arc<Route>,
     /// The host, kept only when a response action reads a variable.
     host: Option<Box<str>>,
@@ -80,7 +80,7 @@ pub(super) struct Rules {
 
 impl Rules {
     /// The rules of `to`'s app, if it has some.
-    pub(super) fn of(to: &Destination<'_>) -> Option<Box<Rules>> {
+    pub(in crate::request) fn of(to: &Destination<'_>) -> Option<Box<Rules>> {
         let rules = to.policy.as_ref()?.fields.clone()?;
         let host = rules.response_needs_vars().then(|| to.name.as_ref().into());
         Some(Box::new(Rules {
@@ -91,7 +91,11 @@ impl Rules {
     }
 
     /// The variables of a request of `conn` with `trace`.
-    pub(super) fn vars<'a>(&'a self, conn: &'a ClientConn, trace: &'a Trace) -> Vars<'a> {
+    pub(in crate::request) fn vars<'a>(
+        &'a self,
+        conn: &'a ClientConn,
+        trace: &'a Trace,
+    ) -> Vars<'a> {
         vars_of(
             (conn, trace),
             Some(&self.route),
@@ -102,7 +106,7 @@ impl Rules {
 
 /// The variables of a request of `conn` with `trace` for `host`, routed to
 /// `route` (none: it reached no app).
-pub(super) fn vars_of<'a>(
+pub(in crate::request) fn vars_of<'a>(
     (conn, trace): (&'a ClientConn, &'a Trace),
     route: Option<&'a Route>,
     host: &'a str,
@@ -119,7 +123,7 @@ pub(super) fn vars_of<'a>(
 impl Context<'_> {
     /// The request reached `to`'s app: its counters, its span's, and what
     /// it takes of compression when the app compresses.
-    pub(super) fn routed<B>(
+    pub(in crate::request) fn routed<B>(
         &mut self,
         to: &Destination<'_>,
         req: &Request<B>,
@@ -147,7 +151,7 @@ impl Context<'_> {
 
     /// A moment of the request, for its span (if it has one).
     #[inline]
-    pub(super) fn mark(&mut self, moment: Moment) {
+    pub(in crate::request) fn mark(&mut self, moment: Moment) {
         if let Some(span) = self.span.as_mut() {
             span.mark(moment);
         }
@@ -168,7 +172,7 @@ impl Proxy {
 
     /// A request's context: `fields` are its fields (in its map, or as they
     /// came), `host` the host it addressed (for the access log).
-    pub(super) fn context<'c>(
+    pub(in crate::request) fn context<'c>(
         &self,
         conn: &'c ClientConn,
         req: &Request<Received>,
@@ -230,21 +234,24 @@ impl Proxy {
 }
 
 /// What a request's attempt produced besides the response.
-pub(super) struct Reply {
-    pub(super) response: Response<ProxyBody>,
-    pub(super) in_flight: Option<MemberSlot>,
+pub(in crate::request) struct Reply {
+    pub(in crate::request) response: Response<ProxyBody>,
+    pub(in crate::request) in_flight: Option<MemberSlot>,
     /// The member that answered when no slot travels with the response (an upgraded
     /// tunnel holds its slot itself), for the access log.
-    pub(super) member: Option<Arc<str>>,
+    pub(in crate::request) member: Option<Arc<str>>,
     /// The request's count against its app's `max_connections_per_client`.
-    pub(super) hold: Option<ClientSlot>,
-    /// An HTTP/1.1 member's fields as they came (see [`super::Answer`]).
-    pub(super) fields: Option<Fields>,
+    pub(in crate::request) hold: Option<ClientSlot>,
+    /// An HTTP/1.1 member's fields as they came (see [`crate::request::Answer`]).
+    pub(in crate::request) fields: Option<Fields>,
 }
 
 impl Reply {
     /// An answer, with the member's slot that travels with it.
-    pub(super) fn of(response: Response<ProxyBody>, in_flight: Option<MemberSlot>) -> Reply {
+    pub(in crate::request) fn of(
+        response: Response<ProxyBody>,
+        in_flight: Option<MemberSlot>,
+    ) -> Reply {
         Reply {
             response,
             in_flight,
@@ -256,7 +263,7 @@ impl Reply {
 
     /// The same, holding the request's count against its app's limit until
     /// the response is done.
-    pub(super) fn held(mut self, hold: Option<ClientSlot>) -> Reply {
+    pub(in crate::request) fn held(mut self, hold: Option<ClientSlot>) -> Reply {
         self.hold = hold;
         self
     }
@@ -266,7 +273,7 @@ impl Reply {
     /// The page is the operator's where there is one (see
     /// [`crate::policy::pages`]): the app's for 502, 503 and 504, else
     /// `router`'s (`error_pages:`); a maintenance page stays the app's.
-    pub(super) fn failed(
+    pub(in crate::request) fn failed(
         e: &ProxyError,
         context: &Context<'_>,
         router: Option<&ErrorPages>,
