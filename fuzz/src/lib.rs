@@ -33,11 +33,14 @@
 //!   set for;
 //! - `compression`: an `Accept-Encoding` value chooses the same read as one
 //!   line or two, and a body compressed as the router streams it decodes to
-//!   its bytes.
+//!   its bytes;
+//! - `h1_encode`: a response head and a request head h1-codec writes read back
+//!   through its own readers with the same status, fields and framing.
 
 mod client_stream;
 mod cluster_wire;
 mod compression;
+mod h1_encode;
 mod h3_frames;
 mod member_response;
 mod tls_hello;
@@ -45,6 +48,7 @@ mod tls_hello;
 pub use client_stream::client_stream;
 pub use cluster_wire::cluster_wire;
 pub use compression::compression;
+pub use h1_encode::h1_encode;
 pub use h3_frames::h3_frames;
 pub use member_response::member_response;
 pub use tls_hello::tls_hello;
@@ -55,7 +59,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 17] = [
+pub const TARGETS: [(&str, Check); 18] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -73,6 +77,7 @@ pub const TARGETS: [(&str, Check); 17] = [
     ("pair_bodies", pair_bodies),
     ("log_template", log_template),
     ("ocsp_answer", ocsp_answer),
+    ("h1_encode", h1_encode),
 ];
 
 /// The check of the target called `name`.

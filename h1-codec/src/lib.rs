@@ -11,7 +11,9 @@
 //!   also what the health probe and the CLI's admin calls read;
 //! - [`fields`]: a parsed head's fields as they came, with an index (what a
 //!   proxy passes on without a map);
-//! - [`encode`]: the heads, chunks and trailers written towards members.
+//! - [`hop`]: which fields are for one hop only (both directions);
+//! - [`encode`]: what the router writes, both ways: response heads and bodies
+//!   to clients, request heads to members, chunks and trailers.
 //!
 //! Hand-written on `httparse` rather than hyper's client and server because
 //! neither can follow a connection's framing without owning the connection, and
@@ -22,6 +24,7 @@ pub mod chunk;
 pub mod encode;
 pub mod fields;
 pub mod framing;
+pub mod hop;
 pub mod length;
 pub mod request;
 pub mod response;
@@ -45,4 +48,17 @@ pub enum BodyFraming {
     /// Until the connection closes: a response read to its end, or what follows a
     /// request head that asks for an upgrade (no longer HTTP/1).
     Close,
+}
+
+/// A map of `pairs`, in order: the tests' way to write fields.
+#[cfg(test)]
+pub(crate) fn test_map(pairs: &[(&str, &str)]) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+            http::HeaderValue::from_str(v).expect("value"),
+        );
+    }
+    h
 }

@@ -63,18 +63,8 @@ pub fn is_underscored(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{HeaderMap, HeaderName, HeaderValue};
 
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).expect("name"),
-                HeaderValue::from_str(v).expect("value"),
-            );
-        }
-        h
-    }
+    use crate::test_map as map;
 
     #[test]
     fn framing_is_clear_only_for_one_chunked_or_none() {

@@ -1,7 +1,5 @@
 use super::*;
-use crate::encode::{encode_chunk, encode_last_chunk, encode_request_head};
-use http::Method;
-use http::header;
+use crate::encode::{encode_chunk, encode_last_chunk};
 use proptest::prelude::*;
 
 /// Feeds `bytes` to the head parser and then the body decoder in pieces cut at
@@ -250,45 +248,6 @@ fn bad_heads_and_chunks_are_errors() {
         }
         assert!(result.is_err(), "{body:?} gave {result:?}");
     }
-}
-
-#[test]
-fn a_request_head_is_framed_by_its_headers_then_its_body() {
-    let mut out = Vec::new();
-    let mut h = HeaderMap::new();
-    h.insert(header::HOST, HeaderValue::from_static("a.example.com"));
-    let f = encode_request_head(&Method::GET, "/x?y=1", &mut h, None, &mut out);
-    assert_eq!(f, BodyFraming::Empty);
-    assert_eq!(
-        out,
-        b"GET /x?y=1 HTTP/1.1\r\nhost: a.example.com\r\n\r\n".to_vec()
-    );
-
-    let mut h = HeaderMap::new();
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("4"));
-    let f = encode_request_head(&Method::POST, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, BodyFraming::Length(4));
-
-    let mut h = HeaderMap::new();
-    h.insert(
-        header::TRANSFER_ENCODING,
-        HeaderValue::from_static("chunked"),
-    );
-    let f = encode_request_head(&Method::POST, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, BodyFraming::Chunked);
-
-    // h2 clients: no framing header; known length becomes Content-Length.
-    let mut h = HeaderMap::new();
-    let f = encode_request_head(&Method::PUT, "/", &mut h, Some(Some(7)), &mut Vec::new());
-    assert_eq!(f, BodyFraming::Length(7));
-    assert_eq!(
-        h.get(header::CONTENT_LENGTH).map(|v| v.as_bytes()),
-        Some(&b"7"[..])
-    );
-    let mut h = HeaderMap::new();
-    let f = encode_request_head(&Method::PUT, "/", &mut h, Some(None), &mut Vec::new());
-    assert_eq!(f, BodyFraming::Chunked);
-    assert!(h.contains_key(header::TRANSFER_ENCODING));
 }
 
 #[test]

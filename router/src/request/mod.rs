@@ -28,7 +28,7 @@ use self::phases::body::ProxyBody;
 use self::phases::context::Reply;
 use self::phases::route::{Redirect, host_of};
 use self::phases::upload::{Received, UploadSettings};
-use self::phases::{compress, headers, trace};
+use self::phases::{compress, trace};
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
@@ -112,7 +112,7 @@ impl Proxy {
             request_id,
         } = self.answer(conn, Box::new(req), None).await;
         if let Some(fields) = fields {
-            headers::member_map(&fields, response.headers_mut());
+            h1_codec::hop::member_map(&fields, response.headers_mut());
         }
         response
             .headers_mut()

@@ -5,13 +5,22 @@
 
 use h1_codec::fields::FieldsRef;
 
-use super::checkout::Requester;
 use super::error::ProxyError;
 use super::route::Destination;
 use crate::policy::clients::ClientSlot;
 use crate::policy::{Policy, Refused};
 use crate::request::Proxy;
 use crate::request::connection::client_conn::ClientConn;
+use per_source::ClientKey;
+
+/// Whose a request is, for its member: its client key (whose share of a
+/// member's slots it counts in) and the worker serving it (whose idle member
+/// connections it may reuse).
+#[derive(Clone, Copy, Debug)]
+pub(in crate::request) struct Requester {
+    pub(in crate::request) key: ClientKey,
+    pub(in crate::request) worker: usize,
+}
 
 impl Proxy {
     /// Admits the request's client to its destination's app: its hold on the
@@ -35,7 +44,13 @@ impl Proxy {
                 .map_err(|r| self.refused(p, r))?,
             None => None,
         };
-        Ok((hold, (client.key, conn.worker)))
+        Ok((
+            hold,
+            Requester {
+                key: client.key,
+                worker: conn.worker,
+            },
+        ))
     }
 
     /// Counts a policy's refusal, by app and reason.

@@ -22,8 +22,9 @@ use h1_codec::fields::{Fields, FieldsRef};
 use http::Request;
 use http::header::HeaderValue;
 
+use super::admit::Requester;
 use super::body::ProxyBody;
-use super::checkout::{H1Checkout, H2Checkout, Requester};
+use super::checkout::{H1Checkout, H2Checkout};
 use super::context::{Context, Reply};
 use super::error::ProxyError;
 use super::retry::{Replay, Retry, idempotent, retry_of};
@@ -55,7 +56,7 @@ impl Proxy {
         };
         context.routed(&to, &req, fields);
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
-        let target = to.pick(fields, source.0)?;
+        let target = to.pick(fields, source.key)?;
         let conn = (context.conn, &context.trace);
         let (protocol, body, added) = prepare((&mut req, &mut raw), &to, &target, conn)?;
         let body = self.read_body(body, to.policy.as_deref()).await?;

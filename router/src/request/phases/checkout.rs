@@ -11,6 +11,8 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::Method;
 use per_source::ClientKey;
 
+use super::admit::Requester;
+
 use super::error::ProxyError;
 use super::retry::{Replay, Retry, decide, idempotent};
 use super::route::{Destination, Sticky};
@@ -21,11 +23,6 @@ use crate::request::Proxy;
 use crate::table::balance::Balance;
 use crate::table::{Route, Target, hash};
 use crate::upstream::{MemberTls, Upstream};
-
-/// Whose a request is, for its member: its client key (whose share of a
-/// member's slots it counts in) and the worker serving it (whose idle member
-/// connections it may reuse).
-pub(in crate::request) type Requester = (ClientKey, usize);
 
 impl Proxy {
     /// A slot and a connection on `target` (HTTP/1.1 or h2, as `how` says); if
@@ -81,13 +78,13 @@ impl Proxy {
         &self,
         target: &Target,
         sni: &str,
-        (source, worker): (ClientKey, usize),
+        source: Requester,
         fresh: bool,
     ) -> Result<(MemberSlot, Upstream), ProxyError> {
         let member = &target.member;
-        let slot = self.slot(target, (source, worker)).await?;
+        let slot = self.slot(target, source.key).await?;
         let idle = (!fresh)
-            .then(|| member.pool.take_idle(worker))
+            .then(|| member.pool.take_idle(source.worker))
             .flatten()
             .filter(|up| !target.tls || up.sni() == Some(sni));
         let up = match idle {
@@ -95,7 +92,7 @@ impl Proxy {
             // Boxed: a new connection is the rare case on kept-alive pools, and its
             // future (TLS, handshake: 1.5 KB) would otherwise be part of every
             // request's future, copied into each h2 stream's task.
-            None => Box::pin(self.connect(target, sni, worker)).await?,
+            None => Box::pin(self.connect(target, sni, source.worker)).await?,
         };
         Ok((slot, up))
     }
@@ -114,8 +111,8 @@ impl Proxy {
         if how.fresh {
             return None;
         }
-        let (source, worker) = how.source;
-        let slot = target.member.try_acquire(Some(source))?;
+        let Requester { key, worker } = how.source;
+        let slot = target.member.try_acquire(Some(key))?;
         let up = target
             .member
             .pool
@@ -146,14 +143,14 @@ impl Proxy {
     pub(in crate::request) async fn slot(
         &self,
         target: &Target,
-        (source, _worker): (ClientKey, usize),
+        key: ClientKey,
     ) -> Result<MemberSlot, ProxyError> {
         let member = &target.member;
         if member.full() {
             self.metrics.queue_waits.inc();
         }
         member
-            .acquire(self.queue_timeout, Some(source))
+            .acquire(self.queue_timeout, Some(key))
             .await
             .map_err(|full| {
                 self.fail(match full {
@@ -209,13 +206,13 @@ pub(crate) trait Checkout {
 /// A slot and an HTTP/1.1 connection (`fresh`: a new one, for an upgrade).
 pub(in crate::request) struct H1Checkout<'a> {
     pub(in crate::request) sni: &'a str,
-    pub(in crate::request) source: (ClientKey, usize),
+    pub(in crate::request) source: Requester,
     pub(in crate::request) fresh: bool,
 }
 
 impl<'a> H1Checkout<'a> {
     /// A connection from the member's idle pool, or a new one.
-    pub(in crate::request) fn pooled(sni: &'a str, source: (ClientKey, usize)) -> H1Checkout<'a> {
+    pub(in crate::request) fn pooled(sni: &'a str, source: Requester) -> H1Checkout<'a> {
         H1Checkout {
             sni,
             source,
@@ -236,7 +233,7 @@ impl Checkout for H1Checkout<'_> {
 /// A slot and the member's shared h2 connection.
 pub(in crate::request) struct H2Checkout<'a> {
     pub(in crate::request) sni: &'a str,
-    pub(in crate::request) source: (ClientKey, usize),
+    pub(in crate::request) source: Requester,
 }
 
 impl Checkout for H2Checkout<'_> {
@@ -250,13 +247,13 @@ impl Checkout for H2Checkout<'_> {
 
 /// A slot and a raw TCP connection (TLS passthrough, `tcp.listen` ports).
 pub(crate) struct TcpCheckout {
-    pub(crate) source: ClientKey,
+    pub(crate) source: per_source::ClientKey,
 }
 
 impl Checkout for TcpCheckout {
     type Out = (MemberSlot, tokio::net::TcpStream);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
-        let slot = proxy.slot(target, (self.source, 0)).await?;
+        let slot = proxy.slot(target, self.source).await?;
         match target.member.pool.dial(proxy.upstream).await {
             Ok(stream) => Ok((slot, stream)),
             Err(e) => Err(proxy.failed(&target.member, e.kind())),

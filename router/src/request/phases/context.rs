@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use h1_codec::fields::{Fields, FieldsRef, Name};
+use h1_codec::hop::says_close;
 use http::header::HeaderValue;
 use http::{Request, Response};
 
@@ -14,7 +15,6 @@ use super::access_log::AccessRecord;
 use super::body::ProxyBody;
 use super::compress::Asked;
 use super::error::ProxyError;
-use super::headers;
 use super::route::Destination;
 use super::trace::Trace;
 use super::upload::Received;
@@ -183,8 +183,7 @@ impl Proxy {
         let stream = matches!(req.version(), http::Version::HTTP_2 | http::Version::HTTP_3);
         self.metrics.protocol(req.version());
         let last_on_connection = !stream
-            && (fields.contains(Name::Upgrade)
-                || fields.values(Name::Connection).any(headers::says_close));
+            && (fields.contains(Name::Upgrade) || fields.values(Name::Connection).any(says_close));
         let sample = self.traces.as_ref().map_or(Sample::OFF, |t| t.sample);
         let trace = Trace::of(fields, conn.trusted(), sample);
         let span = self

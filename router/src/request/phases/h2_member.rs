@@ -8,7 +8,6 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use per_source::ClientKey;
 
 use super::error::ProxyError;
 use crate::members::MemberSlot;
@@ -42,10 +41,10 @@ impl Proxy {
     pub(in crate::request) async fn h2_checkout(
         &self,
         target: &Target,
-        (sni, source): (&str, (ClientKey, usize)),
+        (sni, source): (&str, super::admit::Requester),
     ) -> Result<(MemberSlot, H2Sender), ProxyError> {
         let member = &target.member;
-        let slot = self.slot(target, source).await?;
+        let slot = self.slot(target, source.key).await?;
         let tls = self.member_tls(target, sni)?;
         let send = member
             .pool

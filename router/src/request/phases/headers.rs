@@ -13,7 +13,10 @@
 
 use super::trace::Trace;
 
+use h1_codec::encode::field_line;
+use h1_codec::encode::request::{RequestFraming, request_line};
 use h1_codec::fields::{Fields, FieldsRef, Name};
+use h1_codec::hop::{end_to_end, has_token, protected_bytes, tokens};
 use h1_codec::request::is_underscored;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -48,166 +51,6 @@ pub fn remove_underscored(headers: &mut HeaderMap) {
     for name in gone {
         headers.remove(name);
     }
-}
-
-/// Whether a `Connection` value names `close`, token by token from the bytes (a
-/// byte outside ASCII in one token does not hide the others).
-pub fn says_close(value: &[u8]) -> bool {
-    tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"))
-}
-
-/// The comma-separated tokens of a list value, trimmed, read from the bytes.
-fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|b| *b == b',').map(<[u8]>::trim_ascii)
-}
-
-fn has_token(value: &[u8], token: &str) -> bool {
-    // Visible ASCII only (what `HeaderValue::to_str` takes).
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-        && tokens(value).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
-}
-
-/// Never removed because a `Connection` header names them: the member needs Host,
-/// and the router sets the `X-Forwarded-*` family itself (`Connection: host` must not
-/// strip the Host header on its way to the member).
-fn protected(name: &HeaderName) -> bool {
-    *name == header::HOST || name.as_str().starts_with("x-forwarded-")
-}
-
-/// Removes hop-by-hop headers and every header the `Connection` headers name (all of
-/// them, however many there are), except [`protected`] ones.
-/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so that the next
-/// hop can switch protocols too.
-///
-/// Most messages carry none of these or one: one pass over the names finds out,
-/// and only the names present are removed (each removal hashes a name; this runs
-/// twice per request).
-pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // Which of them are here: usually none, or one (`Connection`, `Keep-Alive` or
-    // `Transfer-Encoding`), and only those are removed.
-    let mut present = [false; 6];
-    for k in headers.keys() {
-        if let Some(i) = hop_by_hop_index(k) {
-            present[i] = true;
-        }
-    }
-    if !present.contains(&true) {
-        return;
-    }
-    // Token by token from the bytes: a byte outside ASCII in one token must not
-    // hide the others (found by the `client_stream` fuzz target: `Connection:
-    // x-drop, cl\xe9se` forwarded X-Drop).
-    let named: Vec<HeaderName> = if present[0] {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .flat_map(|v| tokens(v.as_bytes()))
-            .filter_map(|t| HeaderName::from_bytes(t).ok())
-            .filter(|n| !(protected(n) || (keep_upgrade && *n == header::UPGRADE)))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    for name in named {
-        headers.remove(name);
-    }
-    for (kind, _) in Name::HOP_BY_HOP
-        .iter()
-        .zip(present)
-        .filter(|(_, here)| *here)
-    {
-        if keep_upgrade && matches!(kind, Name::Connection | Name::Upgrade) {
-            continue;
-        }
-        if let Some(name) = kind.header_name() {
-            headers.remove(name);
-        }
-    }
-    if keep_upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
-}
-
-/// A member's fields as they came, the way the client gets them: in order,
-/// without the hop-by-hop ones and those a `Connection` field names (except
-/// [`protected`] ones), as [`remove_hop_by_hop`] leaves them out of a map, and
-/// without those the router puts in place of the member's (`added`: any name
-/// there but `Set-Cookie`, which is added to the member's). Each with its
-/// name's kind.
-pub fn end_to_end<'a>(
-    fields: &'a Fields,
-    added: &'a HeaderMap,
-) -> impl Iterator<Item = (Name, &'a [u8], &'a [u8])> + 'a {
-    // Most responses have no `Connection` field, or name nothing in it.
-    let named: Vec<&[u8]> = fields
-        .get_all(Name::Connection)
-        .flat_map(tokens)
-        .filter(|t| !t.is_empty() && !protected_bytes(t))
-        .collect();
-    fields.iter_named().filter(move |(kind, name, _)| {
-        if kind.is_hop_by_hop() {
-            return false;
-        }
-        if !named.is_empty() && named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-            return false;
-        }
-        added.is_empty()
-            || *kind == Name::SetCookie
-            || !added
-                .keys()
-                .any(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name))
-    })
-}
-
-/// A member's fields and the router's additions as one map, for a server that
-/// takes one (hyper's, h3's): the member's without the hop-by-hop ones, then
-/// `added` (`Set-Cookie` added to the member's, any other name in place of it).
-/// What [`end_to_end`] writes, as a map.
-pub fn member_map(fields: &Fields, added: &mut HeaderMap) {
-    // The member's end-to-end fields as `end_to_end` gives them (never put in
-    // the map and taken out again: each removal hashes a name), then `added`,
-    // whose names other than `Set-Cookie` were left out of the member's.
-    let mut map = HeaderMap::with_capacity(fields.len() + added.len());
-    for (_, name, value) in end_to_end(fields, added) {
-        if let (Ok(name), Some(value)) = (
-            HeaderName::from_bytes(name),
-            FieldsRef::Raw(fields).header_value(value),
-        ) {
-            map.append(name, value);
-        }
-    }
-    let mut current: Option<HeaderName> = None;
-    for (name, value) in std::mem::take(added).into_iter() {
-        match name {
-            Some(name) => {
-                map.append(name.clone(), value);
-                current = Some(name);
-            }
-            None => {
-                if let Some(name) = &current {
-                    map.append(name.clone(), value);
-                }
-            }
-        }
-    }
-    *added = map;
-}
-
-/// [`protected`] for a name as bytes (any case).
-fn protected_bytes(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"host")
-        || name
-            .get(..12)
-            .is_some_and(|p| p.eq_ignore_ascii_case(b"x-forwarded-"))
-}
-
-/// `name`'s place in [`Name::HOP_BY_HOP`], by its text: no array of names
-/// made, compared and dropped per field.
-fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    let kind = Name::of(name.as_str().as_bytes());
-    Name::HOP_BY_HOP.iter().position(|h| *h == kind)
 }
 
 /// `value` as an RFC 7230 quoted-string.
@@ -315,12 +158,12 @@ pub fn set_forwarded(headers: &mut HeaderMap, conn: &ClientConn, host: &HeaderVa
 /// What the client's certificate says, as lines of a member's head (see
 /// [`set_forwarded`] for a map).
 fn client_cert_lines(cert: &crate::tls::client_auth::ClientCert, out: &mut Vec<u8>) {
-    line(b"x-ssl-client-verify", cert.verify.as_bytes(), out);
+    field_line(b"x-ssl-client-verify", cert.verify.as_bytes(), out);
     if let Some(dn) = &cert.dn {
-        line(b"x-ssl-client-dn", dn.as_bytes(), out);
+        field_line(b"x-ssl-client-dn", dn.as_bytes(), out);
     }
     if let Some(c) = &cert.cert {
-        line(b"x-ssl-client-cert", c.as_bytes(), out);
+        field_line(b"x-ssl-client-cert", c.as_bytes(), out);
     }
 }
 
@@ -364,7 +207,7 @@ pub fn encode_for_member(
 /// changed first (no removal of hop-by-hop fields, no insertion of the
 /// forwarding ones: each of those hashes a name; an h2 request spent about a
 /// tenth of its instructions in the map). The body's framing is decided here
-/// ([`MapFraming`]), as the map's own writer decided it.
+/// ([`RequestFraming`]), as the map's own writer decided it.
 pub fn encode_map_for_member(
     (method, target): (&http::Method, &str),
     headers: &HeaderMap,
@@ -373,11 +216,11 @@ pub fn encode_map_for_member(
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) -> h1_codec::BodyFraming {
-    let framing = MapFraming::of(headers, body_len);
+    let framing = RequestFraming::of(headers, body_len);
     let forwarding = forwarding(FieldsRef::Map(headers), conn, host);
     // The client's `Content-Length` goes on unless the router frames the body
     // itself.
-    let own_framing = matches!(framing, MapFraming::Add(_) | MapFraming::Chunked);
+    let own_framing = matches!(framing, RequestFraming::Add(_) | RequestFraming::Chunked);
     let fields = end_to_end_map(headers).filter(move |(kind, name, _)| {
         !(own_framing && *kind == Name::ContentLength)
             && *kind != Name::TransferEncoding
@@ -390,50 +233,6 @@ pub fn encode_map_for_member(
     let framing = framing.write(out);
     out.extend_from_slice(b"\r\n");
     framing
-}
-
-/// How a body read from a map-holding server is framed towards the member:
-/// the client's valid `Content-Length` as it stands, else one the router adds
-/// (the length is known), else chunked.
-enum MapFraming {
-    Empty,
-    Kept(u64),
-    Add(u64),
-    Chunked,
-}
-
-impl MapFraming {
-    fn of(headers: &HeaderMap, body_len: Option<Option<u64>>) -> MapFraming {
-        let Some(len) = body_len else {
-            return MapFraming::Empty;
-        };
-        let declared = h1_codec::length::content_length(
-            headers
-                .get_all(header::CONTENT_LENGTH)
-                .iter()
-                .map(HeaderValue::as_bytes),
-        );
-        match (declared, len) {
-            (Ok(Some(n)), _) => MapFraming::Kept(n),
-            (_, Some(n)) => MapFraming::Add(n),
-            (_, None) => MapFraming::Chunked,
-        }
-    }
-
-    fn write(self, out: &mut Vec<u8>) -> h1_codec::BodyFraming {
-        match self {
-            MapFraming::Empty => h1_codec::BodyFraming::Empty,
-            MapFraming::Kept(n) => h1_codec::BodyFraming::Length(n),
-            MapFraming::Add(n) => {
-                line(b"content-length", n.to_string().as_bytes(), out);
-                h1_codec::BodyFraming::Length(n)
-            }
-            MapFraming::Chunked => {
-                line(b"transfer-encoding", b"chunked", out);
-                h1_codec::BodyFraming::Chunked
-            }
-        }
-    }
 }
 
 /// A map's fields the way the member gets them: without the hop-by-hop ones
@@ -479,10 +278,7 @@ fn write_member_head<'a>(
     ((forwarded, xff), conn, trace, host): Added<'_>,
     out: &mut Vec<u8>,
 ) -> usize {
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    request_line(method, target, out);
     // The request ID and `traceparent` take the place of the client's first
     // such field (as a map's `insert` does), or come last.
     let (mut wrote_id, mut wrote_parent) = (false, false);
@@ -491,13 +287,13 @@ fn write_member_head<'a>(
             Name::Forwarded => !matches!(forwarded, ForwardedField::Keep),
             Name::XRequestId => {
                 if !std::mem::replace(&mut wrote_id, true) {
-                    line(b"x-request-id", trace.request_id.as_bytes(), out);
+                    field_line(b"x-request-id", trace.request_id.as_bytes(), out);
                 }
                 true
             }
             Name::Traceparent => {
                 if !std::mem::replace(&mut wrote_parent, true) {
-                    line(b"traceparent", trace.traceparent(), out);
+                    field_line(b"traceparent", trace.traceparent(), out);
                 }
                 true
             }
@@ -505,37 +301,28 @@ fn write_member_head<'a>(
             k => k.is_forwarding(),
         };
         if !replaced {
-            line(name, value, out);
+            field_line(name, value, out);
         }
     }
     if let ForwardedField::Set(v) = &forwarded {
-        line(b"forwarded", v.as_bytes(), out);
+        field_line(b"forwarded", v.as_bytes(), out);
     }
-    line(b"x-forwarded-for", xff.as_bytes(), out);
-    line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
-    line(b"x-forwarded-host", host.as_bytes(), out);
-    line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
+    field_line(b"x-forwarded-for", xff.as_bytes(), out);
+    field_line(b"x-forwarded-proto", proto(conn).as_bytes(), out);
+    field_line(b"x-forwarded-host", host.as_bytes(), out);
+    field_line(b"x-forwarded-port", conn.port_value.as_bytes(), out);
     if let Some(cert) = &conn.client_cert {
         client_cert_lines(cert, out);
     }
     if !wrote_id {
-        line(b"x-request-id", trace.request_id.as_bytes(), out);
+        field_line(b"x-request-id", trace.request_id.as_bytes(), out);
     }
     if !wrote_parent {
-        line(b"traceparent", trace.traceparent(), out);
+        field_line(b"traceparent", trace.traceparent(), out);
     }
     let end = out.len();
     out.extend_from_slice(b"\r\n");
     end
-}
-
-/// One field line.
-#[inline]
-fn line(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// A head as written, for comparing two that may order fields of different
@@ -566,94 +353,89 @@ mod tests {
     use super::*;
     use crate::request::connection::activity::Activity;
     use crate::request::connection::client_conn::ForwardedSettings;
+    use h1_codec::hop::remove_hop_by_hop;
     use per_source::KeyRule;
     use std::net::IpAddr;
 
-    #[test]
-    fn hop_by_hop_names_are_found_by_text_in_their_order() {
-        for (i, kind) in Name::HOP_BY_HOP.iter().enumerate() {
-            let name = kind.header_name().expect("a name");
-            assert_eq!(hop_by_hop_index(&name), Some(i), "{name}");
+    /// The test's oracle: a request head written from a map the way the map says,
+    /// changed first (what `encode_map_for_member` must write without changing it).
+    ///
+    /// `body_len`: `None` when the request has no body to send; otherwise its exact
+    /// length if known. The framing follows what the headers say (the client's framing
+    /// was checked on the way in: a single `chunked`, or a `Content-Length`); a body
+    /// of unknown length without either is sent chunked (h2 clients).
+    fn reference_head(
+        method: &http::Method,
+        target: &str,
+        headers: &mut HeaderMap,
+        body_len: Option<Option<u64>>,
+        out: &mut Vec<u8>,
+    ) -> h1_codec::BodyFraming {
+        let framing = match body_len {
+            None => {
+                headers.remove(header::TRANSFER_ENCODING);
+                h1_codec::BodyFraming::Empty
+            }
+            Some(len) => {
+                if headers.contains_key(header::TRANSFER_ENCODING) {
+                    headers.remove(header::CONTENT_LENGTH);
+                    headers.insert(
+                        header::TRANSFER_ENCODING,
+                        HeaderValue::from_static("chunked"),
+                    );
+                    h1_codec::BodyFraming::Chunked
+                } else if let Some(n) = h1_codec::length::content_length(
+                    headers
+                        .get_all(header::CONTENT_LENGTH)
+                        .iter()
+                        .map(HeaderValue::as_bytes),
+                )
+                .ok()
+                .flatten()
+                {
+                    h1_codec::BodyFraming::Length(n)
+                } else if let Some(n) = len {
+                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+                    h1_codec::BodyFraming::Length(n)
+                } else {
+                    headers.insert(
+                        header::TRANSFER_ENCODING,
+                        HeaderValue::from_static("chunked"),
+                    );
+                    h1_codec::BodyFraming::Chunked
+                }
+            }
+        };
+        out.extend_from_slice(method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in headers.iter() {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        assert_eq!(hop_by_hop_index(&header::HOST), None);
+        out.extend_from_slice(b"\r\n");
+        framing
     }
 
+    /// A map of `pairs`, in order (`collect` appends).
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).expect("name"),
-                HeaderValue::from_str(v).expect("value"),
-            );
-        }
-        h
+        let field = |(k, v): &(&str, &str)| {
+            let name = HeaderName::from_bytes(k.as_bytes()).expect("name");
+            (name, HeaderValue::from_str(v).expect("value"))
+        };
+        pairs.iter().map(field).collect()
     }
 
     #[test]
-    fn connection_cannot_strip_host_or_forwarded_headers_and_every_connection_header_counts() {
-        let mut h = map(&[
-            ("host", "app.example.com"),
-            ("connection", "host, x-forwarded-for"),
-            ("connection", "x-secret"),
-            ("x-forwarded-for", "10.0.0.9"),
-            ("x-secret", "1"),
-            ("accept", "*/*"),
-        ]);
-        remove_hop_by_hop(&mut h, false);
-        assert_eq!(
-            h.get("host").map(|v| v.as_bytes()),
-            Some(&b"app.example.com"[..])
-        );
-        assert!(h.contains_key("x-forwarded-for"));
-        assert!(
-            !h.contains_key("x-secret"),
-            "named by the second Connection header"
-        );
-        assert!(!h.contains_key("connection"));
-        assert!(h.contains_key("accept"));
-    }
-
-    #[test]
-    fn removes_standard_and_named_hop_by_hop_headers() {
-        let mut h = map(&[
-            ("connection", "keep-alive, X-Secret-Hop"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret-hop", "1"),
-            ("te", "trailers"),
-            ("proxy-connection", "keep-alive"),
-            ("cookie", "GEAR=local-5464"),
-            ("host", "App.example.com"),
-        ]);
-        remove_hop_by_hop(&mut h, false);
-        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["cookie", "host"]);
-    }
-
-    #[test]
-    fn a_non_ascii_token_does_not_hide_the_others() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_bytes(b"x-drop, cl\xe9se").expect("obs-text is a valid value"),
-        );
-        h.insert("x-drop", HeaderValue::from_static("1"));
-        remove_hop_by_hop(&mut h, false);
-        assert!(h.is_empty(), "{h:?}");
-    }
-
-    #[test]
-    fn upgrade_survives_when_asked() {
-        let mut h = map(&[("connection", "Upgrade"), ("upgrade", "websocket")]);
-        assert!(wants_upgrade(&h));
-        remove_hop_by_hop(&mut h, true);
-        assert_eq!(
-            h.get("upgrade").map(|v| v.as_bytes()),
-            Some(&b"websocket"[..])
-        );
-        assert_eq!(
-            h.get("connection").map(|v| v.as_bytes()),
-            Some(&b"upgrade"[..])
-        );
+    fn upgrade_is_asked_by_connection_and_upgrade() {
+        assert!(wants_upgrade(&map(&[
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket")
+        ])));
+        assert!(!wants_upgrade(&map(&[("upgrade", "websocket")])));
     }
 
     #[test]
@@ -863,7 +645,7 @@ mod tests {
             set_forwarded(&mut map, &conn, &host);
             trace.set_in(&mut map);
             let mut mapped = Vec::new();
-            h1_codec::encode::encode_request_head(&http::Method::GET, "/p?q=1", &mut map, None, &mut mapped);
+            reference_head(&http::Method::GET, "/p?q=1", &mut map, None, &mut mapped);
             proptest::prop_assert_eq!(head_by_name(&written), head_by_name(&mapped));
             // Written from an untouched map (h2 and hyper's HTTP/1 clients), with
             // a body or not: what the map, changed and then written, says; and
@@ -878,7 +660,7 @@ mod tests {
             remove_hop_by_hop(&mut map, false);
             set_forwarded(&mut map, &conn, &host);
             trace.set_in(&mut map);
-            let want = h1_codec::encode::encode_request_head(&http::Method::GET, "/p?q=1", &mut map, body_len, &mut mapped);
+            let want = reference_head(&http::Method::GET, "/p?q=1", &mut map, body_len, &mut mapped);
             proptest::prop_assert_eq!(&framing, &want);
             let (line, mut fields) = head_by_name(&mapped);
             if framing == h1_codec::BodyFraming::Chunked {

@@ -11,7 +11,6 @@ use hyper::body::Incoming;
 use super::body::ProxyBody;
 use super::context::Reply;
 use super::error::ProxyError;
-use super::headers::remove_hop_by_hop;
 use super::route::Sticky;
 use crate::members::MemberSlot;
 use crate::metrics::{AffinityResult, UpstreamError};
@@ -23,6 +22,7 @@ use crate::request::connection::client_conn::ClientConn;
 use crate::request::connection::tunnel::Tunnel;
 use crate::table::Target;
 use crate::upstream::{Lease, MemberHead, SendError, Upstream};
+use h1_codec::hop::remove_hop_by_hop;
 
 impl Proxy {
     /// What the router adds to a response's head: `Connection: close` when the
@@ -70,7 +70,7 @@ impl Proxy {
 
     /// An HTTP/1.1 member's answer as the client gets it: its fields as they
     /// came (hop-by-hop ones are left out where they are written or put in a
-    /// map: [`super::headers::end_to_end`], [`super::headers::member_map`]), the
+    /// map: [`h1_codec::hop::end_to_end`], [`h1_codec::hop::member_map`]), the
     /// affinity cookie in the response's own map, the body read from `up` (back
     /// to its pool once read), the slot travelling with it.
     #[inline]

@@ -19,8 +19,8 @@
 //! `router_upstream_retries_total` for HTTP (a reconnect that finds nothing reachable may still
 //! move to another member).
 
+use super::admit::Requester;
 use http::Method;
-use per_source::ClientKey;
 
 use super::error::ProxyError;
 use crate::members::MemberSlot;
@@ -119,13 +119,13 @@ impl Proxy {
     pub(in crate::request) async fn connect_again(
         &self,
         (retry, replay): (Retry, Replay),
-        (route, sni, source): (&Route, &str, (ClientKey, usize)),
+        (route, sni, source): (&Route, &str, Requester),
         (target, slot): (&mut Target, &mut MemberSlot),
         fresh: bool,
     ) -> Result<Upstream, ProxyError> {
         self.metrics.retries.inc();
         let again = match retry {
-            Retry::SameMember => Box::pin(self.connect(target, sni, source.1)).await,
+            Retry::SameMember => Box::pin(self.connect(target, sni, source.worker)).await,
             _ => Err(self.failed(&target.member, UpstreamError::Reset)),
         };
         match again {

@@ -16,8 +16,7 @@ use hyper::body::Incoming;
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
 use super::headers::{
-    encode_for_member, encode_map_for_member, remove_hop_by_hop, remove_underscored, set_forwarded,
-    wants_upgrade,
+    encode_for_member, encode_map_for_member, remove_underscored, set_forwarded, wants_upgrade,
 };
 use super::retry::{Replay, idempotent};
 use super::route::Destination;
@@ -30,6 +29,7 @@ use crate::request::Proxy;
 use crate::request::connection::client_conn::ClientConn;
 use crate::table::Target;
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
+use h1_codec::hop::remove_hop_by_hop;
 
 /// How a request goes to its member.
 pub(in crate::request) enum Protocol {

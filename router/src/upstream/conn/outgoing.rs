@@ -12,21 +12,6 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    pub fn new(req: Request<RequestBody>) -> Encoded {
-        let (mut parts, body) = req.into_parts();
-        let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut out = Vec::with_capacity(512);
-        let framing = encode::encode_request_head(
-            &parts.method,
-            target,
-            &mut parts.headers,
-            body_len,
-            &mut out,
-        );
-        Encoded::with(out, framing, &parts.method, body)
-    }
-
     /// A request whose head is written already (`head`, by the caller: the
     /// client's fields as they came, their `Content-Length` with them); its body,
     /// if it has one, is sent as it comes, as long as that length says.

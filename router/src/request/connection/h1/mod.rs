@@ -30,7 +30,6 @@
 
 /// Public for the fuzz targets (`fuzz/`), which compare it with the framing reader.
 pub mod head;
-mod response;
 #[cfg(test)]
 mod tests;
 
@@ -48,7 +47,6 @@ use tokio::io::{AsyncRead as _, AsyncWriteExt as _, ReadBuf};
 use tokio::time::Sleep;
 
 use self::head::Parsed;
-use self::response::{BodyLength, DateCache, Encoder};
 use super::client_conn::ClientConn;
 use super::client_io::ClientIo;
 use super::own_waker::{Flag, OwnWaker};
@@ -56,6 +54,7 @@ use crate::request::Answer;
 use crate::request::Proxy;
 use crate::request::phases::body::ProxyBody;
 use crate::request::phases::upload::Received;
+use h1_codec::encode::response::{self, BodyLength, DateCache, Encoder, ToWrite};
 
 /// How the router's own path left a connection.
 pub enum End {
@@ -288,6 +287,23 @@ fn poll_fill(
     }
 }
 
+/// What `body` says of its length.
+fn length_of(body: &ProxyBody) -> BodyLength {
+    if body.is_end_stream() {
+        return BodyLength::None;
+    }
+    body.size_hint()
+        .exact()
+        .map_or(BodyLength::Unknown, BodyLength::Known)
+}
+
+/// A member's own reason phrase, which hyper's client keeps in the response's
+/// extensions.
+fn reason_of(parts: &http::response::Parts) -> Option<&[u8]> {
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    reason.map(|r| r.as_bytes())
+}
+
 /// Writes `answer` (to a `method` request); `Ok(false)`: the connection closes
 /// after it.
 fn write<'a>(
@@ -305,22 +321,17 @@ fn write<'a>(
         request_id,
     } = answer;
     let (parts, body) = response.into_parts();
-    let length = if body.is_end_stream() {
-        BodyLength::None
-    } else {
-        body.size_hint()
-            .exact()
-            .map_or(BodyLength::Unknown, BodyLength::Known)
-    };
+    let length = length_of(&body);
     let mut out = Vec::with_capacity(1024);
-    let head = response::encode_head(
-        &parts,
-        (fields.as_ref(), Some(request_id.as_bytes())),
+    let to_write = ToWrite {
+        parts: &parts,
+        reason: reason_of(&parts),
+        member: fields.as_ref(),
+        request_id: Some(request_id.as_bytes()),
         method,
-        length,
-        date,
-        &mut out,
-    );
+        body: length,
+    };
+    let head = response::encode_head(&to_write, date, &mut out);
     drop((parts, fields));
     let (last, encoder) = (head.last, head.encoder);
     // Nothing to write (HEAD, 204, 304, an empty body): the body is dropped, as

@@ -11,9 +11,30 @@ use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::head::{self, HeadLimits, Parsed};
-use super::response::{BodyLength, DateCache, Encoder, encode_head};
 use crate::request::phases::headers::head_by_name;
+use h1_codec::encode::response::{BodyLength, DateCache, Encoder, ToWrite, encode_head};
 use h1_codec::framing::{Framing, POISON};
+
+/// [`encode_head`] for `parts` as the router calls it (the member's reason
+/// phrase from hyper's extension).
+fn written(
+    parts: &http::response::Parts,
+    (member, request_id): (Option<&h1_codec::fields::Fields>, Option<&[u8]>),
+    method: &http::Method,
+    body: BodyLength,
+    out: &mut Vec<u8>,
+) -> h1_codec::encode::response::Head {
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    let to_write = ToWrite {
+        parts,
+        reason: reason.map(|r| r.as_bytes()),
+        member,
+        request_id,
+        method,
+        body,
+    };
+    encode_head(&to_write, &mut DateCache::default(), out)
+}
 
 const LIMITS: HeadLimits = HeadLimits {
     max_bytes: 8192,
@@ -293,14 +314,7 @@ async fn response_heads_are_what_hyper_writes() {
                         }
                         let (parts, ()) = r.into_parts();
                         let mut ours = Vec::new();
-                        let _ = encode_head(
-                            &parts,
-                            (None, None),
-                            method,
-                            kind,
-                            &mut DateCache::default(),
-                            &mut ours,
-                        );
+                        let _ = written(&parts, (None, None), method, kind, &mut ours);
                         let theirs =
                             hyper_head(method, Response::from_parts(parts, body(kind))).await;
                         assert_eq!(
@@ -324,11 +338,11 @@ fn bodies_are_framed_by_their_encoder() {
     let mut length = Encoder::Length(5);
     assert_eq!(
         length.data(&Bytes::from_static(b"hel"), &mut out),
-        super::response::Wrote::More
+        h1_codec::encode::response::Wrote::More
     );
     assert_eq!(
         length.data(&Bytes::from_static(b"lo!!"), &mut out),
-        super::response::Wrote::Done
+        h1_codec::encode::response::Wrote::Done
     );
     assert!(length.end(None, &mut out));
     assert_eq!(out, b"hello");
@@ -434,13 +448,13 @@ proptest! {
         // The request's ID: written after the fields on the own path, in the
         // map on the other.
         let id = HeaderValue::from_static("0123456789abcdef0123456789abcdef");
-        let raw_head = encode_head(&parts, (Some(&member), Some(id.as_bytes())), &method, kind, &mut DateCache::default(), &mut raw);
+        let raw_head = written(&parts, (Some(&member), Some(id.as_bytes())), &method, kind, &mut raw);
         let mut map = added;
-        crate::request::phases::headers::member_map(&member, &mut map);
+        h1_codec::hop::member_map(&member, &mut map);
         map.insert("x-request-id", id);
         parts.headers = map;
         let mut mapped = Vec::new();
-        let map_head = encode_head(&parts, (None, None), &method, kind, &mut DateCache::default(), &mut mapped);
+        let map_head = written(&parts, (None, None), &method, kind, &mut mapped);
         prop_assert_eq!(head_by_name(&without_date(&raw)), head_by_name(&without_date(&mapped)));
         prop_assert_eq!(raw_head.encoder, map_head.encoder);
         prop_assert_eq!(raw_head.last, map_head.last);

@@ -45,7 +45,6 @@ use serde::Deserialize;
 
 use self::encode::{Encoder, Levels, StreamSlot};
 use super::body::ProxyBody;
-use super::headers;
 
 /// A content coding the router writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,7 +382,7 @@ impl Compression {
         };
         self.compressed[coding as usize].inc();
         if let Some(f) = fields.take() {
-            headers::member_map(&f, response.headers_mut());
+            h1_codec::hop::member_map(&f, response.headers_mut());
         }
         let map = response.headers_mut();
         map.remove(header::CONTENT_LENGTH);

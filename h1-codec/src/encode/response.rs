@@ -1,4 +1,4 @@
-//! Responses on the router's own HTTP/1.1 path, written as hyper's server writes
+//! The responses the router writes to HTTP/1.1 clients, written as hyper's server writes
 //! them (hyper 1.x `proto::h1::role::Server::encode`), so that a client cannot
 //! tell which of the two served it: the status line (a member's own reason
 //! phrase kept), lower-case names, one line per value except `connection`,
@@ -9,16 +9,17 @@
 //! are written first, in their order, by the same rules (a property test holds
 //! them to what their map would give).
 //!
-//! Pure: bytes out only, no I/O (the connection loop is the parent module).
+//! Pure: bytes out only, no I/O (the connection loop is the router's
+//! `request::connection::h1`).
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
-use crate::request::phases::headers::end_to_end;
-use h1_codec::encode::{encode_chunk, encode_field};
-use h1_codec::fields::{Fields, Name};
-use h1_codec::length::content_length;
+use super::{encode_chunk, encode_field};
+use crate::fields::{Fields, Name};
+use crate::hop::end_to_end;
+use crate::length::content_length;
 
 /// What the body's framing will be, from the body itself (hyper's `BodyLength`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,20 +86,36 @@ fn can_have_content_length(status: StatusCode) -> bool {
         || status == StatusCode::NOT_MODIFIED)
 }
 
-/// Appends the head of `parts` (a response to a `method` request) to `out`:
-/// first `member`'s fields, when a member's fields came as they were sent
-/// (see [`super::super::Answer`]), then the fields of `parts`, then
-/// `X-Request-Id: request_id` (in place of a member's).
-pub fn encode_head(
-    parts: &http::response::Parts,
-    (member, request_id): (Option<&Fields>, Option<&[u8]>),
-    method: &Method,
-    body: BodyLength,
-    date: &mut DateCache,
-    out: &mut Vec<u8>,
-) -> Head {
+/// A response head to write: the response's status and map, and what comes
+/// with it.
+pub struct ToWrite<'a> {
+    pub parts: &'a http::response::Parts,
+    /// A member's own reason phrase (hyper's `ReasonPhrase`), kept.
+    pub reason: Option<&'a [u8]>,
+    /// A member's fields as they came (the router's `request::Answer`),
+    /// written first.
+    pub member: Option<&'a Fields>,
+    /// `X-Request-Id`, written last, in place of a member's.
+    pub request_id: Option<&'a [u8]>,
+    /// The request's method (a response to `HEAD` has no body).
+    pub method: &'a Method,
+    pub body: BodyLength,
+}
+
+/// Appends the head of `response` to `out`: first the member's fields, then
+/// those of its map, then `X-Request-Id`, then the framing and `date` if none
+/// came.
+pub fn encode_head(response: &ToWrite<'_>, date: &mut DateCache, out: &mut Vec<u8>) -> Head {
+    let ToWrite {
+        parts,
+        reason,
+        member,
+        request_id,
+        method,
+        body,
+    } = *response;
     let status = parts.status;
-    status_line(parts, out);
+    status_line(status, reason, out);
     let mut w = Written {
         chunkable: can_chunked(method, status),
         method,
@@ -324,9 +341,7 @@ fn trailer_field<'a>(
 }
 
 /// The status line, with the member's reason phrase if it had its own.
-fn status_line(parts: &http::response::Parts, out: &mut Vec<u8>) {
-    let status = parts.status;
-    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+fn status_line(status: StatusCode, reason: Option<&[u8]>, out: &mut Vec<u8>) {
     if status == StatusCode::OK && reason.is_none() {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         return;
@@ -335,7 +350,7 @@ fn status_line(parts: &http::response::Parts, out: &mut Vec<u8>) {
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     match reason {
-        Some(r) => out.extend_from_slice(r.as_bytes()),
+        Some(r) => out.extend_from_slice(r),
         None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
     }
     out.extend_from_slice(b"\r\n");
