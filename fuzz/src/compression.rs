@@ -11,7 +11,7 @@ use std::io::Read;
 use std::task::{Context, Poll, Waker};
 
 use router::request::phases::body::ProxyBody;
-use router::request::phases::compress::encode::{Compressing, Encoder, Levels, StreamSlot};
+use router::request::phases::compress::encode::{Compressing, Compressor, Levels, StreamSlot};
 use router::request::phases::compress::{Coding, negotiate};
 
 pub fn compression(data: &[u8]) {
@@ -46,7 +46,7 @@ fn roundtrip(coding: Coding, body: &[u8]) -> Vec<u8> {
         brotli: 4,
         zstd: 3,
     };
-    let encoder = Encoder::new(coding, levels).expect("an encoder");
+    let encoder = Compressor::new(coding, levels).expect("an encoder");
     let client = per_source::KeyRule::default().key(std::net::Ipv4Addr::LOCALHOST.into());
     let share = per_source::PerSource::new(1)
         .admit(client)

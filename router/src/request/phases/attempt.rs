@@ -57,8 +57,8 @@ impl Proxy {
         context.routed(&to, &req, fields);
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
         let target = to.pick(fields, source.key)?;
-        let conn = (context.conn, &context.trace);
-        let (protocol, body, added) = prepare((&mut req, &mut raw), &to, &target, conn)?;
+        let from = context.provenance();
+        let (protocol, body, added) = prepare((&mut req, &mut raw), &to, &target, from)?;
         let body = self.read_body(body, to.policy.as_deref()).await?;
         let timeouts = Timeouts::of(self, to.policy.as_deref());
         match protocol {
@@ -80,9 +80,9 @@ impl Proxy {
             None => Box::pin(self.checkout_or_other(&to.route, target, req.method(), how)).await?,
         };
         context.mark(Moment::Connected);
-        let conn = (context.conn, &context.trace);
+        let from = context.provenance();
         let raw = raw.as_ref().map(|f| (f, &added));
-        let (mut request, replay) = encoded((req, body), raw, conn, to.host);
+        let (mut request, replay) = encoded((req, body), raw, from, to.host);
         let mut retried = false;
         let head = loop {
             let result = up

@@ -16,7 +16,7 @@ use super::body::ProxyBody;
 use super::compress::Asked;
 use super::error::ProxyError;
 use super::route::Destination;
-use super::trace::Trace;
+use super::trace::{Provenance, Trace};
 use super::upload::Received;
 use crate::members::MemberSlot;
 use crate::metrics::apps::AppTraffic;
@@ -90,24 +90,16 @@ impl Rules {
         }))
     }
 
-    /// The variables of a request of `conn` with `trace`.
-    pub(in crate::request) fn vars<'a>(
-        &'a self,
-        conn: &'a ClientConn,
-        trace: &'a Trace,
-    ) -> Vars<'a> {
-        vars_of(
-            (conn, trace),
-            Some(&self.route),
-            self.host.as_deref().unwrap_or(""),
-        )
+    /// The variables of a request `from` a connection and its trace.
+    pub(in crate::request) fn vars<'a>(&'a self, from: Provenance<'a>) -> Vars<'a> {
+        vars_of(from, Some(&self.route), self.host.as_deref().unwrap_or(""))
     }
 }
 
 /// The variables of a request of `conn` with `trace` for `host`, routed to
 /// `route` (none: it reached no app).
 pub(in crate::request) fn vars_of<'a>(
-    (conn, trace): (&'a ClientConn, &'a Trace),
+    Provenance { conn, trace }: Provenance<'a>,
     route: Option<&'a Route>,
     host: &'a str,
 ) -> Vars<'a> {
@@ -121,6 +113,14 @@ pub(in crate::request) fn vars_of<'a>(
 }
 
 impl Context<'_> {
+    /// Where the request comes from (its connection and its trace).
+    pub(in crate::request) fn provenance(&self) -> Provenance<'_> {
+        Provenance {
+            conn: self.conn,
+            trace: &self.trace,
+        }
+    }
+
     /// The request reached `to`'s app: its counters, its span's, and what
     /// it takes of compression when the app compresses.
     pub(in crate::request) fn routed<B>(

@@ -11,7 +11,7 @@
 //! Everything else passes untouched, in order: Host, cookies (the gear haproxy's
 //! `GEAR` stickiness cookie), authorization, and so on.
 
-use super::trace::Trace;
+use super::trace::{Provenance, Trace};
 
 use h1_codec::encode::field_line;
 use h1_codec::encode::request::{RequestFraming, request_line};
@@ -182,7 +182,7 @@ pub const X_SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("x-ssl-client-
 pub fn encode_for_member(
     (method, target): (&http::Method, &str),
     (fields, added): (&Fields, &[(HeaderName, HeaderValue)]),
-    (conn, trace): (&ClientConn, &Trace),
+    Provenance { conn, trace }: Provenance<'_>,
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) {
@@ -212,7 +212,7 @@ pub fn encode_map_for_member(
     (method, target): (&http::Method, &str),
     headers: &HeaderMap,
     body_len: Option<Option<u64>>,
-    (conn, trace): (&ClientConn, &Trace),
+    Provenance { conn, trace }: Provenance<'_>,
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) -> h1_codec::BodyFraming {
@@ -639,7 +639,7 @@ mod tests {
             let host = HeaderValue::from_static("a.example");
             let mut written = Vec::new();
             let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted(), Default::default());
-            encode_for_member((&http::Method::GET, "/p?q=1"), (&raw, &[]), (&conn, &trace), &host, &mut written);
+            encode_for_member((&http::Method::GET, "/p?q=1"), (&raw, &[]), Provenance { conn: &conn, trace: &trace }, &host, &mut written);
             let mut map = raw.to_map(6);
             remove_hop_by_hop(&mut map, false);
             set_forwarded(&mut map, &conn, &host);
@@ -653,7 +653,7 @@ mod tests {
             let mut from_map = Vec::new();
             let untouched = raw.to_map(6);
             let framing = encode_map_for_member(
-                (&http::Method::GET, "/p?q=1"), &untouched, body_len, (&conn, &trace), &host, &mut from_map,
+                (&http::Method::GET, "/p?q=1"), &untouched, body_len, Provenance { conn: &conn, trace: &trace }, &host, &mut from_map,
             );
             let mut mapped = Vec::new();
             let mut map = raw.to_map(6);

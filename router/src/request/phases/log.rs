@@ -93,7 +93,7 @@ impl Proxy {
     ) {
         self.router_fields(response.0, closing, context.announce_h3);
         if let Some(rules) = &context.field_rules {
-            let vars = rules.vars(context.conn, &context.trace);
+            let vars = rules.vars(context.provenance());
             rules::on_response(&rules.rules, response, context.conn.https, &vars);
         } else if context.app.is_none() {
             self.unrouted_fields(context, response);
@@ -113,7 +113,7 @@ impl Proxy {
             return;
         };
         drop(table);
-        let vars = super::context::vars_of((context.conn, &context.trace), None, "");
+        let vars = super::context::vars_of(context.provenance(), None, "");
         rules::on_response(&rules, response, context.conn.https, &vars);
     }
 }

@@ -20,13 +20,12 @@ use super::headers::{
 };
 use super::retry::{Replay, idempotent};
 use super::route::Destination;
-use super::trace::Trace;
+use super::trace::Provenance;
 use super::upload::{Received, read_now, read_rest};
 use crate::metrics::UpstreamError;
 use crate::policy::fields::SetFields;
 use crate::policy::{Policy, Refused};
 use crate::request::Proxy;
-use crate::request::connection::client_conn::ClientConn;
 use crate::table::Target;
 use crate::upstream::{Encoded, RequestBody, SendError, Upstream};
 use h1_codec::hop::remove_hop_by_hop;
@@ -56,7 +55,7 @@ pub(in crate::request) fn prepare(
     (req, raw): (&mut Request<Received>, &mut Option<Fields>),
     to: &Destination<'_>,
     target: &Target,
-    (conn, trace): (&ClientConn, &Trace),
+    from: Provenance<'_>,
 ) -> Result<Prepared, ProxyError> {
     let (host, h2_members) = (to.host, to.h2_members());
     let fields = FieldsRef::of(req, raw.as_ref());
@@ -66,16 +65,10 @@ pub(in crate::request) fn prepare(
     // (`encode`); hyper's clients (h2 members, upgrades) take a map.
     let written = !(h2_members || upgrade);
     plain_or_map(req, raw, !written);
-    let added = request_actions((req, raw), to, (conn, trace));
+    let added = request_actions((req, raw), to, from);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
     let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
-    for_member(
-        req,
-        (host, &to.rewrite),
-        target,
-        (conn, trace),
-        (upgrade, written),
-    )?;
+    for_member(req, (host, &to.rewrite), target, from, (upgrade, written))?;
     let protocol = match client_upgrade {
         Some(client_upgrade) => Protocol::Upgrade(client_upgrade),
         None if h2_members => Protocol::H2 { trailers },
@@ -91,7 +84,7 @@ pub(in crate::request) fn prepare(
 fn request_actions(
     (req, raw): (&mut Request<Received>, &mut Option<Fields>),
     to: &Destination<'_>,
-    conn: (&ClientConn, &Trace),
+    from: Provenance<'_>,
 ) -> SetFields {
     let Some(rules) = to
         .policy
@@ -101,7 +94,7 @@ fn request_actions(
     else {
         return SetFields::new();
     };
-    let vars = super::context::vars_of(conn, Some(&to.route), &to.name);
+    let vars = super::context::vars_of(from, Some(&to.route), &to.name);
     match raw.as_mut() {
         Some(fields) => rules.on_raw_request(fields, &vars),
         None => {
@@ -173,11 +166,11 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 pub(in crate::request) fn encoded(
     (req, body): (Box<Request<Received>>, RequestBody),
     raw: Option<(&Fields, &SetFields)>,
-    conn: (&ClientConn, &Trace),
+    from: Provenance<'_>,
     host: &HeaderValue,
 ) -> (Encoded, Replay) {
     let idempotent = idempotent(req.method());
-    let request = encode(req, body, raw, conn, host);
+    let request = encode(req, body, raw, from, host);
     let exact = request.has_no_body();
     (request, Replay::Request { idempotent, exact })
 }
@@ -186,7 +179,7 @@ fn encode(
     req: Box<Request<Received>>,
     body: RequestBody,
     raw: Option<(&Fields, &SetFields)>,
-    conn: (&ClientConn, &Trace),
+    from: Provenance<'_>,
     host: &HeaderValue,
 ) -> Encoded {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -197,7 +190,7 @@ fn encode(
             (req.method(), target),
             req.headers(),
             body_len,
-            conn,
+            from,
             host,
             &mut head,
         );
@@ -208,7 +201,7 @@ fn encode(
     encode_for_member(
         (req.method(), target),
         (fields, added),
-        conn,
+        from,
         host,
         &mut head,
     );
@@ -227,7 +220,7 @@ fn for_member<B>(
     req: &mut Request<B>,
     (host, rewrite): (&HeaderValue, &Option<crate::table::paths::Rewrite>),
     target: &Target,
-    (conn, trace): (&ClientConn, &Trace),
+    from: Provenance<'_>,
     (upgrade, written): (bool, bool),
 ) -> Result<(), ProxyError> {
     if req.uri().scheme().is_some() || req.uri().authority().is_some() {
@@ -256,8 +249,8 @@ fn for_member<B>(
         let headers = req.headers_mut();
         remove_hop_by_hop(headers, upgrade);
         remove_underscored(headers);
-        set_forwarded(headers, conn, host);
-        trace.set_in(headers);
+        set_forwarded(headers, from.conn, host);
+        from.trace.set_in(headers);
     }
     Ok(())
 }

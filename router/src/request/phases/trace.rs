@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 use h1_codec::fields::{FieldsRef, Name};
 use http::HeaderValue;
 
+use crate::request::connection::client_conn::ClientConn;
 use crate::traces::Sample;
 
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -35,6 +36,16 @@ pub const MAX_ID: usize = 128;
 
 /// `00-` + 32 + `-` + 16 + `-` + 2.
 const TRACEPARENT_LEN: usize = 55;
+
+/// Where a request comes from, as its member is told: the client's
+/// connection (address, TLS, the forwarding trust rule) and the request's
+/// trace (its ID and context). Passed together wherever a request's head or
+/// its variables are written.
+#[derive(Clone, Copy)]
+pub struct Provenance<'a> {
+    pub conn: &'a ClientConn,
+    pub trace: &'a Trace,
+}
 
 /// A request's ID and the trace context it carries to the member.
 #[derive(Clone, Debug)]

@@ -1,6 +1,6 @@
 //! A response body compressed as it streams: each frame from the member is
-//! written into the encoder, whose output goes on as soon as there is enough
-//! of it ([`OUT`]) or the member pauses (the encoder is flushed then, so a
+//! written into the compressor, whose output goes on as soon as there is enough
+//! of it ([`OUT`]) or the member pauses (the compressor is flushed then, so a
 //! stream of events reaches the client as it comes); nothing is buffered whole.
 //! One poll compresses at most [`BUDGET`] bytes, and for at most
 //! [`POLL_TIME`], before it yields, so neither a fast member nor a slow level
@@ -27,11 +27,11 @@ const BUDGET: usize = 256 * 1024;
 /// levels' cap: a 16 KiB slice takes 1.3 ms at brotli 9, 0.9 ms at zstd 12;
 /// `bench/RESULTS.md`, "Compression levels and the poll's time").
 const POLL_TIME: std::time::Duration = std::time::Duration::from_millis(2);
-/// Input written to the encoder at once at most.
+/// Input written to the compressor at once at most.
 const SLICE: usize = 16 * 1024;
 
-/// One stream's encoder, writing into a `Vec` the body takes from.
-pub enum Encoder {
+/// One stream's compressor, writing into a `Vec` the body takes from.
+pub enum Compressor {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
@@ -51,14 +51,14 @@ const BROTLI_WINDOW_LOG: u32 = 18;
 /// zstd's window: 2^19 = 512 KiB (level 3's own is 2 MiB).
 const ZSTD_WINDOW_LOG: u32 = 19;
 
-impl Encoder {
-    pub fn new(coding: Coding, levels: Levels) -> std::io::Result<Encoder> {
+impl Compressor {
+    pub fn new(coding: Coding, levels: Levels) -> std::io::Result<Compressor> {
         Ok(match coding {
-            Coding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
+            Coding::Gzip => Compressor::Gzip(flate2::write::GzEncoder::new(
                 Vec::new(),
                 flate2::Compression::new(levels.gzip),
             )),
-            Coding::Brotli => Encoder::Brotli(Box::new(brotli::CompressorWriter::new(
+            Coding::Brotli => Compressor::Brotli(Box::new(brotli::CompressorWriter::new(
                 Vec::new(),
                 4096,
                 levels.brotli,
@@ -68,42 +68,42 @@ impl Encoder {
                 let mut e = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd)?;
                 e.window_log(ZSTD_WINDOW_LOG)?;
                 e.include_checksum(false)?;
-                Encoder::Zstd(e)
+                Compressor::Zstd(e)
             }
         })
     }
 
     fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
         match self {
-            Encoder::Gzip(e) => e.write_all(data),
-            Encoder::Brotli(e) => e.write_all(data),
-            Encoder::Zstd(e) => e.write_all(data),
+            Compressor::Gzip(e) => e.write_all(data),
+            Compressor::Brotli(e) => e.write_all(data),
+            Compressor::Zstd(e) => e.write_all(data),
         }
     }
 
     /// Everything written so far, out (a sync flush: the stream goes on).
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Encoder::Gzip(e) => e.flush(),
-            Encoder::Brotli(e) => e.flush(),
-            Encoder::Zstd(e) => e.flush(),
+            Compressor::Gzip(e) => e.flush(),
+            Compressor::Brotli(e) => e.flush(),
+            Compressor::Zstd(e) => e.flush(),
         }
     }
 
     fn output(&mut self) -> &mut Vec<u8> {
         match self {
-            Encoder::Gzip(e) => e.get_mut(),
-            Encoder::Brotli(e) => e.get_mut(),
-            Encoder::Zstd(e) => e.get_mut(),
+            Compressor::Gzip(e) => e.get_mut(),
+            Compressor::Brotli(e) => e.get_mut(),
+            Compressor::Zstd(e) => e.get_mut(),
         }
     }
 
     /// The stream's end: what is left, with the coding's trailer.
     fn finish(self) -> std::io::Result<Vec<u8>> {
         match self {
-            Encoder::Gzip(e) => e.finish(),
-            Encoder::Brotli(e) => Ok(e.into_inner()),
-            Encoder::Zstd(e) => e.finish(),
+            Compressor::Gzip(e) => e.finish(),
+            Compressor::Brotli(e) => Ok(e.into_inner()),
+            Compressor::Zstd(e) => e.finish(),
         }
     }
 }
@@ -144,12 +144,12 @@ impl Drop for StreamSlot {
 /// What a body's frames fail with (the response body's error, boxed).
 type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The member's body and its encoder (generic over the body, so that this file
+/// The member's body and its compressor (generic over the body, so that this file
 /// and the response body that holds it do not name each other).
 pub struct Compressing<B> {
     pub inner: B,
     /// `None` once finished.
-    encoder: Option<Encoder>,
+    compressor: Option<Compressor>,
     /// Input written since the last flush.
     unflushed: bool,
     /// The member's trailers, sent after the compressed end.
@@ -163,10 +163,10 @@ impl<B> Compressing<B>
 where
     B: Body<Data = Bytes, Error = BodyError> + Unpin,
 {
-    pub fn new(inner: B, encoder: Encoder, slot: StreamSlot) -> Compressing<B> {
+    pub fn new(inner: B, compressor: Compressor, slot: StreamSlot) -> Compressing<B> {
         Compressing {
             inner,
-            encoder: Some(encoder),
+            compressor: Some(compressor),
             unflushed: false,
             trailers: None,
             pending: Bytes::new(),
@@ -175,16 +175,16 @@ where
     }
 
     fn take_output(&mut self) -> Option<Bytes> {
-        let out = self.encoder.as_mut()?.output();
+        let out = self.compressor.as_mut()?.output();
         (!out.is_empty()).then(|| Bytes::from(std::mem::take(out)))
     }
 
-    /// The end of the member's body: the encoder's last bytes.
+    /// The end of the member's body: the compressor's last bytes.
     fn finish(&mut self) -> Result<Option<Bytes>, BodyError> {
-        let Some(encoder) = self.encoder.take() else {
+        let Some(compressor) = self.compressor.take() else {
             return Ok(None);
         };
-        let last = encoder.finish()?;
+        let last = compressor.finish()?;
         Ok((!last.is_empty()).then(|| Bytes::from(last)))
     }
 
@@ -195,10 +195,10 @@ where
         let mut taken = 0;
         let started = std::time::Instant::now();
         loop {
-            let Some(encoder) = self.encoder.as_mut() else {
+            let Some(compressor) = self.compressor.as_mut() else {
                 return Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))));
             };
-            if encoder.output().len() >= OUT {
+            if compressor.output().len() >= OUT {
                 return Poll::Ready(self.take_output().map(|b| Ok(Frame::data(b))));
             }
             if taken >= BUDGET || (taken > 0 && started.elapsed() >= POLL_TIME) {
@@ -209,7 +209,7 @@ where
             if !self.pending.is_empty() {
                 let slice = self.pending.split_to(self.pending.len().min(SLICE));
                 taken += slice.len();
-                if let Err(e) = encoder.write(&slice) {
+                if let Err(e) = compressor.write(&slice) {
                     return Poll::Ready(Some(Err(e.into())));
                 }
                 self.unflushed = true;
@@ -237,7 +237,7 @@ where
     fn flushed(&mut self) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         if self.unflushed {
             self.unflushed = false;
-            if let Some(e) = self.encoder.as_mut()
+            if let Some(e) = self.compressor.as_mut()
                 && let Err(err) = e.flush()
             {
                 return Poll::Ready(Some(Err(err.into())));
@@ -250,7 +250,7 @@ where
     }
 
     pub fn is_end_stream(&self) -> bool {
-        self.encoder.is_none() && self.trailers.is_none()
+        self.compressor.is_none() && self.trailers.is_none()
     }
 
     pub fn size_hint(&self) -> SizeHint {

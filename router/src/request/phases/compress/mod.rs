@@ -21,9 +21,9 @@
 //!   `Vary: Accept-Encoding` on every response that would be compressed for a
 //!   client taking a coding, sent compressed or not, so a cache keeps the two
 //!   apart (as nginx's `gzip_vary`).
-//! - **Bounds**: the body streams through the encoder ([`encode`]), never
+//! - **Bounds**: the body streams through the compressor ([`encode`]), never
 //!   whole; each stream's memory is bounded by its window (gzip 32 KiB,
-//!   brotli 256 KiB, zstd 512 KiB) and the encoder's tables: measured in
+//!   brotli 256 KiB, zstd 512 KiB) and the compressor's tables: measured in
 //!   flight, about 1.9 MiB a brotli stream, 1.5 MiB zstd, 0.36 MiB gzip
 //!   (bench/RESULTS.md, "What compression.max_streams holds"); at most
 //!   `compression.max_streams` responses are being compressed at once,
@@ -43,7 +43,7 @@ use hyper::body::Body;
 use per_source::{ClientKey, PerSource};
 use serde::Deserialize;
 
-use self::encode::{Encoder, Levels, StreamSlot};
+use self::encode::{Compressor, Levels, StreamSlot};
 use super::body::ProxyBody;
 
 /// A content coding the router writes.
@@ -372,9 +372,9 @@ impl Compression {
         let vary = vary_with_accept_encoding(&view.values("vary"));
         let stream = asked.0.and_then(|coding| {
             let slot = self.slot(client)?;
-            Some((coding, Encoder::new(coding, self.levels).ok()?, slot))
+            Some((coding, Compressor::new(coding, self.levels).ok()?, slot))
         });
-        let Some((coding, encoder, slot)) = stream else {
+        let Some((coding, compressor, slot)) = stream else {
             if let Some(v) = vary {
                 response.headers_mut().insert(header::VARY, v);
             }
@@ -398,7 +398,8 @@ impl Compression {
             map.insert(header::ETAG, weak);
         }
         let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
-        *response.body_mut() = ProxyBody::compressed(encode::Compressing::new(body, encoder, slot));
+        *response.body_mut() =
+            ProxyBody::compressed(encode::Compressing::new(body, compressor, slot));
     }
 
     /// Whether a response is one compression is for (whatever the client
