@@ -12,12 +12,12 @@
 //!    metric and followed by the rule of both binaries
 //!    (`nofile::after_accept_error`: a client's own error is passed over, running
 //!    out of descriptors or memory pauses the listener 100 ms);
-//! 2. **admit**: the listener's gate (a reload's settings taken, the client key's
+//! 2. **gate**: the listener's gate (a reload's settings taken, the client key's
 //!    per-source cap); a client turned away there is counted and closed by it;
 //! 3. **slot**: one of the listener's connection slots. At the cap the listener
 //!    says what happens ([`Listener::full`]): it may make room (evict the quietest
 //!    connection) and let the client wait for a slot, or turn it away at once;
-//! 4. **serve**: the client, its admission and its slot are handed over (spawned);
+//! 4. **serve**: the client, what its gate gave it and its slot are handed over (spawned);
 //!    the slot goes back when the connection's guard is dropped.
 //!
 //! Stopping ([`run`]'s `stop`) ends the loop at any step; connections already
@@ -34,7 +34,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 /// below serves every TCP listener of both binaries), the router's per-worker
 /// listeners, a QUIC endpoint.
 pub trait Source {
-    /// An accepted client, not yet admitted (a TCP stream, a QUIC handshake).
+    /// An accepted client, not yet passed (a TCP stream, a QUIC handshake).
     type Client;
 
     /// The next client; `Ok(None)`: the source is closed for good.
@@ -56,35 +56,35 @@ pub type Client<L> = <<L as Listener>::Source as Source>::Client;
 pub trait Listener {
     /// Where its clients come from.
     type Source: Source;
-    /// What admission gave the client (its source slot, the settings live then).
-    type Admitted;
+    /// What the gate gave the client (its source slot, the settings live then).
+    type Passed;
 
     /// Its source, for the next client.
     fn source(&mut self) -> &mut Self::Source;
 
-    /// The gate: the client with what admits it, or `None` when it was turned away
+    /// The gate: the client with what lets it pass, or `None` when it was turned away
     /// (the listener counted and closed it).
-    fn admit(
+    fn gate(
         &mut self,
         client: Client<Self>,
         peer: SocketAddr,
-    ) -> Option<(Client<Self>, Self::Admitted)>;
+    ) -> Option<(Client<Self>, Self::Passed)>;
 
     /// The listener's connection slots (the same set each time; a reload may
     /// resize it).
     fn slots(&self) -> Arc<Semaphore>;
 
-    /// Every slot is taken and `client` is admitted: make room if the listener
+    /// Every slot is taken and `client` is passed: make room if the listener
     /// does, then `Some(client)` to wait for a slot, or `None` when it turned the
     /// client away (counted and closed).
-    fn full(&mut self, client: Client<Self>, admitted: &Self::Admitted) -> Option<Client<Self>>;
+    fn full(&mut self, client: Client<Self>, passed: &Self::Passed) -> Option<Client<Self>>;
 
-    /// Serves an admitted client holding `slot` (in a task of its own).
+    /// Serves an passed client holding `slot` (in a task of its own).
     fn serve(
         &mut self,
         client: Client<Self>,
         peer: SocketAddr,
-        admitted: Self::Admitted,
+        passed: Self::Passed,
         slot: OwnedSemaphorePermit,
     );
 }
@@ -112,7 +112,7 @@ pub async fn run<L: Listener>(
                 continue;
             }
         };
-        let Some((client, admitted)) = listener.admit(client, peer) else {
+        let Some((client, passed)) = listener.gate(client, peer) else {
             continue;
         };
         let slots = listener.slots();
@@ -120,7 +120,7 @@ pub async fn run<L: Listener>(
             Ok(slot) => (client, slot),
             Err(TryAcquireError::Closed) => return,
             Err(TryAcquireError::NoPermits) => {
-                let Some(client) = listener.full(client, &admitted) else {
+                let Some(client) = listener.full(client, &passed) else {
                     continue;
                 };
                 tokio::select! {
@@ -132,11 +132,11 @@ pub async fn run<L: Listener>(
                 }
             }
         };
-        listener.serve(client, peer, admitted, slot);
+        listener.serve(client, peer, passed, slot);
     }
 }
 
-/// A listener with nothing to admit: each client takes one of a fixed number of
+/// A listener with no gate: each client takes one of a fixed number of
 /// slots, or is turned away (closed) when all are taken, and is served in a task
 /// of its own. For the small listeners that serve operators, not clients (the
 /// portproxy's metrics port and its gear admin socket): a scraper or a script
@@ -170,13 +170,13 @@ where
     F: FnMut(S::Client, SocketAddr, OwnedSemaphorePermit),
 {
     type Source = S;
-    type Admitted = ();
+    type Passed = ();
 
     fn source(&mut self) -> &mut S {
         &mut self.source
     }
 
-    fn admit(&mut self, client: S::Client, _: SocketAddr) -> Option<(S::Client, ())> {
+    fn gate(&mut self, client: S::Client, _: SocketAddr) -> Option<(S::Client, ())> {
         Some((client, ()))
     }
 

@@ -30,13 +30,13 @@ impl Source for Script {
 
 impl Listener for Script {
     type Source = Self;
-    type Admitted = ();
+    type Passed = ();
 
     fn source(&mut self) -> &mut Self {
         self
     }
 
-    fn admit(&mut self, client: u32, _: SocketAddr) -> Option<(u32, ())> {
+    fn gate(&mut self, client: u32, _: SocketAddr) -> Option<(u32, ())> {
         if client % 2 == 1 {
             self.refused.push(client);
             return None;

@@ -48,9 +48,7 @@ fn roundtrip(coding: Coding, body: &[u8]) -> Vec<u8> {
     };
     let encoder = Compressor::new(coding, levels).expect("an encoder");
     let client = per_source::KeyRule::default().key(std::net::Ipv4Addr::LOCALHOST.into());
-    let share = per_source::PerSource::new(1)
-        .admit(client)
-        .expect("a share");
+    let share = per_source::PerSource::new(1).slot(client).expect("a share");
     let slot = StreamSlot::take(&Default::default(), 1, share).expect("a slot");
     let mut c = Compressing::new(ProxyBody::full(body.to_vec()), encoder, slot);
     let mut cx = Context::from_waker(Waker::noop());

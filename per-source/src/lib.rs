@@ -59,7 +59,7 @@ impl PerSource {
         })
     }
 
-    /// A new cap for connections admitted from now on (a reload).
+    /// A new cap for connections counted from now on (a reload).
     pub fn set_cap(&self, cap: usize) {
         self.cap.store(cap, Ordering::Relaxed);
     }
@@ -73,7 +73,7 @@ impl PerSource {
     }
 
     /// Counts a connection from `source`, or `None` if it holds the cap.
-    pub fn admit(self: &Arc<Self>, source: ClientKey) -> Option<SourceSlot> {
+    pub fn slot(self: &Arc<Self>, source: ClientKey) -> Option<SourceSlot> {
         let cap = self.cap();
         let mut held = self.held();
         let n = held.entry(source).or_insert(0);
@@ -120,39 +120,36 @@ mod tests {
     #[test]
     fn a_source_stops_at_the_cap_and_gets_its_places_back() {
         let p = PerSource::new(2);
-        let a = p.admit(ip("10.0.0.1")).expect("first");
-        let _b = p.admit(ip("10.0.0.1")).expect("second");
-        assert!(p.admit(ip("10.0.0.1")).is_none());
+        let a = p.slot(ip("10.0.0.1")).expect("first");
+        let _b = p.slot(ip("10.0.0.1")).expect("second");
+        assert!(p.slot(ip("10.0.0.1")).is_none());
         assert!(
-            p.admit(ip("10.0.0.2")).is_some(),
+            p.slot(ip("10.0.0.2")).is_some(),
             "another source is not affected"
         );
         assert_eq!(p.heaviest(), Some((ip("10.0.0.1"), 2)));
         drop(a);
         assert_eq!(p.holds(ip("10.0.0.1")), 1);
-        assert!(p.admit(ip("10.0.0.1")).is_some());
+        assert!(p.slot(ip("10.0.0.1")).is_some());
     }
 
     #[test]
     fn ipv6_counts_by_its_64_and_mapped_v4_as_v4() {
         let p = PerSource::new(1);
-        let _a = p.admit(ip("2001:db8:1:2::1")).expect("first");
-        assert!(p.admit(ip("2001:db8:1:2:ffff::9")).is_none(), "same /64");
-        assert!(p.admit(ip("2001:db8:1:3::1")).is_some(), "another /64");
-        let _v4 = p.admit(ip("192.0.2.7")).expect("v4");
-        assert!(
-            p.admit(ip("::ffff:192.0.2.7")).is_none(),
-            "the same address"
-        );
+        let _a = p.slot(ip("2001:db8:1:2::1")).expect("first");
+        assert!(p.slot(ip("2001:db8:1:2:ffff::9")).is_none(), "same /64");
+        assert!(p.slot(ip("2001:db8:1:3::1")).is_some(), "another /64");
+        let _v4 = p.slot(ip("192.0.2.7")).expect("v4");
+        assert!(p.slot(ip("::ffff:192.0.2.7")).is_none(), "the same address");
     }
 
     #[test]
     fn entries_go_with_their_last_connection_and_a_zero_cap_admits_none() {
         let p = PerSource::new(3);
-        drop(p.admit(ip("10.0.0.1")));
+        drop(p.slot(ip("10.0.0.1")));
         assert_eq!(p.sources(), 0);
         p.set_cap(0);
-        assert!(p.admit(ip("10.0.0.1")).is_none());
+        assert!(p.slot(ip("10.0.0.1")).is_none());
         assert_eq!(p.sources(), 0);
     }
 }

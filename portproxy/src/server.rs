@@ -103,17 +103,13 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     type Source = TcpListener;
-    type Admitted = Option<per_source::SourceSlot>;
+    type Passed = Option<per_source::SourceSlot>;
 
     fn source(&mut self) -> &mut TcpListener {
         &mut self.listener
     }
 
-    fn admit(
-        &mut self,
-        client: TcpStream,
-        peer: SocketAddr,
-    ) -> Option<(TcpStream, Self::Admitted)> {
+    fn gate(&mut self, client: TcpStream, peer: SocketAddr) -> Option<(TcpStream, Self::Passed)> {
         let shared = &self.shared;
         // One source (not a router in front, not a peer proxy) at its cap:
         // closed at once, so it cannot take the node's every relay.
@@ -127,7 +123,7 @@ where
         }
         match shared
             .per_source
-            .admit(shared.limits.client_keys().key(peer.ip()))
+            .slot(shared.limits.client_keys().key(peer.ip()))
         {
             Some(source) => Some((client, Some(source))),
             None => {
@@ -145,7 +141,7 @@ where
         self.shared.admission.slots()
     }
 
-    fn full(&mut self, _: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
+    fn full(&mut self, _: TcpStream, _: &Self::Passed) -> Option<TcpStream> {
         self.shared
             .metrics
             .rejected
@@ -158,7 +154,7 @@ where
         &mut self,
         stream: TcpStream,
         peer: SocketAddr,
-        source: Self::Admitted,
+        source: Self::Passed,
         permit: OwnedSemaphorePermit,
     ) {
         let m = self.shared.metrics.mode(self.mode);

@@ -116,17 +116,17 @@ struct PortListener {
 
 impl accept::Listener for PortListener {
     type Source = TcpListener;
-    type Admitted = SourceSlot;
+    type Passed = SourceSlot;
 
     fn source(&mut self) -> &mut TcpListener {
         &mut self.listener
     }
 
-    fn admit(&mut self, client: TcpStream, peer: SocketAddr) -> Option<(TcpStream, SourceSlot)> {
+    fn gate(&mut self, client: TcpStream, peer: SocketAddr) -> Option<(TcpStream, SourceSlot)> {
         // A reload: its limit and proxy settings from this connection on.
         self.gate.refresh(&self.live);
         // Its source holds its share of the port: closed at once.
-        let Some(source) = self.gate.admit_source(peer.ip()) else {
+        let Some(source) = self.gate.pass(peer.ip()) else {
             let metrics = &self.gate.current.proxy.metrics;
             metrics
                 .tcp
@@ -141,7 +141,7 @@ impl accept::Listener for PortListener {
         self.gate.slots.sem.clone()
     }
 
-    fn full(&mut self, client: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
+    fn full(&mut self, client: TcpStream, _: &Self::Passed) -> Option<TcpStream> {
         Some(client)
     }
 
@@ -149,7 +149,7 @@ impl accept::Listener for PortListener {
         &mut self,
         client: TcpStream,
         peer: SocketAddr,
-        source: Self::Admitted,
+        source: Self::Passed,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let (proxy, port, name) = (

@@ -96,21 +96,17 @@ pub(super) struct AdminListener {
 
 impl accept::Listener for AdminListener {
     type Source = TcpListener;
-    type Admitted = Option<per_source::SourceSlot>;
+    type Passed = Option<per_source::SourceSlot>;
 
     fn source(&mut self) -> &mut TcpListener {
         &mut self.listener
     }
 
-    fn admit(
-        &mut self,
-        client: TcpStream,
-        peer: SocketAddr,
-    ) -> Option<(TcpStream, Self::Admitted)> {
+    fn gate(&mut self, client: TcpStream, peer: SocketAddr) -> Option<(TcpStream, Self::Passed)> {
         let Some((shares, keys)) = &self.shares else {
             return Some((client, None));
         };
-        match shares.admit(keys.key(peer.ip())) {
+        match shares.slot(keys.key(peer.ip())) {
             Some(slot) => Some((client, Some(slot))),
             None => {
                 self.admin
@@ -127,7 +123,7 @@ impl accept::Listener for AdminListener {
         self.slots.clone()
     }
 
-    fn full(&mut self, client: TcpStream, _: &Self::Admitted) -> Option<TcpStream> {
+    fn full(&mut self, client: TcpStream, _: &Self::Passed) -> Option<TcpStream> {
         Some(client)
     }
 
@@ -135,7 +131,7 @@ impl accept::Listener for AdminListener {
         &mut self,
         stream: TcpStream,
         client: SocketAddr,
-        share: Self::Admitted,
+        share: Self::Passed,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let admin = self.admin.clone();

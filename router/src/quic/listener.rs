@@ -129,17 +129,17 @@ impl accept::Source for QuicListener {
 
 impl accept::Listener for QuicListener {
     type Source = Self;
-    type Admitted = per_source::SourceSlot;
+    type Passed = per_source::SourceSlot;
 
     fn source(&mut self) -> &mut Self {
         self
     }
 
-    fn admit(
+    fn gate(
         &mut self,
         incoming: quinn::Incoming,
         peer: SocketAddr,
-    ) -> Option<(quinn::Incoming, Self::Admitted)> {
+    ) -> Option<(quinn::Incoming, Self::Passed)> {
         self.gate.refresh(&self.live);
         // Under load, an address not validated yet proves it first (Retry).
         if !incoming.remote_address_validated()
@@ -150,7 +150,7 @@ impl accept::Listener for QuicListener {
             let _ = incoming.retry();
             return None;
         }
-        let Some(source) = self.gate.admit_source(peer.ip()) else {
+        let Some(source) = self.gate.pass(peer.ip()) else {
             self.source_refused.inc();
             self.refused.inc();
             incoming.refuse();
@@ -163,7 +163,7 @@ impl accept::Listener for QuicListener {
         self.gate.slots.sem.clone()
     }
 
-    fn full(&mut self, incoming: quinn::Incoming, _: &Self::Admitted) -> Option<quinn::Incoming> {
+    fn full(&mut self, incoming: quinn::Incoming, _: &Self::Passed) -> Option<quinn::Incoming> {
         self.refused.inc();
         incoming.refuse();
         None
@@ -173,7 +173,7 @@ impl accept::Listener for QuicListener {
         &mut self,
         incoming: quinn::Incoming,
         peer: SocketAddr,
-        source: Self::Admitted,
+        source: Self::Passed,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let local = incoming

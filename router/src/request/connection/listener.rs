@@ -112,9 +112,8 @@ impl Gate {
 
     /// `ip`'s place among its client key's connections, `None` at
     /// `limits.max_connections_per_source`.
-    pub(crate) fn admit_source(&self, ip: IpAddr) -> Option<per_source::SourceSlot> {
-        self.sources
-            .admit(self.current.limits.client_keys().key(ip))
+    pub(crate) fn pass(&self, ip: IpAddr) -> Option<per_source::SourceSlot> {
+        self.sources.slot(self.current.limits.client_keys().key(ip))
     }
 }
 

@@ -43,7 +43,7 @@ pub async fn take_header(
     let moved = Arc::make_mut(conn);
     *moved = moved.clone().moved_to(client.ip(), forwarded);
     let slot = sources
-        .admit(moved.key())
+        .slot(moved.key())
         .ok_or("the client holds limits.max_connections_per_source")?;
     Ok(Some(slot))
 }

@@ -215,13 +215,13 @@ impl accept::Source for Listening {
 
 impl accept::Listener for HttpListener {
     type Source = Listening;
-    type Admitted = per_source::SourceSlot;
+    type Passed = per_source::SourceSlot;
 
     fn source(&mut self) -> &mut Listening {
         &mut self.listening
     }
 
-    fn admit(&mut self, client: Accepted, peer: SocketAddr) -> Option<(Accepted, Self::Admitted)> {
+    fn gate(&mut self, client: Accepted, peer: SocketAddr) -> Option<(Accepted, Self::Passed)> {
         // A reload: new limits for the connections from here on.
         if self.gate.refresh(&self.live) {
             self.builder = Arc::new(builder_for(&self.gate.current.limits));
@@ -229,10 +229,10 @@ impl accept::Listener for HttpListener {
         let trusted = &self.gate.current.proxy.proxy_trusted;
         if super::proxied::is_trusted(trusted, peer.ip()) {
             let keys = self.gate.current.limits.client_keys();
-            return Some((client, self.balancers.admit(keys.key(peer.ip()))?));
+            return Some((client, self.balancers.slot(keys.key(peer.ip()))?));
         }
         // Its source holds its share of the listener: closed at once.
-        let Some(source) = self.gate.admit_source(peer.ip()) else {
+        let Some(source) = self.gate.pass(peer.ip()) else {
             self.refused.inc();
             tracing::debug!(client = %peer, "client source at limits.max_connections_per_source; closed");
             return None;
@@ -246,7 +246,7 @@ impl accept::Listener for HttpListener {
 
     /// Full, and a client is here: make room (see `make_room`). If nothing can
     /// go, this client waits for a slot.
-    fn full(&mut self, client: Accepted, source: &Self::Admitted) -> Option<Accepted> {
+    fn full(&mut self, client: Accepted, source: &Self::Passed) -> Option<Accepted> {
         if lock(&self.quiet).make_room(source.source(), &self.gate.sources) {
             self.evicted.inc();
         }
@@ -257,7 +257,7 @@ impl accept::Listener for HttpListener {
         &mut self,
         stream: Accepted,
         peer: SocketAddr,
-        source: Self::Admitted,
+        source: Self::Passed,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let current = &self.gate.current;

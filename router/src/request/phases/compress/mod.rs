@@ -332,7 +332,7 @@ impl Compression {
     /// A stream's place for `client`, within its share and the whole;
     /// counted when there is none.
     fn slot(&self, client: ClientKey) -> Option<StreamSlot> {
-        let Some(share) = self.per_client.admit(client) else {
+        let Some(share) = self.per_client.slot(client) else {
             self.over_client_share.inc();
             return None;
         };
