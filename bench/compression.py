@@ -116,6 +116,13 @@ def fetch(port, path, coding, n):
     return {"ok": int(done.group(1)), "failed": int(done.group(2)), "data": int(data.group(3))}
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -124,6 +131,8 @@ def main():
     ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"))
     ap.add_argument("--gzip-level", type=int, default=2, help="the router's compression.gzip_level")
     args = ap.parse_args()
+    NEEDS.tools('nginx', 'h2load')
+    NEEDS.router(args.router)
     d = H.workdir("router-compression-bench-")
     configs(d, args.gzip_level)
     sizes = bodies(d)

@@ -14,6 +14,7 @@ here is stopped by PID at the end. Prints a table and writes JSON next to it."""
 
 import argparse
 import json
+import importlib.util
 import os
 import re
 import shutil
@@ -221,6 +222,13 @@ def pin(pid, cpus):
             pass
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -250,6 +258,10 @@ def main():
                     help="also run bench-h1-floor --hyper (the same with hyper's HTTP/1 server in front: "
                          "what hyper's server costs per request) as target 'floor_hyper'")
     args = ap.parse_args()
+    NEEDS.tools('nginx', 'haproxy', 'wrk', 'curl')
+    NEEDS.router(args.router)
+    if args.floor or args.floor_hyper:
+        NEEDS.built('bench-h1-floor')
 
     router_bin = args.router
     if not os.path.exists(router_bin):

@@ -417,6 +417,13 @@ def by_name(label, n1, n2):
                               if abs(v) >= 0.01))
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--router", default=os.path.join(RELEASE, "router"))
@@ -447,6 +454,9 @@ def main():
     ap.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"),
                     help="per-function difference of two labels kept in --keep (no measuring)")
     args = ap.parse_args()
+    NEEDS.tools('valgrind', 'strace', 'h2load', 'haproxy', 'nginx', 'openssl')
+    NEEDS.built('echo-backend', 'bench-clients', 'h3-client')
+    NEEDS.router(args.router)
     global SYSCALLS, UNIT
     SYSCALLS = args.syscalls
     UNIT = "system calls" if SYSCALLS else "instructions"

@@ -9,6 +9,7 @@ Needs haproxy and release builds of portproxy and bench-tcp (bench/portproxy.sh 
 both). Everything listens on loopback; every process started here is stopped by PID."""
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -57,12 +58,21 @@ def parse(out):
     return {k: float(v) for k, v in (line.split() for line in out.splitlines() if len(line.split()) == 2)}
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--pin", action="store_true", help="proxies on CPU 1, load and backend on CPU 0")
     a = ap.parse_args()
+    NEEDS.tools('haproxy')
+    NEEDS.built('portproxy', 'bench-tcp')
     proxy_cpu, load_cpu = ("1", "0") if a.pin else (None, None)
     tmp = tempfile.mkdtemp(prefix="pp-bench-")
     procs = []

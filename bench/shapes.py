@@ -624,6 +624,13 @@ def summary(out):
     return lines
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     global ROUTER_BIN
     ap = argparse.ArgumentParser()
@@ -640,6 +647,9 @@ def main():
                     help="the router binary (default target/release/router; the shipped one is "
                          "target/pgo/router, from deploy/pgo.sh)")
     args = ap.parse_args()
+    NEEDS.tools('nginx', 'haproxy', 'wrk', 'h2load', 'curl')
+    NEEDS.built('echo-backend', 'h3-client', 'bench-clients')
+    NEEDS.router(args.router)
     ROUTER_BIN = args.router
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
     for b in (ROUTER_BIN, f"{REL}/bench-clients", f"{REL}/echo-backend"):

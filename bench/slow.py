@@ -241,6 +241,13 @@ def run(d, proxy, mode, seconds, conns, binary, max_conns, verbose=False):
             "rate": ok / len(res) if res else 0.0, "slowest_s": slowest, "fails": fails, "rounds": rounds}
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=60)
@@ -253,6 +260,9 @@ def main():
                          "haproxy global maxconn, nginx worker_connections)")
     ap.add_argument("--verbose", action="store_true", help="show the attack tools' own reports")
     args = ap.parse_args()
+    NEEDS.tools('nginx', 'haproxy', 'slowhttptest')
+    NEEDS.built('echo-backend', 'bench-clients')
+    NEEDS.router(args.router)
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
     for tool in ("slowhttptest", "nginx", "haproxy"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):

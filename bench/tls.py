@@ -254,6 +254,13 @@ def certs_phase(d, router_bin, counts, handshakes, rounds, no_certs=False):
     return results
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -269,6 +276,9 @@ def main():
     ap.add_argument("--no-certs", action="store_true",
                     help="certificate phase: the same apps and aliases without certificates")
     args = ap.parse_args()
+    NEEDS.tools('nginx', 'haproxy', 'wrk', 'h2load', 'curl', 'openssl')
+    NEEDS.built('bench-certs', 'bench-clients')
+    NEEDS.router(args.router)
 
     router_bin = args.router
     d = H.workdir("router-tls-bench-")

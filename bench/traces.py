@@ -114,12 +114,22 @@ def counted(name):
     return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", m, re.M))
 
 
+# What this script calls, installed or built when missing (bench/needs.py).
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-instructions", action="store_true")
     args = ap.parse_args()
+    NEEDS.tools('valgrind', 'curl')
+    NEEDS.built('echo-backend', 'bench-clients')
+    NEEDS.built('router')
     d = tempfile.mkdtemp(prefix="router-traces-bench-")
     ok, ok_port = receiver("ok")
     hang, hang_port = receiver("hang")
