@@ -10,9 +10,9 @@
 use std::io::Read;
 use std::task::{Context, Poll, Waker};
 
+use compress::encode::{Compressing, Compressor, Levels, StreamSlot};
+use compress::{Coding, negotiate};
 use router::request::phases::body::ProxyBody;
-use router::request::phases::compress::encode::{Compressing, Compressor, Levels, StreamSlot};
-use router::request::phases::compress::{Coding, negotiate};
 
 pub fn compression(data: &[u8]) {
     let Some((&first, rest)) = data.split_first() else {

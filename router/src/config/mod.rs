@@ -138,7 +138,7 @@ pub struct Config {
     /// How responses are compressed for apps that have it on (see
     /// `crate::request::phases::compress`).
     #[serde(default)]
-    pub compression: crate::request::phases::compress::CompressionConfig,
+    pub compression: compress::CompressionConfig,
 }
 
 /// `metrics`: the bound on per-app series (see `router::metrics::apps`).

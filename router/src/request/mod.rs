@@ -27,8 +27,8 @@ use self::connection::client_conn::{self, ClientConn};
 use self::phases::body::ProxyBody;
 use self::phases::context::Reply;
 use self::phases::route::{Redirect, host_of};
+use self::phases::trace;
 use self::phases::upload::{Received, UploadSettings};
-use self::phases::{compress, trace};
 use crate::metrics::Metrics;
 use crate::table::RouteTable;
 use crate::upstream::ConnectSettings;
@@ -66,7 +66,7 @@ pub struct Proxy {
     /// plain HTTP before routing (see [`crate::issuer`]).
     pub acme: Option<Arc<acme::Challenges>>,
     /// Response compression's settings and streams (see [`compress`]).
-    pub compression: Arc<compress::Compression>,
+    pub compression: Arc<::compress::Compression>,
     /// Spans out over OTLP (`traces.endpoint`; see [`crate::traces`]).
     pub traces: Option<Arc<crate::traces::Spans>>,
     /// The operator's pages for the router's own answers (`error_pages:`).

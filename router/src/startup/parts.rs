@@ -257,7 +257,7 @@ pub(super) fn kept(
         member_tls: None,
         redirect: None,
         traces: traces(config, &metrics)?,
-        compression: Arc::new(crate::request::phases::compress::Compression::new(
+        compression: Arc::new(compress::Compression::new(
             config.compression.clone(),
             &metrics.registry,
         )?),

@@ -30,7 +30,7 @@ pub(super) struct Kept {
     pub(super) alt_svc: Option<http::HeaderValue>,
     pub(super) acme: Option<Arc<acme::Challenges>>,
     pub(super) traces: Option<Arc<crate::traces::Spans>>,
-    pub(super) compression: Arc<crate::request::phases::compress::Compression>,
+    pub(super) compression: Arc<compress::Compression>,
     pub(super) access_sink: Option<Arc<crate::syslog::Sink>>,
     /// Whether clients are asked for certificates router-wide, and each
     /// name's policy: what the TLS listeners were built with (a change of

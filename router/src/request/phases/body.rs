@@ -7,6 +7,7 @@
 //! log sees the bytes really sent and a slot is never held past its request.
 //! Bodies stream frame by frame in both directions; nothing is buffered whole.
 
+use compress::encode::Compressing;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -32,8 +33,8 @@ enum Inner {
     /// A member's body whose connection another task drives (upgrade requests).
     Detached(Incoming),
     Full(Option<Bytes>),
-    /// A body compressed on its way (see [`super::compress`]).
-    Compressed(Box<super::compress::encode::Compressing<ProxyBody>>),
+    /// A body compressed on its way (see the `compress` crate).
+    Compressed(Box<Compressing<ProxyBody>>),
 }
 
 impl ProxyBody {
@@ -61,7 +62,7 @@ impl ProxyBody {
 
     /// A body compressed as it streams (its completion stays outside: the
     /// bytes counted are the ones the client gets).
-    pub fn compressed(c: super::compress::encode::Compressing<ProxyBody>) -> ProxyBody {
+    pub fn compressed(c: Compressing<ProxyBody>) -> ProxyBody {
         ProxyBody {
             inner: Inner::Compressed(Box::new(c)),
             completion: None,
@@ -191,5 +192,16 @@ impl Drop for Completion {
         if let Some(span) = self.span.take() {
             span.finish(self.status, self.bytes, self.aborted);
         }
+    }
+}
+
+/// Compression takes a response's body and gives it back compressed.
+impl compress::Compressible for ProxyBody {
+    fn empty() -> ProxyBody {
+        ProxyBody::empty()
+    }
+
+    fn compressed(compressing: Compressing<ProxyBody>) -> ProxyBody {
+        ProxyBody::compressed(compressing)
     }
 }

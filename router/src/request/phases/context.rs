@@ -13,7 +13,6 @@ use http::{Request, Response};
 
 use super::access_log::AccessRecord;
 use super::body::ProxyBody;
-use super::compress::Asked;
 use super::error::ProxyError;
 use super::route::Destination;
 use super::trace::{Provenance, Trace};
@@ -29,6 +28,7 @@ use crate::request::connection::activity::ActiveRequest;
 use crate::request::connection::client_conn::ClientConn;
 use crate::table::Route;
 use crate::traces::{Moment, Sample, SpanRecord, Started};
+use compress::Asked;
 
 /// One request's shared state, from its head to its log line. What a phase
 /// produces for the next (the route, the member, the connection) is passed on

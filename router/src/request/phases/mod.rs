@@ -42,7 +42,6 @@ pub mod admit;
 pub mod attempt;
 pub mod body;
 pub mod checkout;
-pub mod compress;
 pub mod context;
 pub mod error;
 pub mod h2_member;

@@ -39,12 +39,24 @@ use std::sync::atomic::AtomicUsize;
 use h1_codec::fields::{Fields, FieldsRef};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use hyper::body::Body;
+use http_body::Body;
 use per_source::{ClientKey, PerSource};
 use serde::Deserialize;
 
-use self::encode::{Compressor, Levels, StreamSlot};
-use super::body::ProxyBody;
+use self::encode::{Compressing, Compressor, Levels, StreamSlot};
+
+/// A response body compression takes and gives back: the router's own
+/// (generic, so that this crate does not name it and it does not name
+/// `Compressing`'s internals).
+pub trait Compressible:
+    Body<Data = bytes::Bytes, Error = encode::BodyError> + Unpin + Sized
+{
+    /// A body with nothing in it, left in the response while its own is
+    /// wrapped.
+    fn empty() -> Self;
+    /// `compressing` as a body of this kind.
+    fn compressed(compressing: Compressing<Self>) -> Self;
+}
 
 /// A content coding the router writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,10 +364,10 @@ impl Compression {
     /// worth compressing; marks it `Vary: Accept-Encoding` then either way.
     /// `fields`: an HTTP/1.1 member's as they came (moved into the map when
     /// the response is compressed); `client`: the requester's key.
-    pub fn apply(
+    pub fn apply<B: Compressible>(
         &self,
         (asked, client): (Asked, ClientKey),
-        response: &mut Response<ProxyBody>,
+        response: &mut Response<B>,
         fields: &mut Option<Fields>,
     ) {
         let view = View {
@@ -397,9 +409,8 @@ impl Compression {
         if let Some(weak) = map.get(header::ETAG).and_then(weakened) {
             map.insert(header::ETAG, weak);
         }
-        let body = std::mem::replace(response.body_mut(), ProxyBody::empty());
-        *response.body_mut() =
-            ProxyBody::compressed(encode::Compressing::new(body, compressor, slot));
+        let body = std::mem::replace(response.body_mut(), B::empty());
+        *response.body_mut() = B::compressed(Compressing::new(body, compressor, slot));
     }
 
     /// Whether a response is one compression is for (whatever the client

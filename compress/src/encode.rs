@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame, SizeHint};
 
 use super::Coding;
 
@@ -142,7 +142,7 @@ impl Drop for StreamSlot {
 }
 
 /// What a body's frames fail with (the response body's error, boxed).
-type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The member's body and its compressor (generic over the body, so that this file
 /// and the response body that holds it do not name each other).
