@@ -38,8 +38,6 @@ pub mod syslog;
 pub mod table;
 pub mod tcp;
 pub mod tls;
-pub mod token_bucket;
-pub mod traces;
 pub mod upgrade;
 pub mod upstream;
 pub mod workers;

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::token_bucket::{Rate, TokenBucket};
+use token_bucket::{Rate, TokenBucket};
 
 /// Lines a second from peer-driven targets, after the burst.
 pub const RATE: f64 = 10.0;

@@ -132,9 +132,9 @@ pub struct Config {
     /// either router applies on both.
     #[serde(default)]
     pub pair: PairSettings,
-    /// Spans out over OTLP (see `crate::traces`); off without `endpoint`.
+    /// Spans out over OTLP (see the `spans` crate); off without `endpoint`.
     #[serde(default)]
-    pub traces: crate::traces::TracesConfig,
+    pub traces: spans::TracesConfig,
     /// How responses are compressed for apps that have it on (see
     /// `crate::request::phases::compress`).
     #[serde(default)]

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::link::Link;
 use crate::policy::clients::{Clients, PeerCount, PeerHeld};
-use crate::token_bucket::Rate;
+use token_bucket::Rate;
 
 /// `POST /pair/counts`: per app (and its rate), the clients' counts; and
 /// every client's requests in flight per app (all of them: a client not

@@ -20,8 +20,8 @@ use std::time::Instant;
 
 use per_source::ClientKey;
 
-use crate::token_bucket::{Rate, TokenBucket};
 use spi_consumer::AppKey;
+use token_bucket::{Rate, TokenBucket};
 
 use super::Refused;
 

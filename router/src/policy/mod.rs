@@ -35,7 +35,7 @@ use self::clients::{ClientSlot, Clients};
 use self::fields::FieldRules;
 use self::settings::{AppSettings, MembersProtocol, PlainHttp};
 use self::store::SettingsStore;
-use crate::token_bucket::Rate;
+use token_bucket::Rate;
 
 /// Every app's compiled policy: those with settings of their own, and the one of
 /// the others (none when `app_defaults:` is empty).

@@ -67,8 +67,8 @@ pub struct Proxy {
     pub acme: Option<Arc<acme::Challenges>>,
     /// Response compression's settings and streams (see [`compress`]).
     pub compression: Arc<::compress::Compression>,
-    /// Spans out over OTLP (`traces.endpoint`; see [`crate::traces`]).
-    pub traces: Option<Arc<crate::traces::Spans>>,
+    /// Spans out over OTLP (`traces.endpoint`; see [`spans`]).
+    pub traces: Option<Arc<spans::Spans>>,
     /// The operator's pages for the router's own answers (`error_pages:`).
     pub error_pages: Option<Arc<crate::policy::pages::ErrorPages>>,
     /// TLS clients are asked for certificates (`tls.client_certificates`):

@@ -290,18 +290,18 @@ pub(super) fn kept(
     })
 }
 
-/// Spans out over OTLP (`traces.endpoint`, see [`crate::traces`]): the
+/// Spans out over OTLP (`traces.endpoint`, see [`spans`]): the
 /// request path's handle, its exporter task started. None when off.
 pub(super) fn traces(
     config: &Config,
     metrics: &Metrics,
-) -> Result<Option<Arc<crate::traces::Spans>>, StartError> {
+) -> Result<Option<Arc<spans::Spans>>, StartError> {
     if config.traces.endpoint.is_none() {
         return Ok(None);
     }
-    let trace_metrics = crate::traces::TraceMetrics::new(&metrics.registry)?;
-    let (spans, queue) = crate::traces::Spans::new(&config.traces, trace_metrics.clone());
-    let identity = crate::traces::export::Identity {
+    let trace_metrics = spans::TraceMetrics::new(&metrics.registry)?;
+    let (spans, queue) = spans::Spans::new(&config.traces, trace_metrics.clone());
+    let identity = spans::export::Identity {
         service_name: config.traces.service_name.clone(),
         node: config
             .pair
@@ -312,7 +312,7 @@ pub(super) fn traces(
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "unknown".into()),
     };
-    tokio::spawn(crate::traces::export::run(
+    tokio::spawn(spans::export::run(
         queue,
         config.traces.clone(),
         identity,

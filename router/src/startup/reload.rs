@@ -29,7 +29,7 @@ pub(super) struct Kept {
     pub(super) clients: Arc<crate::policy::clients::Clients>,
     pub(super) alt_svc: Option<http::HeaderValue>,
     pub(super) acme: Option<Arc<acme::Challenges>>,
-    pub(super) traces: Option<Arc<crate::traces::Spans>>,
+    pub(super) traces: Option<Arc<spans::Spans>>,
     pub(super) compression: Arc<compress::Compression>,
     pub(super) access_sink: Option<Arc<crate::syslog::Sink>>,
     /// Whether clients are asked for certificates router-wide, and each

@@ -34,8 +34,8 @@ use super::upload::Received;
 use crate::policy::clients::ClientSlot;
 use crate::request::Proxy;
 use crate::table::Target;
-use crate::traces::Moment;
 use crate::upstream::RequestBody;
+use spans::Moment;
 
 impl Proxy {
     /// One request's way to a member and back: routed, admitted, checked out,

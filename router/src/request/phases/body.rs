@@ -165,7 +165,7 @@ pub struct Completion {
     pub app: Option<Arc<AppTraffic>>,
     pub received: u64,
     /// Its span, exported when the response is done (sampled requests, spans on).
-    pub span: Option<Box<crate::traces::SpanRecord>>,
+    pub span: Option<Box<spans::SpanRecord>>,
 }
 
 impl Drop for Completion {

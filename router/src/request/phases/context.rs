@@ -27,8 +27,8 @@ use crate::request::Proxy;
 use crate::request::connection::activity::ActiveRequest;
 use crate::request::connection::client_conn::ClientConn;
 use crate::table::Route;
-use crate::traces::{Moment, Sample, SpanRecord, Started};
 use compress::Asked;
+use spans::{Moment, Sample, SpanRecord, Started};
 
 /// One request's shared state, from its head to its log line. What a phase
 /// produces for the next (the route, the member, the connection) is passed on

@@ -13,7 +13,7 @@ use super::context::{Context, Reply};
 use crate::policy::fields::{FieldRules, Vars};
 use crate::request::Answer;
 use crate::request::Proxy;
-use crate::traces::Moment;
+use spans::Moment;
 
 impl Proxy {
     /// The last phase of the request path: the response's head as the client

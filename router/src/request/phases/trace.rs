@@ -9,7 +9,7 @@
 //!   flags, the router's own span ID as the parent the member sees) and its
 //!   `tracestate` passed on; none, or an invalid one, starts a trace (a new trace
 //!   ID, the sampled flag set only for the share `traces.sample_ratio` samples
-//!   when spans are exported, see [`crate::traces`]) and any `tracestate` is dropped, as the
+//!   when spans are exported, see [`spans`]) and any `tracestate` is dropped, as the
 //!   recommendation says. The access log carries the trace ID.
 //!
 //! IDs are made from a per-process random seed and a per-thread counter through
@@ -25,7 +25,7 @@ use h1_codec::fields::{FieldsRef, Name};
 use http::HeaderValue;
 
 use crate::request::connection::client_conn::ClientConn;
-use crate::traces::Sample;
+use spans::Sample;
 
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
@@ -107,7 +107,7 @@ impl Trace {
     /// The trace of a request whose fields are `fields`, from a client whose
     /// forwarding fields are trusted or not.
     /// New traces are sampled by `sample` (`traces.sample_ratio`; see
-    /// [`crate::traces`]); a continued one keeps its parent's flags.
+    /// [`spans`]); a continued one keeps its parent's flags.
     pub fn of(fields: FieldsRef<'_>, trusted: bool, sample: Sample) -> Trace {
         // Most requests carry neither field: one bit test each.
         let kept = (trusted && fields.contains(Name::XRequestId))

@@ -193,8 +193,8 @@ pub struct Spans {
     pub sample: Sample,
     /// Spans a client's own sampled flag may still start (see
     /// [`Spans::believes`]).
-    client_sampled: std::sync::Mutex<crate::token_bucket::TokenBucket>,
-    client_rate: crate::token_bucket::Rate,
+    client_sampled: std::sync::Mutex<token_bucket::TokenBucket>,
+    client_rate: token_bucket::Rate,
     query: QueryPolicy,
     redacted: Vec<String>,
     max_len: usize,
@@ -241,14 +241,14 @@ impl Spans {
         metrics: TraceMetrics,
     ) -> (Arc<Spans>, tokio::sync::mpsc::Receiver<Box<SpanRecord>>) {
         let (queue, rx) = tokio::sync::mpsc::channel(config.queue);
-        let client_rate = crate::token_bucket::Rate {
+        let client_rate = token_bucket::Rate {
             per_second: f64::from(config.client_sampled_per_second),
             burst: f64::from(config.client_sampled_per_second.max(1)),
         };
         let spans = Spans {
             queue,
             sample: Sample::ratio(config.sample_ratio),
-            client_sampled: std::sync::Mutex::new(crate::token_bucket::TokenBucket::full(
+            client_sampled: std::sync::Mutex::new(token_bucket::TokenBucket::full(
                 &client_rate,
                 Instant::now(),
             )),
