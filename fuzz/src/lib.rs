@@ -521,8 +521,8 @@ pub fn cluster_files(data: &[u8]) {
 /// a version from beyond the bound); the counts taken by a client table.
 /// No panic, whatever the bytes.
 pub fn pair_bodies(data: &[u8]) {
+    use pair_state::now_ms;
     use router::pair::link::Updates;
-    use router::pair::state::now_ms;
     use router::pair::{Key, Node, State};
     if let Ok(updates) = serde_json::from_slice::<Updates>(data) {
         let state = State::in_memory(Node::A);

@@ -22,7 +22,7 @@ const MAX_COUNTS_BODY: usize = 8 * 1024 * 1024;
 impl Admin {
     /// An operator's change (`change`: applied to the store that serves it)
     /// and its record for the peer (`key`, `value`) as one turn of the
-    /// pair's state (see [`crate::pair::state::Turn`]): an entry from the peer
+    /// pair's state (see [`pair_state::Turn`]): an entry from the peer
     /// cannot land between them. A change that cannot be recorded is logged
     /// (it stays in force here; `router check-pair` shows the difference).
     pub(super) fn shared<R, E>(
@@ -156,7 +156,7 @@ impl Admin {
         link: &crate::pair::link::Link,
         updates: &Updates,
     ) -> Option<Response<Full<Bytes>>> {
-        let now = crate::pair::state::now_ms();
+        let now = pair_state::now_ms();
         let ahead: Vec<(&Update, Duration)> = updates
             .updates
             .iter()

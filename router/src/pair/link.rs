@@ -22,8 +22,8 @@ use http::{Method, StatusCode};
 use prometheus::{Gauge, IntCounter, IntGauge, Registry};
 use serde::{Deserialize, Serialize};
 
-use super::state::{State, Update};
 use super::{Node, Peer};
+use pair_state::{State, Update};
 
 /// Entries in one call at most (a maintenance page is up to 64 KiB: a page of
 /// them stays well under the receiver's body limit).

@@ -30,14 +30,13 @@
 pub mod counts;
 pub mod link;
 pub mod peer;
-pub mod state;
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use pair_state::{Key, Node, State, Update};
 pub use peer::{Peer, PeerError};
-pub use state::{Key, State, Update};
 
 /// `pair:`.
 #[derive(Clone, Debug, Deserialize)]
@@ -71,8 +70,8 @@ pub struct PairSettings {
 
 impl PairSettings {
     /// The state's bounds.
-    pub fn bounds(&self) -> state::Bounds {
-        state::Bounds {
+    pub fn bounds(&self) -> pair_state::Bounds {
+        pair_state::Bounds {
             max_ahead: self.max_clock_skew,
             tombstone_ttl: self.tombstone_ttl,
         }
@@ -87,26 +86,8 @@ impl Default for PairSettings {
             timeout: Duration::from_secs(3),
             interval: Duration::from_secs(1),
             limit_interval: Duration::from_millis(200),
-            max_clock_skew: state::Bounds::default().max_ahead,
-            tombstone_ttl: state::Bounds::default().tombstone_ttl,
-        }
-    }
-}
-
-/// A router's name in its pair (`pair.node`, `acme.node`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-pub enum Node {
-    #[serde(rename = "a")]
-    A,
-    #[serde(rename = "b")]
-    B,
-}
-
-impl Node {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Node::A => "a",
-            Node::B => "b",
+            max_clock_skew: pair_state::Bounds::default().max_ahead,
+            tombstone_ttl: pair_state::Bounds::default().tombstone_ttl,
         }
     }
 }

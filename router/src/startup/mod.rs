@@ -76,7 +76,7 @@ pub enum StartError {
     #[error("error_pages: {0}")]
     ErrorPages(#[from] crate::policy::pages::PagesError),
     #[error("state_dir/pair.json: {0}")]
-    PairState(crate::pair::state::StateError),
+    PairState(pair_state::StateError),
     #[error("spi.stomp.passcode_file {path}: {source}")]
     Passcode {
         path: PathBuf,

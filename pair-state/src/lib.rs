@@ -5,7 +5,7 @@
 //! The entries hold the values as the admin API takes them (JSON), so that
 //! the link sends them without knowing them; the stores that serve them
 //! (`policy::store`, `table::split`, `members::rotate`) stay as they were, and
-//! the admin API applies an entry to them ([`crate::admin`]'s `/pair/updates`).
+//! the admin API applies an entry to them (the router's admin API, `/pair/updates`).
 //!
 //! Every write goes through a [`Turn`]: an operator's change (applied, then
 //! versioned and saved) and an entry from the peer (compared, applied, saved)
@@ -29,8 +29,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use durable_file::{Document, DocumentError};
 use serde::{Deserialize, Serialize};
-
-use super::Node;
 
 /// What an entry is about.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -439,6 +437,24 @@ impl Turn<'_> {
             "pair: tombstones older than pair.tombstone_ttl dropped"
         );
         Ok(())
+    }
+}
+
+/// A router's name in its pair (`pair.node`, `acme.node`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Node {
+    #[serde(rename = "a")]
+    A,
+    #[serde(rename = "b")]
+    B,
+}
+
+impl Node {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Node::A => "a",
+            Node::B => "b",
+        }
     }
 }
 
