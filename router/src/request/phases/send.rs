@@ -15,9 +15,9 @@ use hyper::body::Incoming;
 
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
-use super::headers::{
-    encode_for_member, encode_map_for_member, remove_underscored, set_forwarded, wants_upgrade,
-};
+use super::headers::forwarding::set_forwarded;
+use super::headers::member_head::{encode_for_member, encode_map_for_member};
+use super::headers::{remove_underscored, wants_upgrade};
 use super::retry::{Replay, idempotent};
 use super::route::Destination;
 use super::trace::Provenance;
