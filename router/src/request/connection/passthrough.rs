@@ -94,7 +94,7 @@ impl Proxy {
         let other = |not: &Member| pick(Some(not));
         let how = TcpCheckout { source: peer };
         let (target, (slot, stream)) = self
-            .checkout_or(first, (Replay::Connection, other), how)
+            .checkout_or_else(first, (Replay::Connection, other), how)
             .await
             .map_err(|_| Dial::Failed)?;
         Ok((target, slot, stream))

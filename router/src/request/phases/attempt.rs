@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | route | [`Proxy::route`] | `route.rs` |
 //! | admit | [`Proxy::admit`] | `admit.rs` |
-//! | checkout | [`Destination::pick`], [`Proxy::checkout_now`], [`Proxy::checkout_or_other`] | `checkout.rs` |
+//! | checkout | [`Destination::pick`], [`Proxy::h1_checkout_at_once`], [`Proxy::checkout_or_other`] | `checkout.rs` |
 //! | send | [`prepare`], [`Proxy::read_body`], [`encoded`], the member connection's `send` | `send.rs` |
 //! | retry decision | [`retry_of`], [`Proxy::connect_again`] | `retry.rs` |
 //! | respond | [`Proxy::counted`], [`Proxy::respond_h1`] | `respond.rs` |
@@ -75,7 +75,7 @@ impl Proxy {
             }
         }
         let how = H1Checkout::pooled(&to.name, source);
-        let (mut target, (mut slot, mut up)) = match self.checkout_now(&target, &how) {
+        let (mut target, (mut slot, mut up)) = match self.h1_checkout_at_once(&target, &how) {
             Some(now) => (target, now),
             None => Box::pin(self.checkout_or_other(&to.route, target, req.method(), how)).await?,
         };

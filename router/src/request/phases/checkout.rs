@@ -6,6 +6,13 @@
 //! retry decision allows ([`super::retry`]). The other member is chosen by the
 //! route's own balancer ([`Route::pick_other`]): the same health, rotate and
 //! `fail_open` rules as the first pick.
+//!
+//! One word, one meaning: to *check out* is to get a slot on a member and a
+//! connection to it. How is a [`Checkout`] (HTTP/1.1, h2, raw TCP);
+//! [`Proxy::h1_checkout`] and [`Proxy::h2_checkout`] do it for each member
+//! protocol ([`Proxy::h1_checkout_at_once`]: without waiting, the common
+//! case), and [`Proxy::checkout_or_other`] / [`Proxy::checkout_or_else`] move
+//! to another member when the first fails before anything was sent.
 
 use h1_codec::fields::{FieldsRef, Name};
 use http::Method;
@@ -43,14 +50,14 @@ impl Proxy {
             exact: false,
         };
         let other = |not: &Member| route.pick_other(not).cloned();
-        self.checkout_or(target, (replay, other), how).await
+        self.checkout_or_else(target, (replay, other), how).await
     }
 
     /// [`Proxy::checkout_or_other`] for anything: `replay` says what the client's
     /// side allows (an HTTP request, or raw bytes nobody has sent yet), `other`
     /// picks the member to try instead of the one that failed. HTTP requests
     /// sent again are counted in `router_upstream_retries_total`.
-    pub(crate) async fn checkout_or<K: Checkout>(
+    pub(crate) async fn checkout_or_else<K: Checkout>(
         &self,
         target: Target,
         (replay, other): (Replay, impl FnOnce(&Member) -> Option<Target>),
@@ -74,7 +81,7 @@ impl Proxy {
     /// for (a TLS member's idle connection only if made for the same name).
     /// `source`: the client's key (its share of slots) and the worker serving
     /// it (whose idle connections it may reuse).
-    pub(in crate::request) async fn checkout(
+    pub(in crate::request) async fn h1_checkout(
         &self,
         target: &Target,
         sni: &str,
@@ -97,13 +104,13 @@ impl Proxy {
         Ok((slot, up))
     }
 
-    /// [`Proxy::checkout`] when it needs no wait: a free slot and an idle
+    /// [`Proxy::h1_checkout`] when it needs no wait: a free slot and an idle
     /// connection at hand (the common case on a kept-alive pool). `None`: the
     /// caller takes the waiting way ([`Proxy::checkout_or_other`]), whose
     /// future (1.3 KB: the slot's waits, the connect) is then boxed, not part
     /// of every request's future (a request's future is copied into its box
     /// whole: 4 KB before).
-    pub(in crate::request) fn checkout_now(
+    pub(in crate::request) fn h1_checkout_at_once(
         &self,
         target: &Target,
         how: &H1Checkout<'_>,
@@ -225,7 +232,7 @@ impl Checkout for H1Checkout<'_> {
     type Out = (MemberSlot, Upstream);
     async fn on(&self, proxy: &Proxy, target: &Target) -> Result<Self::Out, ProxyError> {
         proxy
-            .checkout(target, self.sni, self.source, self.fresh)
+            .h1_checkout(target, self.sni, self.source, self.fresh)
             .await
     }
 }

@@ -132,7 +132,7 @@ impl Proxy {
             Ok(up) => Ok(up),
             Err(e) if decide(e.reached(), replay) == Retry::OtherMember => {
                 let other = route.pick_other(&target.member).ok_or(e)?.clone();
-                let (s, u) = self.checkout(&other, sni, source, fresh).await?;
+                let (s, u) = self.h1_checkout(&other, sni, source, fresh).await?;
                 (*target, *slot) = (other, s);
                 Ok(u)
             }
