@@ -13,7 +13,7 @@
 use bytes::BytesMut;
 use h1_codec::BodyFraming;
 use h1_codec::encode::field_line;
-use h1_codec::encode::request::{RequestFraming, request_line};
+use h1_codec::encode::request::{RequestFraming, RequestLine};
 use h1_codec::encode::response::{BodyLength, DateCache, Encoder, ToWrite, encode_head};
 use h1_codec::fields::Name;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -133,7 +133,11 @@ fn response_reads_back(status: StatusCode, method: &Method, body: BodyLength, ma
 
 fn request_reads_back(method: &Method, body_len: Option<Option<u64>>, map: &HeaderMap) {
     let mut out = Vec::new();
-    request_line(method, "/p?q=1", &mut out);
+    let line = RequestLine {
+        method,
+        target: "/p?q=1",
+    };
+    line.write(&mut out);
     for (name, value) in map {
         field_line(name.as_str().as_bytes(), value.as_bytes(), &mut out);
     }

@@ -10,13 +10,22 @@ use super::field_line;
 use crate::BodyFraming;
 use crate::length::content_length;
 
-/// Appends `METHOD target HTTP/1.1`.
-#[inline]
-pub fn request_line(method: &Method, target: &str, out: &mut Vec<u8>) {
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+/// A request's first line: its method and its target (origin form).
+#[derive(Clone, Copy, Debug)]
+pub struct RequestLine<'a> {
+    pub method: &'a Method,
+    pub target: &'a str,
+}
+
+impl RequestLine<'_> {
+    /// Appends `METHOD target HTTP/1.1`.
+    #[inline]
+    pub fn write(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+    }
 }
 
 /// How a body whose request's fields are in a map is framed towards the member:
@@ -110,7 +119,11 @@ mod tests {
     #[test]
     fn the_request_line_is_method_target_version() {
         let mut out = Vec::new();
-        request_line(&Method::GET, "/x?y=1", &mut out);
+        let line = RequestLine {
+            method: &Method::GET,
+            target: "/x?y=1",
+        };
+        line.write(&mut out);
         assert_eq!(out, b"GET /x?y=1 HTTP/1.1\r\n");
     }
 }

@@ -37,6 +37,24 @@ use crate::table::Target;
 use crate::upstream::RequestBody;
 use spans::Moment;
 
+/// A request admitted and its member picked: what each way of sending it
+/// starts from (the member, whose request it is, its count against its app).
+struct Picked {
+    target: Target,
+    source: Requester,
+    hold: Option<ClientSlot>,
+}
+
+impl Picked {
+    fn new(target: Target, source: Requester, hold: Option<ClientSlot>) -> Picked {
+        Picked {
+            target,
+            source,
+            hold,
+        }
+    }
+}
+
 impl Proxy {
     /// One request's way to a member and back: routed, admitted, checked out,
     /// sent (once more if the retry decision allows), answered. `host`: the
@@ -65,12 +83,12 @@ impl Proxy {
             Protocol::H1 => {}
             Protocol::H2 { trailers } => {
                 let parts = (req.into_parts().0, body);
-                let how = (target, source, hold);
+                let how = Picked::new(target, source, hold);
                 return Box::pin(self.attempt_h2(context, &to, how, parts, trailers)).await;
             }
             Protocol::Upgrade(client) => {
                 let parts = (req.into_parts().0, body, client);
-                let how = (target, source, hold);
+                let how = Picked::new(target, source, hold);
                 return Box::pin(self.attempt_upgrade(context, &to, how, parts, timeouts)).await;
             }
         }
@@ -109,7 +127,11 @@ impl Proxy {
         &self,
         context: &mut Context<'_>,
         to: &Destination<'_>,
-        (target, source, hold): (Target, Requester, Option<ClientSlot>),
+        Picked {
+            target,
+            source,
+            hold,
+        }: Picked,
         (parts, body): (http::request::Parts, RequestBody),
         trailers: bool,
     ) -> Result<Reply, ProxyError> {
@@ -142,7 +164,11 @@ impl Proxy {
         &self,
         context: &mut Context<'_>,
         to: &Destination<'_>,
-        (target, source, hold): (Target, Requester, Option<ClientSlot>),
+        Picked {
+            target,
+            source,
+            hold,
+        }: Picked,
         (parts, body, client): (http::request::Parts, RequestBody, hyper::upgrade::OnUpgrade),
         timeouts: Timeouts,
     ) -> Result<Reply, ProxyError> {

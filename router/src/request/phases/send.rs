@@ -15,6 +15,8 @@ use hyper::body::Incoming;
 
 use super::error::ProxyError;
 use super::h2_member::wants_trailers;
+use h1_codec::encode::request::RequestLine;
+
 use super::headers::forwarding::set_forwarded;
 use super::headers::member_head::{encode_for_member, encode_map_for_member};
 use super::headers::{remove_underscored, wants_upgrade};
@@ -183,28 +185,19 @@ fn encode(
     host: &HeaderValue,
 ) -> Encoded {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let line = RequestLine {
+        method: req.method(),
+        target,
+    };
     let Some((fields, added)) = raw else {
         let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
         let mut head = Vec::with_capacity(512);
-        let framing = encode_map_for_member(
-            (req.method(), target),
-            req.headers(),
-            body_len,
-            from,
-            host,
-            &mut head,
-        );
+        let framing = encode_map_for_member(line, req.headers(), body_len, from, host, &mut head);
         return Encoded::with(head, framing, req.method(), body);
     };
     // Room for what the router adds (forwarding, request ID, trace context).
     let mut head = Vec::with_capacity(fields.head_len() + 384);
-    encode_for_member(
-        (req.method(), target),
-        (fields, added),
-        from,
-        host,
-        &mut head,
-    );
+    encode_for_member(line, (fields, added), from, host, &mut head);
     Encoded::from_head(head, req.method(), body)
 }
 

@@ -5,7 +5,7 @@
 //! fields ([`super::forwarding`]), the trace context, and the body's framing.
 
 use h1_codec::encode::field_line;
-use h1_codec::encode::request::{RequestFraming, request_line};
+use h1_codec::encode::request::{RequestFraming, RequestLine};
 use h1_codec::fields::{Fields, FieldsRef, Name};
 use h1_codec::hop::{end_to_end, protected_bytes, tokens};
 use h1_codec::request::is_underscored;
@@ -22,7 +22,7 @@ use crate::request::phases::trace::{Provenance, Trace};
 /// forwarding fields as [`set_forwarded`] sets them in a map. The body's
 /// framing is the client's `Content-Length`, passed on with its fields.
 pub fn encode_for_member(
-    (method, target): (&http::Method, &str),
+    line: RequestLine<'_>,
     (fields, added): (&Fields, &[(HeaderName, HeaderValue)]),
     Provenance { conn, trace }: Provenance<'_>,
     host: &HeaderValue,
@@ -40,7 +40,7 @@ pub fn encode_for_member(
         .filter(|(_, name, _)| !is_underscored(name))
         .chain(added);
     let added = (forwarding, conn, trace, host);
-    write_member_head((method, target), fields, added, out);
+    write_member_head(line, fields, added, out);
 }
 
 /// The request head a member gets from a client whose fields are in a map
@@ -51,7 +51,7 @@ pub fn encode_for_member(
 /// tenth of its instructions in the map). The body's framing is decided here
 /// ([`RequestFraming`]), as the map's own writer decided it.
 pub fn encode_map_for_member(
-    (method, target): (&http::Method, &str),
+    line: RequestLine<'_>,
     headers: &HeaderMap,
     body_len: Option<Option<u64>>,
     Provenance { conn, trace }: Provenance<'_>,
@@ -69,7 +69,7 @@ pub fn encode_map_for_member(
             && !is_underscored(name)
     });
     let added = (forwarding, conn, trace, host);
-    let end = write_member_head((method, target), fields, added, out);
+    let end = write_member_head(line, fields, added, out);
     // The framing field goes after the others, before the blank line.
     out.truncate(end);
     let framing = framing.write(out);
@@ -115,12 +115,12 @@ type Added<'a> = (
 /// two callers is the only one of its kind of fields.
 #[inline]
 fn write_member_head<'a>(
-    (method, target): (&http::Method, &str),
+    line: RequestLine<'_>,
     fields: impl Iterator<Item = (Name, &'a [u8], &'a [u8])>,
     ((forwarded, xff), conn, trace, host): Added<'_>,
     out: &mut Vec<u8>,
 ) -> usize {
-    request_line(method, target, out);
+    line.write(out);
     // The request ID and `traceparent` take the place of the client's first
     // such field (as a map's `insert` does), or come last.
     let (mut wrote_id, mut wrote_parent) = (false, false);

@@ -5,11 +5,18 @@ use crate::request::connection::activity::Activity;
 use crate::request::connection::client_conn::ClientConn;
 use crate::request::connection::client_conn::ForwardedSettings;
 use crate::request::phases::trace::Provenance;
+use h1_codec::encode::request::RequestLine;
 use h1_codec::fields::{Fields, FieldsRef};
 use h1_codec::hop::remove_hop_by_hop;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use per_source::KeyRule;
 use std::net::IpAddr;
+
+/// The request line of the property test's requests.
+const GET_P: RequestLine<'static> = RequestLine {
+    method: &http::Method::GET,
+    target: "/p?q=1",
+};
 
 /// The test's oracle: a request head written from a map the way the map says,
 /// changed first (what `encode_map_for_member` must write without changing it).
@@ -293,7 +300,7 @@ proptest::proptest! {
         let host = HeaderValue::from_static("a.example");
         let mut written = Vec::new();
         let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted(), Default::default());
-        encode_for_member((&http::Method::GET, "/p?q=1"), (&raw, &[]), Provenance { conn: &conn, trace: &trace }, &host, &mut written);
+        encode_for_member(GET_P, (&raw, &[]), Provenance { conn: &conn, trace: &trace }, &host, &mut written);
         let mut map = raw.to_map(6);
         remove_hop_by_hop(&mut map, false);
         set_forwarded(&mut map, &conn, &host);
@@ -307,7 +314,7 @@ proptest::proptest! {
         let mut from_map = Vec::new();
         let untouched = raw.to_map(6);
         let framing = encode_map_for_member(
-            (&http::Method::GET, "/p?q=1"), &untouched, body_len, Provenance { conn: &conn, trace: &trace }, &host, &mut from_map,
+            GET_P, &untouched, body_len, Provenance { conn: &conn, trace: &trace }, &host, &mut from_map,
         );
         let mut mapped = Vec::new();
         let mut map = raw.to_map(6);
