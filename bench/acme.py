@@ -37,6 +37,13 @@ _spec.loader.exec_module(SHAPES)
 HTTP, HTTPS, ADMIN, ACME, MGMT, DNS = 18680, 18681, 18682, 18690, 18691, 18692
 
 
+_needs_spec = importlib.util.spec_from_file_location(
+    "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
+NEEDS = importlib.util.module_from_spec(_needs_spec)
+_needs_spec.loader.exec_module(NEEDS)
+C = NEEDS.sibling("counted")
+
+
 def cpu(pid):
     """CPU seconds of every thread of `pid` (schedstat: nanoseconds, not ticks)."""
     total = 0
@@ -63,17 +70,6 @@ def certs(d):
         "-CAcreateserial", "-out", f"{d}/cert.pem", "-days", "2", "-extfile", f"{d}/ext")
     run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
         "-keyout", f"{d}/tls.key", "-out", f"{d}/tls.crt", "-days", "2", "-subj", "/CN=default")
-
-
-def wait_tcp(port, limit=20):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listens on {port}")
 
 
 def pebble_root(d):
@@ -111,8 +107,8 @@ def round_(args, d, nosleep):
                 "tlsPort": HTTPS, "ocspResponderURL": "", "externalAccountBindingRequired": False}}, f)
         procs.append(subprocess.Popen(["pebble", "-config", f"{d}/pebble.json", "-dnsserver", f"127.0.0.1:{DNS}"],
                                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_tcp(ACME)
-        wait_tcp(MGMT)
+        C.wait_tcp(ACME)
+        C.wait_tcp(MGMT)
         root = pebble_root(d)
         state = tempfile.mkdtemp(prefix="router-acme-bench-", dir=d)
         os.makedirs(f"{state}/spool")
@@ -137,7 +133,7 @@ app_defaults:
         router = subprocess.Popen([args.router, "--config", f"{state}/router.yaml"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(router)
-        wait_tcp(HTTPS)
+        C.wait_tcp(HTTPS)
         time.sleep(1)
         idle0, t0 = cpu(router.pid), time.time()
         time.sleep(5)

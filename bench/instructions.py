@@ -282,9 +282,7 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
     """Ir of `cmd` under callgrind serving `n` requests on `port` (after the first
     answer of 200), from start to exit; with --syscalls, its system calls counted
     by `strace -c` instead."""
-    wrap = (["strace", "-f", "-c", "-o", out] if SYSCALLS
-            else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-            + os.environ.get("CALLGRIND_EXTRA", "").split())
+    wrap = C.wrapped(out, SYSCALLS) + ([] if SYSCALLS else os.environ.get("CALLGRIND_EXTRA", "").split())
     if MASK:
         wrap = ["env", f"OPENSSL_ia32cap={CPU_MASK}"] + wrap
     err = open(f"{out}.stderr", "w")
@@ -308,13 +306,10 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
             admin_calls()
         requests(n, handoff, cookies, port)
     finally:
-        stop(p)
-    with open(out) as f:
-        for line in f:
-            if SYSCALLS and line.split()[-1:] == ["total"]:
-                return int(line.split()[3])
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
+        C.stop(p, SYSCALLS)
+    counted = C.total(out, SYSCALLS)
+    if counted is not None:
+        return counted
     sys.exit(f"no totals in {name}'s {'strace' if SYSCALLS else 'callgrind'} output")
 
 
@@ -328,32 +323,6 @@ def admin_calls():
         said = r.read().decode(errors="replace")
         if r.status != 200:
             sys.exit(f"admin {method} {path}: {r.status} {said[:500]}")
-
-
-def stop(p):
-    """Ends the measured process: under strace, the traced child (strace then
-    prints its counts and exits); under valgrind, valgrind itself."""
-    if SYSCALLS:
-        try:
-            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
-                for child in f.read().split():
-                    os.kill(int(child), 15)
-        except OSError:
-            p.terminate()
-    else:
-        p.terminate()
-    p.wait(timeout=120)
-
-
-def syscalls_by_name(out):
-    """Calls per system call name in one `strace -c` output."""
-    calls = {}
-    with open(out) as f:
-        for line in f:
-            t = line.split()
-            if len(t) >= 5 and t[0][0].isdigit() and t[-1] != "total":
-                calls[t[-1]] = int(t[3])
-    return calls
 
 
 def functions(out):
@@ -410,8 +379,8 @@ def instructions(binary, extra, n, handoff, cookies, keep=None, label=None):
 
 def by_name(label, n1, n2):
     """System calls per request by name (--syscalls), largest first."""
-    a = syscalls_by_name(f"{RUNS}/{label}-{n1}.out")
-    b = syscalls_by_name(f"{RUNS}/{label}-{n2}.out")
+    a = C.by_name(f"{RUNS}/{label}-{n1}.out")
+    b = C.by_name(f"{RUNS}/{label}-{n2}.out")
     per = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
     print("    " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])
                               if abs(v) >= 0.01))
@@ -422,6 +391,9 @@ _needs_spec = importlib.util.spec_from_file_location(
     "bench_needs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "needs.py"))
 NEEDS = importlib.util.module_from_spec(_needs_spec)
 _needs_spec.loader.exec_module(NEEDS)
+
+
+C = NEEDS.sibling("counted")
 
 
 def main():

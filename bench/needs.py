@@ -84,3 +84,13 @@ def router(path, binary="router"):
         built(binary)
         return
     sys.exit(f"{path} is missing (build it first: bash deploy/pgo.sh for the shipped one)")
+
+
+def sibling(name):
+    """Another module of bench/ by its file name (bench/http.py shadows the
+    standard library's `http`, so bench/ is not on the import path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -18,6 +18,14 @@ use portproxy::numbers::PortRange;
 use portproxy::server::{self, Shared};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc, as the router: a relayed connection's
+/// three task allocations are aligned to 128 bytes, which glibc serves through
+/// `posix_memalign`'s slow path (about 2 600 instructions a short connection,
+/// `bench/RESULTS.md`, "The port proxy's instructions and system calls per
+/// short connection").
+#[global_allocator]
+static ALLOCATOR: heap::Allocator = heap::Allocator;
+
 /// Node TCP port proxy: OpenShift gear port mappings and Simplenetes cluster ports.
 #[derive(Parser)]
 #[command(version, about)]

@@ -207,11 +207,39 @@ impl Drop for Gauged {
 
 /// Connects to a target within the connect timeout (TCP_NODELAY on).
 pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
+    tokio::time::timeout(timeout, connect_now(addr))
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-    let _ = s.set_nodelay(true);
-    Ok(s)
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+}
+
+/// A non-blocking connect whose outcome is read from the socket's readiness:
+/// the socket's own error (`getsockopt(SO_ERROR)`) is asked for only when the
+/// readiness says the connect failed. tokio's `TcpStream::connect` asks for it
+/// after every connect: one system call a relayed connection that haproxy's
+/// `mode tcp` does not make (`bench/RESULTS.md`, "The port proxy's system
+/// calls per short connection").
+async fn connect_now(addr: SocketAddr) -> io::Result<TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM.nonblocking(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    // Before the connect, so that no data of the connection waits for it.
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    let ready = stream
+        .ready(tokio::io::Interest::WRITABLE | tokio::io::Interest::ERROR)
+        .await?;
+    if ready.is_error() || ready.is_write_closed() {
+        let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, "connect failed");
+        return Err(stream.take_error()?.unwrap_or_else(refused));
+    }
+    Ok(stream)
 }
 
 /// Relays, then counts how it ended. On an error the other socket is closed with a

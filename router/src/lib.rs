@@ -25,7 +25,6 @@ pub mod keyed;
 pub mod log_format;
 pub mod log_limit;
 pub mod members;
-pub mod memory;
 pub mod metrics;
 pub mod pair;
 pub mod policy;

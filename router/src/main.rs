@@ -15,9 +15,9 @@ use router::config::{Config, LogFormat};
 /// mimalloc instead of glibc's malloc: a request's allocations (a few dozen small
 /// ones) and a route table update's node copies (1 KiB nodes, freed in bulk when an
 /// old table goes) cost much less in it (`bench/RESULTS.md`, "the allocator"), asked
-/// for plain blocks where a word's alignment suffices ([`router::memory::Allocator`]).
+/// for plain blocks where a word's alignment suffices (the `heap` crate).
 #[global_allocator]
-static ALLOCATOR: router::memory::Allocator = router::memory::Allocator;
+static ALLOCATOR: heap::Allocator = heap::Allocator;
 use router::log_limit;
 use tracing_subscriber::EnvFilter;
 

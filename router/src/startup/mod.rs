@@ -209,7 +209,7 @@ impl Router {
         // The saved state is served before any source answers.
         let (consumer, source) = events.open()?;
         // Give back the heap reading a large saved state left (the file, the parse).
-        tokio::task::spawn_blocking(crate::memory::trim);
+        tokio::task::spawn_blocking(heap::trim);
         let listeners = Listeners::bind(
             &config,
             &mut inherited,

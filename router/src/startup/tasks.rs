@@ -22,7 +22,7 @@ pub(super) fn spawn_app_traffic(apps: Arc<crate::metrics::apps::AppsTraffic>) ->
 }
 
 /// Gives freed heap back to the system after a storm of client connections closed
-/// (see [`crate::memory`]); looks every 5 s at the connections the client
+/// (see the `heap` crate); looks every 5 s at the connections the client
 /// listeners accepted and still hold.
 pub(super) fn spawn_trimmer(
     metrics: &crate::metrics::Metrics,
@@ -34,7 +34,7 @@ pub(super) fn spawn_trimmer(
     );
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
-        let mut trimmer = crate::memory::Trimmer::default();
+        let mut trimmer = heap::Trimmer::default();
         loop {
             tick.tick().await;
             let closed: u64 = ["http", "https"]
@@ -48,10 +48,10 @@ pub(super) fn spawn_trimmer(
                 .sum();
             if trimmer.observe(closed, Instant::now()) {
                 // Each thread gives back its own heap's pages (see `memory`).
-                tokio::task::spawn_blocking(crate::memory::trim);
-                crate::memory::trim();
+                tokio::task::spawn_blocking(heap::trim);
+                heap::trim();
                 if let Some(workers) = &workers {
-                    workers.on_each(crate::memory::trim);
+                    workers.on_each(heap::trim);
                 }
             }
         }

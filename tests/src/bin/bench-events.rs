@@ -43,7 +43,7 @@ use spi_consumer::{AppKey, Store};
 
 /// The router's allocator, so that the apply cost is the router's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: heap::Allocator = heap::Allocator;
 
 const QUEUE: &str = "/queue/routinginfo.bench";
 
