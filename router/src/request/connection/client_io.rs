@@ -11,7 +11,17 @@
 //! HTTP/1 reads are followed by [`Framing`]: a request-smuggling shape hyper would
 //! accept is cut where it shows and replaced by [`POISON`], so hyper answers 400
 //! and closes (see [`h1_codec::framing`]).
+//!
+//! **Lingering close.** When the router ends a connection whose client is still
+//! sending (a 413 for a body over the app's limit, a 400 for a cut stream), a
+//! plain close with unread bytes makes the kernel answer them with a reset, and
+//! the client, failing its next write, may never read the answer (curl: "Send
+//! failure: Broken pipe"). So the shutdown sends its FIN after the answer, then
+//! reads and drops what the client still sends until it closes, for at most
+//! [`LINGER`] and [`LINGER_BYTES`] (nginx's `lingering_close`). A client
+//! between requests with nothing in flight is closed at once: one read more.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,9 +31,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use super::tunnel::LINGER;
 use crate::tls::rewind::Rewind;
 use h1_codec::framing::{Framing, POISON};
 use relay::stall::Stall;
+
+/// What a lingering close reads and drops at most (see the module doc).
+pub const LINGER_BYTES: usize = 1024 * 1024;
 
 /// Plain or TLS, one type for the connection driver.
 pub enum Stream {
@@ -50,6 +64,14 @@ pub struct ClientIo {
     framing: Follow,
     /// After a cut: what of [`POISON`] hyper has still to read, then end of stream.
     cut: Option<&'static [u8]>,
+    /// Once shut down: the lingering close (see the module doc).
+    lingering: Option<Lingering>,
+}
+
+/// A lingering close under way: its deadline and what it may still drop.
+struct Lingering {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    left: usize,
 }
 
 impl ClientIo {
@@ -64,6 +86,7 @@ impl ClientIo {
                 Follow::Active(Box::default())
             },
             cut: None,
+            lingering: None,
         }
     }
 
@@ -207,9 +230,76 @@ impl AsyncWrite for ClientIo {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        let this = self.get_mut();
+        if this.lingering.is_none() {
+            let shut = match &mut this.stream {
+                Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+                Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            };
+            std::task::ready!(shut)?;
+            // Mid-request (a body the router did not read to its end) or with
+            // bytes waiting, the client may still be sending.
+            let mid_request = matches!(&this.framing, Follow::Active(f) if f.at_rest().is_none());
+            this.lingering = Some(Lingering {
+                deadline: Box::pin(tokio::time::sleep(LINGER)),
+                left: LINGER_BYTES,
+            });
+            if this.drain(cx) == Drained::Nothing && !mid_request {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        this.poll_linger(cx)
+    }
+}
+
+/// What one pass of a lingering close's reads found.
+#[derive(PartialEq, Eq)]
+enum Drained {
+    /// Nothing was waiting.
+    Nothing,
+    /// Bytes were read and dropped; more may come.
+    Some,
+    /// The client closed, failed, or sent all it may.
+    Done,
+}
+
+impl ClientIo {
+    /// Reads and drops what the client has sent, until nothing waits.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Drained {
+        let mut scratch = [0u8; 4096];
+        let mut found = Drained::Nothing;
+        loop {
+            let Some(lingering) = self.lingering.as_mut() else {
+                return Drained::Done;
+            };
+            let mut buf = ReadBuf::new(&mut scratch);
+            let r = match &mut self.stream {
+                Stream::Plain(s) => Pin::new(s).poll_read(cx, &mut buf),
+                Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut buf),
+            };
+            match r {
+                Poll::Pending => return found,
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    lingering.left = lingering.left.saturating_sub(buf.filled().len());
+                    if lingering.left == 0 {
+                        return Drained::Done;
+                    }
+                    found = Drained::Some;
+                }
+                Poll::Ready(_) => return Drained::Done,
+            }
+        }
+    }
+
+    /// The lingering close: drained until the client closes, or the bytes or
+    /// the time it may take are spent.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.drain(cx) == Drained::Done {
+            return Poll::Ready(Ok(()));
+        }
+        match self.lingering.as_mut() {
+            Some(l) => l.deadline.as_mut().poll(cx).map(Ok),
+            None => Poll::Ready(Ok(())),
         }
     }
 }
