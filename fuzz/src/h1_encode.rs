@@ -93,6 +93,7 @@ fn response_reads_back(status: StatusCode, method: &Method, body: BodyLength, ma
         parts: &parts,
         reason: None,
         member: None,
+        added: b"",
         request_id: None,
         method,
         body,

@@ -365,10 +365,11 @@ pub fn router_config(data: &[u8]) {
 }
 
 /// An app's header actions on a client's fields as they came (the own
-/// HTTP/1.1 path): every field an action names is gone from them, and what
-/// they add holds each name at most once, every one set by an action.
+/// HTTP/1.1 path): every field an action names is gone from them, and the
+/// lines they add read back as fields, each name at most once, every one set
+/// by an action; the response's likewise.
 fn header_actions(settings: &router::policy::settings::AppSettings) {
-    use router::policy::fields::{Action, FieldRules, Vars};
+    use router::policy::fields::{Action, FieldRules, RequestSets, Vars};
     let Some(rules) = FieldRules::of(settings.hsts.as_ref(), settings.headers.as_ref()) else {
         return;
     };
@@ -378,36 +379,72 @@ fn header_actions(settings: &router::policy::settings::AppSettings) {
         return;
     };
     let vars = Vars {
-        client_ip: "192.0.2.1",
-        request_id: "id",
+        client_ip: b"192.0.2.1",
+        request_id: b"id",
         sni: "h.example.com",
         app: Some(("app", "ns")),
         host: "h.example.com",
     };
-    let added = rules.on_raw_request(&mut raw, &vars);
-    let named = |a: &Action| match a {
-        Action::Set(n, _) | Action::Delete(n) => n.clone(),
-    };
-    for action in &rules.request {
-        let name = named(action);
-        assert!(
-            raw.iter()
-                .all(|(n, _)| !n.eq_ignore_ascii_case(name.as_str().as_bytes())),
-            "{name} left in the client's fields"
-        );
+    rules.on_raw_request(&mut raw);
+    left_out(&raw, &rules.request);
+    let mut added = Vec::new();
+    RequestSets {
+        rules: &rules,
+        vars: Vars { ..vars },
     }
-    for (i, (name, _)) in added.iter().enumerate() {
+    .write(&mut added);
+    set_once(b"GET / HTTP/1.1\r\n", &added, &rules.request);
+    let head = b"HTTP/1.1 200 OK\r\nServer: s\r\nX-A: 1\r\nStrict-Transport-Security: x\r\n\r\n";
+    let Some(mut raw) = h1_codec::fields::Fields::of_head(head) else {
+        return;
+    };
+    let mut map = http::HeaderMap::new();
+    if let Some(added) = rules.on_raw_response(&mut raw, &mut map, true, &vars) {
+        left_out(&raw, &rules.response);
+        let hsts = rules.hsts.is_some();
         assert!(
-            added[..i].iter().all(|(n, _)| n != name),
-            "{name} added twice"
+            !hsts
+                || raw
+                    .iter()
+                    .all(|(n, _)| !n.eq_ignore_ascii_case(b"strict-transport-security")),
+            "the member's HSTS left beside the router's"
         );
-        assert!(
-            rules
-                .request
-                .iter()
-                .any(|a| matches!(a, Action::Set(n, _) if n == name)),
-            "{name} added by no action"
-        );
+        set_once(b"HTTP/1.1 200 OK\r\n", &added, &rules.response);
+    }
+
+    fn left_out(raw: &h1_codec::fields::Fields, actions: &[Action]) {
+        for action in actions {
+            let (Action::Set(name, _) | Action::Delete(name)) = action;
+            assert!(
+                raw.iter()
+                    .all(|(n, _)| !n.eq_ignore_ascii_case(name.as_str().as_bytes())),
+                "{name} left in the message's fields"
+            );
+        }
+    }
+
+    fn set_once(line: &[u8], added: &[u8], actions: &[Action]) {
+        let head = [line, added, b"\r\n"].concat();
+        let Some(read) = h1_codec::fields::Fields::of_head(&head) else {
+            panic!(
+                "the lines the actions add do not read back: {:?}",
+                String::from_utf8_lossy(added)
+            );
+        };
+        let names: Vec<&[u8]> = read.iter().map(|(n, _)| n).collect();
+        for (i, name) in names.iter().enumerate() {
+            let text = String::from_utf8_lossy(name);
+            if *name == b"strict-transport-security" {
+                continue;
+            }
+            assert!(!names[..i].contains(name), "{text} added twice");
+            assert!(
+                actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Set(n, _) if n.as_str().as_bytes() == *name)),
+                "{text} added by no action"
+            );
+        }
     }
 }
 

@@ -95,6 +95,11 @@ pub struct ToWrite<'a> {
     /// A member's fields as they came (the router's `request::Answer`),
     /// written first.
     pub member: Option<&'a Fields>,
+    /// Whole field lines (`name: value\r\n`, names in lower case) written
+    /// after the member's fields: what the router sets in place of some of
+    /// them (an app's response header actions), none of them a framing field
+    /// or `date`.
+    pub added: &'a [u8],
     /// `X-Request-Id`, written last, in place of a member's.
     pub request_id: Option<&'a [u8]>,
     /// The request's method (a response to `HEAD` has no body).
@@ -110,6 +115,7 @@ pub fn encode_head(response: &ToWrite<'_>, date: &mut DateCache, out: &mut Vec<u
         parts,
         reason,
         member,
+        added,
         request_id,
         method,
         body,
@@ -129,6 +135,7 @@ pub fn encode_head(response: &ToWrite<'_>, date: &mut DateCache, out: &mut Vec<u
     if let Some(fields) = member {
         w.member_fields(fields, &parts.headers, request_id.is_some(), out);
     }
+    out.extend_from_slice(added);
     w.map_fields(&parts.headers, out);
     if let Some(id) = request_id {
         out.extend_from_slice(b"x-request-id: ");

@@ -27,6 +27,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use h1_codec::encode::field_line;
 use h1_codec::fields::Fields;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -198,19 +200,33 @@ impl Value {
         }
     }
 
-    /// The value for one request.
+    /// The value for one request, for a map.
     fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
         match self {
             Value::Literal(v) => Some(v.clone()),
+            Value::Template(_) => {
+                let mut out = Vec::with_capacity(128);
+                self.write(vars, &mut out);
+                HeaderValue::from_maybe_shared(Bytes::from(out)).ok()
+            }
+        }
+    }
+
+    /// The value for one request, written where a head is being written. No
+    /// check: the literal text was checked when parsed, and what the
+    /// variables hold is valid in a field already (an address, the router's
+    /// request ID, a TLS server name, an app's checked name, the Host the
+    /// request came with, lower-cased).
+    fn write(&self, vars: &Vars<'_>, out: &mut Vec<u8>) {
+        match self {
+            Value::Literal(v) => out.extend_from_slice(v.as_bytes()),
             Value::Template(parts) => {
-                let mut out = String::with_capacity(128);
                 for part in parts {
                     match part {
-                        Part::Text(t) => out.push_str(t),
-                        Part::Var(v) => vars.write(*v, &mut out),
+                        Part::Text(t) => out.extend_from_slice(t.as_bytes()),
+                        Part::Var(v) => vars.write(*v, out),
                     }
                 }
-                HeaderValue::from_str(&out).ok()
             }
         }
     }
@@ -219,8 +235,10 @@ impl Value {
 /// What a request's variables are (borrowed: nothing is formatted unless a
 /// value names a variable).
 pub struct Vars<'a> {
-    pub client_ip: &'a str,
-    pub request_id: &'a str,
+    /// As bytes: the address's and the ID's text is valid in a field, and
+    /// reading it as `str` would check every byte of it on every request.
+    pub client_ip: &'a [u8],
+    pub request_id: &'a [u8],
     pub sni: &'a str,
     /// The app's name and namespace (`%{app}` is `name-namespace`); none
     /// for a request that reached no app.
@@ -229,20 +247,33 @@ pub struct Vars<'a> {
 }
 
 impl Vars<'_> {
-    fn write(&self, var: Var, out: &mut String) {
-        match var {
-            Var::ClientIp => out.push_str(self.client_ip),
-            Var::RequestId => out.push_str(self.request_id),
-            Var::Sni => out.push_str(self.sni),
+    /// No request's: for values that read no variable.
+    fn none() -> Vars<'static> {
+        Vars {
+            client_ip: b"",
+            request_id: b"",
+            sni: "",
+            app: None,
+            host: "",
+        }
+    }
+
+    fn write(&self, var: Var, out: &mut Vec<u8>) {
+        let text = match var {
+            Var::ClientIp => self.client_ip,
+            Var::RequestId => self.request_id,
+            Var::Sni => self.sni.as_bytes(),
             Var::App => {
                 if let Some((name, namespace)) = self.app {
-                    out.push_str(name);
-                    out.push('-');
-                    out.push_str(namespace);
+                    out.extend_from_slice(name.as_bytes());
+                    out.push(b'-');
+                    out.extend_from_slice(namespace.as_bytes());
                 }
+                return;
             }
-            Var::Host => out.push_str(self.host),
-        }
+            Var::Host => self.host.as_bytes(),
+        };
+        out.extend_from_slice(text);
     }
 
     /// Whether any of `actions` reads a variable.
@@ -253,10 +284,19 @@ impl Vars<'_> {
     }
 }
 
-/// Fields a request's actions set, written after the client's (which lost
-/// every field of these names): for a head written from the fields as they
-/// came, with no map.
-pub type SetFields = Vec<(HeaderName, HeaderValue)>;
+/// What a request's actions set on a head written from the client's fields
+/// as they came (which lost every field the actions touch): written after
+/// them, rendered straight into the head.
+pub struct RequestSets<'a> {
+    pub rules: &'a FieldRules,
+    pub vars: Vars<'a>,
+}
+
+impl RequestSets<'_> {
+    pub fn write(&self, out: &mut Vec<u8>) {
+        self.rules.request_outcome.write(&self.vars, out);
+    }
+}
 
 /// One compiled action.
 #[derive(Clone, Debug)]
@@ -285,6 +325,60 @@ impl Action {
     }
 }
 
+/// What a list of actions leaves of a message, worked out once per policy:
+/// every name it touches (a message's fields of these names go) and the
+/// fields it sets (each name's last action, when that is a set), in the order
+/// their last actions come. A head written from fields as they came takes
+/// this instead of running the actions on a map.
+#[derive(Debug, Default)]
+struct Outcome {
+    names: Names,
+    /// The same names, to take out of a map.
+    touched: Vec<HeaderName>,
+    sets: Vec<(HeaderName, Value)>,
+}
+
+impl Outcome {
+    fn of(actions: &[Action]) -> Outcome {
+        let names = Names::of(actions.iter().map(Action::name));
+        let mut touched: Vec<HeaderName> = Vec::new();
+        let mut sets: Vec<(HeaderName, Value)> = Vec::new();
+        for action in actions {
+            let name = action.name();
+            if !touched.contains(name) {
+                touched.push(name.clone());
+            }
+            sets.retain(|(n, _)| n != name);
+            if let Action::Set(name, value) = action {
+                sets.push((name.clone(), value.clone()));
+            }
+        }
+        Outcome {
+            names,
+            touched,
+            sets,
+        }
+    }
+
+    /// The set fields as lines of a head.
+    fn write(&self, vars: &Vars<'_>, out: &mut Vec<u8>) {
+        for (name, value) in &self.sets {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            value.write(vars, out);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Whether no set value reads a variable (its lines are the same for
+    /// every request).
+    fn literal(&self) -> bool {
+        self.sets
+            .iter()
+            .all(|(_, v)| matches!(v, Value::Literal(_)))
+    }
+}
+
 /// An app's field rules (see the module doc); `None` from [`FieldRules::of`]
 /// when it has none, so the request path pays one `Option` check.
 #[derive(Debug)]
@@ -293,32 +387,49 @@ pub struct FieldRules {
     pub hsts: Option<HeaderValue>,
     pub request: Vec<Action>,
     pub response: Vec<Action>,
-    /// Every name a request action sets or deletes: the client's fields of
-    /// these names go, in one pass over fields as they came.
-    request_names: Names,
-    /// Every name a response action deletes, likewise for a member's fields.
-    response_deletes: Names,
+    request_outcome: Outcome,
+    response_outcome: Outcome,
+    /// The response's lines (HSTS first, then the set fields) when none
+    /// reads a variable: `[plain HTTP, HTTPS]`, shared by every response.
+    response_lines: Option<[Bytes; 2]>,
+    /// Whether the response's outcome can follow a member's fields as they
+    /// came: no action sets `Date`, which the head's writer adds when no field
+    /// of the response has it, so it must see that one in a map.
+    response_raw: bool,
 }
 
-/// Field names in lower case, compared with a name as sent.
+/// Field names in lower case, compared with a name as sent. Most of a
+/// message's fields are not among them, and most of those differ in length:
+/// `lengths` has bit `n % 64` set for a name of `n` bytes, so such a field
+/// is passed on one test, without a comparison.
 #[derive(Debug, Default)]
-struct Names(Vec<Box<[u8]>>);
+struct Names {
+    names: Vec<Box<[u8]>>,
+    lengths: u64,
+}
 
 impl Names {
     fn of<'a>(names: impl Iterator<Item = &'a HeaderName>) -> Names {
-        let mut out: Vec<Box<[u8]>> = Vec::new();
+        let mut out = Names::default();
         for n in names {
             let n = n.as_str().as_bytes();
-            if !out.iter().any(|o| **o == *n) {
-                out.push(n.into());
+            if !out.names.iter().any(|o| **o == *n) {
+                out.names.push(n.into());
+                out.lengths |= 1 << (n.len() % 64);
             }
         }
-        Names(out)
+        out
+    }
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty()
     }
 
     /// Whether a field of `name` (any case) stays.
+    #[inline]
     fn keeps(&self, name: &[u8]) -> bool {
-        !self.0.iter().any(|n| n.eq_ignore_ascii_case(name))
+        self.lengths & (1 << (name.len() % 64)) == 0
+            || !self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
     }
 }
 
@@ -333,18 +444,34 @@ impl FieldRules {
         if hsts.is_none() && request.is_empty() && response.is_empty() {
             return None;
         }
-        let request_names = Names::of(request.iter().map(Action::name));
-        let response_deletes = Names::of(response.iter().filter_map(|a| match a {
-            Action::Delete(name) => Some(name),
-            Action::Set(..) => None,
-        }));
+        let request_outcome = Outcome::of(&request);
+        let response_outcome = Outcome::of(&response);
+        let response_raw = !response_outcome.touched.contains(&http::header::DATE);
+        let response_lines = response_outcome.literal().then(|| {
+            let none = Vars::none();
+            let mut plain = Vec::new();
+            response_outcome.write(&none, &mut plain);
+            let mut https = Vec::new();
+            if let Some(hsts) = &hsts {
+                field_line(b"strict-transport-security", hsts.as_bytes(), &mut https);
+            }
+            https.extend_from_slice(&plain);
+            [Bytes::from(plain), Bytes::from(https)]
+        });
         Some(Arc::new(FieldRules {
             hsts,
             request,
             response,
-            request_names,
-            response_deletes,
+            request_outcome,
+            response_outcome,
+            response_lines,
+            response_raw,
         }))
+    }
+
+    /// Whether the app has request actions.
+    pub fn on_requests(&self) -> bool {
+        !self.request.is_empty()
     }
 
     /// The request actions on `headers`.
@@ -353,25 +480,61 @@ impl FieldRules {
     }
 
     /// The request actions on fields written as they came (the own HTTP/1.1
-    /// path), without a map: a field deleted or set is taken out of `raw`;
-    /// what is set comes back, to be written after them, in order.
-    pub fn on_raw_request(&self, raw: &mut Fields, vars: &Vars<'_>) -> SetFields {
-        raw.retain_names(|n| self.request_names.keeps(n));
-        let mut added = SetFields::new();
-        for action in &self.request {
-            added.retain(|(n, _)| n != action.name());
-            if let Action::Set(name, value) = action
-                && let Some(v) = value.render(vars)
-            {
-                added.push((name.clone(), v));
-            }
+    /// path), without a map: every field an action sets or deletes is taken
+    /// out of `raw`; [`RequestSets`] writes what is set after them.
+    pub fn on_raw_request(&self, raw: &mut Fields) {
+        let names = &self.request_outcome.names;
+        if !names.is_empty() {
+            raw.retain_names(|n| names.keeps(n));
         }
-        added
     }
 
     /// The response actions and HSTS (`https`: the response goes out over
-    /// TLS): set in `headers` (a member's field of the name, in `raw` when
-    /// written as it came, is then left out), deleted from both.
+    /// TLS) on a response whose member's fields are written as they came (the
+    /// own HTTP/1.1 path), without running them on a map: every field they
+    /// touch is taken out of `raw` (and of `headers`, what the router adds),
+    /// and the lines to write after the member's fields come back. `None`:
+    /// these rules need the map ([`FieldRules::on_response`]).
+    pub fn on_raw_response(
+        &self,
+        raw: &mut Fields,
+        headers: &mut HeaderMap,
+        https: bool,
+        vars: &Vars<'_>,
+    ) -> Option<Bytes> {
+        if !self.response_raw {
+            return None;
+        }
+        let hsts = self.hsts.as_ref().filter(|_| https);
+        let names = &self.response_outcome.names;
+        if !names.is_empty() || hsts.is_some() {
+            raw.retain_names(|n| {
+                names.keeps(n)
+                    && !(hsts.is_some() && n.eq_ignore_ascii_case(b"strict-transport-security"))
+            });
+        }
+        if !headers.is_empty() {
+            for name in &self.response_outcome.touched {
+                headers.remove(name);
+            }
+            if hsts.is_some() {
+                headers.remove(http::header::STRICT_TRANSPORT_SECURITY);
+            }
+        }
+        if let Some(lines) = &self.response_lines {
+            return Some(lines[usize::from(hsts.is_some())].clone());
+        }
+        let mut out = Vec::with_capacity(128);
+        if let Some(hsts) = hsts {
+            field_line(b"strict-transport-security", hsts.as_bytes(), &mut out);
+        }
+        self.response_outcome.write(vars, &mut out);
+        Some(Bytes::from(out))
+    }
+
+    /// The response actions and HSTS (`https`: the response goes out over
+    /// TLS) on a map: set in `headers` (a member's field of the name, in
+    /// `raw` when written as it came, is then left out), deleted from both.
     pub fn on_response(
         &self,
         headers: &mut HeaderMap,
@@ -382,10 +545,9 @@ impl FieldRules {
         if https && let Some(hsts) = &self.hsts {
             headers.insert(http::header::STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
-        if let Some(raw) = raw
-            && !self.response_deletes.0.is_empty()
-        {
-            raw.retain_names(|n| self.response_deletes.keeps(n));
+        if let Some(raw) = raw {
+            let names = &self.response_outcome.names;
+            raw.retain_names(|n| names.keeps(n));
         }
         apply(&self.response, headers, vars);
     }
@@ -422,8 +584,8 @@ mod tests {
 
     fn vars() -> Vars<'static> {
         Vars {
-            client_ip: "192.0.2.7",
-            request_id: "abc",
+            client_ip: b"192.0.2.7",
+            request_id: b"abc",
             sni: "www.example.com",
             app: Some(("app", "ns")),
             host: "www.example.com",
@@ -565,19 +727,87 @@ mod tests {
             b"GET / HTTP/1.1\r\nHost: h\r\nx-seen: client\r\nCookie: a=1\r\nX-Gone: 1\r\nAccept: */*\r\n\r\n",
         )
         .expect("head");
-        let added = rules.on_raw_request(&mut raw, &vars());
+        rules.on_raw_request(&mut raw);
         let names: Vec<&[u8]> = raw.iter().map(|(n, _)| n).collect();
         assert_eq!(names, [&b"Host"[..], b"Accept"]);
-        let added: Vec<(&str, &str)> = added
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("")))
-            .collect();
+        let mut added = Vec::new();
+        RequestSets {
+            rules: &rules,
+            vars: vars(),
+        }
+        .write(&mut added);
         assert_eq!(
-            added,
-            [
-                ("x-app", "app-ns via www.example.com"),
-                ("x-seen", "second")
-            ]
+            String::from_utf8_lossy(&added),
+            "x-app: app-ns via www.example.com\r\nx-seen: second\r\n"
+        );
+    }
+
+    #[test]
+    fn response_actions_on_fields_as_they_came_give_the_same_head_as_on_a_map() {
+        let set = |name: &str, value: &str| HeaderAction::Set {
+            name: name.into(),
+            value: value.into(),
+        };
+        let hsts = crate::policy::hsts::Hsts {
+            max_age: std::time::Duration::from_secs(60),
+            include_subdomains: false,
+            preload: false,
+        };
+        let actions = |response| HeaderActions {
+            request: vec![],
+            response,
+        };
+        let literal = actions(vec![
+            set("X-Frame-Options", "DENY"),
+            HeaderAction::Delete("Server".into()),
+            set("X-Later", "1"),
+            HeaderAction::Delete("X-Later".into()),
+        ]);
+        let template = actions(vec![
+            set("X-App", "%{app}@%{host}"),
+            set("x-frame-options", "a"),
+        ]);
+        let head = b"HTTP/1.1 200 OK\r\nServer: m\r\nX-Frame-Options: x\r\nStrict-Transport-Security: max-age=1\r\nX-Kept: 1\r\n\r\n";
+        for (headers, https, kept, lines) in [
+            (
+                &literal,
+                false,
+                "Strict-Transport-Security X-Kept",
+                "x-frame-options: DENY\r\n",
+            ),
+            (
+                &literal,
+                true,
+                "X-Kept",
+                "strict-transport-security: max-age=60\r\nx-frame-options: DENY\r\n",
+            ),
+            (
+                &template,
+                true,
+                "Server X-Kept",
+                "strict-transport-security: max-age=60\r\nx-app: app-ns@www.example.com\r\nx-frame-options: a\r\n",
+            ),
+        ] {
+            let rules = FieldRules::of(Some(&hsts), Some(headers)).expect("rules");
+            let mut raw = Fields::of_head(head).expect("head");
+            let mut map = HeaderMap::new();
+            let added = rules
+                .on_raw_response(&mut raw, &mut map, https, &vars())
+                .expect("no Date set: the raw path takes it");
+            let names: Vec<String> = raw
+                .iter()
+                .map(|(n, _)| String::from_utf8_lossy(n).into_owned())
+                .collect();
+            assert_eq!(names.join(" "), kept, "https {https}");
+            assert_eq!(String::from_utf8_lossy(&added), lines, "https {https}");
+            assert!(map.is_empty());
+        }
+        // Setting `Date` takes the map's way: the head's writer must see it.
+        let date = FieldRules::of(None, Some(&actions(vec![set("Date", "x")]))).expect("rules");
+        let mut raw = Fields::of_head(head).expect("head");
+        assert!(
+            date.on_raw_response(&mut raw, &mut HeaderMap::new(), false, &vars())
+                .is_none()
         );
     }
 }

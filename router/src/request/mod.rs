@@ -91,6 +91,11 @@ pub struct Proxy {
 pub struct Answer {
     pub response: Response<ProxyBody>,
     pub fields: Option<Fields>,
+    /// Field lines the own HTTP/1.1 path writes after the member's fields
+    /// (an app's response header actions and HSTS, worked out without a map:
+    /// see [`crate::policy::fields::FieldRules::on_raw_response`]); empty for
+    /// every other server, whose map holds them.
+    pub added: bytes::Bytes,
     /// The request's ID (see [`trace`]), returned to the client as
     /// `X-Request-Id`: written by the own HTTP/1.1 path, put in the map for
     /// every other server.
@@ -109,8 +114,10 @@ impl Proxy {
         let Answer {
             mut response,
             fields,
+            added,
             request_id,
         } = self.answer(conn, Box::new(req), None).await;
+        debug_assert!(added.is_empty(), "lines for the own HTTP/1.1 path only");
         if let Some(fields) = fields {
             h1_codec::hop::member_map(&fields, response.headers_mut());
         }

@@ -29,7 +29,7 @@ use super::context::{Context, Reply};
 use super::error::ProxyError;
 use super::retry::{Replay, Retry, idempotent, retry_of};
 use super::route::{Destination, Routed};
-use super::send::{Protocol, Timeouts, encoded, prepare};
+use super::send::{Protocol, Timeouts, encoded, prepare, request_sets};
 use super::upload::Received;
 use crate::policy::clients::ClientSlot;
 use crate::request::Proxy;
@@ -76,7 +76,7 @@ impl Proxy {
         let (hold, source) = self.admit(context.conn, fields, &to, context.received)?;
         let target = to.pick(fields, source.key)?;
         let from = context.provenance();
-        let (protocol, body, added) = prepare((&mut req, &mut raw), &to, &target, from)?;
+        let (protocol, body) = prepare((&mut req, &mut raw), &to, &target, from)?;
         let body = self.read_body(body, to.policy.as_deref()).await?;
         let timeouts = Timeouts::of(self, to.policy.as_deref());
         match protocol {
@@ -99,7 +99,8 @@ impl Proxy {
         };
         context.mark(Moment::Connected);
         let from = context.provenance();
-        let raw = raw.as_ref().map(|f| (f, &added));
+        let sets = request_sets(&to, from);
+        let raw = raw.as_ref().map(|f| (f, sets.as_ref()));
         let (mut request, replay) = encoded((req, body), raw, from, to.host);
         let mut retried = false;
         let head = loop {

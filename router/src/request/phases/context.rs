@@ -49,6 +49,9 @@ pub(in crate::request) struct Context<'c> {
     pub(in crate::request) active: ActiveRequest,
     /// A stream of a multiplexed connection (h2, h3): no `Connection` field.
     pub(in crate::request) stream: bool,
+    /// The answer goes to the own HTTP/1.1 writer (the request came with its
+    /// fields as they came), which writes a member's fields without a map.
+    pub(in crate::request) own_h1: bool,
     /// The client's request says its HTTP/1 connection ends after it: a
     /// `close` it asked for, read token by token from the bytes (hyper skips a
     /// `Connection` value with a byte outside ASCII and would read the next
@@ -104,8 +107,8 @@ pub(in crate::request) fn vars_of<'a>(
     host: &'a str,
 ) -> Vars<'a> {
     Vars {
-        client_ip: conn.ip_text(),
-        request_id: trace.request_id.as_str(),
+        client_ip: conn.ip_value.as_bytes(),
+        request_id: trace.request_id.as_bytes(),
         sni: conn.sni.as_deref().unwrap_or(""),
         app: route.map(|r| (r.name.as_str(), r.namespace.as_str())),
         host,
@@ -223,6 +226,7 @@ impl Proxy {
             received: req.body().declared_len(),
             active: conn.activity.begin(stream),
             stream,
+            own_h1: matches!(fields, FieldsRef::Raw(_)),
             last_on_connection,
             announce_h3: self.alt_svc.is_some()
                 && conn.https

@@ -5,6 +5,7 @@
 //! and the member's figures), frees the member's slot and the client's hold,
 //! and writes the access line ([`super::access_log`]).
 
+use bytes::Bytes;
 use h1_codec::fields::Fields;
 use http::Response;
 
@@ -39,18 +40,11 @@ impl Proxy {
                 .as_ref()
                 .map(|slot| slot.member().addr.clone())
                 .or(member);
-            if let Some(span) = context.span.as_mut() {
-                span.mark(Moment::ResponseHead);
-                span.member = upstream.clone();
-            }
-            if let Some(log) = context.log.as_mut() {
-                log.head_known(&context.trace, context.start, upstream);
-                log.response(response.headers(), fields.as_ref());
-            }
+            head_known(&mut context, upstream, (&response, fields.as_ref()));
         }
         let closing = !context.stream
             && (context.active.closing() || context.last_on_connection || malformed);
-        self.head_fields(&context, closing, (&mut response, &mut fields));
+        let added = self.head_fields(&context, closing, (&mut response, &mut fields));
         // The head is handed to the server: on h2 it now waits on the client's window.
         context.active.wait_on_client();
         if let Some(asked) = context.compress {
@@ -76,27 +70,49 @@ impl Proxy {
         Answer {
             response,
             fields,
+            added,
             request_id: context.trace.request_id,
         }
+    }
+}
+
+/// The response head is final: its span and its access record learn the
+/// member that answered (`upstream`) and the head.
+fn head_known(
+    context: &mut Context<'_>,
+    upstream: Option<std::sync::Arc<str>>,
+    (response, fields): (&Response<ProxyBody>, Option<&Fields>),
+) {
+    if let Some(span) = context.span.as_mut() {
+        span.mark(Moment::ResponseHead);
+        span.member = upstream.clone();
+    }
+    if let Some(log) = context.log.as_mut() {
+        log.head_known(&context.trace, context.start, upstream);
+        log.response(response.headers(), fields);
     }
 }
 
 impl Proxy {
     /// What the router adds to the head ([`Proxy::router_fields`]; `closing`:
     /// the connection ends after it), then the field rules (HSTS, header
-    /// actions) of the request's app; of `app_defaults` when it reached no app.
+    /// actions) of the request's app; of `app_defaults` when it reached no
+    /// app. What comes back: lines the own HTTP/1.1 path writes after the
+    /// member's fields (see [`Answer::added`]).
     fn head_fields(
         &self,
         context: &Context<'_>,
         closing: bool,
         response: (&mut Response<ProxyBody>, &mut Option<Fields>),
-    ) {
+    ) -> Bytes {
         self.router_fields(response.0, closing, context.announce_h3);
         if let Some(rules) = &context.field_rules {
             let vars = rules.vars(context.provenance());
-            rules::on_response(&rules.rules, response, context.conn.https, &vars);
+            on_response(&rules.rules, context, response, &vars)
         } else if context.app.is_none() {
-            self.unrouted_fields(context, response);
+            self.unrouted_fields(context, response)
+        } else {
+            Bytes::new()
         }
     }
 
@@ -107,30 +123,34 @@ impl Proxy {
         &self,
         context: &Context<'_>,
         response: (&mut Response<ProxyBody>, &mut Option<Fields>),
-    ) {
+    ) -> Bytes {
         let table = self.table.load();
         let Some(rules) = table.default_policy.as_ref().and_then(|p| p.fields.clone()) else {
-            return;
+            return Bytes::new();
         };
         drop(table);
         let vars = super::context::vars_of(context.provenance(), None, "");
-        rules::on_response(&rules, response, context.conn.https, &vars);
+        on_response(&rules, context, response, &vars)
     }
 }
 
-mod rules {
-    use super::*;
-
-    /// `rules` on a response: on its map, and on the member's fields when
-    /// they are written as they came (the own HTTP/1.1 path; a field set in
-    /// the map replaces the member's of its name there, a deleted one is
-    /// taken out of both).
-    pub(in crate::request) fn on_response(
-        rules: &FieldRules,
-        (response, fields): (&mut Response<ProxyBody>, &mut Option<Fields>),
-        https: bool,
-        vars: &Vars<'_>,
-    ) {
-        rules.on_response(response.headers_mut(), fields.as_mut(), https, vars);
+/// `rules` on a response: without a map when the own HTTP/1.1 path writes
+/// the member's fields as they came (the lines to write after them come
+/// back), else on its map (a field set there replaces the member's of its
+/// name, a deleted one is taken out of both).
+fn on_response(
+    rules: &FieldRules,
+    context: &Context<'_>,
+    (response, fields): (&mut Response<ProxyBody>, &mut Option<Fields>),
+    vars: &Vars<'_>,
+) -> Bytes {
+    let https = context.conn.https;
+    if context.own_h1
+        && let Some(raw) = fields.as_mut()
+        && let Some(lines) = rules.on_raw_response(raw, response.headers_mut(), https, vars)
+    {
+        return lines;
     }
+    rules.on_response(response.headers_mut(), fields.as_mut(), https, vars);
+    Bytes::new()
 }

@@ -25,7 +25,7 @@ use super::route::Destination;
 use super::trace::Provenance;
 use super::upload::{Received, read_now, read_rest};
 use crate::metrics::UpstreamError;
-use crate::policy::fields::SetFields;
+use crate::policy::fields::{FieldRules, RequestSets};
 use crate::policy::{Policy, Refused};
 use crate::request::Proxy;
 use crate::table::Target;
@@ -44,11 +44,9 @@ pub(in crate::request) enum Protocol {
     Upgrade(hyper::upgrade::OnUpgrade),
 }
 
-/// What [`prepare`] hands on: how the request goes, its body (taken out to go
-/// its own way; the head stays boxed, see [`Proxy::answer`]), and the fields
-/// its app's request actions add to a head written from the client's fields
-/// as they came.
-pub(in crate::request) type Prepared = (Protocol, Received, SetFields);
+/// What [`prepare`] hands on: how the request goes, and its body (taken out to
+/// go its own way; the head stays boxed, see [`Proxy::answer`]).
+pub(in crate::request) type Prepared = (Protocol, Received);
 
 /// The request as its member gets it, from the client's request (`raw`: its
 /// fields as they came, on the own HTTP/1.1 path) to its destination's
@@ -67,7 +65,7 @@ pub(in crate::request) fn prepare(
     // (`encode`); hyper's clients (h2 members, upgrades) take a map.
     let written = !(h2_members || upgrade);
     plain_or_map(req, raw, !written);
-    let added = request_actions((req, raw), to, from);
+    request_actions((req, raw), to, from);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut *req));
     let body = std::mem::replace(req.body_mut(), Received::Read(Bytes::new()));
     for_member(req, (host, &to.rewrite), target, from, (upgrade, written))?;
@@ -76,34 +74,45 @@ pub(in crate::request) fn prepare(
         None if h2_members => Protocol::H2 { trailers },
         None => Protocol::H1,
     };
-    Ok((protocol, body, added))
+    Ok((protocol, body))
 }
 
 /// The app's request actions (see [`crate::policy::fields`]): on the
-/// client's fields as they came when the head is written from them (what
-/// they set comes back, to be written after them: no map is built), else on
-/// the request's map.
+/// client's fields as they came when the head is written from them (the
+/// fields they touch taken out; what they set is written after them, see
+/// [`request_sets`]: no map is built), else on the request's map.
 fn request_actions(
     (req, raw): (&mut Request<Received>, &mut Option<Fields>),
     to: &Destination<'_>,
     from: Provenance<'_>,
-) -> SetFields {
-    let Some(rules) = to
-        .policy
-        .as_ref()
-        .and_then(|p| p.fields.as_ref())
-        .filter(|r| !r.request.is_empty())
-    else {
-        return SetFields::new();
+) {
+    let Some(rules) = request_rules(to) else {
+        return;
     };
-    let vars = super::context::vars_of(from, Some(&to.route), &to.name);
     match raw.as_mut() {
-        Some(fields) => rules.on_raw_request(fields, &vars),
+        Some(fields) => rules.on_raw_request(fields),
         None => {
+            let vars = super::context::vars_of(from, Some(&to.route), &to.name);
             rules.on_request(req.headers_mut(), &vars);
-            SetFields::new()
         }
     }
+}
+
+/// The field rules of `to`'s app when it has request actions.
+fn request_rules<'a>(to: &'a Destination<'_>) -> Option<&'a FieldRules> {
+    let rules = to.policy.as_ref()?.fields.as_deref()?;
+    rules.on_requests().then_some(rules)
+}
+
+/// What `to`'s app's request actions set, for a request from `from`, if it
+/// has request actions: written after the client's fields as they came.
+pub(in crate::request) fn request_sets<'a>(
+    to: &'a Destination<'_>,
+    from: Provenance<'a>,
+) -> Option<RequestSets<'a>> {
+    let rules = request_rules(to)?;
+    let vars = super::context::vars_of(from, Some(&to.route), &to.name);
+    Some(RequestSets { rules, vars })
 }
 
 impl Proxy {
@@ -167,7 +176,7 @@ fn plain_or_map(req: &mut Request<Received>, raw: &mut Option<Fields>, other: bo
 /// without a body).
 pub(in crate::request) fn encoded(
     (req, body): (Box<Request<Received>>, RequestBody),
-    raw: Option<(&Fields, &SetFields)>,
+    raw: Option<(&Fields, Option<&RequestSets<'_>>)>,
     from: Provenance<'_>,
     host: &HeaderValue,
 ) -> (Encoded, Replay) {
@@ -180,7 +189,7 @@ pub(in crate::request) fn encoded(
 fn encode(
     req: Box<Request<Received>>,
     body: RequestBody,
-    raw: Option<(&Fields, &SetFields)>,
+    raw: Option<(&Fields, Option<&RequestSets<'_>>)>,
     from: Provenance<'_>,
     host: &HeaderValue,
 ) -> Encoded {

@@ -318,6 +318,7 @@ fn write<'a>(
     let Answer {
         response,
         fields,
+        added,
         request_id,
     } = answer;
     let (parts, body) = response.into_parts();
@@ -327,6 +328,7 @@ fn write<'a>(
         parts: &parts,
         reason: reason_of(&parts),
         member: fields.as_ref(),
+        added: &added,
         request_id: Some(request_id.as_bytes()),
         method,
         body: length,

@@ -29,6 +29,7 @@ fn written(
         parts,
         reason: reason.map(|r| r.as_bytes()),
         member,
+        added: b"",
         request_id,
         method,
         body,

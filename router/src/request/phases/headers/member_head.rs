@@ -9,9 +9,10 @@ use h1_codec::encode::request::{RequestFraming, RequestLine};
 use h1_codec::fields::{Fields, FieldsRef, Name};
 use h1_codec::hop::{end_to_end, protected_bytes, tokens};
 use h1_codec::request::is_underscored;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 
 use super::forwarding::{ForwardedField, client_cert_lines, forwarding, proto};
+use crate::policy::fields::RequestSets;
 use crate::request::connection::client_conn::ClientConn;
 use crate::request::phases::trace::{Provenance, Trace};
 
@@ -23,24 +24,23 @@ use crate::request::phases::trace::{Provenance, Trace};
 /// framing is the client's `Content-Length`, passed on with its fields.
 pub fn encode_for_member(
     line: RequestLine<'_>,
-    (fields, added): (&Fields, &[(HeaderName, HeaderValue)]),
+    (fields, sets): (&Fields, Option<&RequestSets<'_>>),
     Provenance { conn, trace }: Provenance<'_>,
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) {
     let forwarding = forwarding(FieldsRef::Raw(fields), conn, host);
     let none = HeaderMap::new();
+    let fields = end_to_end(fields, &none).filter(|(_, name, _)| !is_underscored(name));
+    let added = (forwarding, conn, trace, host);
     // The fields the app's request actions set come after the client's
     // (which lost every field of those names).
-    let added = added.iter().map(|(name, value)| {
-        let name = name.as_str().as_bytes();
-        (Name::of(name), name, value.as_bytes())
-    });
-    let fields = end_to_end(fields, &none)
-        .filter(|(_, name, _)| !is_underscored(name))
-        .chain(added);
-    let added = (forwarding, conn, trace, host);
-    write_member_head(line, fields, added, out);
+    let sets = |out: &mut Vec<u8>| {
+        if let Some(sets) = sets {
+            sets.write(out);
+        }
+    };
+    write_member_head(line, fields, (added, sets), out);
 }
 
 /// The request head a member gets from a client whose fields are in a map
@@ -69,7 +69,7 @@ pub fn encode_map_for_member(
             && !is_underscored(name)
     });
     let added = (forwarding, conn, trace, host);
-    let end = write_member_head(line, fields, added, out);
+    let end = write_member_head(line, fields, (added, |_: &mut Vec<u8>| {}), out);
     // The framing field goes after the others, before the blank line.
     out.truncate(end);
     let framing = framing.write(out);
@@ -117,7 +117,7 @@ type Added<'a> = (
 fn write_member_head<'a>(
     line: RequestLine<'_>,
     fields: impl Iterator<Item = (Name, &'a [u8], &'a [u8])>,
-    ((forwarded, xff), conn, trace, host): Added<'_>,
+    (((forwarded, xff), conn, trace, host), sets): (Added<'_>, impl FnOnce(&mut Vec<u8>)),
     out: &mut Vec<u8>,
 ) -> usize {
     line.write(out);
@@ -146,6 +146,7 @@ fn write_member_head<'a>(
             field_line(name, value, out);
         }
     }
+    sets(out);
     if let ForwardedField::Set(v) = &forwarded {
         field_line(b"forwarded", v.as_bytes(), out);
     }

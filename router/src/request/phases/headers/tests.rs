@@ -300,7 +300,7 @@ proptest::proptest! {
         let host = HeaderValue::from_static("a.example");
         let mut written = Vec::new();
         let trace = super::super::trace::Trace::of(FieldsRef::Raw(&raw), conn.trusted(), Default::default());
-        encode_for_member(GET_P, (&raw, &[]), Provenance { conn: &conn, trace: &trace }, &host, &mut written);
+        encode_for_member(GET_P, (&raw, None), Provenance { conn: &conn, trace: &trace }, &host, &mut written);
         let mut map = raw.to_map(6);
         remove_hop_by_hop(&mut map, false);
         set_forwarded(&mut map, &conn, &host);
