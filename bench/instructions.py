@@ -22,6 +22,10 @@ browser does (an affinity cookie then names its member: the sticky path).
 --peers: also haproxy 2.6 (one thread) and nginx 1.22 (no master, one worker) under
 callgrind, proxying the same client's requests to the same backend: the anchors on
 the same repeatable axis. Kernel time is in none of the figures.
+--peers-syslog: with --peers, haproxy (`option httplog`, RFC 5424) and nginx
+(`combined`) log each request to syslog over UDP on 127.0.0.1:5514, which the
+script receives on (as it does for a variant naming `udp://127.0.0.1:5514`): what
+a syslog line costs each of them, beside the router's `access_log.syslog`.
 --h2: the client is h2load over TLS (one connection, 10 streams at once, ALPN h2,
 TLS 1.3 with AES-128-GCM) instead of the HTTP/1.1 keep-alive client, for the router
 and, with --peers, haproxy and nginx (the h2 axis).
@@ -162,6 +166,30 @@ def certificate():
         f.write(open(f"{CERT_DIR}/tls.crt").read() + open(f"{CERT_DIR}/tls.key").read())
 
 
+# --peers-syslog: haproxy (`option httplog`, RFC 5424) and nginx (`combined`)
+# log each request to a UDP syslog receiver on this port, which the script
+# runs (a variant of the router's own names `udp://127.0.0.1:5514`).
+SYSLOG_PORT = 5514
+PEERS_SYSLOG = False
+
+
+def syslog_receiver():
+    """A UDP receiver on SYSLOG_PORT, reading and counting lines (a thread)."""
+    import socket
+    import threading
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.bind(("127.0.0.1", SYSLOG_PORT))
+    count = [0]
+
+    def run():
+        while True:
+            s.recv(65536)
+            count[0] += 1
+    threading.Thread(target=run, daemon=True).start()
+    return count
+
+
 H2 = False  # set by --h2
 H3 = False  # set by --h3 (which sets H2 too: the same TLS listener, and h2 for the first answer)
 # aws-lc picks AES-GCM, ECDSA and SHA code by CPU feature; valgrind does not
@@ -251,9 +279,11 @@ def peer(name, n):
     if name == "haproxy":
         tls = (f"\n    bind 127.0.0.1:{HAPROXY + TLS_OFFSET} ssl crt {CERT_DIR}/tls.pem alpn h2,http/1.1"
                if H2 else "")
+        log = (f"\n    log 127.0.0.1:{SYSLOG_PORT} format rfc5424 local1\n    option httplog"
+               if PEERS_SYSLOG else "")
         H.write(f"{d}/haproxy.cfg", H.HAPROXY_HEAD + f"""
 frontend fe_http
-    bind 127.0.0.1:{HAPROXY}{tls}
+    bind 127.0.0.1:{HAPROXY}{tls}{log}
     default_backend be
 backend be
     http-reuse always
@@ -265,10 +295,11 @@ backend be
     listen 127.0.0.1:{NGINX + TLS_OFFSET} ssl http2;
     ssl_certificate {CERT_DIR}/tls.crt;
     ssl_certificate_key {CERT_DIR}/tls.key;""" if H2 else "")
+        log = f"\n    access_log syslog:server=127.0.0.1:{SYSLOG_PORT} combined;" if PEERS_SYSLOG else ""
         H.nginx_conf(d, "nginx", f"""
   upstream backend {{ server 127.0.0.1:{BACKEND}; keepalive 64; keepalive_requests 100000; }}
   server {{
-    listen 127.0.0.1:{NGINX};{tls}
+    listen 127.0.0.1:{NGINX};{tls}{log}
     {H.PROXY_PASS}
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
@@ -419,6 +450,9 @@ def main():
                     help="full TLS handshakes per preset (plain, client-optional, client-required, staple)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count system calls (strace -c) instead of instructions")
+    ap.add_argument("--peers-syslog", action="store_true",
+                    help="with --peers: haproxy and nginx log each request to syslog over UDP "
+                         f"(127.0.0.1:{SYSLOG_PORT}, which this script receives on)")
     ap.add_argument("--keep", help="keep each router run's callgrind output in this directory")
     ap.add_argument("--label", help="name of this binary's runs in --keep (default: the variant's number)")
     ap.add_argument("--admin", action="append", default=[], metavar="'METHOD PATH JSON'",
@@ -440,7 +474,8 @@ def main():
     for call in args.admin:
         method, path, body = (call.split(None, 2) + [""])[:3]
         ADMIN_CALLS.append((method, path, body))
-    global H2, H3, MASK
+    global H2, H3, MASK, PEERS_SYSLOG
+    PEERS_SYSLOG = args.peers_syslog
     H3 = args.h3
     H2 = args.h2 or H3
     MASK = H3 or args.mask
@@ -451,6 +486,7 @@ def main():
     if H2:
         certificate()
     variants = args.config or ["upstream:\n  source_reserve: 0", "upstream:\n  source_reserve: 10"]
+    lines = syslog_receiver() if PEERS_SYSLOG or any(f":{SYSLOG_PORT}" in v for v in variants) else None
     if not shutil.which("valgrind"):
         sys.exit("valgrind is missing (apt-get install valgrind)")
     if not os.path.exists(os.path.join(RELEASE, "echo-backend")):
@@ -476,6 +512,8 @@ def main():
                   f"(total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)
             if SYSCALLS:
                 by_name(name, args.n1, args.n2)
+        if lines:
+            print(f"syslog lines received on 127.0.0.1:{SYSLOG_PORT}: {lines[0]:,}", flush=True)
     finally:
         backend.terminate()
         backend.wait()

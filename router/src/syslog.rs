@@ -3,16 +3,26 @@
 //! 3164) or a unix datagram socket such as `/dev/log`, each line written from
 //! the operator's template ([`crate::log_format`]).
 //!
-//! A slow or dead sink never slows a request: a line is handed to a bounded
-//! queue (`access_log.syslog.queue`, 10 000 lines by default, about 3 MB)
-//! without waiting, and one sender task writes the queue out; a line that
-//! finds the queue full, or that the transport refuses, is dropped and
-//! counted (`router_access_log_dropped_total{reason}`). A TCP sink that goes
-//! away is connected to again, no more than once a second.
+//! A slow or dead sink never slows a request. Over UDP and a unix datagram
+//! socket each line is one non-blocking send from the thread that ends the
+//! request, as haproxy's `log` sends (no hand-off to another task, whose
+//! wake-up cost more than the send); a full socket buffer drops the line. Over
+//! TCP a line is handed to a bounded queue (`access_log.syslog.queue`, 10 000
+//! lines by default, about 3 MB) without waiting, and one sender task writes
+//! the queue out. A line that finds the queue or the buffer full, or that the
+//! transport refuses, is dropped and counted
+//! (`router_access_log_dropped_total{reason}`). A TCP sink that goes away is
+//! connected to again, no more than once a second.
+//!
+//! A line is written into one buffer: the head's fixed parts made once, the
+//! time's text once a second per thread ([`LineTime`]), integers with `itoa`. The
+//! line through `core::fmt` (a `format!` a piece, a `String` grown piece by
+//! piece) cost 18 000 instructions a request; see `bench/RESULTS.md`.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -126,29 +136,64 @@ impl SyslogSettings {
     }
 }
 
-/// The access lines' sink: the template, the queue and its counters.
+/// The access lines' sink: the template, where lines go and the counters.
 pub struct Sink {
     pub template: Template,
     /// What is captured, in the template's order (see `access_log.capture`).
     pub capture: Capture,
-    tx: mpsc::Sender<Bytes>,
+    /// The request's and the response's field names of `capture`, compiled.
+    pub request_names: CaptureNames,
+    pub response_names: CaptureNames,
+    out: Out,
     prefix: Prefix,
     queue_full: prometheus::IntCounter,
+    failed: prometheus::IntCounter,
 }
 
-/// What starts every line: the priority, the host name, the tag.
+/// Where lines go.
+enum Out {
+    /// A datagram socket (UDP, connected; or unix), non-blocking, sent to
+    /// from the thread that ends the request.
+    Udp(std::net::UdpSocket),
+    Unix(std::os::unix::net::UnixDatagram, PathBuf),
+    /// The TCP sender's queue (a stream can stall; a datagram cannot).
+    Tcp(mpsc::Sender<Bytes>),
+}
+
+/// What starts every line, made once: the text before the time and after it.
 struct Prefix {
     protocol: Protocol,
-    /// A unix socket: the local form.
-    local: bool,
-    pri: u8,
-    host: String,
-    tag: String,
+    /// `<PRI>1 ` (5424) or `<PRI>` (3164).
+    before: Vec<u8>,
+    /// ` HOST TAG PID - - ` (5424), ` HOST TAG[PID]: ` or, over a unix
+    /// socket, ` TAG[PID]: ` (3164: the local form, as glibc's syslog(3)
+    /// writes to /dev/log; the daemon adds the host).
+    after: Vec<u8>,
+}
+
+impl Prefix {
+    fn of(settings: &SyslogSettings, local: bool) -> Prefix {
+        let pri = facility(&settings.facility).unwrap_or(17) * 8 + 6;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "-".into());
+        let (tag, pid) = (&settings.tag, std::process::id());
+        let (before, after) = match settings.protocol {
+            Protocol::Rfc5424 => (format!("<{pri}>1 "), format!(" {host} {tag} {pid} - - ")),
+            Protocol::Rfc3164 if local => (format!("<{pri}>"), format!(" {tag}[{pid}]: ")),
+            Protocol::Rfc3164 => (format!("<{pri}>"), format!(" {host} {tag}[{pid}]: ")),
+        };
+        Prefix {
+            protocol: settings.protocol,
+            before: before.into_bytes(),
+            after: after.into_bytes(),
+        }
+    }
 }
 
 impl Sink {
-    /// Starts the sender task (on the current runtime) and registers the
-    /// counters; `template` was checked with the configuration.
+    /// Opens the sink (a TCP one's sender task on the current runtime) and
+    /// registers the counters; `template` was checked with the configuration.
     pub fn start(
         settings: &SyslogSettings,
         template: &str,
@@ -169,96 +214,224 @@ impl Sink {
         registry
             .register(Box::new(dropped.clone()))
             .map_err(|e| e.to_string())?;
-        let (tx, rx) = mpsc::channel(settings.queue);
         let failed = dropped.with_label_values(&["send_failed"]);
-        tokio::spawn(send_all(rx, target, settings.protocol, failed));
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "-".into());
+        let out = match target {
+            Target::Udp(addr) => Out::Udp(udp(&addr).map_err(|e| format!("{addr}: {e}"))?),
+            Target::Unix(path) => {
+                let socket = std::os::unix::net::UnixDatagram::unbound()
+                    .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                    .map_err(|e| e.to_string())?;
+                Out::Unix(socket, path)
+            }
+            Target::Tcp(addr) => {
+                let (tx, rx) = mpsc::channel(settings.queue);
+                tokio::spawn(send_all(rx, addr, settings.protocol, failed.clone()));
+                Out::Tcp(tx)
+            }
+        };
         Ok(Arc::new(Sink {
             template,
             capture: capture.clone(),
-            tx,
-            prefix: Prefix {
-                protocol: settings.protocol,
-                local,
-                pri: facility(&settings.facility).unwrap_or(17) * 8 + 6,
-                host,
-                tag: settings.tag.clone(),
-            },
+            request_names: CaptureNames::of(&capture.request),
+            response_names: CaptureNames::of(&capture.response),
+            out,
+            prefix: Prefix::of(settings, local),
             queue_full: dropped.with_label_values(&["queue_full"]),
+            failed,
         }))
     }
 
-    /// Queues `message` (the template's line) as one syslog message, never
-    /// waiting.
-    pub fn send(&self, message: &str, now: std::time::SystemTime) {
+    /// Writes one line stamped `now` and sends it, never waiting: the syslog
+    /// head, then what `message` writes (the template's text). Written in the
+    /// thread's own buffer, from which a datagram sink sends it: no
+    /// allocation a line.
+    pub fn write(&self, now: LineTime, message: impl FnOnce(&mut Line<'_>)) {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.write_in(&mut scratch, now, message),
+            // Not reached (nothing in a line writes another), but a fresh
+            // buffer costs nothing in correctness.
+            Err(_) => self.write_in(&mut Scratch::default(), now, message),
+        });
+    }
+
+    fn write_in(&self, scratch: &mut Scratch, now: LineTime, message: impl FnOnce(&mut Line<'_>)) {
+        let Scratch { second, line } = scratch;
+        let second = Second::at(second, now.secs);
+        line.clear();
         let p = &self.prefix;
-        let line = match p.protocol {
-            Protocol::Rfc5424 => format!(
-                "<{}>1 {} {} {} {} - - {message}",
-                p.pri,
-                httpdate_rfc3339(now),
-                p.host,
-                p.tag,
-                std::process::id()
-            ),
-            // Over a local socket without the host name, as glibc's
-            // syslog(3) writes to /dev/log (the daemon adds its own).
-            Protocol::Rfc3164 if p.local => format!(
-                "<{}>{} {}[{}]: {message}",
-                p.pri,
-                rfc3164_time(now),
-                p.tag,
-                std::process::id()
-            ),
-            Protocol::Rfc3164 => format!(
-                "<{}>{} {} {}[{}]: {message}",
-                p.pri,
-                rfc3164_time(now),
-                p.host,
-                p.tag,
-                std::process::id()
-            ),
+        line.extend_from_slice(&p.before);
+        let mut l = Line {
+            out: line,
+            second,
+            now,
         };
-        if self.tx.try_send(Bytes::from(line)).is_err() {
-            self.queue_full.inc();
+        l.time(match p.protocol {
+            Protocol::Rfc5424 => TimeText::Rfc3339,
+            Protocol::Rfc3164 => TimeText::Rfc3164,
+        });
+        l.out.extend_from_slice(&p.after);
+        message(&mut l);
+        self.send(line);
+    }
+
+    fn send(&self, line: &[u8]) {
+        let sent = match &self.out {
+            Out::Udp(socket) => socket.send(line).map(drop),
+            Out::Unix(socket, path) => socket.send_to(line, path).map(drop),
+            Out::Tcp(tx) => {
+                if tx.try_send(Bytes::copy_from_slice(line)).is_err() {
+                    self.queue_full.inc();
+                }
+                return;
+            }
+        };
+        match sent {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.queue_full.inc(),
+            Err(_) => self.failed.inc(),
         }
     }
 }
 
-/// `2026-11-29T02:13:49.123Z`.
-pub fn httpdate_rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let (date, (h, m, s)) = civil(d.as_secs());
-    format!(
-        "{:04}-{:02}-{:02}T{h:02}:{m:02}:{s:02}.{:03}Z",
-        date.0,
-        date.1,
-        date.2,
-        d.subsec_millis()
-    )
+/// A line being written: its bytes, and its time's texts.
+pub struct Line<'a> {
+    pub out: &'a mut Vec<u8>,
+    second: &'a Second,
+    now: LineTime,
 }
 
-/// `Nov 29 02:13:49` (RFC 3164's TIMESTAMP, in UTC).
-fn rfc3164_time(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let ((_, month, day), (h, m, s)) = civil(d.as_secs());
-    format!(
-        "{} {day:2} {h:02}:{m:02}:{s:02}",
-        MONTHS[usize::from(month - 1)]
-    )
+impl Line<'_> {
+    /// Appends the line's time as `text` says.
+    pub fn time(&mut self, text: TimeText) {
+        let s = self.second;
+        let (written, millis, zone) = match text {
+            TimeText::Rfc3339 => (&s.rfc3339, true, true),
+            TimeText::Haproxy => (&s.haproxy, true, false),
+            TimeText::Rfc3164 => (&s.rfc3164, false, false),
+        };
+        self.out.extend_from_slice(written.as_bytes());
+        if millis {
+            let m = self.now.millis;
+            self.out.extend_from_slice(&[
+                b'.',
+                b'0' + (m / 100 % 10) as u8,
+                b'0' + (m / 10 % 10) as u8,
+                b'0' + (m % 10) as u8,
+            ]);
+        }
+        if zone {
+            self.out.push(b'Z');
+        }
+    }
 }
 
-/// `29/Nov/2026:02:13:49.123` (haproxy's date).
-pub fn haproxy_time(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let ((year, month, day), (h, m, s)) = civil(d.as_secs());
-    format!(
-        "{day:02}/{}/{year}:{h:02}:{m:02}:{s:02}.{:03}",
-        MONTHS[usize::from(month - 1)],
-        d.subsec_millis()
-    )
+/// A connected, non-blocking UDP socket to `addr` (`host:port`), bound to
+/// the unspecified address of its family.
+fn udp(addr: &str) -> std::io::Result<std::net::UdpSocket> {
+    use std::net::{Ipv4Addr, Ipv6Addr, ToSocketAddrs};
+    let to = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("resolves to no address"))?;
+    let any: std::net::IpAddr = if to.is_ipv6() {
+        Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        Ipv4Addr::UNSPECIFIED.into()
+    };
+    let socket = std::net::UdpSocket::bind((any, 0))?;
+    socket.connect(to)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// A log line's time: seconds since the epoch and the millisecond.
+#[derive(Clone, Copy, Debug)]
+pub struct LineTime {
+    secs: u64,
+    millis: u16,
+}
+
+/// The ways a time is written.
+#[derive(Clone, Copy, Debug)]
+pub enum TimeText {
+    /// `2026-11-29T02:13:49.123Z` (RFC 5424's TIMESTAMP, `%{time}`).
+    Rfc3339,
+    /// `29/Nov/2026:02:13:49.123` (haproxy's date, `%{time_haproxy}`).
+    Haproxy,
+    /// `Nov 29 02:13:49` (RFC 3164's TIMESTAMP, in UTC).
+    Rfc3164,
+}
+
+/// One second's texts, made once a second on each thread that writes lines.
+#[derive(Default)]
+struct Second {
+    secs: u64,
+    rfc3339: String,
+    haproxy: String,
+    rfc3164: String,
+}
+
+/// What each thread that writes lines keeps: the second's texts, and the
+/// line being written.
+#[derive(Default)]
+struct Scratch {
+    second: Option<Second>,
+    line: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch { second: None, line: Vec::new() })
+    };
+}
+
+impl LineTime {
+    pub fn now() -> LineTime {
+        LineTime::of(SystemTime::now())
+    }
+
+    pub fn of(t: SystemTime) -> LineTime {
+        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        LineTime {
+            secs: d.as_secs(),
+            millis: d.subsec_millis() as u16,
+        }
+    }
+}
+
+impl Second {
+    /// The texts of `secs`, made now if `kept` holds another second's.
+    fn at(kept: &mut Option<Second>, secs: u64) -> &Second {
+        if kept.as_ref().is_some_and(|s| s.secs != secs) {
+            *kept = None;
+        }
+        kept.get_or_insert_with(|| Second::of(secs))
+    }
+
+    fn of(secs: u64) -> Second {
+        let ((year, month, day), (h, m, s)) = civil(secs);
+        let mon = MONTHS[usize::from(month - 1)];
+        Second {
+            secs,
+            rfc3339: format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}"),
+            haproxy: format!("{day:02}/{mon}/{year}:{h:02}:{m:02}:{s:02}"),
+            rfc3164: format!("{mon} {day:2} {h:02}:{m:02}:{s:02}"),
+        }
+    }
+}
+
+/// `t` as `text` says (tests).
+pub fn time_text(t: SystemTime, text: TimeText) -> String {
+    let now = LineTime::of(t);
+    let second = Second::of(now.secs);
+    let mut out = Vec::new();
+    Line {
+        out: &mut out,
+        second: &second,
+        now,
+    }
+    .time(text);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 const MONTHS: [&str; 12] = [
@@ -282,96 +455,216 @@ fn civil(secs: u64) -> ((i64, u8, u8), (u64, u64, u64)) {
     ((year, month, day), (rem / 3600, rem % 3600 / 60, rem % 60))
 }
 
-/// The sender task: every queued line to `target`, until the queue closes.
+/// The TCP sender task: every queued line to `addr`, until the queue closes.
 async fn send_all(
     mut rx: mpsc::Receiver<Bytes>,
-    target: Target,
+    addr: String,
     protocol: Protocol,
     failed: prometheus::IntCounter,
 ) {
     let mut tcp: Option<tokio::net::TcpStream> = None;
     let mut next_connect = tokio::time::Instant::now();
-    let udp = match &target {
-        Target::Udp(addr) => match tokio::net::UdpSocket::bind("0.0.0.0:0").await {
-            Ok(s) => s.connect(addr).await.ok().map(|()| s),
-            Err(_) => None,
-        },
-        _ => None,
-    };
-    let unix = match &target {
-        Target::Unix(_) => tokio::net::UnixDatagram::unbound().ok(),
-        _ => None,
-    };
     while let Some(line) = rx.recv().await {
-        let sent = match &target {
-            Target::Udp(_) => match &udp {
-                Some(s) => s.send(&line).await.is_ok(),
-                None => false,
-            },
-            Target::Unix(path) => match &unix {
-                Some(s) => s.send_to(&line, path).await.is_ok(),
-                None => false,
-            },
-            Target::Tcp(addr) => {
-                if tcp.is_none() && tokio::time::Instant::now() >= next_connect {
-                    next_connect = tokio::time::Instant::now() + Duration::from_secs(1);
-                    let connect = tokio::net::TcpStream::connect(addr.as_str());
-                    tcp = tokio::time::timeout(Duration::from_secs(2), connect)
-                        .await
-                        .ok()
-                        .and_then(Result::ok);
-                }
-                match tcp.as_mut() {
-                    Some(stream) => {
-                        let framed = match protocol {
-                            Protocol::Rfc5424 => {
-                                let mut f = format!("{} ", line.len()).into_bytes();
-                                f.extend_from_slice(&line);
-                                f
-                            }
-                            Protocol::Rfc3164 => {
-                                let mut f = line.to_vec();
-                                f.push(b'\n');
-                                f
-                            }
-                        };
-                        let ok = stream.write_all(&framed).await.is_ok();
-                        if !ok {
-                            tcp = None;
-                        }
-                        ok
-                    }
-                    None => false,
-                }
+        if tcp.is_none() && tokio::time::Instant::now() >= next_connect {
+            next_connect = tokio::time::Instant::now() + Duration::from_secs(1);
+            let connect = tokio::net::TcpStream::connect(addr.as_str());
+            tcp = tokio::time::timeout(Duration::from_secs(2), connect)
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
+        let Some(stream) = tcp.as_mut() else {
+            failed.inc();
+            continue;
+        };
+        let framed = match protocol {
+            Protocol::Rfc5424 => {
+                let mut f = format!("{} ", line.len()).into_bytes();
+                f.extend_from_slice(&line);
+                f
+            }
+            Protocol::Rfc3164 => {
+                let mut f = line.to_vec();
+                f.push(b'\n');
+                f
             }
         };
-        if !sent {
+        if stream.write_all(&framed).await.is_err() {
+            tcp = None;
             failed.inc();
         }
     }
 }
 
-/// The captured values a template reads, from a message's fields: each
-/// named field's first value (or cookie's), cut at `length` bytes; `-` when
-/// it has none.
-pub fn capture<'a>(
-    names: &[String],
-    value_of: impl Fn(&str) -> Option<&'a [u8]>,
-    length: usize,
-) -> Vec<String> {
-    names
-        .iter()
-        .map(|n| match value_of(n) {
-            Some(v) => {
-                let v = &v[..v.len().min(length)];
-                String::from_utf8_lossy(v)
-                    .chars()
-                    .map(|c| if c.is_control() { ' ' } else { c })
-                    .collect()
+/// Values a line holds at most: every capture (32 at most, see
+/// `access_log.capture`) and the app.
+const MAX_VALUES: usize = 34;
+
+/// Captured values, in one buffer: value `i` ends at `ends[i]`.
+#[derive(Debug)]
+pub struct Values {
+    bytes: Vec<u8>,
+    ends: [u32; MAX_VALUES],
+    len: usize,
+}
+
+impl Default for Values {
+    fn default() -> Values {
+        Values::with_capacity(0)
+    }
+}
+
+impl Values {
+    pub fn with_capacity(values: usize) -> Values {
+        Values {
+            bytes: Vec::with_capacity(values * 32),
+            ends: [0; MAX_VALUES],
+            len: 0,
+        }
+    }
+
+    /// Adds a value; its index comes back (past the last one when full: it
+    /// then reads as none).
+    pub fn push(&mut self, value: &[u8]) -> usize {
+        let Some(end) = self.ends.get_mut(self.len) else {
+            return MAX_VALUES;
+        };
+        self.bytes.extend_from_slice(value);
+        *end = self.bytes.len() as u32;
+        self.len += 1;
+        self.len - 1
+    }
+
+    /// Adds `parts` to the last value.
+    pub fn extend_last(&mut self, parts: &[&[u8]]) {
+        let Some(last) = self.len.checked_sub(1) else {
+            return;
+        };
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+        self.ends[last] = self.bytes.len() as u32;
+    }
+
+    /// Value `i` (`-` when there is none).
+    pub fn get(&self, i: usize) -> &[u8] {
+        if i >= self.len {
+            return b"-";
+        }
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p]);
+        self.bytes
+            .get(start as usize..self.ends[i] as usize)
+            .unwrap_or(b"-")
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `value` cut at `length` bytes, control bytes made spaces.
+    fn push_clean(&mut self, value: &[u8], length: usize) {
+        let value = &value[..value.len().min(length)];
+        let at = self.bytes.len();
+        self.push(value);
+        // A fold with no early exit: vectorised, and values are rarely dirty.
+        let control = |b: u8| b < b' ' || b == 0x7f;
+        if value.iter().fold(false, |dirty, &b| dirty | control(b)) {
+            for b in &mut self.bytes[at..] {
+                if control(*b) {
+                    *b = b' ';
+                }
             }
-            None => "-".into(),
-        })
-        .collect()
+        }
+    }
+}
+
+/// The field names a sink captures, compiled once: lower case, and a mask
+/// of their lengths (bit `n % 64` for `n` bytes) that passes most of a
+/// message's fields on one test.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureNames {
+    names: Vec<Box<[u8]>>,
+    lengths: u64,
+}
+
+impl CaptureNames {
+    pub fn of(list: &[String]) -> CaptureNames {
+        let mut out = CaptureNames::default();
+        for n in list {
+            out.names.push(n.to_ascii_lowercase().into_bytes().into());
+            out.lengths |= 1 << (n.len() % 64);
+        }
+        out
+    }
+
+    /// Each name's first value among `fields` (in their order), cut at
+    /// `length` bytes and cleaned, into `into` in the names' order; `-` for a
+    /// name no field has. One pass over the fields.
+    pub fn capture<'a>(
+        &self,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+        length: usize,
+        into: &mut Values,
+    ) {
+        if self.names.is_empty() {
+            return;
+        }
+        let mut found: [Option<&[u8]>; MAX_VALUES] = [None; MAX_VALUES];
+        let mut missing = self.names.len();
+        for (name, value) in fields {
+            if missing == 0 {
+                break;
+            }
+            if self.lengths & (1 << (name.len() % 64)) == 0 {
+                continue;
+            }
+            for (i, n) in self.names.iter().enumerate() {
+                if let Some(slot @ None) = found.get_mut(i)
+                    && n.eq_ignore_ascii_case(name)
+                {
+                    *slot = Some(value);
+                    missing -= 1;
+                }
+            }
+        }
+        for value in found.iter().take(self.names.len()) {
+            match value {
+                Some(v) => into.push_clean(v, length),
+                None => {
+                    into.push(b"-");
+                }
+            }
+        }
+    }
+}
+
+/// Captures into `into` each cookie of `names`: its first value among the
+/// `Cookie` fields' values, cut and cleaned as a field's.
+pub fn capture_cookies<'a, I: Iterator<Item = &'a [u8]>>(
+    names: &[String],
+    cookies: impl Fn() -> I,
+    length: usize,
+    into: &mut Values,
+) {
+    for n in names {
+        let value = cookies()
+            .flat_map(|v| v.split(|b| *b == b';'))
+            .find_map(|pair| {
+                pair.trim_ascii()
+                    .strip_prefix(n.as_bytes())?
+                    .strip_prefix(b"=")
+            });
+        match value {
+            Some(v) => into.push_clean(v, length),
+            None => {
+                into.push(b"-");
+            }
+        }
+    }
 }
 
 /// `access_log.capture`.
@@ -415,11 +708,16 @@ mod tests {
     fn times_are_written_as_each_format_wants() {
         // 2026-11-29T02:13:49.123Z
         let t = std::time::UNIX_EPOCH + Duration::from_millis(1_795_918_429_123);
-        assert_eq!(httpdate_rfc3339(t), "2026-11-29T02:13:49.123Z");
-        assert_eq!(rfc3164_time(t), "Nov 29 02:13:49");
-        assert_eq!(haproxy_time(t), "29/Nov/2026:02:13:49.123");
+        assert_eq!(time_text(t, TimeText::Rfc3339), "2026-11-29T02:13:49.123Z");
+        assert_eq!(time_text(t, TimeText::Rfc3164), "Nov 29 02:13:49");
+        assert_eq!(time_text(t, TimeText::Haproxy), "29/Nov/2026:02:13:49.123");
         let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(&httpdate_rfc3339(leap)[..10], "2000-02-29");
+        assert_eq!(&time_text(leap, TimeText::Rfc3339)[..10], "2000-02-29");
+        let next = t + Duration::from_millis(1_005);
+        assert_eq!(
+            time_text(next, TimeText::Rfc3339),
+            "2026-11-29T02:13:50.128Z"
+        );
     }
 
     #[test]
@@ -445,12 +743,46 @@ mod tests {
 
     #[test]
     fn captures_are_cut_and_cleaned() {
-        let names = ["user-agent".to_string(), "x-missing".to_string()];
-        let got = capture(
-            &names,
-            |n| (n == "user-agent").then_some(&b"curl/8\x01abcdef"[..]),
-            8,
+        let names = CaptureNames::of(&["User-Agent".into(), "x-missing".into(), "host".into()]);
+        let mut got = Values::default();
+        got.push(b"first");
+        let fields: [(&[u8], &[u8]); 4] = [
+            (b"Host", b"h.example.com"),
+            (b"user-agent", b"curl/8\x01abcdef"),
+            (b"User-Agent", b"second"),
+            (b"Accept", b"*/*"),
+        ];
+        names.capture(fields.into_iter(), 8, &mut got);
+        assert_eq!(got.len(), 4);
+        assert_eq!(
+            [got.get(0), got.get(1), got.get(2), got.get(3), got.get(4)],
+            [&b"first"[..], b"curl/8 a", b"-", b"h.exampl", b"-"]
         );
-        assert_eq!(got, ["curl/8 a", "-"]);
+        let mut cookies = Values::default();
+        let values: [&[u8]; 2] = [b"a=1; session=abc", b"session=later"];
+        capture_cookies(
+            &["session".into(), "none".into()],
+            || values.into_iter(),
+            64,
+            &mut cookies,
+        );
+        assert_eq!([cookies.get(0), cookies.get(1)], [&b"abc"[..], b"-"]);
+    }
+
+    #[test]
+    fn a_threads_second_texts_are_made_once_a_second() {
+        let mut kept = None;
+        let first = Second::at(&mut kept, 1_795_918_429).rfc3164.clone();
+        assert_eq!(first, "Nov 29 02:13:49");
+        kept.as_mut().expect("kept").rfc3164 = "marked".into();
+        assert_eq!(
+            Second::at(&mut kept, 1_795_918_429).rfc3164,
+            "marked",
+            "kept within its second"
+        );
+        assert_eq!(
+            Second::at(&mut kept, 1_795_918_430).rfc3164,
+            "Nov 29 02:13:50"
+        );
     }
 }

@@ -185,6 +185,30 @@ impl RouterProcess {
         assert!(ok, "kill -{name} failed");
     }
 
+    /// Waits for the process to exit (a signal sent: `after`), and asserts it
+    /// exited cleanly.
+    pub async fn exits_cleanly(&mut self, after: &str) {
+        let exit = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the router did not exit within 15 s after {after}"))
+            .expect("wait");
+        assert!(exit.success(), "after {after}: {exit:?}");
+    }
+
+    /// Every log line not read yet, up to the end of the process's stderr
+    /// (call after its exit: the reader ends at the pipe's end, so no line
+    /// written before the exit is missed).
+    pub async fn rest_of_logs(&mut self) -> Vec<serde_json::Value> {
+        let mut lines = Vec::new();
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(10), self.logs.recv()).await;
+            match next.expect("the router's stderr reaches its end after its exit") {
+                Some(v) => lines.push(v),
+                None => return lines,
+            }
+        }
+    }
+
     /// The value of one sample line (`name{labels}`) of the admin `/metrics`.
     pub async fn metric(&self, sample: &str) -> Option<f64> {
         let raw = crate::raw::exchange(

@@ -126,18 +126,10 @@ async fn sigterm_drains_and_access_log_is_json() {
         Some(200),
         "in-flight request finished after SIGTERM"
     );
-    let exit = tokio::time::timeout(Duration::from_secs(15), router.child.wait())
-        .await
-        .expect("router exits after draining")
-        .expect("wait");
-    assert!(exit.success(), "{exit:?}");
+    router.exits_cleanly("SIGTERM and draining").await;
     // One access line per request, with the fields operators need.
-    let mut access = Vec::new();
-    while let Ok(v) = router.logs.try_recv() {
-        if v["target"] == "access" {
-            access.push(v);
-        }
-    }
+    let logs = router.rest_of_logs().await;
+    let access: Vec<_> = logs.iter().filter(|v| v["target"] == "access").collect();
     let slow_line = access
         .iter()
         .find(|v| v["path"] == "/slow?ms=800")

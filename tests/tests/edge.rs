@@ -793,3 +793,52 @@ async fn access_lines_reach_rsyslog_in_the_operators_template_and_a_dead_sink_sl
     assert!(dropped >= 1.0, "dropped lines counted: {dropped}");
     drop(syslog.child);
 }
+
+/// `access_log.stderr: false` with a syslog sink: the access lines go to
+/// syslog only, the router's stderr carries none of them; with the default
+/// (`true`) to both. The `router` binary as a process, its stderr read line by
+/// line.
+#[tokio::test]
+async fn with_stderr_off_access_lines_go_to_syslog_only() {
+    let dir = e2e::tempdir("syslog-only");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let syslog = Rsyslog::start(&dir).await;
+    let b = Backend::start().await;
+    for stderr in [false, true] {
+        let sub = dir.join(format!("stderr-{stderr}"));
+        let config = format!(
+            "cloud_domain: example.com\nstate_dir: {d}/state\n\
+             listen:\n  http: 127.0.0.1:0\n  admin: 127.0.0.1:0\n\
+             spi: {{ source: spool, spool: {{ path: {d}/spool, interval: 100ms }} }}\n\
+             access_log:\n  format: json\n  stderr: {stderr}\n  \
+             syslog: {{address: \"udp://127.0.0.1:{udp}\", tag: only}}\n  \
+             template: \"only-{stderr} %{{path}} %{{status}}\"\n",
+            d = sub.display(),
+            udp = syslog.udp,
+        );
+        let event = events::add_lb("myapp", "demo", b.addr);
+        let cfg = e2e::process::spool_router(&sub, &event, &config);
+        let mut router = e2e::process::RouterProcess::start(&cfg).await;
+        let http = router.http;
+        e2e::eventually("route", Duration::from_secs(10), async || {
+            let head = format!("GET /only HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+            let answer = e2e::raw::exchange(http, head.as_bytes(), Duration::from_secs(5)).await;
+            e2e::raw::status(&answer) == Some(200)
+        })
+        .await;
+        syslog.line(&format!("only-{stderr} /only 200")).await;
+        router.signal("TERM");
+        router.exits_cleanly("SIGTERM").await;
+        let logs = router.rest_of_logs().await;
+        let access: Vec<_> = logs
+            .iter()
+            .filter(|v| v["target"] == "access" && v["path"] == "/only")
+            .collect();
+        assert_eq!(
+            !access.is_empty(),
+            stderr,
+            "access_log.stderr: {stderr}, yet the router's stderr had these access lines: {access:?}"
+        );
+    }
+    drop(syslog.child);
+}

@@ -188,6 +188,9 @@ pub struct AccessLog {
     pub enabled: bool,
     #[serde(default)]
     pub format: LogFormat,
+    /// The lines to stderr; `false` with `syslog`: to syslog only.
+    #[serde(default = "yes")]
+    pub stderr: bool,
     /// Access lines to syslog too (see `router::syslog`).
     #[serde(default)]
     pub syslog: Option<crate::syslog::SyslogSettings>,
@@ -208,6 +211,7 @@ impl Default for AccessLog {
         AccessLog {
             enabled: true,
             format: LogFormat::Text,
+            stderr: true,
             syslog: None,
             template: httplog(),
             capture: crate::syslog::Capture::default(),
@@ -481,6 +485,12 @@ impl Config {
         let a = &self.access_log;
         if let Some(s) = &a.syslog {
             s.check()?;
+        }
+        if a.enabled && !a.stderr && a.syslog.is_none() {
+            return Err((
+                "access_log.stderr",
+                "false sends the lines to syslog only, and access_log.syslog is not set (enabled: false turns them off)".into(),
+            ));
         }
         crate::log_format::Template::parse(&a.template, &a.capture.names())
             .map_err(|e| ("access_log.template", e))?;

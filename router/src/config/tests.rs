@@ -93,6 +93,17 @@ fn semantic_errors_point_at_the_field() {
         (Some(14), "limits.max_header_bytes"),
         "{e}"
     );
+    // The lines to syslog only, with no syslog: refused, naming the key.
+    let e = err(&format!("{GOOD}access_log:\n  stderr: false\n"));
+    assert_eq!(e.field, "access_log.stderr", "{e}");
+    assert!(
+        e.to_string().contains("access_log.syslog is not set"),
+        "{e}"
+    );
+    let syslog_only =
+        "access_log:\n  stderr: false\n  syslog: {address: \"udp://127.0.0.1:514\"}\n";
+    let c = Config::parse(&format!("{GOOD}{syslog_only}"), "r.yaml").expect("valid");
+    assert!(!c.access_log.stderr);
 }
 
 #[test]

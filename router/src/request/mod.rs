@@ -55,6 +55,8 @@ pub struct Proxy {
     /// the connection's is 421.
     pub certs: Option<Arc<ArcSwap<crate::tls::store::Certs>>>,
     pub access_log: bool,
+    /// The access lines to stderr (`access_log.stderr`; else to syslog only).
+    pub access_stderr: bool,
     /// Access lines to syslog in the operator's template (`access_log.syslog`).
     pub access_sink: Option<Arc<crate::syslog::Sink>>,
     /// Per-client state of the apps' limits (see [`crate::policy::clients`]).

@@ -82,6 +82,7 @@ pub(super) fn with_settings(
         forwarded: config.forwarded.clone(),
         certs: base.certs,
         access_log: config.access_log.enabled,
+        access_stderr: config.access_log.stderr,
         clients: base.clients,
         alt_svc: base.alt_svc,
         acme: base.acme,

@@ -11,14 +11,16 @@ use std::time::Duration;
 use h1_codec::fields::{FieldsRef, Name};
 
 use crate::log_format::{Part, Var};
-use crate::syslog::Sink;
+use crate::syslog::{Line, LineTime, Sink, TimeText, Values, capture_cookies};
 
 /// What is known of a request when it arrives; completed by [`AccessRecord::emit`].
 pub struct AccessRecord {
     pub client: IpAddr,
     pub method: http::Method,
-    pub host: String,
-    pub path: String,
+    /// The host as it was read for routing, and the request's target: both
+    /// share the request head's bytes (no copy a request).
+    pub host: Option<http::HeaderValue>,
+    pub uri: http::Uri,
     pub version: http::Version,
     /// The member it went to, if any.
     pub upstream: Option<Arc<str>>,
@@ -28,18 +30,28 @@ pub struct AccessRecord {
     pub head: Option<Duration>,
     /// The request's ID and trace (see `request::trace`).
     pub ids: Option<super::trace::Trace>,
-    /// The syslog sink and what it captured (none without `access_log.syslog`).
-    pub syslog: Option<Box<Captured>>,
+    /// The syslog sink and what it captured (none without `access_log.syslog`;
+    /// not boxed: the record is).
+    pub syslog: Option<Captured>,
+    /// The line to stderr too (`access_log.stderr`).
+    pub stderr: bool,
 }
 
+/// How a request ended: its status, the bytes sent, its duration, whether
+/// it was cut short.
+type End = (u16, u64, Duration, bool);
+
 /// What a syslog line needs beside the record: the sink, the app, and the
-/// captured request fields, cookies and response fields.
+/// captured request fields, cookies and response fields, all in one buffer.
 pub struct Captured {
     pub sink: Arc<Sink>,
-    pub app: Option<String>,
-    pub request: Vec<String>,
-    pub cookies: Vec<String>,
-    pub response: Vec<String>,
+    values: Values,
+    /// Where the cookies' values start in `values` (the request's start at 0).
+    cookies_at: usize,
+    /// Where the response's start, once captured.
+    response_at: Option<usize>,
+    /// The app's `name-namespace`, once routed.
+    app: Option<usize>,
 }
 
 impl AccessRecord {
@@ -49,23 +61,19 @@ impl AccessRecord {
         req: &http::Request<B>,
         fields: FieldsRef<'_>,
         client: IpAddr,
-        (host, sink): (Option<&http::HeaderValue>, Option<&Arc<Sink>>),
+        (host, sink, stderr): (Option<&http::HeaderValue>, Option<&Arc<Sink>>, bool),
     ) -> Self {
         AccessRecord {
             client,
             method: req.method().clone(),
-            host: host
-                .and_then(|h| h.to_str().ok().map(str::to_owned))
-                .unwrap_or_default(),
-            path: req
-                .uri()
-                .path_and_query()
-                .map_or_else(|| req.uri().to_string(), |p| p.as_str().to_owned()),
+            host: host.cloned(),
+            uri: req.uri().clone(),
             version: req.version(),
             upstream: None,
             head: None,
             ids: None,
-            syslog: sink.map(|s| Box::new(Captured::of_request(s, fields))),
+            syslog: sink.map(|s| Captured::of_request(s, fields)),
+            stderr,
         }
     }
 
@@ -91,15 +99,19 @@ impl AccessRecord {
 
     pub fn emit(self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
         if let Some(captured) = &self.syslog {
-            let line = self.render(captured, (status, bytes, duration, aborted));
-            captured.sink.send(&line, std::time::SystemTime::now());
+            let end = (status, bytes, duration, aborted);
+            let render = |line: &mut Line<'_>| self.render(captured, end, line);
+            captured.sink.write(LineTime::now(), render);
+        }
+        if !self.stderr {
+            return;
         }
         tracing::info!(
             target: "access",
             client = %self.client.to_canonical(),
-            host = %self.host,
+            host = self.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or(""),
             method = %self.method,
-            path = %self.path,
+            path = %self.path(),
             version = ?self.version,
             status,
             upstream = self.upstream.as_deref().unwrap_or("-"),
@@ -112,50 +124,94 @@ impl AccessRecord {
         );
     }
 
-    /// The syslog line, in the sink's template.
-    fn render(
-        &self,
-        c: &Captured,
-        (status, bytes, duration, aborted): (u16, u64, Duration, bool),
-    ) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::with_capacity(256);
-        let now = std::time::SystemTime::now();
-        let pick = |list: &[String], i: usize| list.get(i).map_or("-", String::as_str).to_string();
+    /// The syslog line's message, in the sink's template, written after the
+    /// line's head.
+    fn render(&self, c: &Captured, end: End, line: &mut Line<'_>) {
+        let mut n = itoa::Buffer::new();
         for part in &c.sink.template.parts {
-            let _ = match part {
-                Part::Text(t) => out.write_str(t),
-                Part::Var(v) => match v {
-                    Var::ClientIp => write!(out, "{}", self.client.to_canonical()),
-                    Var::Time => out.write_str(&crate::syslog::httpdate_rfc3339(now)),
-                    Var::TimeHaproxy => out.write_str(&crate::syslog::haproxy_time(now)),
-                    Var::Method => out.write_str(self.method.as_str()),
-                    Var::Host => out.write_str(or_dash(&self.host)),
-                    Var::Path => out.write_str(&self.path),
-                    Var::Version => out.write_str(version(self.version)),
-                    Var::Status => write!(out, "{status}"),
-                    Var::Bytes => write!(out, "{bytes}"),
-                    Var::HeadMs => write!(out, "{}", self.head.map_or(0, |h| h.as_millis())),
-                    Var::DurationMs => write!(out, "{}", duration.as_millis()),
-                    Var::App => out.write_str(c.app.as_deref().unwrap_or("-")),
-                    Var::Upstream => out.write_str(self.upstream.as_deref().unwrap_or("-")),
-                    Var::RequestId => {
-                        out.write_str(self.ids.as_ref().map_or("-", |t| t.request_id.as_str()))
-                    }
-                    Var::TraceId => out.write_str(self.ids.as_ref().map_or("-", |t| t.trace_id())),
-                    Var::Aborted => write!(out, "{aborted}"),
-                    Var::Request(i) => out.write_str(&pick(&c.request, *i)),
-                    Var::Response(i) => out.write_str(&pick(&c.response, *i)),
-                    Var::Cookie(i) => out.write_str(&pick(&c.cookies, *i)),
-                },
-            };
+            match part {
+                Part::Text(t) => line.out.extend_from_slice(t.as_bytes()),
+                Part::Var(Var::ClientIp) => write_ip(self.client, line.out),
+                Part::Var(Var::Time) => line.time(TimeText::Rfc3339),
+                Part::Var(Var::TimeHaproxy) => line.time(TimeText::Haproxy),
+                Part::Var(Var::Path) if self.uri.path_and_query().is_none() => {
+                    line.out.extend_from_slice(self.path().as_bytes());
+                }
+                Part::Var(var) => line.out.extend_from_slice(self.text(var, c, end, &mut n)),
+            }
         }
-        out
+    }
+
+    /// What `var` says of this request (the variables [`AccessRecord::render`]
+    /// does not write itself); integers written in `n`.
+    fn text<'a>(
+        &'a self,
+        var: &Var,
+        c: &'a Captured,
+        end: End,
+        n: &'a mut itoa::Buffer,
+    ) -> &'a [u8] {
+        let (status, bytes, duration, aborted) = end;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        match var {
+            Var::Method => self.method.as_str().as_bytes(),
+            Var::Host => match self.host.as_ref().map(http::HeaderValue::as_bytes) {
+                Some(h) if !h.is_empty() => h,
+                _ => b"-",
+            },
+            Var::Path => self
+                .uri
+                .path_and_query()
+                .map_or(b"-", |p| p.as_str().as_bytes()),
+            Var::Version => version(self.version).as_bytes(),
+            Var::Status => n.format(status).as_bytes(),
+            Var::Bytes => n.format(bytes).as_bytes(),
+            Var::HeadMs => n.format(self.head.map_or(0, ms)).as_bytes(),
+            Var::DurationMs => n.format(ms(duration)).as_bytes(),
+            Var::App => c.app.map_or(&b"-"[..], |i| c.values.get(i)),
+            Var::Upstream => self.upstream.as_deref().unwrap_or("-").as_bytes(),
+            Var::RequestId => self
+                .ids
+                .as_ref()
+                .map_or(&b"-"[..], |t| t.request_id.as_bytes()),
+            Var::TraceId => self.ids.as_ref().map_or("-", |t| t.trace_id()).as_bytes(),
+            Var::Aborted if aborted => b"true",
+            Var::Aborted => b"false",
+            Var::Request(i) => c.values.get(*i),
+            Var::Cookie(i) => c.values.get(c.cookies_at + i),
+            Var::Response(i) => c.response_at.map_or(&b"-"[..], |at| c.values.get(at + i)),
+            // Written by `render` itself.
+            Var::ClientIp | Var::Time | Var::TimeHaproxy => b"",
+        }
+    }
+
+    /// The request's target as it came: origin form, or the whole target
+    /// (`*`, an authority) when it has no path.
+    fn path(&self) -> std::borrow::Cow<'_, str> {
+        match self.uri.path_and_query() {
+            Some(p) => p.as_str().into(),
+            None => self.uri.to_string().into(),
+        }
     }
 }
 
-fn or_dash(s: &str) -> &str {
-    if s.is_empty() { "-" } else { s }
+/// An address as text: IPv4 without `core::fmt` (the common case), IPv6 with it.
+fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let mut n = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(n.format(octet).as_bytes());
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write as _;
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 fn version(v: http::Version) -> &'static str {
@@ -171,28 +227,33 @@ impl Captured {
     /// The request side's captures of `fields` (its fields and cookies).
     fn of_request(sink: &Arc<Sink>, fields: FieldsRef<'_>) -> Captured {
         let c = &sink.capture;
-        let request = crate::syslog::capture(&c.request, |n| value(fields, n), c.length);
-        let cookies = crate::syslog::capture(
-            &c.cookies,
-            |n| {
-                fields
-                    .values(Name::Cookie)
-                    .flat_map(|v| v.split(|b| *b == b';'))
-                    .find_map(|pair| {
-                        pair.trim_ascii()
-                            .strip_prefix(n.as_bytes())?
-                            .strip_prefix(b"=")
-                    })
-            },
-            c.length,
-        );
+        let mut values = Values::with_capacity(c.request.len() + c.cookies.len() + 1);
+        match fields {
+            FieldsRef::Raw(f) => sink.request_names.capture(f.iter(), c.length, &mut values),
+            FieldsRef::Map(m) => {
+                let iter = m.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+                sink.request_names.capture(iter, c.length, &mut values);
+            }
+        }
+        let cookies_at = values.len();
+        if !c.cookies.is_empty() {
+            let cookies = || fields.values(Name::Cookie);
+            capture_cookies(&c.cookies, cookies, c.length, &mut values);
+        }
         Captured {
             sink: sink.clone(),
+            values,
+            cookies_at,
+            response_at: None,
             app: None,
-            request,
-            cookies,
-            response: Vec::new(),
         }
+    }
+
+    /// The request reached an app: `name-namespace`.
+    pub fn app(&mut self, name: &str, namespace: &str) {
+        let at = self.values.push(name.as_bytes());
+        self.values.extend_last(&[b"-", namespace.as_bytes()]);
+        self.app = Some(at);
     }
 
     /// The response side's captures: its map, then a member's fields as
@@ -202,25 +263,12 @@ impl Captured {
         if c.response.is_empty() {
             return;
         }
-        self.response = crate::syslog::capture(
-            &c.response,
-            |n| {
-                map.get(n)
-                    .map(|v| v.as_bytes())
-                    .or_else(|| raw.and_then(|f| value(FieldsRef::Raw(f), n)))
-            },
-            c.length,
-        );
-    }
-}
-
-/// The first value of the field called `name` (any case).
-fn value<'a>(fields: FieldsRef<'a>, name: &str) -> Option<&'a [u8]> {
-    match fields {
-        FieldsRef::Raw(f) => f
+        self.response_at = Some(self.values.len());
+        let map = map
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v),
-        FieldsRef::Map(m) => m.get(name).map(|v| v.as_bytes()),
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let fields = map.chain(raw.into_iter().flat_map(|f| f.iter()));
+        let names = &self.sink.response_names;
+        names.capture(fields, c.length, &mut self.values);
     }
 }

@@ -148,7 +148,7 @@ impl Context<'_> {
             span.mark(Moment::Routed);
         }
         if let Some(c) = self.log.as_mut().and_then(|l| l.syslog.as_mut()) {
-            c.app = Some(format!("{}-{}", route.name, route.namespace));
+            c.app(&route.name, &route.namespace);
         }
     }
 
@@ -221,7 +221,8 @@ impl Proxy {
             app: None,
             log: self.access_log.then(|| {
                 let sink = self.access_sink.as_ref();
-                Box::new(AccessRecord::of(req, fields, conn.ip, (host, sink)))
+                let to = (host, sink, self.access_stderr);
+                Box::new(AccessRecord::of(req, fields, conn.ip, to))
             }),
             received: req.body().declared_len(),
             active: conn.activity.begin(stream),
