@@ -206,9 +206,11 @@ def config(d, extra):
     access = "" if "access_log:" in extra else "access_log:\n  enabled: false\n"
     http3 = f"\n  http3: 127.0.0.1:{ROUTER + TLS_OFFSET}" if H3 else ""
     tls = (f"\n  https: 127.0.0.1:{ROUTER + TLS_OFFSET}{http3}\ntls:\n  default_cert: {CERT_DIR}/tls.crt\n"
-           f"  default_key: {CERT_DIR}/tls.key") if H2 else ""
+           f"  default_key: {CERT_DIR}/tls.key") if H2 or HTTPS else ""
     if HANDSHAKES is not None:
         tls += "\n  resumption: false\n" + PRESETS[HANDSHAKES].rstrip("\n")
+    elif CLIENT_CERT:
+        tls += "\n" + PRESETS["client-required"].rstrip("\n")
     return f"""cloud_domain: example.com
 state_dir: {d}/state
 worker_threads: 1
@@ -225,7 +227,74 @@ spi:
 """
 
 
+# --https, --client-cert, --fresh, --proxy-v2: the HTTP/1.1 client's
+# connection (see raw_requests).
+HTTPS = False
+CLIENT_CERT = False
+# What raw_requests asks for: the echo backend answers `/` with what it got (a
+# head that grows grows the answer too), `/page?bytes=N` with N bytes whatever
+# came (--path).
+RAW_PATH = "/"
+FRESH = False
+PROXY_V2 = False
+
+
+def proxy_v2_header(sock):
+    """A PROXY v2 header for `sock`'s connection as a load balancer sends it:
+    the client 192.0.2.7:40000 (TCP over IPv4) to the socket's peer."""
+    import ipaddress
+    import struct
+    dst, dport = sock.getpeername()
+    body = (ipaddress.IPv4Address("192.0.2.7").packed + ipaddress.IPv4Address(dst).packed
+            + struct.pack("!HH", 40000, dport))
+    return b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack("!H", len(body)) + body
+
+
+def raw_requests(n, port):
+    """`n` GETs over HTTP/1.1, on one kept connection or (--fresh) one
+    connection each; over TLS (--https; with --client-cert the client presents
+    CERT_DIR/client.crt), after a PROXY v2 header (--proxy-v2)."""
+    import socket
+    import ssl
+    ctx = None
+    if HTTPS:
+        ctx = ssl.create_default_context(cafile=f"{CERT_DIR}/ca.pem")
+        if CLIENT_CERT:
+            ctx.load_cert_chain(f"{CERT_DIR}/client.crt", f"{CERT_DIR}/client.key")
+    close = "Connection: close\r\n" if FRESH else ""
+    request = f"GET {RAW_PATH} HTTP/1.1\r\nHost: {HOST}\r\n{close}\r\n".encode()
+    sock = None
+    for _ in range(n):
+        if sock is None:
+            sock = socket.create_connection(("127.0.0.1", port + (TLS_OFFSET if HTTPS else 0)))
+            if PROXY_V2:
+                sock.sendall(proxy_v2_header(sock))
+            if ctx:
+                sock = ctx.wrap_socket(sock, server_hostname=HOST)
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = sock.recv(65536)
+            if not more:
+                sys.exit(f"the connection ended before a response head: {data!r}")
+            data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            sys.exit(f"not 200: {head!r}")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            body += sock.recv(65536)
+        if FRESH:
+            sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+
+
 def requests(n, handoff, cookies, port=ROUTER):
+    if HTTPS or FRESH or PROXY_V2:
+        return raw_requests(n, port)
     if HANDSHAKES is not None:
         env = dict(os.environ)
         if HANDSHAKES == "client-required":
@@ -322,11 +391,14 @@ def measured(cmd, port, out, name, n, handoff=False, cookies=False):
         deadline = time.time() + 120
         while True:
             try:
+                if (HTTPS or PROXY_V2) and name == "the router":
+                    raw_requests(1, port)  # exits on anything but 200
+                    break
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 c.request("GET", "/", headers={"Host": HOST})
                 if c.getresponse().status == 200:
                     break
-            except OSError:
+            except (OSError, SystemExit):
                 pass
             if p.poll() is not None or time.time() > deadline:
                 with open(f"{out}.stderr") as f:
@@ -450,6 +522,18 @@ def main():
                     help="full TLS handshakes per preset (plain, client-optional, client-required, staple)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count system calls (strace -c) instead of instructions")
+    ap.add_argument("--https", action="store_true",
+                    help="HTTP/1.1 over TLS on one kept connection (the openssl CA of --handshakes)")
+    ap.add_argument("--client-cert", action="store_true",
+                    help="with --https: client certificates required, the client presents one")
+    ap.add_argument("--fresh", action="store_true",
+                    help="HTTP/1.1: one connection a request (Connection: close)")
+    ap.add_argument("--proxy-v2", action="store_true",
+                    help="HTTP/1.1: each connection starts with a PROXY v2 header (client 192.0.2.7); "
+                         "the variants must trust 127.0.0.1 (proxy_protocol: {trusted: [127.0.0.1]})")
+    ap.add_argument("--path", default="/",
+                    help="with --https, --fresh or --proxy-v2: the path asked for (`/page?bytes=400`: "
+                         "an answer of one size whatever the request carried)")
     ap.add_argument("--peers-syslog", action="store_true",
                     help="with --peers: haproxy and nginx log each request to syslog over UDP "
                          f"(127.0.0.1:{SYSLOG_PORT}, which this script receives on)")
@@ -474,8 +558,15 @@ def main():
     for call in args.admin:
         method, path, body = (call.split(None, 2) + [""])[:3]
         ADMIN_CALLS.append((method, path, body))
-    global H2, H3, MASK, PEERS_SYSLOG
+    global H2, H3, MASK, PEERS_SYSLOG, HTTPS, CLIENT_CERT, FRESH, PROXY_V2
     PEERS_SYSLOG = args.peers_syslog
+    HTTPS, CLIENT_CERT, FRESH, PROXY_V2 = args.https, args.client_cert, args.fresh, args.proxy_v2
+    global RAW_PATH
+    RAW_PATH = args.path
+    if CLIENT_CERT and not HTTPS:
+        sys.exit("--client-cert needs --https")
+    if HTTPS:
+        handshake_pki()
     H3 = args.h3
     H2 = args.h2 or H3
     MASK = H3 or args.mask
@@ -501,6 +592,8 @@ def main():
             b = instructions(args.router, extra, args.n2, args.handoff, args.cookies, args.keep, label)
             per = (b - a) / (args.n2 - args.n1)
             path = ("HTTP/3" if H3 else "h2 over TLS" if H2 else "hyper" if args.handoff else "own path") + \
+                (" over TLS" if HTTPS else "") + (", a client certificate" if CLIENT_CERT else "") + \
+                (", a connection a request" if FRESH else "") + (", PROXY v2" if PROXY_V2 else "") + \
                 (", cookies kept" if args.cookies else "")
             print(f"{extra.replace(chr(10), ' ')!r} ({path}): {per:,.{2 if SYSCALLS else 0}f} {UNIT} "
                   f"per request (total {a:,} at {args.n1}, {b:,} at {args.n2})", flush=True)

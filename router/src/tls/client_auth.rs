@@ -307,6 +307,12 @@ pub struct ClientCert {
 }
 
 impl ClientCert {
+    /// The bytes its fields take in a member's head, about (names and values).
+    pub fn lines_len(&self) -> usize {
+        let len = |v: &Option<HeaderValue>| v.as_ref().map_or(0, HeaderValue::len);
+        96 + self.verify.len() + len(&self.dn) + len(&self.cert)
+    }
+
     /// Of a handshake whose client presented `chain` (verified: the
     /// handshake succeeded), or none.
     pub fn of(chain: Option<&[CertificateDer<'_>]>) -> ClientCert {

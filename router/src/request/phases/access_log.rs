@@ -11,6 +11,7 @@ use std::time::Duration;
 use h1_codec::fields::{FieldsRef, Name};
 
 use crate::log_format::{Part, Var};
+use crate::request::connection::client_conn::write_ip;
 use crate::syslog::{Line, LineTime, Sink, TimeText, Values, capture_cookies};
 
 /// What is known of a request when it arrives; completed by [`AccessRecord::emit`].
@@ -191,25 +192,6 @@ impl AccessRecord {
         match self.uri.path_and_query() {
             Some(p) => p.as_str().into(),
             None => self.uri.to_string().into(),
-        }
-    }
-}
-
-/// An address as text: IPv4 without `core::fmt` (the common case), IPv6 with it.
-fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let mut n = itoa::Buffer::new();
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                out.extend_from_slice(n.format(octet).as_bytes());
-            }
-        }
-        IpAddr::V6(v6) => {
-            use std::io::Write as _;
-            let _ = write!(out, "{v6}");
         }
     }
 }

@@ -200,14 +200,21 @@ fn encode(
     };
     let Some((fields, added)) = raw else {
         let body_len = (!body.is_end_stream()).then(|| body.size_hint().exact());
-        let mut head = Vec::with_capacity(512);
+        let mut head = Vec::with_capacity(512 + cert_len(from));
         let framing = encode_map_for_member(line, req.headers(), body_len, from, host, &mut head);
         return Encoded::with(head, framing, req.method(), body);
     };
-    // Room for what the router adds (forwarding, request ID, trace context).
-    let mut head = Vec::with_capacity(fields.head_len() + 384);
+    // Room for what the router adds (forwarding, request ID, trace context,
+    // the client's certificate): the head is not grown as it is written.
+    let mut head = Vec::with_capacity(fields.head_len() + 384 + cert_len(from));
     encode_for_member(line, (fields, added), from, host, &mut head);
     Encoded::from_head(head, req.method(), body)
+}
+
+/// What the client's certificate adds to a member's head (none without one).
+fn cert_len(from: Provenance<'_>) -> usize {
+    let cert = from.conn.client_cert.as_ref();
+    cert.map_or(0, |c| c.lines_len())
 }
 
 /// The request as the member gets it: origin-form (HTTP/1.1 clients normally sent
