@@ -28,7 +28,8 @@ pub struct PerSource {
 #[derive(Debug)]
 pub struct SourceSlot {
     source: ClientKey,
-    of: Arc<PerSource>,
+    /// Where it is counted; none for an [`SourceSlot::uncounted`] one.
+    of: Option<Arc<PerSource>>,
 }
 
 impl SourceSlot {
@@ -36,11 +37,26 @@ impl SourceSlot {
     pub fn source(&self) -> ClientKey {
         self.source
     }
+
+    /// A connection of `source` that no cap holds (a load balancer in front,
+    /// which carries many clients, each counted once its PROXY header names
+    /// it): nothing is counted, so nothing is hashed at its accept or close.
+    pub fn uncounted(source: ClientKey) -> SourceSlot {
+        SourceSlot { source, of: None }
+    }
+
+    /// Whether it is an [`SourceSlot::uncounted`] one.
+    pub fn is_uncounted(&self) -> bool {
+        self.of.is_none()
+    }
 }
 
 impl Drop for SourceSlot {
     fn drop(&mut self) {
-        let mut held = self.of.held();
+        let Some(of) = &self.of else {
+            return;
+        };
+        let mut held = of.held();
         if let Some(n) = held.get_mut(&self.source) {
             *n -= 1;
             if *n == 0 {
@@ -86,7 +102,7 @@ impl PerSource {
         *n += 1;
         Some(SourceSlot {
             source,
-            of: self.clone(),
+            of: Some(self.clone()),
         })
     }
 
@@ -130,7 +146,13 @@ mod tests {
         assert_eq!(p.heaviest(), Some((ip("10.0.0.1"), 2)));
         drop(a);
         assert_eq!(p.holds(ip("10.0.0.1")), 1);
-        assert!(p.slot(ip("10.0.0.1")).is_some());
+        let a2 = p.slot(ip("10.0.0.1")).expect("a place again");
+        // An uncounted slot holds no place and gives none back.
+        let balancer = SourceSlot::uncounted(ip("10.0.0.1"));
+        assert_eq!(balancer.source(), ip("10.0.0.1"));
+        assert!(balancer.is_uncounted() && !a2.is_uncounted());
+        drop(balancer);
+        assert_eq!(p.holds(ip("10.0.0.1")), 2);
     }
 
     #[test]

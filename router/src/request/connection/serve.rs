@@ -164,7 +164,6 @@ pub async fn listen(
     let mut http = HttpListener {
         listening,
         gate,
-        balancers: per_source::PerSource::new(usize::MAX),
         builder,
         quiet,
         evicted: metrics.evicted.with_label_values(&[name]),
@@ -186,9 +185,6 @@ pub async fn listen(
 struct HttpListener {
     listening: Listening,
     gate: Gate,
-    /// The load balancers of `proxy_protocol.trusted`: under no per-source cap
-    /// (their clients are, once their headers name them: see [`super::proxied`]).
-    balancers: Arc<per_source::PerSource>,
     /// hyper's settings by the live limits, renewed after a reload.
     builder: Arc<auto::Builder<TokioExecutor>>,
     /// The open connections, for making room at the cap.
@@ -229,7 +225,10 @@ impl accept::Listener for HttpListener {
         let trusted = &self.gate.current.proxy.proxy_trusted;
         if super::proxied::is_trusted(trusted, peer.ip()) {
             let keys = self.gate.current.limits.client_keys();
-            return Some((client, self.balancers.slot(keys.key(peer.ip()))?));
+            // A load balancer: under no per-source cap (its clients are, once
+            // their headers name them: see [`super::proxied`]).
+            let balancer = per_source::SourceSlot::uncounted(keys.key(peer.ip()));
+            return Some((client, balancer));
         }
         // Its source holds its share of the listener: closed at once.
         let Some(source) = self.gate.pass(peer.ip()) else {
@@ -267,6 +266,8 @@ impl accept::Listener for HttpListener {
         // The slot and the gauge live in the connection's activity: past the end of
         // this task when the connection became a tunnel.
         let from = source.source();
+        // The gate passed a trusted load balancer uncounted (its clients are).
+        let behind = source.is_uncounted();
         let activity = Activity::new(Some(ConnectionSlot::new(slot, source, self.open.clone())));
         let member_of = Registered::new(&self.quiet, activity.clone(), from);
         // getsockname only when `Forwarded` names the address (`by: ip`).
@@ -283,8 +284,7 @@ impl accept::Listener for HttpListener {
         )
         .with_forwarded(forwarded, local);
         conn.kill = Some(self.kill.clone());
-        let proxied = super::proxied::is_trusted(&current.proxy.proxy_trusted, peer.ip())
-            .then(|| self.gate.sources.clone());
+        let proxied = behind.then(|| self.gate.sources.clone());
         let connection = Connection {
             peer,
             conn,
