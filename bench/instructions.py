@@ -71,7 +71,8 @@ BACKEND, ROUTER, ADMIN = 18380, 18381, 18382
 HAPROXY, NGINX = 18383, 18384
 TLS_OFFSET = 10  # each proxy's HTTPS port is its plain port + 10 (--h2)
 CERT_DIR = "/tmp/router-instructions-cert"
-RUNS = "/tmp/router-instructions-runs"  # each run's output, by label (or proxy) and N
+RUNS = "/tmp/router-instructions-runs"
+KEEP = None  # --keep, for the peers' runs too  # each run's output, by label (or proxy) and N
 SYSCALLS, UNIT = False, "instructions"  # --syscalls
 ADMIN_CALLS = []  # --admin: (method, path, body) made before the counted requests
 TOKEN = "bench-instructions-token"
@@ -373,8 +374,10 @@ backend be
   }}""")
         cmd, port = ["nginx", "-c", f"{d}/nginx.conf", "-g", "daemon off; master_process off;"], NGINX
     total = measured(cmd, port, f"{d}/run.out", name, n)
-    os.makedirs(RUNS, exist_ok=True)
-    shutil.copy(f"{d}/run.out", f"{RUNS}/{name}-{n}.out")
+    for into in (RUNS, KEEP):
+        if into:
+            os.makedirs(into, exist_ok=True)
+            shutil.copy(f"{d}/run.out", f"{into}/{name}-{n}.out")
     return total
 
 
@@ -444,6 +447,48 @@ def functions(out):
 def per_request(keep, label, n1, n2):
     a, b = functions(f"{keep}/{label}-{n1}.out"), functions(f"{keep}/{label}-{n2}.out")
     return {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+
+
+# --components: each line of callgrind_annotate (by source file, so inlined
+# code counts where it was written) put in one component, first rule that
+# matches; the router's by crate, haproxy's and nginx's by their functions.
+COMPONENTS = [
+    ("h2 crate (frames, HPACK, streams)", r"/h2-\d|[^a-z]hpack|h2_|h2c_|h2s_|ngx_http_v2|ngx_http_huff"),
+    ("hyper and hyper-util", r"/hyper-(util-)?\d"),
+    ("TLS record layer (rustls; haproxy's and nginx's OpenSSL glue)", r"/rustls-\d|ssl_sock|ngx_ssl|\bSSL_|ssl3_|tls1_|ossl_|BIO_|libssl"),
+    ("crypto (aws-lc; OpenSSL's libcrypto)", r"aws[-_]lc|aesni|_gcm|gcm_|ghash|sha256|EVP_|CRYPTO_|libcrypto|poly1305|chacha"),
+    ("tokio (I/O, tasks, timers)", r"/tokio-\d|/mio-\d"),
+    ("allocator", r"mimalloc|\bmi_|_mi_|malloc|\bfree\b|_int_free|pool_alloc|pool_free|ngx_palloc|ngx_pfree"),
+    ("memcpy, memset, other libc", r"libc\.so|/string/|memmove|memcpy|memset|memcmp|strlen"),
+    ("http, bytes, httparse crates", r"/(http|bytes|httparse|http-body)(-util)?-\d"),
+    ("Rust's core and std, inlined (iterators, slices, Arc, futures)", r"^/rustc/"),
+    ("the router's own code", r"/work/main/|^router/|^h1-codec/|^h3-|^compress/|^spans/"),
+    ("haproxy: HTTP (htx, http_ana, http_fetch)", r"htx_|http_|hdr_|sample_"),
+    ("haproxy and nginx: event loop, tasks, fds, connections", r"task_|tasklet|fd_|conn_|sc_|stream_|channel_|process_|ngx_event|ngx_epoll|epoll|ngx_"),
+]
+
+
+def components(keep, label, n1, n2):
+    """Instructions per request by component (COMPONENTS) of a kept label."""
+    import re
+    def by_component(out):
+        text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True).stdout
+        totals = {}
+        for line in text.splitlines():
+            parts = line.split(None, 1)
+            if not (len(parts) == 2 and parts[0].replace(",", "").isdigit() and ":" in parts[1]):
+                continue
+            where = parts[1].split(")", 1)[-1].strip() if parts[1].startswith("(") else parts[1]
+            name = next((n for n, rule in COMPONENTS if re.search(rule, where)), "other")
+            totals[name] = totals.get(name, 0) + int(parts[0].replace(",", ""))
+        return totals
+    a, b = by_component(f"{keep}/{label}-{n1}.out"), by_component(f"{keep}/{label}-{n2}.out")
+    per = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+    print(f"{label}: instructions per request by component")
+    for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
+        print(f"{v:>10,.0f}  {k}")
+    print(f"{sum(per.values()):>10,.0f}  total")
 
 
 def diff(keep, old, new, n1, n2, top=30):
@@ -541,15 +586,24 @@ def main():
     ap.add_argument("--label", help="name of this binary's runs in --keep (default: the variant's number)")
     ap.add_argument("--admin", action="append", default=[], metavar="'METHOD PATH JSON'",
                     help="an admin call made before the counted requests (repeatable)")
+    ap.add_argument("--components", metavar="LABEL",
+                    help="instructions per request by component of a label kept in --keep "
+                         "(haproxy's and nginx's runs are kept under their names)")
     ap.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"),
                     help="per-function difference of two labels kept in --keep (no measuring)")
     args = ap.parse_args()
     NEEDS.tools('valgrind', 'strace', 'h2load', 'haproxy', 'nginx', 'openssl')
     NEEDS.built('echo-backend', 'bench-clients', 'h3-client')
     NEEDS.router(args.router)
-    global SYSCALLS, UNIT
+    global SYSCALLS, UNIT, KEEP
+    KEEP = args.keep
     SYSCALLS = args.syscalls
     UNIT = "system calls" if SYSCALLS else "instructions"
+    if args.components:
+        if not args.keep:
+            sys.exit("--components needs --keep DIR")
+        components(args.keep, args.components, args.n1, args.n2)
+        return
     if args.diff:
         if not args.keep:
             sys.exit("--diff needs --keep DIR")
