@@ -68,6 +68,33 @@ pub struct Template {
     pub parts: Vec<Part>,
 }
 
+/// A template as its lines are written: the text before the first variable,
+/// then each variable with the text after it. A line steps through half as
+/// many pieces as `parts` has (each piece a branch and a copy).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    pub lead: Box<[u8]>,
+    pub steps: Vec<(Var, Box<[u8]>)>,
+}
+
+impl Steps {
+    pub fn of(template: &Template) -> Steps {
+        let mut out = Steps::default();
+        let mut lead = Vec::new();
+        for part in &template.parts {
+            match part {
+                Part::Text(t) => match out.steps.last_mut() {
+                    Some((_, after)) => *after = [&after[..], t.as_bytes()].concat().into(),
+                    None => lead.extend_from_slice(t.as_bytes()),
+                },
+                Part::Var(v) => out.steps.push((v.clone(), Box::default())),
+            }
+        }
+        out.lead = lead.into();
+        out
+    }
+}
+
 /// `httplog`'s template.
 const HTTPLOG: &str = "%{client_ip}:0 [%{time_haproxy}] router %{app}/%{upstream} 0/0/0/%{head_ms}/%{duration_ms} %{status} %{bytes} - - ---- 0/0/0/0/0 0/0 \"%{method} %{path} %{version}\"";
 /// `combined`'s template (nginx, Apache).
@@ -187,6 +214,31 @@ fn var(name: &str, captures: &Captures<'_>) -> Result<Var, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steps_pair_each_variable_with_the_text_after_it() {
+        let t = Template::parse("a %{status}%{bytes} b %% %{method}", &Captures::default())
+            .expect("template");
+        let steps = Steps::of(&t);
+        assert_eq!(&*steps.lead, b"a ");
+        let pairs: Vec<(Var, &[u8])> = steps
+            .steps
+            .iter()
+            .map(|(v, a)| (v.clone(), &a[..]))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (Var::Status, &b""[..]),
+                (Var::Bytes, b" b % "),
+                (Var::Method, b"")
+            ]
+        );
+        assert_eq!(
+            *Steps::of(&Template::parse("text", &Captures::default()).expect("t")).lead,
+            *b"text"
+        );
+    }
 
     #[test]
     fn templates_and_presets_compile_and_unknown_names_are_refused() {

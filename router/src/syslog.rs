@@ -29,7 +29,7 @@ use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
-use crate::log_format::{Captures, Template};
+use crate::log_format::{Captures, Steps, Template};
 
 /// `access_log.syslog`.
 #[derive(Clone, Debug, Deserialize)]
@@ -139,6 +139,8 @@ impl SyslogSettings {
 /// The access lines' sink: the template, where lines go and the counters.
 pub struct Sink {
     pub template: Template,
+    /// The template as a line is written.
+    pub steps: Steps,
     /// What is captured, in the template's order (see `access_log.capture`).
     pub capture: Capture,
     /// The request's and the response's field names of `capture`, compiled.
@@ -230,6 +232,7 @@ impl Sink {
             }
         };
         Ok(Arc::new(Sink {
+            steps: Steps::of(&template),
             template,
             capture: capture.clone(),
             request_names: CaptureNames::of(&capture.request),

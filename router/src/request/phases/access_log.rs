@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use h1_codec::fields::{FieldsRef, Name};
 
-use crate::log_format::{Part, Var};
+use crate::log_format::Var;
 use crate::request::connection::client_conn::write_ip;
 use crate::syslog::{Line, LineTime, Sink, TimeText, Values, capture_cookies};
 
@@ -129,17 +129,19 @@ impl AccessRecord {
     /// line's head.
     fn render(&self, c: &Captured, end: End, line: &mut Line<'_>) {
         let mut n = itoa::Buffer::new();
-        for part in &c.sink.template.parts {
-            match part {
-                Part::Text(t) => line.out.extend_from_slice(t.as_bytes()),
-                Part::Var(Var::ClientIp) => write_ip(self.client, line.out),
-                Part::Var(Var::Time) => line.time(TimeText::Rfc3339),
-                Part::Var(Var::TimeHaproxy) => line.time(TimeText::Haproxy),
-                Part::Var(Var::Path) if self.uri.path_and_query().is_none() => {
+        let steps = &c.sink.steps;
+        line.out.extend_from_slice(&steps.lead);
+        for (var, after) in &steps.steps {
+            match var {
+                Var::ClientIp => write_ip(self.client, line.out),
+                Var::Time => line.time(TimeText::Rfc3339),
+                Var::TimeHaproxy => line.time(TimeText::Haproxy),
+                Var::Path if self.uri.path_and_query().is_none() => {
                     line.out.extend_from_slice(self.path().as_bytes());
                 }
-                Part::Var(var) => line.out.extend_from_slice(self.text(var, c, end, &mut n)),
+                var => line.out.extend_from_slice(self.text(var, c, end, &mut n)),
             }
+            line.out.extend_from_slice(after);
         }
     }
 
