@@ -416,6 +416,62 @@ impl Fields {
     }
 }
 
+/// Field names a message's fields are matched against, any case (an app's
+/// header actions, the access log's captures), in lower case and in the
+/// order given. Most of a message's fields are not among them and differ in
+/// length from each: `lengths` has bit `n % 64` set for a name of `n` bytes,
+/// so such a field is passed on one test, without a comparison.
+#[derive(Clone, Debug, Default)]
+pub struct NameSet {
+    names: Vec<Box<[u8]>>,
+    lengths: u64,
+}
+
+impl NameSet {
+    /// The set of `names`, each kept once (`dedup`) or each in its place.
+    pub fn of<'a>(names: impl IntoIterator<Item = &'a [u8]>, dedup: bool) -> NameSet {
+        let mut out = NameSet::default();
+        for n in names {
+            let n = n.to_ascii_lowercase();
+            if !(dedup && out.names.iter().any(|o| **o == *n)) {
+                out.lengths |= 1 << (n.len() % 64);
+                out.names.push(n.into());
+            }
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether a field named `name` (as sent, any case) is one of them.
+    #[inline]
+    pub fn contains(&self, name: &[u8]) -> bool {
+        self.may_hold(name) && self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    /// Whether a name of `name`'s length is among them (no comparison made).
+    #[inline]
+    pub fn may_hold(&self, name: &[u8]) -> bool {
+        self.lengths & (1 << (name.len() % 64)) != 0
+    }
+
+    /// The places of the names `name` is (any case), in order.
+    pub fn places<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+        let any = self.may_hold(name);
+        self.names
+            .iter()
+            .enumerate()
+            .filter(move |(_, n)| any && n.eq_ignore_ascii_case(name))
+            .map(|(i, _)| i)
+    }
+}
+
 /// The values of one kind of field, in order ([`Fields::get_all`]).
 pub struct FieldValues<'a> {
     fields: &'a Fields,
@@ -535,6 +591,20 @@ impl DoubleEndedIterator for Values<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_set_matches_any_case_and_keeps_places_or_dedups() {
+        let names: [&[u8]; 3] = [b"User-Agent", b"x-a", b"user-agent"];
+        let places = NameSet::of(names, false);
+        assert_eq!(places.len(), 3);
+        assert!(places.contains(b"USER-AGENT") && places.contains(b"X-A"));
+        assert!(!places.contains(b"x-b") && !places.contains(b"Accept"));
+        assert_eq!(places.places(b"user-Agent").collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(places.places(b"host").count(), 0);
+        let once = NameSet::of(names, true);
+        assert_eq!(once.len(), 2);
+        assert!(NameSet::of([], true).is_empty() && !NameSet::default().contains(b""));
+    }
 
     fn parse(head: &[u8]) -> Fields {
         Fields::of_head(head).expect("a whole head")

@@ -29,6 +29,8 @@ use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
+use h1_codec::fields::NameSet;
+
 use crate::log_format::{Captures, Steps, Template};
 
 /// `access_log.syslog`.
@@ -585,23 +587,13 @@ impl Values {
     }
 }
 
-/// The field names a sink captures, compiled once: lower case, and a mask
-/// of their lengths (bit `n % 64` for `n` bytes) that passes most of a
-/// message's fields on one test.
+/// The field names a sink captures, compiled once (see [`NameSet`]).
 #[derive(Clone, Debug, Default)]
-pub struct CaptureNames {
-    names: Vec<Box<[u8]>>,
-    lengths: u64,
-}
+pub struct CaptureNames(NameSet);
 
 impl CaptureNames {
     pub fn of(list: &[String]) -> CaptureNames {
-        let mut out = CaptureNames::default();
-        for n in list {
-            out.names.push(n.to_ascii_lowercase().into_bytes().into());
-            out.lengths |= 1 << (n.len() % 64);
-        }
-        out
+        CaptureNames(NameSet::of(list.iter().map(|n| n.as_bytes()), false))
     }
 
     /// Each name's first value among `fields` (in their order), cut at
@@ -613,28 +605,24 @@ impl CaptureNames {
         length: usize,
         into: &mut Values,
     ) {
-        if self.names.is_empty() {
+        let names = &self.0;
+        if names.is_empty() {
             return;
         }
         let mut found: [Option<&[u8]>; MAX_VALUES] = [None; MAX_VALUES];
-        let mut missing = self.names.len();
+        let mut missing = names.len();
         for (name, value) in fields {
             if missing == 0 {
                 break;
             }
-            if self.lengths & (1 << (name.len() % 64)) == 0 {
-                continue;
-            }
-            for (i, n) in self.names.iter().enumerate() {
-                if let Some(slot @ None) = found.get_mut(i)
-                    && n.eq_ignore_ascii_case(name)
-                {
+            for i in names.places(name) {
+                if let Some(slot @ None) = found.get_mut(i) {
                     *slot = Some(value);
                     missing -= 1;
                 }
             }
         }
-        for value in found.iter().take(self.names.len()) {
+        for value in found.iter().take(names.len()) {
             match value {
                 Some(v) => into.push_clean(v, length),
                 None => {

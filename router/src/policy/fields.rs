@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use h1_codec::encode::field_line;
-use h1_codec::fields::Fields;
+use h1_codec::fields::{Fields, NameSet};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use serde::{Deserialize, Serialize};
@@ -332,7 +332,7 @@ impl Action {
 /// this instead of running the actions on a map.
 #[derive(Debug, Default)]
 struct Outcome {
-    names: Names,
+    names: NameSet,
     /// The same names, to take out of a map.
     touched: Vec<HeaderName>,
     sets: Vec<(HeaderName, Value)>,
@@ -340,7 +340,7 @@ struct Outcome {
 
 impl Outcome {
     fn of(actions: &[Action]) -> Outcome {
-        let names = Names::of(actions.iter().map(Action::name));
+        let names = NameSet::of(actions.iter().map(|a| a.name().as_str().as_bytes()), true);
         let mut touched: Vec<HeaderName> = Vec::new();
         let mut sets: Vec<(HeaderName, Value)> = Vec::new();
         for action in actions {
@@ -398,41 +398,6 @@ pub struct FieldRules {
     response_raw: bool,
 }
 
-/// Field names in lower case, compared with a name as sent. Most of a
-/// message's fields are not among them, and most of those differ in length:
-/// `lengths` has bit `n % 64` set for a name of `n` bytes, so such a field
-/// is passed on one test, without a comparison.
-#[derive(Debug, Default)]
-struct Names {
-    names: Vec<Box<[u8]>>,
-    lengths: u64,
-}
-
-impl Names {
-    fn of<'a>(names: impl Iterator<Item = &'a HeaderName>) -> Names {
-        let mut out = Names::default();
-        for n in names {
-            let n = n.as_str().as_bytes();
-            if !out.names.iter().any(|o| **o == *n) {
-                out.names.push(n.into());
-                out.lengths |= 1 << (n.len() % 64);
-            }
-        }
-        out
-    }
-
-    fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    /// Whether a field of `name` (any case) stays.
-    #[inline]
-    fn keeps(&self, name: &[u8]) -> bool {
-        self.lengths & (1 << (name.len() % 64)) == 0
-            || !self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
-    }
-}
-
 impl FieldRules {
     /// The rules of checked settings, if they have any.
     pub fn of(hsts: Option<&Hsts>, headers: Option<&HeaderActions>) -> Option<Arc<FieldRules>> {
@@ -485,7 +450,7 @@ impl FieldRules {
     pub fn on_raw_request(&self, raw: &mut Fields) {
         let names = &self.request_outcome.names;
         if !names.is_empty() {
-            raw.retain_names(|n| names.keeps(n));
+            raw.retain_names(|n| !names.contains(n));
         }
     }
 
@@ -509,8 +474,8 @@ impl FieldRules {
         let names = &self.response_outcome.names;
         if !names.is_empty() || hsts.is_some() {
             raw.retain_names(|n| {
-                names.keeps(n)
-                    && !(hsts.is_some() && n.eq_ignore_ascii_case(b"strict-transport-security"))
+                let ours = hsts.is_some() && n.eq_ignore_ascii_case(b"strict-transport-security");
+                !(ours || names.contains(n))
             });
         }
         if !headers.is_empty() {
@@ -547,7 +512,7 @@ impl FieldRules {
         }
         if let Some(raw) = raw {
             let names = &self.response_outcome.names;
-            raw.retain_names(|n| names.keeps(n));
+            raw.retain_names(|n| !names.contains(n));
         }
         apply(&self.response, headers, vars);
     }
