@@ -73,25 +73,83 @@ pub struct Template {
 /// many pieces as `parts` has (each piece a branch and a copy).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Steps {
-    pub lead: Box<[u8]>,
-    pub steps: Vec<(Var, Box<[u8]>)>,
+    pub lead: Literal,
+    pub steps: Vec<(Var, Literal)>,
 }
 
 impl Steps {
     pub fn of(template: &Template) -> Steps {
-        let mut out = Steps::default();
+        let mut steps: Vec<(Var, Vec<u8>)> = Vec::new();
         let mut lead = Vec::new();
         for part in &template.parts {
             match part {
-                Part::Text(t) => match out.steps.last_mut() {
-                    Some((_, after)) => *after = [&after[..], t.as_bytes()].concat().into(),
+                Part::Text(t) => match steps.last_mut() {
+                    Some((_, after)) => after.extend_from_slice(t.as_bytes()),
                     None => lead.extend_from_slice(t.as_bytes()),
                 },
-                Part::Var(v) => out.steps.push((v.clone(), Box::default())),
+                Part::Var(v) => steps.push((v.clone(), Vec::new())),
             }
         }
-        out.lead = lead.into();
-        out
+        Steps {
+            lead: Literal::of(&lead),
+            steps: steps
+                .into_iter()
+                .map(|(v, after)| (v, Literal::of(&after)))
+                .collect(),
+        }
+    }
+}
+
+/// Text made once and copied into many lines (a template's literal text,
+/// a second's time). Up to [`Literal::SHORT`] bytes it is kept in a block of
+/// that size, which a line takes whole and then cuts back: one fixed-size
+/// store, where a copy of a length known only when the line is written is a
+/// call to `memcpy` (about 30 instructions; a line has some twenty of them,
+/// see `bench/RESULTS.md`, "A syslog line within +5 %").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Literal {
+    Short([u8; Literal::SHORT], u8),
+    Long(Box<[u8]>),
+}
+
+impl Default for Literal {
+    fn default() -> Literal {
+        Literal::Short([0; Literal::SHORT], 0)
+    }
+}
+
+impl Literal {
+    pub const SHORT: usize = 32;
+
+    pub fn of(text: &[u8]) -> Literal {
+        let mut block = [0; Literal::SHORT];
+        match (block.get_mut(..text.len()), u8::try_from(text.len())) {
+            (Some(head), Ok(len)) => {
+                head.copy_from_slice(text);
+                Literal::Short(block, len)
+            }
+            _ => Literal::Long(text.into()),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Literal::Short(block, len) => &block[..usize::from(*len)],
+            Literal::Long(text) => text,
+        }
+    }
+
+    /// Appends the text to `out`.
+    #[inline]
+    pub fn put(&self, out: &mut Vec<u8>) {
+        match self {
+            Literal::Short(block, len) => {
+                let end = out.len() + usize::from(*len);
+                out.extend_from_slice(block);
+                out.truncate(end);
+            }
+            Literal::Long(text) => out.extend_from_slice(text),
+        }
     }
 }
 
@@ -220,11 +278,11 @@ mod tests {
         let t = Template::parse("a %{status}%{bytes} b %% %{method}", &Captures::default())
             .expect("template");
         let steps = Steps::of(&t);
-        assert_eq!(&*steps.lead, b"a ");
+        assert_eq!(steps.lead.as_bytes(), b"a ");
         let pairs: Vec<(Var, &[u8])> = steps
             .steps
             .iter()
-            .map(|(v, a)| (v.clone(), &a[..]))
+            .map(|(v, a)| (v.clone(), a.as_bytes()))
             .collect();
         assert_eq!(
             pairs,
@@ -235,9 +293,24 @@ mod tests {
             ]
         );
         assert_eq!(
-            *Steps::of(&Template::parse("text", &Captures::default()).expect("t")).lead,
-            *b"text"
+            Steps::of(&Template::parse("text", &Captures::default()).expect("t"))
+                .lead
+                .as_bytes(),
+            b"text"
         );
+    }
+
+    #[test]
+    fn literals_append_exactly_their_text_short_or_long() {
+        for text in [&b""[..], b"/", b" 0/0/0/", &[b'x'; 32], &[b'y'; 33], &[b'z'; 300]] {
+            let literal = Literal::of(text);
+            assert_eq!(literal.as_bytes(), text);
+            assert_eq!(matches!(literal, Literal::Long(_)), text.len() > Literal::SHORT);
+            let mut out = b"head".to_vec();
+            literal.put(&mut out);
+            literal.put(&mut out);
+            assert_eq!(out, [&b"head"[..], text, text].concat(), "{} bytes", text.len());
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 
 use h1_codec::fields::NameSet;
 
-use crate::log_format::{Captures, Steps, Template};
+use crate::log_format::{Captures, Literal, Steps, Template, Var};
 
 /// `access_log.syslog`.
 #[derive(Clone, Debug, Deserialize)]
@@ -143,6 +143,10 @@ pub struct Sink {
     pub template: Template,
     /// The template as a line is written.
     pub steps: Steps,
+    /// Whether a line reads the request's ID or trace ID, the time to its
+    /// response head (a request's record keeps them only then).
+    pub reads_ids: bool,
+    pub reads_head: bool,
     /// What is captured, in the template's order (see `access_log.capture`).
     pub capture: Capture,
     /// The request's and the response's field names of `capture`, compiled.
@@ -168,11 +172,11 @@ enum Out {
 struct Prefix {
     protocol: Protocol,
     /// `<PRI>1 ` (5424) or `<PRI>` (3164).
-    before: Vec<u8>,
+    before: Literal,
     /// ` HOST TAG PID - - ` (5424), ` HOST TAG[PID]: ` or, over a unix
     /// socket, ` TAG[PID]: ` (3164: the local form, as glibc's syslog(3)
     /// writes to /dev/log; the daemon adds the host).
-    after: Vec<u8>,
+    after: Literal,
 }
 
 impl Prefix {
@@ -189,8 +193,8 @@ impl Prefix {
         };
         Prefix {
             protocol: settings.protocol,
-            before: before.into_bytes(),
-            after: after.into_bytes(),
+            before: Literal::of(before.as_bytes()),
+            after: Literal::of(after.as_bytes()),
         }
     }
 }
@@ -234,6 +238,8 @@ impl Sink {
             }
         };
         Ok(Arc::new(Sink {
+            reads_ids: template.reads(|v| matches!(v, Var::RequestId | Var::TraceId)),
+            reads_head: template.reads(|v| matches!(v, Var::HeadMs)),
             steps: Steps::of(&template),
             template,
             capture: capture.clone(),
@@ -264,7 +270,7 @@ impl Sink {
         let second = Second::at(second, now.secs);
         line.clear();
         let p = &self.prefix;
-        line.extend_from_slice(&p.before);
+        p.before.put(line);
         let mut l = Line {
             out: line,
             second,
@@ -274,7 +280,7 @@ impl Sink {
             Protocol::Rfc5424 => TimeText::Rfc3339,
             Protocol::Rfc3164 => TimeText::Rfc3164,
         });
-        l.out.extend_from_slice(&p.after);
+        p.after.put(l.out);
         message(&mut l);
         self.send(line);
     }
@@ -314,21 +320,33 @@ impl Line<'_> {
             TimeText::Haproxy => (&s.haproxy, true, false),
             TimeText::Rfc3164 => (&s.rfc3164, false, false),
         };
-        self.out.extend_from_slice(written.as_bytes());
+        written.put(self.out);
         if millis {
-            let m = self.now.millis;
-            self.out.extend_from_slice(&[
-                b'.',
-                b'0' + (m / 100 % 10) as u8,
-                b'0' + (m / 10 % 10) as u8,
-                b'0' + (m % 10) as u8,
-            ]);
+            let m = usize::from(self.now.millis).min(999);
+            self.out.extend_from_slice(&MILLIS[m]);
         }
         if zone {
             self.out.push(b'Z');
         }
     }
 }
+
+/// `.000` to `.999`, looked up (three digits worked out a line cost about
+/// 45 instructions).
+static MILLIS: [[u8; 4]; 1000] = {
+    let mut table = [[b'.', b'0', b'0', b'0']; 1000];
+    let mut i = 0;
+    while i < 1000 {
+        table[i] = [
+            b'.',
+            b'0' + (i / 100) as u8,
+            b'0' + (i / 10 % 10) as u8,
+            b'0' + (i % 10) as u8,
+        ];
+        i += 1;
+    }
+    table
+};
 
 /// A connected, non-blocking UDP socket to `addr` (`host:port`), bound to
 /// the unspecified address of its family.
@@ -371,9 +389,9 @@ pub enum TimeText {
 #[derive(Default)]
 struct Second {
     secs: u64,
-    rfc3339: String,
-    haproxy: String,
-    rfc3164: String,
+    rfc3339: Literal,
+    haproxy: Literal,
+    rfc3164: Literal,
 }
 
 /// What each thread that writes lines keeps: the second's texts, and the
@@ -418,11 +436,17 @@ impl Second {
         let mon = MONTHS[usize::from(month - 1)];
         Second {
             secs,
-            rfc3339: format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}"),
-            haproxy: format!("{day:02}/{mon}/{year}:{h:02}:{m:02}:{s:02}"),
-            rfc3164: format!("{mon} {day:2} {h:02}:{m:02}:{s:02}"),
+            rfc3339: text(format!(
+                "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}"
+            )),
+            haproxy: text(format!("{day:02}/{mon}/{year}:{h:02}:{m:02}:{s:02}")),
+            rfc3164: text(format!("{mon} {day:2} {h:02}:{m:02}:{s:02}")),
         }
     }
+}
+
+fn text(s: String) -> Literal {
+    Literal::of(s.as_bytes())
 }
 
 /// `t` as `text` says (tests).
@@ -505,69 +529,50 @@ async fn send_all(
 /// `access_log.capture`) and the app.
 const MAX_VALUES: usize = 34;
 
-/// Captured values, in one buffer: value `i` ends at `ends[i]`.
-#[derive(Debug)]
+/// Captured values, in one buffer: value `i` ends at `ends[i]`. Two empty
+/// vectors when nothing is captured (no allocation, and small to move: the
+/// request's record is moved with it).
+#[derive(Debug, Default)]
 pub struct Values {
     bytes: Vec<u8>,
-    ends: [u32; MAX_VALUES],
-    len: usize,
-}
-
-impl Default for Values {
-    fn default() -> Values {
-        Values::with_capacity(0)
-    }
+    ends: Vec<u32>,
 }
 
 impl Values {
     pub fn with_capacity(values: usize) -> Values {
+        let values = values.min(MAX_VALUES);
         Values {
             bytes: Vec::with_capacity(values * 32),
-            ends: [0; MAX_VALUES],
-            len: 0,
+            ends: Vec::with_capacity(values),
         }
     }
 
     /// Adds a value; its index comes back (past the last one when full: it
     /// then reads as none).
     pub fn push(&mut self, value: &[u8]) -> usize {
-        let Some(end) = self.ends.get_mut(self.len) else {
+        if self.ends.len() >= MAX_VALUES {
             return MAX_VALUES;
-        };
-        self.bytes.extend_from_slice(value);
-        *end = self.bytes.len() as u32;
-        self.len += 1;
-        self.len - 1
-    }
-
-    /// Adds `parts` to the last value.
-    pub fn extend_last(&mut self, parts: &[&[u8]]) {
-        let Some(last) = self.len.checked_sub(1) else {
-            return;
-        };
-        for p in parts {
-            self.bytes.extend_from_slice(p);
         }
-        self.ends[last] = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(value);
+        self.ends.push(self.bytes.len() as u32);
+        self.ends.len() - 1
     }
 
     /// Value `i` (`-` when there is none).
     pub fn get(&self, i: usize) -> &[u8] {
-        if i >= self.len {
+        let Some(&end) = self.ends.get(i) else {
             return b"-";
-        }
+        };
         let start = i.checked_sub(1).map_or(0, |p| self.ends[p]);
-        self.bytes
-            .get(start as usize..self.ends[i] as usize)
-            .unwrap_or(b"-")
+        self.bytes.get(start as usize..end as usize).unwrap_or(b"-")
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ends.is_empty()
     }
 
     /// Adds `value` cut at `length` bytes, control bytes made spaces.
@@ -764,16 +769,16 @@ mod tests {
     fn a_threads_second_texts_are_made_once_a_second() {
         let mut kept = None;
         let first = Second::at(&mut kept, 1_795_918_429).rfc3164.clone();
-        assert_eq!(first, "Nov 29 02:13:49");
-        kept.as_mut().expect("kept").rfc3164 = "marked".into();
+        assert_eq!(first.as_bytes(), b"Nov 29 02:13:49");
+        kept.as_mut().expect("kept").rfc3164 = Literal::of(b"marked");
         assert_eq!(
-            Second::at(&mut kept, 1_795_918_429).rfc3164,
-            "marked",
+            Second::at(&mut kept, 1_795_918_429).rfc3164.as_bytes(),
+            b"marked",
             "kept within its second"
         );
         assert_eq!(
-            Second::at(&mut kept, 1_795_918_430).rfc3164,
-            "Nov 29 02:13:50"
+            Second::at(&mut kept, 1_795_918_430).rfc3164.as_bytes(),
+            b"Nov 29 02:13:50"
         );
     }
 }

@@ -4,19 +4,19 @@
 //! `access_log.syslog` the same request is also written to syslog in the
 //! operator's template (see [`crate::syslog`], [`crate::log_format`]).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use h1_codec::fields::{FieldsRef, Name};
 
 use crate::log_format::Var;
-use crate::request::connection::client_conn::write_ip;
 use crate::syslog::{Line, LineTime, Sink, TimeText, Values, capture_cookies};
+use crate::table::Route;
 
 /// What is known of a request when it arrives; completed by [`AccessRecord::emit`].
 pub struct AccessRecord {
-    pub client: IpAddr,
+    /// The client's address as text (its connection's, made once).
+    pub client: http::HeaderValue,
     pub method: http::Method,
     /// The host as it was read for routing, and the request's target: both
     /// share the request head's bytes (no copy a request).
@@ -29,8 +29,12 @@ pub struct AccessRecord {
     /// own answer): with `duration_ms`, where a slow request spent its time, as
     /// haproxy's `Tr` and nginx's `$upstream_header_time` tell.
     pub head: Option<Duration>,
-    /// The request's ID and trace (see `request::trace`).
-    pub ids: Option<super::trace::Trace>,
+    /// The request's ID and trace (see `request::trace`), when a line reads
+    /// them.
+    pub ids: Option<Box<super::trace::Trace>>,
+    /// What the lines read of the request beyond its head: its IDs, the time
+    /// to its response head (neither kept when none does).
+    reads: (bool, bool),
     /// The syslog sink and what it captured (none without `access_log.syslog`;
     /// not boxed: the record is).
     pub syslog: Option<Captured>,
@@ -51,21 +55,22 @@ pub struct Captured {
     cookies_at: usize,
     /// Where the response's start, once captured.
     response_at: Option<usize>,
-    /// The app's `name-namespace`, once routed.
-    app: Option<usize>,
+    /// The app's route (its `name-namespace` for `%{app}`), once routed.
+    app: Option<Arc<Route>>,
 }
 
 impl AccessRecord {
     /// What the log line will say of `req` (its fields `fields`) from `client`
-    /// (`host`: as it was read for routing).
+    /// (its address as text; `host`: as it was read for routing).
     pub fn of<B>(
         req: &http::Request<B>,
         fields: FieldsRef<'_>,
-        client: IpAddr,
+        client: &http::HeaderValue,
         (host, sink, stderr): (Option<&http::HeaderValue>, Option<&Arc<Sink>>, bool),
     ) -> Self {
+        let reads = sink.map_or((false, false), |s| (s.reads_ids, s.reads_head));
         AccessRecord {
-            client,
+            client: client.clone(),
             method: req.method().clone(),
             host: host.cloned(),
             uri: req.uri().clone(),
@@ -73,6 +78,7 @@ impl AccessRecord {
             upstream: None,
             head: None,
             ids: None,
+            reads: (reads.0 || stderr, reads.1 || stderr),
             syslog: sink.map(|s| Captured::of_request(s, fields)),
             stderr,
         }
@@ -86,8 +92,13 @@ impl AccessRecord {
         start: std::time::Instant,
         upstream: Option<Arc<str>>,
     ) {
-        self.head = Some(start.elapsed());
-        self.ids = Some(trace.clone());
+        let (ids, head) = self.reads;
+        if head {
+            self.head = Some(start.elapsed());
+        }
+        if ids {
+            self.ids = Some(Box::new(trace.clone()));
+        }
         self.upstream = upstream;
     }
 
@@ -98,7 +109,7 @@ impl AccessRecord {
         }
     }
 
-    pub fn emit(self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
+    pub fn emit(&self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
         if let Some(captured) = &self.syslog {
             let end = (status, bytes, duration, aborted);
             let render = |line: &mut Line<'_>| self.render(captured, end, line);
@@ -109,7 +120,7 @@ impl AccessRecord {
         }
         tracing::info!(
             target: "access",
-            client = %self.client.to_canonical(),
+            client = self.client.to_str().unwrap_or("-"),
             host = self.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or(""),
             method = %self.method,
             path = %self.path(),
@@ -130,18 +141,27 @@ impl AccessRecord {
     fn render(&self, c: &Captured, end: End, line: &mut Line<'_>) {
         let mut n = itoa::Buffer::new();
         let steps = &c.sink.steps;
-        line.out.extend_from_slice(&steps.lead);
+        steps.lead.put(line.out);
         for (var, after) in &steps.steps {
             match var {
-                Var::ClientIp => write_ip(self.client, line.out),
                 Var::Time => line.time(TimeText::Rfc3339),
                 Var::TimeHaproxy => line.time(TimeText::Haproxy),
+                Var::Status => status(end.0, line.out),
+                Var::App => match &c.app {
+                    Some(route) => {
+                        let out = &mut *line.out;
+                        out.extend_from_slice(route.name.as_bytes());
+                        out.push(b'-');
+                        out.extend_from_slice(route.namespace.as_bytes());
+                    }
+                    None => line.out.push(b'-'),
+                },
                 Var::Path if self.uri.path_and_query().is_none() => {
                     line.out.extend_from_slice(self.path().as_bytes());
                 }
                 var => line.out.extend_from_slice(self.text(var, c, end, &mut n)),
             }
-            line.out.extend_from_slice(after);
+            after.put(line.out);
         }
     }
 
@@ -154,7 +174,7 @@ impl AccessRecord {
         end: End,
         n: &'a mut itoa::Buffer,
     ) -> &'a [u8] {
-        let (status, bytes, duration, aborted) = end;
+        let (_, bytes, duration, aborted) = end;
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         match var {
             Var::Method => self.method.as_str().as_bytes(),
@@ -167,11 +187,9 @@ impl AccessRecord {
                 .path_and_query()
                 .map_or(b"-", |p| p.as_str().as_bytes()),
             Var::Version => version(self.version).as_bytes(),
-            Var::Status => n.format(status).as_bytes(),
             Var::Bytes => n.format(bytes).as_bytes(),
             Var::HeadMs => n.format(self.head.map_or(0, ms)).as_bytes(),
             Var::DurationMs => n.format(ms(duration)).as_bytes(),
-            Var::App => c.app.map_or(&b"-"[..], |i| c.values.get(i)),
             Var::Upstream => self.upstream.as_deref().unwrap_or("-").as_bytes(),
             Var::RequestId => self
                 .ids
@@ -183,8 +201,9 @@ impl AccessRecord {
             Var::Request(i) => c.values.get(*i),
             Var::Cookie(i) => c.values.get(c.cookies_at + i),
             Var::Response(i) => c.response_at.map_or(&b"-"[..], |at| c.values.get(at + i)),
+            Var::ClientIp => self.client.as_bytes(),
             // Written by `render` itself.
-            Var::ClientIp | Var::Time | Var::TimeHaproxy => b"",
+            Var::Time | Var::TimeHaproxy | Var::Status | Var::App => b"",
         }
     }
 
@@ -195,6 +214,17 @@ impl AccessRecord {
             Some(p) => p.as_str().into(),
             None => self.uri.to_string().into(),
         }
+    }
+}
+
+/// A status as its three digits (one fixed-size store; any other through
+/// `itoa`).
+fn status(code: u16, out: &mut Vec<u8>) {
+    if (100..1000).contains(&code) {
+        let digit = |d: u16| b'0' + (d % 10) as u8;
+        out.extend_from_slice(&[digit(code / 100), digit(code / 10), digit(code)]);
+    } else {
+        out.extend_from_slice(itoa::Buffer::new().format(code).as_bytes());
     }
 }
 
@@ -211,8 +241,9 @@ impl Captured {
     /// The request side's captures of `fields` (its fields and cookies).
     fn of_request(sink: &Arc<Sink>, fields: FieldsRef<'_>) -> Captured {
         let c = &sink.capture;
-        let mut values = Values::with_capacity(c.request.len() + c.cookies.len() + 1);
+        let mut values = Values::with_capacity(c.request.len() + c.cookies.len());
         match fields {
+            _ if c.request.is_empty() => {}
             FieldsRef::Raw(f) => sink.request_names.capture(f.iter(), c.length, &mut values),
             FieldsRef::Map(m) => {
                 let iter = m.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
@@ -233,11 +264,9 @@ impl Captured {
         }
     }
 
-    /// The request reached an app: `name-namespace`.
-    pub fn app(&mut self, name: &str, namespace: &str) {
-        let at = self.values.push(name.as_bytes());
-        self.values.extend_last(&[b"-", namespace.as_bytes()]);
-        self.app = Some(at);
+    /// The request reached `route`'s app.
+    pub fn app(&mut self, route: &Arc<Route>) {
+        self.app = Some(route.clone());
     }
 
     /// The response side's captures: its map, then a member's fields as

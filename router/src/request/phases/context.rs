@@ -148,7 +148,7 @@ impl Context<'_> {
             span.mark(Moment::Routed);
         }
         if let Some(c) = self.log.as_mut().and_then(|l| l.syslog.as_mut()) {
-            c.app(&route.name, &route.namespace);
+            c.app(route);
         }
     }
 
@@ -222,7 +222,7 @@ impl Proxy {
             log: self.access_log.then(|| {
                 let sink = self.access_sink.as_ref();
                 let to = (host, sink, self.access_stderr);
-                Box::new(AccessRecord::of(req, fields, conn.ip, to))
+                Box::new(AccessRecord::of(req, fields, &conn.ip_value, to))
             }),
             received: req.body().declared_len(),
             active: conn.activity.begin(stream),
