@@ -70,6 +70,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--pin", action="store_true", help="proxies on CPU 1, load and backend on CPU 0")
+    ap.add_argument("--portproxy", default=os.path.join(REL, "portproxy"),
+                    help="the port proxy binary (an A/B: one run with each)")
     a = ap.parse_args()
     NEEDS.tools('haproxy')
     NEEDS.built('portproxy', 'bench-tcp')
@@ -93,9 +95,9 @@ def main():
             f.write(f"state_dir: {tmp}/state\nadmin_socket: {tmp}/admin.sock\nlimits:\n  max_connections: 100000\n"
                     f"  unlimited_sources: [127.0.0.1/32]\n"
                     f"gear:\n  bind: 127.0.0.1\n  ports: 1024-65535\n")
-        pp = start([f"{REL}/portproxy", "-c", cfg], proxy_cpu, stderr=open(os.path.join(tmp, "pp.log"), "w"))
+        pp = start([a.portproxy, "-c", cfg], proxy_cpu, stderr=open(os.path.join(tmp, "pp.log"), "w"))
         time.sleep(0.5)
-        subprocess.run([f"{REL}/portproxy", "-c", cfg, "add", str(PORTS["portproxy"]), f"127.0.0.1:{PORTS['backend']}"], check=True)
+        subprocess.run([a.portproxy, "-c", cfg, "add", str(PORTS["portproxy"]), f"127.0.0.1:{PORTS['backend']}"], check=True)
         hcfg = os.path.join(tmp, "haproxy.cfg")
         with open(hcfg, "w") as f:
             f.write(f"global\n  maxconn 9000\n  nbthread 1\ndefaults\n  mode tcp\n  timeout connect 5s\n"
@@ -175,7 +177,7 @@ def main():
             with open(os.path.join(d, "pp.yaml"), "w") as f:
                 f.write(f"state_dir: {d}/state\nadmin_socket: {d}/admin.sock\ncluster:\n  proxy_conf: {d}/proxy.conf\n")
             t0 = time.time()
-            p = start([f"{REL}/portproxy", "-c", os.path.join(d, "pp.yaml")], proxy_cpu, stderr=subprocess.PIPE, text=True)
+            p = start([a.portproxy, "-c", os.path.join(d, "pp.yaml")], proxy_cpu, stderr=subprocess.PIPE, text=True)
             for line in p.stderr:
                 if "portproxy ready" in line:
                     break
