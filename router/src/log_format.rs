@@ -302,14 +302,29 @@ mod tests {
 
     #[test]
     fn literals_append_exactly_their_text_short_or_long() {
-        for text in [&b""[..], b"/", b" 0/0/0/", &[b'x'; 32], &[b'y'; 33], &[b'z'; 300]] {
+        for text in [
+            &b""[..],
+            b"/",
+            b" 0/0/0/",
+            &[b'x'; 32],
+            &[b'y'; 33],
+            &[b'z'; 300],
+        ] {
             let literal = Literal::of(text);
             assert_eq!(literal.as_bytes(), text);
-            assert_eq!(matches!(literal, Literal::Long(_)), text.len() > Literal::SHORT);
+            assert_eq!(
+                matches!(literal, Literal::Long(_)),
+                text.len() > Literal::SHORT
+            );
             let mut out = b"head".to_vec();
             literal.put(&mut out);
             literal.put(&mut out);
-            assert_eq!(out, [&b"head"[..], text, text].concat(), "{} bytes", text.len());
+            assert_eq!(
+                out,
+                [&b"head"[..], text, text].concat(),
+                "{} bytes",
+                text.len()
+            );
         }
     }
 

@@ -9,10 +9,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use prost::Message;
 use tokio::sync::mpsc::Receiver;
 
-use super::otlp::{self, int, string};
 use super::{SpanRecord, TraceMetrics, TracesConfig};
 
 /// Where spans go: `http://host:port/path`.
@@ -58,21 +56,22 @@ pub struct Identity {
 }
 
 impl Identity {
-    fn attributes(&self) -> Vec<otlp::KeyValue> {
+    /// The resource's body, encoded once (see [`crate::wire::resource`]).
+    pub fn resource(&self) -> Vec<u8> {
         let instance = match &self.node {
             Some(node) => format!("{}/{node}", self.host_name),
             None => self.host_name.clone(),
         };
         let mut v = vec![
-            string("service.name", &self.service_name),
-            string("service.version", env!("CARGO_PKG_VERSION")),
-            string("service.instance.id", instance),
-            string("host.name", &self.host_name),
+            ("service.name", self.service_name.as_str()),
+            ("service.version", env!("CARGO_PKG_VERSION")),
+            ("service.instance.id", instance.as_str()),
+            ("host.name", self.host_name.as_str()),
         ];
         if let Some(node) = &self.node {
-            v.push(string("router.pair.node", node));
+            v.push(("router.pair.node", node));
         }
-        v
+        crate::wire::resource(&v)
     }
 }
 
@@ -90,7 +89,7 @@ pub async fn run(
     else {
         return;
     };
-    let resource = identity.attributes();
+    let resource = identity.resource();
     let mut conn: Option<SendRequest<Full<Bytes>>> = None;
     let mut batch = Vec::with_capacity(config.batch);
     loop {
@@ -106,7 +105,7 @@ pub async fn run(
                 Ok(_) => {}
             }
         }
-        let body = encode(&batch, &resource);
+        let body = crate::wire::encode(&batch, &resource);
         let n = batch.len();
         batch.clear();
         let sent = tokio::time::timeout(config.timeout, post(&mut conn, &endpoint, body)).await;
@@ -163,94 +162,7 @@ async fn post(
     }
 }
 
-/// A batch as one `ExportTraceServiceRequest`.
-pub fn encode(batch: &[Box<SpanRecord>], resource: &[otlp::KeyValue]) -> Vec<u8> {
-    otlp::ExportTraceServiceRequest {
-        resource_spans: vec![otlp::ResourceSpans {
-            resource: Some(otlp::Resource {
-                attributes: resource.to_vec(),
-            }),
-            scope_spans: vec![otlp::ScopeSpans {
-                scope: Some(otlp::InstrumentationScope {
-                    name: "router".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                }),
-                spans: batch.iter().map(|s| span(s)).collect(),
-            }],
-        }],
-    }
-    .encode_to_vec()
-}
-
-/// Span flags: `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE` and `..._IS_REMOTE`.
-const HAS_IS_REMOTE: u32 = 0x100;
-const IS_REMOTE: u32 = 0x200;
-
-fn span(s: &SpanRecord) -> otlp::Span {
-    let tp = &s.traceparent;
-    let hex = |h: &[u8]| hex::decode(h).unwrap_or_default();
-    let trace_flags = hex(&tp[53..55]).first().copied().unwrap_or(0);
-    let (path, query) = s.path.split_once('?').unwrap_or((&s.path, ""));
-    let mut attributes = vec![
-        string("http.request.method", s.method.as_str()),
-        string("url.path", path),
-        string("server.address", &s.host),
-        string("network.protocol.version", version(s.version)),
-        string("client.address", s.client.to_canonical().to_string()),
-        int("http.response.status_code", i64::from(s.status)),
-        int(
-            "http.response.body.size",
-            i64::try_from(s.bytes).unwrap_or(i64::MAX),
-        ),
-        string("router.request_id", &s.request_id),
-    ];
-    if !query.is_empty() {
-        attributes.push(string("url.query", query));
-    }
-    if let Some(app) = &s.app {
-        attributes.push(string("router.app", app));
-    }
-    if let Some(member) = &s.member {
-        attributes.push(string("router.member", &**member));
-    }
-    if s.retries > 0 {
-        attributes.push(int("router.retries", i64::from(s.retries)));
-    }
-    let status = (s.status >= 500 || s.aborted).then(|| otlp::Status {
-        message: if s.aborted {
-            "aborted before the response's end".into()
-        } else {
-            String::new()
-        },
-        code: otlp::STATUS_ERROR,
-    });
-    let events = s.moments[..usize::from(s.moment_count)]
-        .iter()
-        .map(|(moment, at)| otlp::Event {
-            time_unix_nano: s.start_unix_nanos + at,
-            name: moment.name().into(),
-            attributes: Vec::new(),
-        })
-        .collect();
-    otlp::Span {
-        trace_id: hex(&tp[3..35]),
-        span_id: hex(&tp[36..52]),
-        trace_state: String::new(),
-        parent_span_id: s.parent.map(|p| hex(&p)).unwrap_or_default(),
-        name: s.method.as_str().into(),
-        kind: otlp::KIND_SERVER,
-        start_time_unix_nano: s.start_unix_nanos,
-        end_time_unix_nano: s.start_unix_nanos + s.end_nanos,
-        attributes,
-        events,
-        status,
-        flags: u32::from(trace_flags)
-            | HAS_IS_REMOTE
-            | if s.parent.is_some() { IS_REMOTE } else { 0 },
-    }
-}
-
-fn version(v: http::Version) -> &'static str {
+pub(crate) fn version(v: http::Version) -> &'static str {
     match v {
         http::Version::HTTP_09 => "0.9",
         http::Version::HTTP_10 => "1.0",

@@ -30,6 +30,7 @@
 
 pub mod export;
 pub mod otlp;
+pub mod wire;
 
 use std::net::IpAddr;
 use std::sync::Arc;

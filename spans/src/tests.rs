@@ -1,5 +1,5 @@
-use super::export::{Endpoint, encode};
-use super::otlp::{self, Value};
+use super::export::Endpoint;
+use super::otlp::{self, Value, int, string};
 use super::*;
 use prost::Message;
 
@@ -56,7 +56,8 @@ fn a_finished_span_is_encoded_as_otlp_with_the_traceparents_ids() {
     r.mark(Moment::Retry);
     r.finish(503, 42, false);
     let finished = rx.try_recv().expect("queued");
-    let body = encode(&[finished], &[otlp::string("service.name", "router")]);
+    let resource = crate::wire::resource(&[("service.name", "router")]);
+    let body = crate::wire::encode(&[finished], &resource);
     let req = otlp::ExportTraceServiceRequest::decode(&body[..]).expect("decodes");
     let span = &req.resource_spans[0].scope_spans[0].spans[0];
     assert_eq!(
@@ -88,6 +89,69 @@ fn a_finished_span_is_encoded_as_otlp_with_the_traceparents_ids() {
     assert!(
         span.start_time_unix_nano > 1_700_000_000_000_000_000,
         "Unix time"
+    );
+}
+
+/// Records of every shape the writer has a branch for: with and without a
+/// parent, app, member, retries, query, error status, abort; IPv4, IPv6 and
+/// a mapped IPv4 client; an empty request ID; a full set of moments; a
+/// span too long for a two-byte length.
+#[expect(clippy::vec_box, reason = "a batch is of the boxes the queue carries")]
+fn records_of_every_shape(spans: &Arc<Spans>) -> Vec<Box<SpanRecord>> {
+    let mut out = Vec::new();
+    for shape in 0..16u32 {
+        let bit = |n: u32| shape & (1 << n) != 0;
+        let mut r = record(spans, bit(0).then_some(*b"1122334455667788"));
+        if bit(1) {
+            r.app = Some("app-ns".into());
+            r.member = Some(Arc::from("10.0.0.5:8080"));
+        }
+        if bit(2) {
+            r.path = "/no/query".into();
+            r.client = "2001:db8::7".parse().expect("ip");
+            r.request_id.clear();
+        } else if bit(3) {
+            r.client = "::ffff:192.0.2.9".parse().expect("ip");
+        }
+        for _ in 0..(shape % 7) {
+            r.mark(Moment::Retry);
+        }
+        r.status = if bit(3) { 503 } else { 200 };
+        r.aborted = bit(1) && bit(3);
+        r.bytes = u64::from(shape) << 40;
+        r.retries = (shape % 3) as u8;
+        if shape == 15 {
+            // A span past 16 383 bytes: its length takes three bytes.
+            r.app = Some("a".repeat(20_000));
+        }
+        out.push(r);
+    }
+    out
+}
+
+#[test]
+fn the_writer_writes_what_prost_writes_from_the_messages() {
+    let (s, _rx, _) = spans(4);
+    let batch = records_of_every_shape(&s);
+    let attributes = [("service.name", "router"), ("host.name", "node-1")];
+    let resource = crate::wire::resource(&attributes);
+    let as_messages: Vec<otlp::KeyValue> = attributes.iter().map(|(k, v)| string(k, *v)).collect();
+    for one in batch.chunks(1) {
+        assert_eq!(
+            crate::wire::encode(one, &resource),
+            encode(one, &as_messages),
+            "a span of status {} from {}",
+            one[0].status,
+            one[0].client
+        );
+    }
+    assert_eq!(
+        crate::wire::encode(&batch, &resource),
+        encode(&batch, &as_messages)
+    );
+    assert_eq!(
+        crate::wire::encode(&[], &resource),
+        encode(&[], &as_messages)
     );
 }
 
@@ -145,4 +209,95 @@ fn the_ratio_and_the_endpoint_are_checked() {
         }),
         "traces.endpoint"
     );
+}
+
+/// A batch as one `ExportTraceServiceRequest`, built as `prost` messages: the
+/// reference for what [`crate::wire::encode`] writes (the router's encoding
+/// until the writer replaced it).
+fn encode(batch: &[Box<SpanRecord>], resource: &[otlp::KeyValue]) -> Vec<u8> {
+    otlp::ExportTraceServiceRequest {
+        resource_spans: vec![otlp::ResourceSpans {
+            resource: Some(otlp::Resource {
+                attributes: resource.to_vec(),
+            }),
+            scope_spans: vec![otlp::ScopeSpans {
+                scope: Some(otlp::InstrumentationScope {
+                    name: "router".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                }),
+                spans: batch.iter().map(|s| span(s)).collect(),
+            }],
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// Span flags: `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE` and `..._IS_REMOTE`.
+use crate::wire::{HAS_IS_REMOTE, IS_REMOTE};
+
+fn span(s: &SpanRecord) -> otlp::Span {
+    let tp = &s.traceparent;
+    let hex = |h: &[u8]| hex::decode(h).unwrap_or_default();
+    let trace_flags = hex(&tp[53..55]).first().copied().unwrap_or(0);
+    let (path, query) = s.path.split_once('?').unwrap_or((&s.path, ""));
+    let mut attributes = vec![
+        string("http.request.method", s.method.as_str()),
+        string("url.path", path),
+        string("server.address", &s.host),
+        string(
+            "network.protocol.version",
+            crate::export::version(s.version),
+        ),
+        string("client.address", s.client.to_canonical().to_string()),
+        int("http.response.status_code", i64::from(s.status)),
+        int(
+            "http.response.body.size",
+            i64::try_from(s.bytes).unwrap_or(i64::MAX),
+        ),
+        string("router.request_id", &s.request_id),
+    ];
+    if !query.is_empty() {
+        attributes.push(string("url.query", query));
+    }
+    if let Some(app) = &s.app {
+        attributes.push(string("router.app", app));
+    }
+    if let Some(member) = &s.member {
+        attributes.push(string("router.member", &**member));
+    }
+    if s.retries > 0 {
+        attributes.push(int("router.retries", i64::from(s.retries)));
+    }
+    let status = (s.status >= 500 || s.aborted).then(|| otlp::Status {
+        message: if s.aborted {
+            "aborted before the response's end".into()
+        } else {
+            String::new()
+        },
+        code: otlp::STATUS_ERROR,
+    });
+    let events = s.moments[..usize::from(s.moment_count)]
+        .iter()
+        .map(|(moment, at)| otlp::Event {
+            time_unix_nano: s.start_unix_nanos + at,
+            name: moment.name().into(),
+            attributes: Vec::new(),
+        })
+        .collect();
+    otlp::Span {
+        trace_id: hex(&tp[3..35]),
+        span_id: hex(&tp[36..52]),
+        trace_state: String::new(),
+        parent_span_id: s.parent.map(|p| hex(&p)).unwrap_or_default(),
+        name: s.method.as_str().into(),
+        kind: otlp::KIND_SERVER,
+        start_time_unix_nano: s.start_unix_nanos,
+        end_time_unix_nano: s.start_unix_nanos + s.end_nanos,
+        attributes,
+        events,
+        status,
+        flags: u32::from(trace_flags)
+            | HAS_IS_REMOTE
+            | if s.parent.is_some() { IS_REMOTE } else { 0 },
+    }
 }

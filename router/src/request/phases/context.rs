@@ -144,7 +144,7 @@ impl Context<'_> {
             self.pages.clone_from(&policy.pages);
         }
         if let Some(span) = self.span.as_mut() {
-            span.app = Some(format!("{}-{}", route.name, route.namespace));
+            span.app = Some([route.name.as_str(), "-", &route.namespace].concat());
             span.mark(Moment::Routed);
         }
         if let Some(c) = self.log.as_mut().and_then(|l| l.syslog.as_mut()) {

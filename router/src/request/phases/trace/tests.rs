@@ -130,3 +130,15 @@ fn new_traces_are_sampled_by_ratio_and_continued_ones_by_their_parent() {
     let odd = PARENT.replace("-01", "-0b");
     assert!(of(&head(&format!("traceparent: {odd}\r\n")), Sample::OFF).sampled());
 }
+
+#[test]
+fn the_low_bits_are_the_trace_ids_last_sixteen_hex_digits() {
+    let t = trace_of(
+        &format!("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: {PARENT}\r\n\r\n"),
+        false,
+    );
+    assert_eq!(t.low_bits(), 0xa3ce_929d_0e0e_4736);
+    let made = trace_of("GET / HTTP/1.1\r\nHost: a\r\n\r\n", false);
+    let want = u64::from_str_radix(&made.trace_id()[16..], 16).expect("hex");
+    assert_eq!(made.low_bits(), want);
+}
