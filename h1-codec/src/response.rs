@@ -96,16 +96,7 @@ pub fn parse_response_head(
             buf.advance(len);
             continue;
         }
-        // Where the reason lies, when it is not the standard one.
-        let reason = res
-            .reason
-            .filter(|r| status.canonical_reason() != Some(*r))
-            .map(|r| {
-                (
-                    (r.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize),
-                    r.len(),
-                )
-            });
+        let reason = reason_at(res.reason, status, buf);
         let Some(index) = FieldIndex::new(buf, len, res.headers) else {
             return Err(ParseError::Head("bad header"));
         };
@@ -141,6 +132,16 @@ fn complete_len(
         Err(httparse::Error::TooManyHeaders) => Err(ParseError::Head("too many header fields")),
         Err(_) => Err(ParseError::Head("malformed")),
     }
+}
+
+/// Where the reason lies in `buf`, when it is not the standard one for
+/// `status`.
+fn reason_at(reason: Option<&str>, status: StatusCode, buf: &[u8]) -> Option<(usize, usize)> {
+    let r = reason.filter(|r| status.canonical_reason() != Some(*r))?;
+    Some((
+        (r.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize),
+        r.len(),
+    ))
 }
 
 /// How a final response's body is framed, and whether its connection may
