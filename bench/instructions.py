@@ -431,16 +431,23 @@ def admin_calls():
             sys.exit(f"admin {method} {path}: {r.status} {said[:500]}")
 
 
-def functions(out):
-    """Exclusive Ir per function in one callgrind output (callgrind_annotate)."""
+def annotated(out):
+    """(exclusive Ir, "file:function ...") for each line of callgrind_annotate's
+    listing of one callgrind output."""
     text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True).stdout
-    per = {}
     for line in text.splitlines():
         parts = line.split(None, 1)
         if len(parts) == 2 and parts[0].replace(",", "").isdigit() and ":" in parts[1]:
-            name = parts[1].split(":", 1)[1].split(" [")[0].strip()
-            per[name] = per.get(name, 0) + int(parts[0].replace(",", ""))
+            yield int(parts[0].replace(",", "")), parts[1]
+
+
+def functions(out):
+    """Exclusive Ir per function in one callgrind output."""
+    per = {}
+    for ir, where in annotated(out):
+        name = where.split(":", 1)[1].split(" [")[0].strip()
+        per[name] = per.get(name, 0) + ir
     return per
 
 
@@ -472,16 +479,11 @@ def components(keep, label, n1, n2):
     """Instructions per request by component (COMPONENTS) of a kept label."""
     import re
     def by_component(out):
-        text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True).stdout
         totals = {}
-        for line in text.splitlines():
-            parts = line.split(None, 1)
-            if not (len(parts) == 2 and parts[0].replace(",", "").isdigit() and ":" in parts[1]):
-                continue
-            where = parts[1].split(")", 1)[-1].strip() if parts[1].startswith("(") else parts[1]
+        for ir, where in annotated(out):
+            where = where.split(")", 1)[-1].strip() if where.startswith("(") else where
             name = next((n for n, rule in COMPONENTS if re.search(rule, where)), "other")
-            totals[name] = totals.get(name, 0) + int(parts[0].replace(",", ""))
+            totals[name] = totals.get(name, 0) + ir
         return totals
     a, b = by_component(f"{keep}/{label}-{n1}.out"), by_component(f"{keep}/{label}-{n2}.out")
     per = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}

@@ -161,13 +161,3 @@ async fn post(
         Err(format!("collector answered {status}"))
     }
 }
-
-pub(crate) fn version(v: http::Version) -> &'static str {
-    match v {
-        http::Version::HTTP_09 => "0.9",
-        http::Version::HTTP_10 => "1.0",
-        http::Version::HTTP_2 => "2",
-        http::Version::HTTP_3 => "3",
-        _ => "1.1",
-    }
-}

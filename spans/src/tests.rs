@@ -244,10 +244,7 @@ fn span(s: &SpanRecord) -> otlp::Span {
         string("http.request.method", s.method.as_str()),
         string("url.path", path),
         string("server.address", &s.host),
-        string(
-            "network.protocol.version",
-            crate::export::version(s.version),
-        ),
+        string("network.protocol.version", crate::wire::version(s.version)),
         string("client.address", s.client.to_canonical().to_string()),
         int("http.response.status_code", i64::from(s.status)),
         int(

@@ -138,7 +138,7 @@ fn attributes(s: &SpanRecord, out: &mut Vec<u8>) {
     string_attribute(out, 9, "http.request.method", s.method.as_str().as_bytes());
     string_attribute(out, 9, "url.path", path.as_bytes());
     string_attribute(out, 9, "server.address", s.host.as_bytes());
-    let version = crate::export::version(s.version).as_bytes();
+    let version = version(s.version).as_bytes();
     string_attribute(out, 9, "network.protocol.version", version);
     let mut ip = itoa::Buffer::new();
     let mut text = [0u8; 45];
@@ -275,18 +275,18 @@ fn varint_len(v: u64) -> usize {
 
 /// `N` bytes from their `2 N` hex digits; `None` if they are not that.
 fn unhex<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
-    let value = |d: u8| match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'a'..=b'f' => Some(d - b'a' + 10),
-        b'A'..=b'F' => Some(d - b'A' + 10),
-        _ => None,
-    };
-    if digits.len() != 2 * N {
-        return None;
-    }
     let mut out = [0u8; N];
-    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *o = value(pair[0])? << 4 | value(pair[1])?;
-    }
+    hex::decode_to_slice(digits, &mut out).ok()?;
     Some(out)
+}
+
+/// `network.protocol.version`'s text for `v`.
+pub(crate) fn version(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "0.9",
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_2 => "2",
+        http::Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
 }
