@@ -650,6 +650,45 @@ pub fn log_template(data: &[u8]) {
             }
         }
     }
+    line_cursor(data);
+}
+
+/// A syslog line written by its cursor (`router::syslog::Line`) from pieces
+/// the input chooses is exactly their concatenation, cut at the buffer.
+fn line_cursor(data: &[u8]) {
+    use router::log_format::Literal;
+    let Some((&size, mut rest)) = data.split_first() else {
+        return;
+    };
+    let size = usize::from(size) * 4;
+    let mut want = Vec::new();
+    let got = router::syslog::written(size, |line| {
+        while let Some((&op, more)) = rest.split_first() {
+            let n = usize::from(op >> 2).min(more.len());
+            let (piece, after) = more.split_at(n);
+            rest = after;
+            match op & 3 {
+                0 => line.put(piece),
+                1 => line.literal(&Literal::of(piece)),
+                2 => line.byte(op),
+                _ => line.number(u64::from(op) * 1_000_003),
+            }
+            match op & 3 {
+                0 | 1 => want.extend_from_slice(piece),
+                2 => want.push(op),
+                _ => want.extend_from_slice((u64::from(op) * 1_000_003).to_string().as_bytes()),
+            }
+        }
+    });
+    let cut = want
+        .len()
+        .min(size.max(Literal::SHORT))
+        .min(router::syslog::LINE_MAX);
+    assert_eq!(
+        got,
+        want[..cut],
+        "the line is what was put, cut at its buffer"
+    );
 }
 
 /// An OCSP responder's answer (any bytes) checked against the fixture

@@ -102,10 +102,11 @@ impl Steps {
 
 /// Text made once and copied into many lines (a template's literal text,
 /// a second's time). Up to [`Literal::SHORT`] bytes it is kept in a block of
-/// that size, which a line takes whole and then cuts back: one fixed-size
-/// store, where a copy of a length known only when the line is written is a
-/// call to `memcpy` (about 30 instructions; a line has some twenty of them,
-/// see `bench/RESULTS.md`, "A syslog line within +5 %").
+/// that size, which a line takes whole and then cuts back
+/// (`crate::syslog::Line::literal`): one fixed-size store, where a copy of a
+/// length known only when the line is written is a call to `memcpy` (about
+/// 30 instructions; a line has some twenty of them, see `bench/RESULTS.md`,
+/// "A syslog line: the record made small").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Literal {
     Short([u8; Literal::SHORT], u8),
@@ -136,19 +137,6 @@ impl Literal {
         match self {
             Literal::Short(block, len) => &block[..usize::from(*len)],
             Literal::Long(text) => text,
-        }
-    }
-
-    /// Appends the text to `out`.
-    #[inline]
-    pub fn put(&self, out: &mut Vec<u8>) {
-        match self {
-            Literal::Short(block, len) => {
-                let end = out.len() + usize::from(*len);
-                out.extend_from_slice(block);
-                out.truncate(end);
-            }
-            Literal::Long(text) => out.extend_from_slice(text),
         }
     }
 }
@@ -301,7 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn literals_append_exactly_their_text_short_or_long() {
+    fn literals_keep_exactly_their_text_short_or_long() {
         for text in [
             &b""[..],
             b"/",
@@ -315,15 +303,6 @@ mod tests {
             assert_eq!(
                 matches!(literal, Literal::Long(_)),
                 text.len() > Literal::SHORT
-            );
-            let mut out = b"head".to_vec();
-            literal.put(&mut out);
-            literal.put(&mut out);
-            assert_eq!(
-                out,
-                [&b"head"[..], text, text].concat(),
-                "{} bytes",
-                text.len()
             );
         }
     }

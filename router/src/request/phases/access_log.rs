@@ -5,12 +5,12 @@
 //! operator's template (see [`crate::syslog`], [`crate::log_format`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use h1_codec::fields::{FieldsRef, Name};
 
 use crate::log_format::Var;
-use crate::syslog::{Line, LineTime, Sink, TimeText, Values, capture_cookies};
+use crate::syslog::{Line, Sink, TimeText, Values, capture_cookies};
 use crate::table::Route;
 
 /// What is known of a request when it arrives; completed by [`AccessRecord::emit`].
@@ -109,11 +109,12 @@ impl AccessRecord {
         }
     }
 
-    pub fn emit(&self, status: u16, bytes: u64, duration: Duration, aborted: bool) {
+    /// The request ended at `at` (`duration` after it started).
+    pub fn emit(&self, at: Instant, status: u16, bytes: u64, duration: Duration, aborted: bool) {
         if let Some(captured) = &self.syslog {
             let end = (status, bytes, duration, aborted);
             let render = |line: &mut Line<'_>| self.render(captured, end, line);
-            captured.sink.write(LineTime::now(), render);
+            captured.sink.write(at, render);
         }
         if !self.stderr {
             return;
@@ -139,43 +140,37 @@ impl AccessRecord {
     /// The syslog line's message, in the sink's template, written after the
     /// line's head.
     fn render(&self, c: &Captured, end: End, line: &mut Line<'_>) {
-        let mut n = itoa::Buffer::new();
         let steps = &c.sink.steps;
-        steps.lead.put(line.out);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        line.literal(&steps.lead);
         for (var, after) in &steps.steps {
             match var {
                 Var::Time => line.time(TimeText::Rfc3339),
                 Var::TimeHaproxy => line.time(TimeText::Haproxy),
-                Var::Status => status(end.0, line.out),
+                Var::Status => status(end.0, line),
+                Var::Bytes => line.number(end.1),
+                Var::HeadMs => line.number(self.head.map_or(0, ms)),
+                Var::DurationMs => line.number(ms(end.2)),
                 Var::App => match &c.app {
                     Some(route) => {
-                        let out = &mut *line.out;
-                        out.extend_from_slice(route.name.as_bytes());
-                        out.push(b'-');
-                        out.extend_from_slice(route.namespace.as_bytes());
+                        line.put(route.name.as_bytes());
+                        line.byte(b'-');
+                        line.put(route.namespace.as_bytes());
                     }
-                    None => line.out.push(b'-'),
+                    None => line.byte(b'-'),
                 },
                 Var::Path if self.uri.path_and_query().is_none() => {
-                    line.out.extend_from_slice(self.path().as_bytes());
+                    line.put(self.path().as_bytes());
                 }
-                var => line.out.extend_from_slice(self.text(var, c, end, &mut n)),
+                var => line.put(self.text(var, c, end.3)),
             }
-            after.put(line.out);
+            line.literal(after);
         }
     }
 
     /// What `var` says of this request (the variables [`AccessRecord::render`]
-    /// does not write itself); integers written in `n`.
-    fn text<'a>(
-        &'a self,
-        var: &Var,
-        c: &'a Captured,
-        end: End,
-        n: &'a mut itoa::Buffer,
-    ) -> &'a [u8] {
-        let (_, bytes, duration, aborted) = end;
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    /// does not write itself; `aborted`: the client went away first).
+    fn text<'a>(&'a self, var: &Var, c: &'a Captured, aborted: bool) -> &'a [u8] {
         match var {
             Var::Method => self.method.as_str().as_bytes(),
             Var::Host => match self.host.as_ref().map(http::HeaderValue::as_bytes) {
@@ -187,9 +182,6 @@ impl AccessRecord {
                 .path_and_query()
                 .map_or(b"-", |p| p.as_str().as_bytes()),
             Var::Version => version(self.version).as_bytes(),
-            Var::Bytes => n.format(bytes).as_bytes(),
-            Var::HeadMs => n.format(self.head.map_or(0, ms)).as_bytes(),
-            Var::DurationMs => n.format(ms(duration)).as_bytes(),
             Var::Upstream => self.upstream.as_deref().unwrap_or("-").as_bytes(),
             Var::RequestId => self
                 .ids
@@ -203,7 +195,13 @@ impl AccessRecord {
             Var::Response(i) => c.response_at.map_or(&b"-"[..], |at| c.values.get(at + i)),
             Var::ClientIp => self.client.as_bytes(),
             // Written by `render` itself.
-            Var::Time | Var::TimeHaproxy | Var::Status | Var::App => b"",
+            Var::Time
+            | Var::TimeHaproxy
+            | Var::Status
+            | Var::Bytes
+            | Var::HeadMs
+            | Var::DurationMs
+            | Var::App => b"",
         }
     }
 
@@ -219,12 +217,12 @@ impl AccessRecord {
 
 /// A status as its three digits (one fixed-size store; any other through
 /// `itoa`).
-fn status(code: u16, out: &mut Vec<u8>) {
+fn status(code: u16, line: &mut Line<'_>) {
     if (100..1000).contains(&code) {
         let digit = |d: u16| b'0' + (d % 10) as u8;
-        out.extend_from_slice(&[digit(code / 100), digit(code / 10), digit(code)]);
+        line.put(&[digit(code / 100), digit(code / 10), digit(code)]);
     } else {
-        out.extend_from_slice(itoa::Buffer::new().format(code).as_bytes());
+        line.number(u64::from(code));
     }
 }
 

@@ -187,7 +187,7 @@ impl Drop for Completion {
             slot.member().stats.record(self.status, elapsed);
         }
         if let Some(log) = self.log.take() {
-            log.emit(self.status, self.bytes, elapsed, self.aborted);
+            log.emit(now, self.status, self.bytes, elapsed, self.aborted);
         }
         if let Some(span) = self.span.take() {
             span.finish(self.status, self.bytes, self.aborted);

@@ -14,15 +14,16 @@
 //! (`router_access_log_dropped_total{reason}`). A TCP sink that goes away is
 //! connected to again, no more than once a second.
 //!
-//! A line is written into one buffer: the head's fixed parts made once, the
-//! time's text once a second per thread ([`LineTime`]), integers with `itoa`. The
-//! line through `core::fmt` (a `format!` a piece, a `String` grown piece by
-//! piece) cost 18 000 instructions a request; see `bench/RESULTS.md`.
+//! A line is written by a cursor over one buffer a thread ([`Line`]): the
+//! head's fixed parts made once, the time's text once a second per thread,
+//! integers with `itoa`. The line through `core::fmt` (a `format!` a piece,
+//! a `String` grown piece by piece) cost 18 000 instructions a request; see
+//! `bench/RESULTS.md`.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -32,6 +33,17 @@ use tokio::sync::mpsc;
 use h1_codec::fields::NameSet;
 
 use crate::log_format::{Captures, Literal, Steps, Template, Var};
+
+mod line;
+
+use line::Scratch;
+pub use line::{LINE_MAX, Line, TimeText, time_text, written};
+
+thread_local! {
+    /// The line's buffer, the second's texts and the clock's anchor of each
+    /// thread that writes lines.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::EMPTY) };
+}
 
 /// `access_log.syslog`.
 #[derive(Clone, Debug, Deserialize)]
@@ -252,37 +264,27 @@ impl Sink {
         }))
     }
 
-    /// Writes one line stamped `now` and sends it, never waiting: the syslog
-    /// head, then what `message` writes (the template's text). Written in the
-    /// thread's own buffer, from which a datagram sink sends it: no
-    /// allocation a line.
-    pub fn write(&self, now: LineTime, message: impl FnOnce(&mut Line<'_>)) {
+    /// Writes one line for a request that ended at `end` and sends it,
+    /// never waiting: the syslog head, then what `message` writes (the
+    /// template's text). Written in the thread's own buffer, from which a
+    /// datagram sink sends it: no allocation a line.
+    pub fn write(&self, end: Instant, message: impl FnOnce(&mut Line<'_>)) {
+        let p = &self.prefix;
+        let fill = |line: &mut Line<'_>| {
+            line.literal(&p.before);
+            line.time(match p.protocol {
+                Protocol::Rfc5424 => TimeText::Rfc3339,
+                Protocol::Rfc3164 => TimeText::Rfc3164,
+            });
+            line.literal(&p.after);
+            message(line);
+        };
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut scratch) => self.write_in(&mut scratch, now, message),
+            Ok(mut scratch) => scratch.write(end, fill, |line| self.send(line)),
             // Not reached (nothing in a line writes another), but a fresh
             // buffer costs nothing in correctness.
-            Err(_) => self.write_in(&mut Scratch::default(), now, message),
+            Err(_) => Scratch::default().write(end, fill, |line| self.send(line)),
         });
-    }
-
-    fn write_in(&self, scratch: &mut Scratch, now: LineTime, message: impl FnOnce(&mut Line<'_>)) {
-        let Scratch { second, line } = scratch;
-        let second = Second::at(second, now.secs);
-        line.clear();
-        let p = &self.prefix;
-        p.before.put(line);
-        let mut l = Line {
-            out: line,
-            second,
-            now,
-        };
-        l.time(match p.protocol {
-            Protocol::Rfc5424 => TimeText::Rfc3339,
-            Protocol::Rfc3164 => TimeText::Rfc3164,
-        });
-        p.after.put(l.out);
-        message(&mut l);
-        self.send(line);
     }
 
     fn send(&self, line: &[u8]) {
@@ -304,50 +306,6 @@ impl Sink {
     }
 }
 
-/// A line being written: its bytes, and its time's texts.
-pub struct Line<'a> {
-    pub out: &'a mut Vec<u8>,
-    second: &'a Second,
-    now: LineTime,
-}
-
-impl Line<'_> {
-    /// Appends the line's time as `text` says.
-    pub fn time(&mut self, text: TimeText) {
-        let s = self.second;
-        let (written, millis, zone) = match text {
-            TimeText::Rfc3339 => (&s.rfc3339, true, true),
-            TimeText::Haproxy => (&s.haproxy, true, false),
-            TimeText::Rfc3164 => (&s.rfc3164, false, false),
-        };
-        written.put(self.out);
-        if millis {
-            let m = usize::from(self.now.millis).min(999);
-            self.out.extend_from_slice(&MILLIS[m]);
-        }
-        if zone {
-            self.out.push(b'Z');
-        }
-    }
-}
-
-/// `.000` to `.999`, looked up (three digits worked out a line cost about
-/// 45 instructions).
-static MILLIS: [[u8; 4]; 1000] = {
-    let mut table = [[b'.', b'0', b'0', b'0']; 1000];
-    let mut i = 0;
-    while i < 1000 {
-        table[i] = [
-            b'.',
-            b'0' + (i / 100) as u8,
-            b'0' + (i / 10 % 10) as u8,
-            b'0' + (i % 10) as u8,
-        ];
-        i += 1;
-    }
-    table
-};
-
 /// A connected, non-blocking UDP socket to `addr` (`host:port`), bound to
 /// the unspecified address of its family.
 fn udp(addr: &str) -> std::io::Result<std::net::UdpSocket> {
@@ -365,123 +323,6 @@ fn udp(addr: &str) -> std::io::Result<std::net::UdpSocket> {
     socket.connect(to)?;
     socket.set_nonblocking(true)?;
     Ok(socket)
-}
-
-/// A log line's time: seconds since the epoch and the millisecond.
-#[derive(Clone, Copy, Debug)]
-pub struct LineTime {
-    secs: u64,
-    millis: u16,
-}
-
-/// The ways a time is written.
-#[derive(Clone, Copy, Debug)]
-pub enum TimeText {
-    /// `2026-11-29T02:13:49.123Z` (RFC 5424's TIMESTAMP, `%{time}`).
-    Rfc3339,
-    /// `29/Nov/2026:02:13:49.123` (haproxy's date, `%{time_haproxy}`).
-    Haproxy,
-    /// `Nov 29 02:13:49` (RFC 3164's TIMESTAMP, in UTC).
-    Rfc3164,
-}
-
-/// One second's texts, made once a second on each thread that writes lines.
-#[derive(Default)]
-struct Second {
-    secs: u64,
-    rfc3339: Literal,
-    haproxy: Literal,
-    rfc3164: Literal,
-}
-
-/// What each thread that writes lines keeps: the second's texts, and the
-/// line being written.
-#[derive(Default)]
-struct Scratch {
-    second: Option<Second>,
-    line: Vec<u8>,
-}
-
-thread_local! {
-    static SCRATCH: RefCell<Scratch> = const {
-        RefCell::new(Scratch { second: None, line: Vec::new() })
-    };
-}
-
-impl LineTime {
-    pub fn now() -> LineTime {
-        LineTime::of(SystemTime::now())
-    }
-
-    pub fn of(t: SystemTime) -> LineTime {
-        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        LineTime {
-            secs: d.as_secs(),
-            millis: d.subsec_millis() as u16,
-        }
-    }
-}
-
-impl Second {
-    /// The texts of `secs`, made now if `kept` holds another second's.
-    fn at(kept: &mut Option<Second>, secs: u64) -> &Second {
-        if kept.as_ref().is_some_and(|s| s.secs != secs) {
-            *kept = None;
-        }
-        kept.get_or_insert_with(|| Second::of(secs))
-    }
-
-    fn of(secs: u64) -> Second {
-        let ((year, month, day), (h, m, s)) = civil(secs);
-        let mon = MONTHS[usize::from(month - 1)];
-        Second {
-            secs,
-            rfc3339: text(format!(
-                "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}"
-            )),
-            haproxy: text(format!("{day:02}/{mon}/{year}:{h:02}:{m:02}:{s:02}")),
-            rfc3164: text(format!("{mon} {day:2} {h:02}:{m:02}:{s:02}")),
-        }
-    }
-}
-
-fn text(s: String) -> Literal {
-    Literal::of(s.as_bytes())
-}
-
-/// `t` as `text` says (tests).
-pub fn time_text(t: SystemTime, text: TimeText) -> String {
-    let now = LineTime::of(t);
-    let second = Second::of(now.secs);
-    let mut out = Vec::new();
-    Line {
-        out: &mut out,
-        second: &second,
-        now,
-    }
-    .time(text);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
-
-/// The UTC date and time of `secs` since the epoch (Howard Hinnant's
-/// days-from-civil, inverted).
-fn civil(secs: u64) -> ((i64, u8, u8), (u64, u64, u64)) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    ((year, month, day), (rem / 3600, rem % 3600 / 60, rem % 60))
 }
 
 /// The TCP sender task: every queued line to `addr`, until the queue closes.
@@ -701,22 +542,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_are_written_as_each_format_wants() {
-        // 2026-11-29T02:13:49.123Z
-        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_795_918_429_123);
-        assert_eq!(time_text(t, TimeText::Rfc3339), "2026-11-29T02:13:49.123Z");
-        assert_eq!(time_text(t, TimeText::Rfc3164), "Nov 29 02:13:49");
-        assert_eq!(time_text(t, TimeText::Haproxy), "29/Nov/2026:02:13:49.123");
-        let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(&time_text(leap, TimeText::Rfc3339)[..10], "2000-02-29");
-        let next = t + Duration::from_millis(1_005);
-        assert_eq!(
-            time_text(next, TimeText::Rfc3339),
-            "2026-11-29T02:13:50.128Z"
-        );
-    }
-
-    #[test]
     fn addresses_and_settings_are_checked() {
         assert_eq!(
             Target::parse("udp://127.0.0.1:514"),
@@ -763,22 +588,5 @@ mod tests {
             &mut cookies,
         );
         assert_eq!([cookies.get(0), cookies.get(1)], [&b"abc"[..], b"-"]);
-    }
-
-    #[test]
-    fn a_threads_second_texts_are_made_once_a_second() {
-        let mut kept = None;
-        let first = Second::at(&mut kept, 1_795_918_429).rfc3164.clone();
-        assert_eq!(first.as_bytes(), b"Nov 29 02:13:49");
-        kept.as_mut().expect("kept").rfc3164 = Literal::of(b"marked");
-        assert_eq!(
-            Second::at(&mut kept, 1_795_918_429).rfc3164.as_bytes(),
-            b"marked",
-            "kept within its second"
-        );
-        assert_eq!(
-            Second::at(&mut kept, 1_795_918_430).rfc3164.as_bytes(),
-            b"Nov 29 02:13:50"
-        );
     }
 }

@@ -1,0 +1,460 @@
+//! A syslog line as it is written: a cursor over the thread's own fixed
+//! buffer, and the line's time.
+//!
+//! Why a cursor and not a `Vec<u8>`: a line is some twenty-five pieces (the
+//! head, the template's texts and variables), and a vector's append checks
+//! its capacity, may call out to grow, and stores its length back through
+//! the vector a piece; with a `memcpy` call for each copy of a length known
+//! only then, that was 1,000 of a line's 2,250 instructions (see
+//! `bench/RESULTS.md`, "A syslog line written by a cursor"). Here a piece is
+//! one bounds check and fixed-size moves: a literal text is one 32-byte
+//! store cut back ([`Literal`]), a value of at most 16 bytes two overlapping
+//! 8-byte (or 4-byte) moves, a longer one a `copy_from_slice`.
+//!
+//! A line holds at most [`LINE_MAX`] bytes (the largest UDP datagram over
+//! IPv4: a longer line could not be sent on the default transport); what is
+//! past it is cut, as haproxy cuts a line at its `len`.
+//!
+//! The line's time is read from the request's own end (an `Instant`, which
+//! the request reads anyway) against the thread's anchor, a wall clock read
+//! at most once a second: the line costs no clock read, and a step of the
+//! wall clock shows within a second.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::log_format::Literal;
+
+/// The longest line, in bytes; the rest is cut.
+pub const LINE_MAX: usize = 65_507;
+
+/// A line being written: the room left in its buffer (what is before it is
+/// written), and its time's texts.
+pub struct Line<'a> {
+    /// What is left of [`LINE_MAX`] bytes and the room past it for one whole
+    /// literal block, so that a literal near the end is still one store.
+    /// Each piece takes its bytes off the front: one length check a piece.
+    rest: &'a mut [u8],
+    /// The buffer's length when the line started.
+    size: usize,
+    second: &'a Second,
+    now: LineTime,
+}
+
+impl<'a> Line<'a> {
+    /// A line in `buf` (at least [`Literal::SHORT`] bytes).
+    fn new(buf: &'a mut [u8], second: &'a Second, now: LineTime) -> Line<'a> {
+        Line {
+            size: buf.len(),
+            rest: buf,
+            second,
+            now,
+        }
+    }
+
+    /// The line's length so far, cut at [`LINE_MAX`].
+    fn len(&self) -> usize {
+        (self.size - self.rest.len()).min(LINE_MAX)
+    }
+
+    /// Takes `n` written bytes off the front of the room.
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        let rest = std::mem::take(&mut self.rest);
+        self.rest = rest.get_mut(n..).unwrap_or_default();
+    }
+
+    /// Appends `bytes`.
+    #[inline]
+    pub fn put(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        if n <= 16 {
+            if let Some(to) = self.rest.first_chunk_mut() {
+                copy_short(bytes, to);
+                self.advance(n);
+                return;
+            }
+        } else if let Some(to) = self.rest.get_mut(..n) {
+            to.copy_from_slice(bytes);
+            self.advance(n);
+            return;
+        }
+        self.cut(bytes);
+    }
+
+    /// Appends one byte.
+    #[inline]
+    pub fn byte(&mut self, b: u8) {
+        if let Some(slot) = self.rest.first_mut() {
+            *slot = b;
+            self.advance(1);
+        }
+    }
+
+    /// Appends `text`: a short one as its whole block, then cut back.
+    #[inline]
+    pub fn literal(&mut self, text: &Literal) {
+        match text {
+            Literal::Short(block, n) => match self.rest.first_chunk_mut() {
+                Some(to) => {
+                    *to = *block;
+                    self.advance(usize::from(*n));
+                }
+                None => self.cut(text.as_bytes()),
+            },
+            Literal::Long(t) => self.put(t),
+        }
+    }
+
+    /// Appends `n` in decimal.
+    #[inline]
+    pub fn number(&mut self, n: u64) {
+        self.put(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// Appends what of `bytes` still fits: the line is full after it.
+    #[cold]
+    fn cut(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.rest.len());
+        self.rest[..n].copy_from_slice(&bytes[..n]);
+        self.advance(n);
+    }
+
+    /// Appends the line's time as `text` says.
+    pub fn time(&mut self, text: TimeText) {
+        let s = self.second;
+        let (written, millis, zone) = match text {
+            TimeText::Rfc3339 => (&s.rfc3339, true, true),
+            TimeText::Haproxy => (&s.haproxy, true, false),
+            TimeText::Rfc3164 => (&s.rfc3164, false, false),
+        };
+        self.literal(written);
+        if millis {
+            let m = usize::from(self.now.millis).min(999);
+            self.put(&MILLIS[m]);
+        }
+        if zone {
+            self.byte(b'Z');
+        }
+    }
+}
+
+/// `from` (at most 16 bytes) to the front of `to`: two overlapping moves of
+/// 8 or of 4 bytes, or three of one byte; no call.
+#[inline]
+fn copy_short(from: &[u8], to: &mut [u8; 16]) {
+    let n = from.len();
+    if let (Some(head), Some(tail)) = (from.first_chunk::<8>(), from.last_chunk::<8>()) {
+        let tail = *tail;
+        to[..8].copy_from_slice(head);
+        to[n - 8..n].copy_from_slice(&tail);
+    } else if let (Some(head), Some(tail)) = (from.first_chunk::<4>(), from.last_chunk::<4>()) {
+        let tail = *tail;
+        to[..4].copy_from_slice(head);
+        to[n - 4..n].copy_from_slice(&tail);
+    } else if let (Some(&first), Some(&last)) = (from.first(), from.last()) {
+        to[0] = first;
+        to[n / 2] = from[n / 2];
+        to[n - 1] = last;
+    }
+}
+
+/// `.000` to `.999`, looked up (three digits worked out a line cost about
+/// 45 instructions).
+static MILLIS: [[u8; 4]; 1000] = {
+    let mut table = [[b'.', b'0', b'0', b'0']; 1000];
+    let mut i = 0;
+    while i < 1000 {
+        table[i] = [
+            b'.',
+            b'0' + (i / 100) as u8,
+            b'0' + (i / 10 % 10) as u8,
+            b'0' + (i % 10) as u8,
+        ];
+        i += 1;
+    }
+    table
+};
+
+/// A log line's time: seconds since the epoch and the millisecond.
+#[derive(Clone, Copy, Debug)]
+pub struct LineTime {
+    secs: u64,
+    millis: u16,
+}
+
+/// The ways a time is written.
+#[derive(Clone, Copy, Debug)]
+pub enum TimeText {
+    /// `2026-11-29T02:13:49.123Z` (RFC 5424's TIMESTAMP, `%{time}`).
+    Rfc3339,
+    /// `29/Nov/2026:02:13:49.123` (haproxy's date, `%{time_haproxy}`).
+    Haproxy,
+    /// `Nov 29 02:13:49` (RFC 3164's TIMESTAMP, in UTC).
+    Rfc3164,
+}
+
+/// One second's texts, made once a second on each thread that writes lines.
+#[derive(Default)]
+pub(super) struct Second {
+    secs: u64,
+    rfc3339: Literal,
+    haproxy: Literal,
+    rfc3164: Literal,
+}
+
+/// What each thread that writes lines keeps: the wall clock's anchor, the
+/// second's texts, and the line's buffer (allocated by its first line;
+/// pages a line never reaches are never touched).
+#[derive(Default)]
+pub(super) struct Scratch {
+    anchor: Option<Anchor>,
+    second: Option<Second>,
+    buf: Vec<u8>,
+}
+
+/// The wall clock read at `at`: a line's time is the anchor's plus the
+/// monotonic time since, for a second at most.
+#[derive(Clone, Copy)]
+struct Anchor {
+    at: Instant,
+    wall: Duration,
+}
+
+impl Scratch {
+    /// Nothing yet (a thread's first line fills it).
+    pub(super) const EMPTY: Scratch = Scratch {
+        anchor: None,
+        second: None,
+        buf: Vec::new(),
+    };
+
+    /// A line for a request that ended at `end`, written by `fill`; the
+    /// finished line goes to `send`.
+    pub(super) fn write(
+        &mut self,
+        end: Instant,
+        fill: impl FnOnce(&mut Line<'_>),
+        send: impl FnOnce(&[u8]),
+    ) {
+        let now = self.time_at(end);
+        if self.buf.is_empty() {
+            self.buf = vec![0; LINE_MAX + Literal::SHORT];
+        }
+        let second = Second::at(&mut self.second, now.secs);
+        let mut line = Line::new(&mut self.buf, second, now);
+        fill(&mut line);
+        let len = line.len();
+        send(&self.buf[..len]);
+    }
+
+    /// The wall time at `end`, from the anchor while it is under a second
+    /// old (read again otherwise, or when `end` is before it).
+    fn time_at(&mut self, end: Instant) -> LineTime {
+        let since = |a: &Anchor| end.checked_duration_since(a.at);
+        let wall = match self.anchor.as_ref().and_then(|a| Some((a, since(a)?))) {
+            Some((a, d)) if d < Duration::from_secs(1) => a.wall + d,
+            _ => {
+                let wall = SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                self.anchor = Some(Anchor { at: end, wall });
+                wall
+            }
+        };
+        LineTime::of(wall)
+    }
+}
+
+impl LineTime {
+    fn of(since_epoch: Duration) -> LineTime {
+        LineTime {
+            secs: since_epoch.as_secs(),
+            millis: since_epoch.subsec_millis() as u16,
+        }
+    }
+}
+
+impl Second {
+    /// The texts of `secs`, made now if `kept` holds another second's.
+    fn at(kept: &mut Option<Second>, secs: u64) -> &Second {
+        if kept.as_ref().is_some_and(|s| s.secs != secs) {
+            *kept = None;
+        }
+        kept.get_or_insert_with(|| Second::of(secs))
+    }
+
+    fn of(secs: u64) -> Second {
+        let ((year, month, day), (h, m, s)) = civil(secs);
+        let mon = MONTHS[usize::from(month - 1)];
+        Second {
+            secs,
+            rfc3339: text(format!(
+                "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}"
+            )),
+            haproxy: text(format!("{day:02}/{mon}/{year}:{h:02}:{m:02}:{s:02}")),
+            rfc3164: text(format!("{mon} {day:2} {h:02}:{m:02}:{s:02}")),
+        }
+    }
+}
+
+fn text(s: String) -> Literal {
+    Literal::of(s.as_bytes())
+}
+
+/// What `write` appends to a line in a buffer of `size` bytes (at least
+/// [`Literal::SHORT`]), cut at [`LINE_MAX`] (tests and the `log_template`
+/// fuzz target, which checks the cursor against a plain concatenation).
+pub fn written(size: usize, write: impl FnOnce(&mut Line<'_>)) -> Vec<u8> {
+    let second = Second::of(0);
+    let mut buf = vec![0xAA; size.max(Literal::SHORT)];
+    let mut line = Line::new(&mut buf, &second, LineTime::of(Duration::ZERO));
+    write(&mut line);
+    let len = line.len();
+    buf.truncate(len);
+    buf
+}
+
+/// `t` as `text` says (tests).
+pub fn time_text(t: SystemTime, text: TimeText) -> String {
+    let now = LineTime::of(t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default());
+    let second = Second::of(now.secs);
+    let mut buf = [0; 64];
+    let mut line = Line::new(&mut buf, &second, now);
+    line.time(text);
+    let len = line.len();
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// The UTC date and time of `secs` since the epoch (Howard Hinnant's
+/// days-from-civil, inverted).
+fn civil(secs: u64) -> ((i64, u8, u8), (u64, u64, u64)) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    ((year, month, day), (rem / 3600, rem % 3600 / 60, rem % 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_each_format_wants() {
+        // 2026-11-29T02:13:49.123Z
+        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_795_918_429_123);
+        assert_eq!(time_text(t, TimeText::Rfc3339), "2026-11-29T02:13:49.123Z");
+        assert_eq!(time_text(t, TimeText::Rfc3164), "Nov 29 02:13:49");
+        assert_eq!(time_text(t, TimeText::Haproxy), "29/Nov/2026:02:13:49.123");
+        let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(&time_text(leap, TimeText::Rfc3339)[..10], "2000-02-29");
+        let next = t + Duration::from_millis(1_005);
+        assert_eq!(
+            time_text(next, TimeText::Rfc3339),
+            "2026-11-29T02:13:50.128Z"
+        );
+    }
+
+    #[test]
+    fn a_threads_second_texts_are_made_once_a_second() {
+        let mut kept = None;
+        let first = Second::at(&mut kept, 1_795_918_429).rfc3164.clone();
+        assert_eq!(first.as_bytes(), b"Nov 29 02:13:49");
+        kept.as_mut().expect("kept").rfc3164 = Literal::of(b"marked");
+        assert_eq!(
+            Second::at(&mut kept, 1_795_918_429).rfc3164.as_bytes(),
+            b"marked",
+            "kept within its second"
+        );
+        assert_eq!(
+            Second::at(&mut kept, 1_795_918_430).rfc3164.as_bytes(),
+            b"Nov 29 02:13:50"
+        );
+    }
+
+    /// Every length from 0 to 40 by `put`, literals short and long, bytes
+    /// and numbers: the line is exactly what was appended, in order.
+    #[test]
+    fn pieces_append_exactly_their_bytes() {
+        let mut want = Vec::new();
+        let source: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+        let got = written(4096, |line| {
+            for n in 0..=40 {
+                line.put(&source[..n]);
+                want.extend_from_slice(&source[..n]);
+                line.byte(b'|');
+                want.push(b'|');
+            }
+            for text in [&b""[..], b" 0/0/0/", &[b'x'; 32], &[b'y'; 33]] {
+                line.literal(&Literal::of(text));
+                want.extend_from_slice(text);
+            }
+            for n in [0, 7, 10, 999, 1000, u64::MAX] {
+                line.number(n);
+                want.extend_from_slice(n.to_string().as_bytes());
+            }
+        });
+        assert_eq!(got, want);
+    }
+
+    /// A line past its buffer keeps what fits and takes nothing more: a
+    /// value, a literal, a byte at the end are cut, never out of bounds.
+    #[test]
+    fn a_full_line_is_cut_not_overrun() {
+        let got = written(40, |line| {
+            line.put(&[b'a'; 30]);
+            line.literal(&Literal::of(b"0123456789"));
+        });
+        assert_eq!(got, [&[b'a'; 30][..], b"0123456789"].concat());
+        let got = written(40, |line| {
+            line.put(&[b'a'; 30]);
+            line.literal(&Literal::of(b"0123456789"));
+            line.put(b"more");
+            line.literal(&Literal::of(b"x"));
+            line.byte(b'!');
+            line.number(12);
+        });
+        assert_eq!(got.len(), 40);
+        let got = written(32, |line| {
+            line.put(&[b'b'; 30]);
+            line.put(b"0123456789");
+        });
+        assert_eq!(got, [&[b'b'; 30][..], b"01"].concat());
+        let got = written(LINE_MAX + Literal::SHORT, |line| {
+            line.put(&vec![b'c'; LINE_MAX + 100]);
+        });
+        assert_eq!(got.len(), LINE_MAX, "cut at LINE_MAX");
+    }
+
+    /// A line's time comes from the anchor for a second, then from the wall
+    /// clock again; an end before the anchor reads the wall clock too.
+    #[test]
+    fn a_lines_time_follows_the_anchor_for_a_second() {
+        let mut scratch = Scratch::default();
+        let start = Instant::now();
+        let first = scratch.time_at(start);
+        let anchor = scratch.anchor.expect("anchored");
+        assert_eq!(anchor.at, start);
+        let later = scratch.time_at(start + Duration::from_millis(500));
+        let want = LineTime::of(anchor.wall + Duration::from_millis(500));
+        assert_eq!((later.secs, later.millis), (want.secs, want.millis));
+        assert_eq!(scratch.anchor.expect("kept").at, start, "not read again");
+        scratch.time_at(start + Duration::from_secs(2));
+        assert_eq!(
+            scratch.anchor.expect("read again").at,
+            start + Duration::from_secs(2)
+        );
+        assert!(first.secs > 1_700_000_000, "the wall clock's time");
+    }
+}
