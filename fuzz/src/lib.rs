@@ -41,6 +41,7 @@ mod client_stream;
 mod cluster_wire;
 mod compression;
 mod h1_encode;
+mod h2_frames;
 mod h3_frames;
 mod member_response;
 mod tls_hello;
@@ -49,6 +50,7 @@ pub use client_stream::client_stream;
 pub use cluster_wire::cluster_wire;
 pub use compression::compression;
 pub use h1_encode::h1_encode;
+pub use h2_frames::h2_frames;
 pub use h3_frames::h3_frames;
 pub use member_response::member_response;
 pub use tls_hello::tls_hello;
@@ -59,7 +61,7 @@ use bytes::BytesMut;
 pub type Check = fn(&[u8]);
 
 /// Every target, by the name of its binary in `fuzz_targets/` and its corpus.
-pub const TARGETS: [(&str, Check); 18] = [
+pub const TARGETS: [(&str, Check); 19] = [
     ("client_framing", client_framing),
     ("client_head", client_head),
     ("client_stream", client_stream),
@@ -78,6 +80,7 @@ pub const TARGETS: [(&str, Check); 18] = [
     ("log_template", log_template),
     ("ocsp_answer", ocsp_answer),
     ("h1_encode", h1_encode),
+    ("h2_frames", h2_frames),
 ];
 
 /// The check of the target called `name`.

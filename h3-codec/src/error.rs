@@ -25,20 +25,25 @@ impl Code {
 }
 
 /// A protocol error: its code, what it was, and how far it reaches.
+/// HTTP/3's with its codes ([`Error`]); `h2-codec`'s is the same with
+/// HTTP/2's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{what} (HTTP/3 error {:#x}, {})", code.0, if *connection { "connection" } else { "stream" })]
-pub struct Error {
-    pub code: Code,
+#[error("{what} ({} error {:#x}, {})", C::PROTOCOL, code.value(), if *connection { "connection" } else { "stream" })]
+pub struct Failure<C: Named> {
+    pub code: C,
     pub what: &'static str,
     /// The peer broke the connection's rules: close the connection, not just
-    /// the stream (RFC 9114 §8).
+    /// the stream (RFC 9114 §8, RFC 9113 §5.4).
     pub connection: bool,
 }
 
-impl Error {
+/// An HTTP/3 error.
+pub type Error = Failure<Code>;
+
+impl<C: Named> Failure<C> {
     /// An error that ends only its stream.
-    pub const fn stream(code: Code, what: &'static str) -> Error {
-        Error {
+    pub const fn stream(code: C, what: &'static str) -> Failure<C> {
+        Failure {
             code,
             what,
             connection: false,
@@ -46,11 +51,24 @@ impl Error {
     }
 
     /// An error that ends the connection.
-    pub const fn connection(code: Code, what: &'static str) -> Error {
-        Error {
+    pub const fn connection(code: C, what: &'static str) -> Failure<C> {
+        Failure {
             code,
             what,
             connection: true,
         }
+    }
+}
+
+/// A protocol's error code as messages name it.
+pub trait Named: Copy + std::fmt::Debug {
+    const PROTOCOL: &'static str;
+    fn value(self) -> u64;
+}
+
+impl Named for Code {
+    const PROTOCOL: &'static str = "HTTP/3";
+    fn value(self) -> u64 {
+        self.0
     }
 }

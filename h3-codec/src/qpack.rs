@@ -95,8 +95,10 @@ fn static_entry(is_static: bool, index: u64) -> Result<(&'static str, &'static s
 
 /// A prefixed integer (RFC 7541 §5.1) in the low `bits` of `buf[at]` and the
 /// bytes after it; the value and the bytes it took. Values past 2^62 are
-/// refused (no length or index here comes near).
-fn int(buf: &[u8], at: usize, bits: u32) -> Result<(u64, usize), Error> {
+/// refused (no length or index here comes near). QPACK's integers and
+/// string literals are HPACK's (RFC 9204 §4.1.1): `h2-codec` reads its
+/// header blocks with these too.
+pub fn int(buf: &[u8], at: usize, bits: u32) -> Result<(u64, usize), Error> {
     let max = (1u64 << bits) - 1;
     let first = u64::from(*buf.get(at).ok_or(FAILED)?) & max;
     if first < max {
@@ -114,7 +116,7 @@ fn int(buf: &[u8], at: usize, bits: u32) -> Result<(u64, usize), Error> {
 
 /// A string literal whose length has a `bits` prefix, its Huffman flag the bit
 /// above; the text and the index after it.
-fn string(section: &Bytes, at: usize, bits: u32) -> Result<(Text, usize), Error> {
+pub fn string(section: &Bytes, at: usize, bits: u32) -> Result<(Text, usize), Error> {
     let huffman = section.get(at).ok_or(FAILED)? & (1 << bits) != 0;
     let (len, n) = int(section, at, bits)?;
     let start = at + n;
@@ -153,7 +155,7 @@ pub fn headers_frame(status: Option<u16>, headers: &HeaderMap) -> Bytes {
         match table::status(code) {
             Some(i) => indexed(i, &mut out),
             None => {
-                let digits = itoa(code);
+                let digits = status_digits(code);
                 name_ref(24, &mut out);
                 literal(&digits, &mut out);
             }
@@ -170,7 +172,9 @@ pub fn headers_frame(status: Option<u16>, headers: &HeaderMap) -> Bytes {
     out.freeze().slice(start..)
 }
 
-fn itoa(code: u16) -> [u8; 3] {
+/// A status code's three digits (one outside 100 to 999 is clamped: the
+/// `http` crate makes none).
+pub fn status_digits(code: u16) -> [u8; 3] {
     let code = code.clamp(100, 999);
     [
         b'0' + (code / 100) as u8,
@@ -215,7 +219,7 @@ fn literal(value: &[u8], out: &mut BytesMut) {
 }
 
 /// A prefixed integer: `flags` in the bits above the `bits`-bit prefix.
-pub(crate) fn prefixed(flags: u8, bits: u32, mut value: u64, out: &mut BytesMut) {
+pub fn prefixed(flags: u8, bits: u32, mut value: u64, out: &mut BytesMut) {
     let max = (1u64 << bits) - 1;
     if value < max {
         out.put_u8(flags | value as u8);

@@ -1,0 +1,27 @@
+//! HTTP/2's framing (RFC 9113) and HPACK (RFC 7541) as the router's own h2
+//! server needs them, without I/O: frame heads and each frame's payload
+//! checked ([`frame`]), header blocks read with the dynamic table and
+//! response heads written ([`hpack`]), errors as HTTP/2 names them
+//! ([`Error`]). TLS and the connection's state (streams, flow control, the
+//! hostile-client bounds) are the router's.
+//!
+//! **Why hand-written.** h2 over TLS costs the router 37,219 user-space
+//! instructions a request against haproxy's 31,502 (`bench/instructions.py
+//! --h2 --peers`, shipped build, 2026-11-29); by component the gap is the
+//! `h2` crate (6,193: its frames, HPACK with Huffman on every literal it
+//! writes, its stream store), the `HeaderMap`s hyper builds and reads each
+//! way (5,259) and `memcpy` of their large futures and values (about 3,500).
+//! HTTP/1.1 (0.84× nginx) and HTTP/3 (within 1.2× of h2) got there on their
+//! own framing (`h1-codec`, `h3-codec`); this is the same step for h2. What
+//! a server needs is small: no server push, no priorities (read and
+//! dropped), a response head written with the static table's names and raw
+//! literals (no Huffman, no dynamic table: the client's decoder keeps
+//! nothing of ours). QPACK's integers and string literals are HPACK's, read
+//! by `h3-codec`'s. Fuzzed (`fuzz/fuzz_targets/h2_frames.rs`).
+
+pub mod error;
+pub mod frame;
+pub mod hpack;
+mod table;
+
+pub use error::{Code, Error};
