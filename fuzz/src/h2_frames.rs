@@ -8,27 +8,30 @@
 //! Properties: no panic; the table never holds more than was advertised;
 //! every block the decoder takes, written again by the server's own encoder
 //! (as trailers: no `:status`), reads back as the same fields in the same
-//! order, leaving nothing in a fresh decoder's table.
+//! order, leaving nothing in a fresh decoder's table; the same blocks read
+//! as request heads (`h2_codec::head`) by a second decoder leave its table
+//! as the first's, whether the head is taken or refused.
 
 use bytes::{Bytes, BytesMut};
 use h2_codec::frame::{self, Head};
+use h2_codec::head;
 use h2_codec::hpack::{self, Decoder};
 
 const TABLE: usize = 4096;
 
 pub fn h2_frames(data: &[u8]) {
-    let mut decoder = Decoder::new(TABLE);
+    let mut decoders = (Decoder::new(TABLE), Decoder::new(TABLE));
     let mut rest = data;
     while let Some(h) = frame::head(rest) {
         let body = &rest[frame::HEAD_LEN..];
         let payload = &body[..body.len().min(h.len as usize)];
-        check(&h, payload, &mut decoder);
-        assert!(decoder.size() <= TABLE, "the table past its size");
+        check(&h, payload, &mut decoders);
+        assert!(decoders.0.size() <= TABLE, "the table past its size");
         rest = &body[payload.len()..];
     }
 }
 
-fn check(h: &Head, payload: &[u8], decoder: &mut Decoder) {
+fn check(h: &Head, payload: &[u8], decoders: &mut (Decoder, Decoder)) {
     match h.kind {
         frame::SETTINGS => drop(frame::settings(h, payload)),
         frame::WINDOW_UPDATE => drop(frame::window_update(h, payload)),
@@ -46,7 +49,21 @@ fn check(h: &Head, payload: &[u8], decoder: &mut Decoder) {
             };
             assert!(range.start <= range.end && range.end <= payload.len());
             if h.kind != frame::DATA {
-                block(&Bytes::copy_from_slice(&payload[range]), decoder);
+                let bytes = Bytes::copy_from_slice(&payload[range]);
+                let fields_ok = block(&bytes, &mut decoders.0);
+                let head = head::request(&mut decoders.1, &bytes, 8192);
+                if head.as_ref().is_err_and(|e| e.connection) {
+                    // The block is broken: the connection ends; start over.
+                    assert!(!fields_ok, "a head refused whole, its fields read");
+                    *decoders = (Decoder::new(TABLE), Decoder::new(TABLE));
+                    return;
+                }
+                assert!(fields_ok, "a head read from a block its fields were not");
+                assert_eq!(
+                    decoders.0.size(),
+                    decoders.1.size(),
+                    "the tables out of step"
+                );
             }
         }
         _ => {}
@@ -54,15 +71,15 @@ fn check(h: &Head, payload: &[u8], decoder: &mut Decoder) {
 }
 
 /// A header block through the connection's decoder, and what it held
-/// through the server's encoder and a fresh decoder.
-fn block(block: &Bytes, decoder: &mut Decoder) {
+/// through the server's encoder and a fresh decoder; whether it decoded.
+fn block(block: &Bytes, decoder: &mut Decoder) -> bool {
     let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let taken = decoder.decode(block, |n, v| {
         fields.push((n.as_bytes().to_vec(), v.as_bytes().to_vec()));
         Ok(())
     });
     if taken.is_err() {
-        return;
+        return false;
     }
     // The encoder takes names as `http` keeps them: lowercase text.
     let names: Vec<String> = fields
@@ -90,4 +107,5 @@ fn block(block: &Bytes, decoder: &mut Decoder) {
         .collect();
     assert_eq!(again, want, "written again, read back otherwise");
     assert_eq!(fresh.size(), 0, "our blocks leave nothing in the table");
+    true
 }

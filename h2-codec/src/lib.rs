@@ -1,7 +1,8 @@
 //! HTTP/2's framing (RFC 9113) and HPACK (RFC 7541) as the router's own h2
 //! server needs them, without I/O: frame heads and each frame's payload
 //! checked ([`frame`]), header blocks read with the dynamic table and
-//! response heads written ([`hpack`]), errors as HTTP/2 names them
+//! response heads written ([`hpack`]), a request head from its block
+//! ([`head`], HTTP/3's rules from `h3-codec`), errors as HTTP/2 names them
 //! ([`Error`]). TLS and the connection's state (streams, flow control, the
 //! hostile-client bounds) are the router's.
 //!
@@ -21,7 +22,19 @@
 
 pub mod error;
 pub mod frame;
+pub mod head;
 pub mod hpack;
 mod table;
 
 pub use error::{Code, Error};
+
+/// `hex` (digits, spaces between groups) as bytes: the RFCs' examples.
+#[cfg(test)]
+pub(crate) fn hex(hex: &str) -> bytes::Bytes {
+    let digits: String = hex.split_whitespace().collect();
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).expect("hex"))
+        .collect::<Vec<u8>>()
+        .into()
+}

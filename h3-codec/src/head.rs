@@ -1,19 +1,40 @@
 //! A request head from its decoded field section (RFC 9114 §4.3.1): the
 //! pseudo-header fields first, each once; then lowercase fields, none of
 //! HTTP/1's connection-specific ones. A request that breaks these is malformed:
-//! a stream error, H3_MESSAGE_ERROR.
+//! a stream error, H3_MESSAGE_ERROR. HTTP/2's rules are the same (RFC 9113
+//! §8.3, a stream PROTOCOL_ERROR): `h2-codec` builds its heads with
+//! [`request_from`] and its own [`Rules`].
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Uri};
 
-use crate::error::{Code, Error};
+use crate::error::{Code, Error, Failure, Named};
 use crate::qpack::{self, Text};
+
+/// What is wrong with a head, before its protocol names it.
+type Malformed = &'static str;
 
 const fn malformed(what: &'static str) -> Error {
     Error::stream(Code::MESSAGE_ERROR, what)
 }
+
+/// How a protocol's request heads are made and refused.
+pub struct Rules<C: Named> {
+    pub version: http::Version,
+    /// The code of a stream error for a malformed head.
+    pub malformed: C,
+    /// The error for a head past its decoded-size bound.
+    pub too_large: Failure<C>,
+}
+
+/// HTTP/3's.
+pub const H3: Rules<Code> = Rules {
+    version: http::Version::HTTP_3,
+    malformed: Code::MESSAGE_ERROR,
+    too_large: TOO_LARGE,
+};
 
 /// Fields HTTP/3 forbids (RFC 9114 §4.2): HTTP/1's connection-specific ones. A
 /// request carrying one is malformed; a response's are dropped before it is sent.
@@ -41,28 +62,44 @@ struct Pseudo {
 /// The request a HEADERS frame's `section` carries, its decoded size at most
 /// `max_size`.
 pub fn request(section: &Bytes, max_size: usize) -> Result<Request<()>, Error> {
+    request_from(&H3, max_size, |field| qpack::decode(section, field))
+}
+
+/// One field of a head being read: the next decoded name and value.
+pub type Field<'a, C> = &'a mut dyn FnMut(Text, Text) -> Result<(), Failure<C>>;
+
+/// The request whose fields `decode` hands, one by one, to the field it is
+/// given; its decoded size at most `max_size`; refused as `rules` say.
+pub fn request_from<C: Named>(
+    rules: &Rules<C>,
+    max_size: usize,
+    decode: impl FnOnce(Field<'_, C>) -> Result<(), Failure<C>>,
+) -> Result<Request<()>, Failure<C>> {
+    let refuse = |what| Failure::stream(rules.malformed, what);
     let mut pseudo = Pseudo::default();
     let mut headers = HeaderMap::new();
     let mut size = 0usize;
-    qpack::decode(section, |name, value| {
+    decode(&mut |name, value| {
         size += name.as_bytes().len() + value.as_bytes().len() + 32;
         if size > max_size {
-            return Err(TOO_LARGE);
+            return Err(rules.too_large);
         }
-        if let Some(slot) = pseudo_slot(&mut pseudo, name.as_bytes())? {
+        if let Some(slot) = pseudo_slot(&mut pseudo, name.as_bytes()).map_err(refuse)? {
             if !headers.is_empty() {
-                return Err(malformed("a pseudo-header field after a regular field"));
+                return Err(refuse("a pseudo-header field after a regular field"));
             }
             if slot.replace(value).is_some() {
-                return Err(malformed("a pseudo-header field twice"));
+                return Err(refuse("a pseudo-header field twice"));
             }
             return Ok(());
         }
-        let (name, value) = regular(name, value)?;
+        let (name, value) = regular(name, value).map_err(refuse)?;
         headers.append(name, value);
         Ok(())
     })?;
-    build(pseudo, headers)
+    let mut req = build(pseudo, headers).map_err(refuse)?;
+    *req.version_mut() = rules.version;
+    Ok(req)
 }
 
 /// Checks trailers: decodable, within the size bound, no pseudo-header field.
@@ -81,91 +118,88 @@ pub fn trailers(section: &Bytes, max_size: usize) -> Result<(), Error> {
     })
 }
 
-fn pseudo_slot<'a>(p: &'a mut Pseudo, name: &[u8]) -> Result<Option<&'a mut Option<Text>>, Error> {
+fn pseudo_slot<'a>(
+    p: &'a mut Pseudo,
+    name: &[u8],
+) -> Result<Option<&'a mut Option<Text>>, Malformed> {
     Ok(Some(match name {
         b":method" => &mut p.method,
         b":scheme" => &mut p.scheme,
         b":authority" => &mut p.authority,
         b":path" => &mut p.path,
-        [b':', ..] => return Err(malformed("an unknown pseudo-header field")),
+        [b':', ..] => return Err("an unknown pseudo-header field"),
         _ => return Ok(None),
     }))
 }
 
-fn regular(name: Text, value: Text) -> Result<(HeaderName, HeaderValue), Error> {
+fn regular(name: Text, value: Text) -> Result<(HeaderName, HeaderValue), Malformed> {
     let name = match name {
         Text::Static(s) => HeaderName::from_static(s),
         Text::Owned(b) => {
             if b.iter().any(u8::is_ascii_uppercase) {
-                return Err(malformed("an uppercase field name"));
+                return Err("an uppercase field name");
             }
-            HeaderName::from_bytes(&b).map_err(|_| malformed("an invalid field name"))?
+            HeaderName::from_bytes(&b).map_err(|_| "an invalid field name")?
         }
     };
     let value = match value {
         Text::Static(s) => HeaderValue::from_static(s),
         Text::Owned(b) => {
-            HeaderValue::from_maybe_shared(b).map_err(|_| malformed("an invalid field value"))?
+            HeaderValue::from_maybe_shared(b).map_err(|_| "an invalid field value")?
         }
     };
     if CONNECTION_SPECIFIC.contains(&name) || (name == http::header::TE && value != "trailers") {
-        return Err(malformed("a connection-specific field"));
+        return Err("a connection-specific field");
     }
     Ok((name, value))
 }
 
-fn build(p: Pseudo, headers: HeaderMap) -> Result<Request<()>, Error> {
-    let method = p.method.ok_or(malformed("no :method"))?;
-    let method =
-        Method::from_bytes(method.as_bytes()).map_err(|_| malformed("an invalid :method"))?;
+fn build(p: Pseudo, headers: HeaderMap) -> Result<Request<()>, Malformed> {
+    let method = p.method.ok_or("no :method")?;
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| "an invalid :method")?;
     let mut uri = http::uri::Parts::default();
     if let Some(a) = &p.authority {
         if a.as_bytes().is_empty() {
-            return Err(malformed("an empty :authority"));
+            return Err("an empty :authority");
         }
-        let a = Authority::from_maybe_shared(owned(a))
-            .map_err(|_| malformed("an invalid :authority"))?;
+        let a = Authority::from_maybe_shared(owned(a)).map_err(|_| "an invalid :authority")?;
         if a.as_str().contains('@') {
-            return Err(malformed("userinfo in :authority"));
+            return Err("userinfo in :authority");
         }
         if let Some(host) = headers.get(http::header::HOST)
             && host.as_bytes() != a.as_str().as_bytes()
         {
-            return Err(malformed(":authority and Host differ"));
+            return Err(":authority and Host differ");
         }
         uri.authority = Some(a);
     }
     if method == Method::CONNECT {
         // Extended CONNECT (:protocol) is not offered: :authority alone.
         if p.scheme.is_some() || p.path.is_some() || uri.authority.is_none() {
-            return Err(malformed("CONNECT takes :authority only"));
+            return Err("CONNECT takes :authority only");
         }
     } else {
-        let scheme = p.scheme.ok_or(malformed("no :scheme"))?;
-        let path = p.path.ok_or(malformed("no :path"))?;
+        let scheme = p.scheme.ok_or("no :scheme")?;
+        let path = p.path.ok_or("no :path")?;
         if path.as_bytes().is_empty() {
-            return Err(malformed("an empty :path"));
+            return Err("an empty :path");
         }
-        let scheme =
-            Scheme::try_from(scheme.as_bytes()).map_err(|_| malformed("an invalid :scheme"))?;
+        let scheme = Scheme::try_from(scheme.as_bytes()).map_err(|_| "an invalid :scheme")?;
         let web = scheme == Scheme::HTTP || scheme == Scheme::HTTPS;
         if web
             && uri.authority.is_none()
             && headers.get(http::header::HOST).is_none_or(|h| h.is_empty())
         {
-            return Err(malformed("neither :authority nor Host"));
+            return Err("neither :authority nor Host");
         }
         uri.scheme = Some(scheme);
-        uri.path_and_query = Some(
-            PathAndQuery::from_maybe_shared(owned(&path))
-                .map_err(|_| malformed("an invalid :path"))?,
-        );
+        uri.path_and_query =
+            Some(PathAndQuery::from_maybe_shared(owned(&path)).map_err(|_| "an invalid :path")?);
     }
-    let uri = Uri::from_parts(uri).map_err(|_| malformed("an invalid request target"))?;
+    let uri = Uri::from_parts(uri).map_err(|_| "an invalid request target")?;
     let mut req = Request::new(());
     *req.method_mut() = method;
     *req.uri_mut() = uri;
-    *req.version_mut() = http::Version::HTTP_3;
     *req.headers_mut() = headers;
     Ok(req)
 }

@@ -1,13 +1,5 @@
 use super::*;
-
-fn hex(s: &str) -> Bytes {
-    let digits: String = s.split_whitespace().collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).expect("hex"))
-        .collect::<Vec<u8>>()
-        .into()
-}
+use crate::hex;
 
 fn fields(d: &mut Decoder, block: &Bytes) -> Result<Vec<(String, String)>, Error> {
     let mut out = Vec::new();
