@@ -10,9 +10,15 @@
 //! (as trailers: no `:status`), reads back as the same fields in the same
 //! order, leaving nothing in a fresh decoder's table; the same blocks read
 //! as request heads (`h2_codec::head`) by a second decoder leave its table
-//! as the first's, whether the head is taken or refused.
+//! as the first's, whether the head is taken or refused. The same frames,
+//! after the preface, go through a server connection (`h2_codec::conn`) in
+//! pieces of the input's choosing, each request answered and each body
+//! read as it comes: no panic, the streams never past their bound, and
+//! what the connection writes is whole frames, the last a GOAWAY when it
+//! ended in error.
 
 use bytes::{Bytes, BytesMut};
+use h2_codec::conn::{Conn, Event, Limits};
 use h2_codec::frame::{self, Head};
 use h2_codec::head;
 use h2_codec::hpack::{self, Decoder};
@@ -20,6 +26,7 @@ use h2_codec::hpack::{self, Decoder};
 const TABLE: usize = 4096;
 
 pub fn h2_frames(data: &[u8]) {
+    connection(data);
     let mut decoders = (Decoder::new(TABLE), Decoder::new(TABLE));
     let mut rest = data;
     while let Some(h) = frame::head(rest) {
@@ -108,4 +115,61 @@ fn block(block: &Bytes, decoder: &mut Decoder) -> bool {
     assert_eq!(again, want, "written again, read back otherwise");
     assert_eq!(fresh.size(), 0, "our blocks leave nothing in the table");
     true
+}
+
+/// `data` after the preface through a server connection with small bounds,
+/// in pieces whose sizes the input's bytes choose.
+fn connection(data: &[u8]) {
+    let limits = Limits {
+        max_concurrent_streams: 4,
+        stream_window: 1_000,
+        connection_window: 65_535,
+        max_header_list: 2_000,
+        max_header_block: 4_000,
+        max_resets: 8,
+        max_control: 64,
+    };
+    let mut conn = Conn::new(limits);
+    let mut buf = BytesMut::from(&frame::PREFACE[..]);
+    let mut written = BytesMut::new();
+    let mut rest = data;
+    let mut ended = false;
+    while !rest.is_empty() && !ended {
+        let n = (usize::from(rest[0]) * 7 + 1).min(rest.len());
+        buf.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        let mut events = Vec::new();
+        ended = conn.read(&mut buf, &mut events).is_err();
+        serve(&mut conn, events);
+        assert!(conn.open_streams() <= 4, "streams past their bound");
+        written.unsplit(conn.output().split());
+    }
+    let mut at = 0;
+    let mut last = None;
+    while let Some(h) = frame::head(&written[at..]) {
+        at += frame::HEAD_LEN + h.len as usize;
+        last = Some(h.kind);
+    }
+    assert_eq!(at, written.len(), "the output is whole frames");
+    if ended {
+        assert_eq!(last, Some(frame::GOAWAY), "an error ends with GOAWAY");
+    }
+}
+
+/// The server's side: each request answered with a short body (a refused
+/// head with 400), each body read.
+fn serve(conn: &mut Conn, events: Vec<Event>) {
+    for event in events {
+        match event {
+            Event::Request { stream, head, .. } => {
+                let status = if head.is_ok() { 200 } else { 400 };
+                let fields = [("content-type", &b"text/plain"[..])];
+                conn.respond(stream, Some(status), fields.into_iter(), false);
+                let mut body = Bytes::from_static(b"answer");
+                conn.send_data(stream, &mut body, true);
+            }
+            Event::Data { stream, data, .. } => conn.consumed(stream, data.len() as u32),
+            _ => {}
+        }
+    }
 }

@@ -2,9 +2,10 @@
 //! server needs them, without I/O: frame heads and each frame's payload
 //! checked ([`frame`]), header blocks read with the dynamic table and
 //! response heads written ([`hpack`]), a request head from its block
-//! ([`head`], HTTP/3's rules from `h3-codec`), errors as HTTP/2 names them
-//! ([`Error`]). TLS and the connection's state (streams, flow control, the
-//! hostile-client bounds) are the router's.
+//! ([`head`], HTTP/3's rules from `h3-codec`), a server connection's rules
+//! ([`conn`]: streams, both flow-control windows, the hostile-client
+//! bounds, as events in and frames out), errors as HTTP/2 names them
+//! ([`Error`]). The sockets, TLS and the tasks are the router's.
 //!
 //! **Why hand-written.** h2 over TLS costs the router 37,219 user-space
 //! instructions a request against haproxy's 31,502 (`bench/instructions.py
@@ -20,6 +21,7 @@
 //! nothing of ours). QPACK's integers and string literals are HPACK's, read
 //! by `h3-codec`'s. Fuzzed (`fuzz/fuzz_targets/h2_frames.rs`).
 
+pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod head;
