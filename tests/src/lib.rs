@@ -89,15 +89,30 @@ extern "C" fn remove_tempdirs() {
 /// out one that is bound on another address (Linux 6.18 here did, every time),
 /// and a program that then binds the wildcard, as RabbitMQ's distribution port
 /// check does, finds it taken.
+///
+/// Never the same port twice in one test process: a broker stopped and started
+/// again on its ports (`broker_restart_mid_stream_loses_nothing`) frees them
+/// for a moment, and the kernel handed one of them to a broker starting in a
+/// test beside it, whose own connector then could not bind: its test found
+/// the other broker's port open, then nothing once that test ended
+/// ("publisher connects: Connection refused", run 56).
 pub fn free_port(ip: std::net::IpAddr) -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let any: std::net::IpAddr = match ip {
         std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
         std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
     };
-    std::net::TcpListener::bind((any, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    loop {
+        let port = std::net::TcpListener::bind((any, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 pub fn fixtures() -> PathBuf {
