@@ -108,7 +108,9 @@ pub fn free_port(ip: std::net::IpAddr) -> u16 {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("a free port");
-        let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if given.insert(port) {
             return port;
         }
