@@ -72,7 +72,7 @@ impl Decoder {
                 // Literal with incremental indexing (§6.2.1).
                 let (name, value, next) = self.literal(block, at, 6)?;
                 at = next;
-                self.insert(owned(&name), owned(&value));
+                self.insert(name.to_bytes(), value.to_bytes());
                 each(name, value)?;
             } else if first & 0x20 != 0 {
                 // Dynamic table size update (§6.3): only before the fields.
@@ -168,14 +168,6 @@ impl Decoder {
     /// The table's size (§4.1), for tests and metrics.
     pub fn size(&self) -> usize {
         self.size
-    }
-}
-
-/// A text as bytes the table can keep (a static one is not copied).
-fn owned(text: &Text) -> Bytes {
-    match text {
-        Text::Static(s) => Bytes::from_static(s.as_bytes()),
-        Text::Owned(b) => b.clone(),
     }
 }
 

@@ -162,7 +162,7 @@ fn build(p: Pseudo, headers: HeaderMap) -> Result<Request<()>, Malformed> {
         if a.as_bytes().is_empty() {
             return Err("an empty :authority");
         }
-        let a = Authority::from_maybe_shared(owned(a)).map_err(|_| "an invalid :authority")?;
+        let a = Authority::from_maybe_shared(a.to_bytes()).map_err(|_| "an invalid :authority")?;
         if a.as_str().contains('@') {
             return Err("userinfo in :authority");
         }
@@ -194,7 +194,7 @@ fn build(p: Pseudo, headers: HeaderMap) -> Result<Request<()>, Malformed> {
         }
         uri.scheme = Some(scheme);
         uri.path_and_query =
-            Some(PathAndQuery::from_maybe_shared(owned(&path)).map_err(|_| "an invalid :path")?);
+            Some(PathAndQuery::from_maybe_shared(path.to_bytes()).map_err(|_| "an invalid :path")?);
     }
     let uri = Uri::from_parts(uri).map_err(|_| "an invalid request target")?;
     let mut req = Request::new(());
@@ -202,13 +202,6 @@ fn build(p: Pseudo, headers: HeaderMap) -> Result<Request<()>, Malformed> {
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     Ok(req)
-}
-
-fn owned(t: &Text) -> Bytes {
-    match t {
-        Text::Static(s) => Bytes::from_static(s.as_bytes()),
-        Text::Owned(b) => b.clone(),
-    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,14 @@ impl Text {
             Text::Owned(b) => b,
         }
     }
+
+    /// The text as bytes to keep (a static one is not copied).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Text::Static(s) => Bytes::from_static(s.as_bytes()),
+            Text::Owned(b) => b.clone(),
+        }
+    }
 }
 
 /// Calls `each` with every field line of `section` in order.
