@@ -84,7 +84,7 @@ impl Streams {
                 self.reading.remove(&stream);
                 self.sending.remove(&stream);
             }
-            Event::Window | Event::GoAway { .. } => {}
+            Event::Window | Event::GoAway { .. } | Event::Pong => {}
         }
     }
 

@@ -85,6 +85,8 @@ pub enum Event {
     Window,
     /// The client is going away.
     GoAway { code: Code },
+    /// The client acknowledged the server's PING ([`Conn::ping`]).
+    Pong,
 }
 
 /// A stream's two sides.
@@ -130,6 +132,8 @@ pub struct Conn {
     peer_window: u32,
     peer_frame: u32,
     going_away: bool,
+    /// The opaque bytes of the server's PING not acknowledged yet.
+    ping: Option<[u8; 8]>,
     /// A connection error was written (its GOAWAY last): nothing more is.
     failed: bool,
     /// What the frames read so far meant, handed over by [`Conn::read`].
@@ -186,6 +190,7 @@ impl Conn {
             peer_window: DEFAULT_WINDOW,
             peer_frame: frame::DEFAULT_MAX_FRAME,
             going_away: false,
+            ping: None,
             failed: false,
             events: Vec::new(),
             resets: 0,
@@ -224,6 +229,26 @@ impl Conn {
     /// A new second: the flood counts start again.
     pub fn second(&mut self) {
         (self.resets, self.control) = (0, 0);
+    }
+
+    /// A keep-alive PING with `data`, unless one is unacknowledged still;
+    /// its ACK comes as [`Event::Pong`]. True when one is outstanding.
+    pub fn ping(&mut self, data: [u8; 8]) -> bool {
+        if self.ping.is_none() && !self.failed {
+            frame::put_ping(&data, &mut self.out);
+            self.ping = Some(data);
+        }
+        self.ping.is_some()
+    }
+
+    /// Whether a PING of the server's waits for its ACK.
+    pub fn pinging(&self) -> bool {
+        self.ping.is_some()
+    }
+
+    /// Whether either side said GOAWAY: no stream is taken any more.
+    pub fn going_away(&self) -> bool {
+        self.going_away
     }
 
     /// No new stream from now on (a drain): GOAWAY with the last stream taken.
@@ -274,7 +299,7 @@ impl Conn {
             frame::HEADERS => self.headers(head, payload),
             frame::CONTINUATION => self.continuation(head, &payload),
             frame::SETTINGS => self.settings(head, &payload),
-            frame::PING => self.ping(head, &payload),
+            frame::PING => self.ping_frame(head, &payload),
             frame::WINDOW_UPDATE => self.window_update(head, &payload),
             frame::RST_STREAM => self.rst_stream(head, &payload),
             frame::PRIORITY => match frame::priority(head, &payload) {

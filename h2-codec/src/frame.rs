@@ -251,6 +251,12 @@ pub fn put_ping_ack(data: &[u8; 8], out: &mut BytesMut) {
     out.put_slice(data);
 }
 
+/// Writes a PING of the server's (a keep-alive), `data` its opaque bytes.
+pub fn put_ping(data: &[u8; 8], out: &mut BytesMut) {
+    put_head(8, PING, 0, 0, out);
+    out.put_slice(data);
+}
+
 /// Writes a WINDOW_UPDATE of `increment` (1 to 2^31-1) for `stream`.
 pub fn put_window_update(stream: u32, increment: u32, out: &mut BytesMut) {
     put_head(4, WINDOW_UPDATE, 0, stream, out);

@@ -60,7 +60,8 @@ pub struct DateCache {
 }
 
 impl DateCache {
-    fn value(&mut self) -> &[u8] {
+    /// The `date` value for now, formatted again only when the second turned.
+    pub fn value(&mut self) -> &[u8] {
         let now = std::time::SystemTime::now();
         let second = now
             .duration_since(std::time::UNIX_EPOCH)

@@ -193,11 +193,14 @@ impl Conn {
         Ok(())
     }
 
-    pub(super) fn ping(&mut self, head: &Head, payload: &[u8]) -> Result<(), Error> {
+    pub(super) fn ping_frame(&mut self, head: &Head, payload: &[u8]) -> Result<(), Error> {
         let data = frame::ping(head, payload)?;
         self.calm()?;
         if head.flags & frame::ACK == 0 {
             frame::put_ping_ack(&data, &mut self.out);
+        } else if self.ping == Some(data) {
+            self.ping = None;
+            self.events.push(Event::Pong);
         }
         Ok(())
     }

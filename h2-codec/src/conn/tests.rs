@@ -308,3 +308,28 @@ fn pings_are_answered_and_a_flood_of_them_ends_the_connection() {
         Err(Code::ENHANCE_YOUR_CALM)
     );
 }
+
+#[test]
+fn a_keepalive_ping_is_one_at_a_time_and_its_ack_is_an_event() {
+    let mut conn = started(Limits::default());
+    assert!(conn.ping(*b"keepaliv"));
+    assert!(conn.ping(*b"second!!"), "still the first outstanding");
+    let sent = frames(conn.output());
+    assert_eq!(sent.len(), 1, "one PING until its ACK");
+    assert_eq!(
+        (sent[0].0.kind, &sent[0].1[..]),
+        (frame::PING, &b"keepaliv"[..])
+    );
+    // An ACK of other bytes is not ours.
+    let mut ack = BytesMut::new();
+    frame::put_head(8, frame::PING, frame::ACK, 0, &mut ack);
+    ack.put_slice(b"otherone");
+    let (r, events) = feed(&mut conn, &ack);
+    assert!(r.is_ok() && events.is_empty() && conn.pinging());
+    let mut ack = BytesMut::new();
+    frame::put_head(8, frame::PING, frame::ACK, 0, &mut ack);
+    ack.put_slice(b"keepaliv");
+    let (r, events) = feed(&mut conn, &ack);
+    assert!(r.is_ok() && matches!(events[..], [Event::Pong]));
+    assert!(!conn.pinging());
+}

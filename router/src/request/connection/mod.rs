@@ -5,8 +5,8 @@
 //! ([`lifecycle`]: drain, quiet, idle, stall; [`drain`], [`activity`]), the
 //! bytes a client sends and is sent ([`client_io`], with h1-codec's framing
 //! reader), what every request on it sees ([`client_conn`], [`proxied`]), the
-//! router's own HTTP/1.1 server ([`h1`]; hyper serves h2 and what `h1` hands
-//! it), and what a connection becomes when it stops carrying requests: an
+//! router's own HTTP/1.1 and h2 servers ([`h1`], [`h2`]; hyper serves what
+//! `h1` hands it), and what a connection becomes when it stops carrying requests: an
 //! upgraded tunnel ([`tunnel`]) or TLS relayed by SNI ([`passthrough`]).
 //!
 //! Each request on a connection goes to [`crate::request::Proxy::answer`],
@@ -17,6 +17,7 @@ pub mod client_conn;
 pub mod client_io;
 pub mod drain;
 pub mod h1;
+pub mod h2;
 pub mod lifecycle;
 pub mod limits;
 pub mod listener;

@@ -24,6 +24,15 @@ pub struct Flag {
     task: AtomicWaker,
 }
 
+impl Flag {
+    /// Whether the inner future's waker fired since the last call; `task`
+    /// is woken when it next fires.
+    pub fn woken(&self, task: &Waker) -> bool {
+        self.task.register(task);
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+}
+
 impl Wake for Flag {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -58,8 +67,7 @@ impl<F: Future> Future for OwnWaker<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        this.flag.task.register(cx.waker());
-        let woken = this.flag.woken.swap(false, Ordering::AcqRel);
+        let woken = this.flag.woken(cx.waker());
         if !std::mem::take(&mut this.first) && !woken {
             return Poll::Pending;
         }

@@ -688,15 +688,21 @@ fn serve_http(
     async move {
         // HTTP/1.1 on the router's own path while it can; hyper for
         // the rest (see `h1`).
+        let proxy = || live.load().proxy.clone();
         let read = if io.is_h2() {
             Vec::new()
         } else {
-            let proxy = || live.load().proxy.clone();
             match h1::run(&mut io, proxy, &conn, &finish, &own).await {
                 h1::End::Closed => return Ok(()),
                 h1::End::Handoff(read) => read,
             }
         };
+        // h2 (by ALPN, or a preface where HTTP/1.1 was expected) on the
+        // router's own server.
+        if io.is_h2() || read.starts_with(&h2_codec::frame::PREFACE[..16]) {
+            let settings = super::h2::Settings::of(&live.load().limits);
+            return super::h2::run(&mut io, read, proxy, &conn, &finish, &settings).await;
+        }
         let io = TokioIo::new(Rewind::new(io, read));
         // Boxed: hyper keeps the box of its service future for the
         // connection's whole life, so an unboxed one (4 KiB) would stay
