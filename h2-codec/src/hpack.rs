@@ -181,25 +181,53 @@ pub fn encode<'a>(
     out: &mut BytesMut,
 ) {
     if let Some(code) = status {
-        match table::status_index(code) {
-            Some(i) => out.put_u8(0x80 | i),
-            None => {
-                // `:status` (index 8) as a name, its three digits as the value.
-                out.put_u8(8);
-                literal(&status_digits(code), out);
-            }
-        }
+        put_status(code, out);
     }
     for (name, value) in fields {
-        match table::name_index(name) {
-            Some(i) => prefixed(0, 4, u64::from(i), out),
-            None => {
-                out.put_u8(0);
-                literal(name.as_bytes(), out);
-            }
-        }
-        literal(value, out);
+        put_field(name, value, out);
     }
+}
+
+/// A response head's `:status`, first in its block.
+pub fn put_status(code: u16, out: &mut BytesMut) {
+    match table::status_index(code) {
+        Some(i) => out.put_u8(0x80 | i),
+        None => {
+            // `:status` (index 8) as a name, its three digits as the value.
+            out.put_u8(8);
+            literal(&status_digits(code), out);
+        }
+    }
+}
+
+/// One field, its name in lower case (as `http` keeps names).
+pub fn put_field(name: &str, value: &[u8], out: &mut BytesMut) {
+    match table::name_index(name) {
+        Some(i) => prefixed(0, 4, u64::from(i), out),
+        None => {
+            out.put_u8(0);
+            literal(name.as_bytes(), out);
+        }
+    }
+    literal(value, out);
+}
+
+/// One field whose name may come in any case (an HTTP/1 peer's token):
+/// written in lower case, as HTTP/2 requires (RFC 9113 §8.2.1).
+pub fn put_field_any_case(name: &[u8], value: &[u8], out: &mut BytesMut) {
+    let mut low = [0u8; 32];
+    if let Some(low) = low.get_mut(..name.len()) {
+        low.copy_from_slice(name);
+        low.make_ascii_lowercase();
+        if let Ok(low) = std::str::from_utf8(low) {
+            return put_field(low, value, out);
+        }
+    }
+    out.put_u8(0);
+    literal(name, out);
+    let at = out.len() - name.len();
+    out[at..].make_ascii_lowercase();
+    literal(value, out);
 }
 
 /// A string literal, not Huffman-coded (§5.2).

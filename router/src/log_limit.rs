@@ -1,7 +1,8 @@
 //! Log lines that a client can cause are rate-limited.
 //!
 //! The HTTP libraries log at WARN what peers do to them (h2: "remotely-reset streams
-//! reached limit" once per rapid-reset connection). Every such line is an attacker's
+//! reached limit" once per rapid-reset connection), and so does the router's own
+//! h2 server for a connection it ends for a flood (target `h2_server`). Every such line is an attacker's
 //! lever on our disk and our log pipeline, so events from those targets
 //! ([`peer_driven`]) share one token bucket: `BURST` lines at once, then `RATE` a
 //! second; the rest are dropped and counted ([`LineLimit::suppressed`]). Our own lines
@@ -88,6 +89,7 @@ mod tests {
     #[test]
     fn only_libraries_that_log_what_peers_do_are_limited() {
         assert!(peer_driven("h2::proto::streams::recv"));
+        assert!(peer_driven("h2_server"));
         assert!(peer_driven("hyper::proto::h1::conn"));
         assert!(!peer_driven("router::startup"));
         assert!(!peer_driven("spi_consumer::consumer"));

@@ -2,7 +2,7 @@
 //! client connections it was given from accept to close.
 //!
 //! Why: tokio's work-stealing runtime moves a connection's tasks between threads
-//! (hyper's h2 server spawns one per stream), and their wake-ups then go through
+//! (hyper's h2 server spawned one per stream), and their wake-ups then go through
 //! the shared run queue and its cross-thread signalling. haproxy (`nbthread`, a
 //! connection on one thread for its life) and nginx (a worker process per core)
 //! keep a connection on one core; so does this, as Pingora's `work_stealing:

@@ -218,9 +218,10 @@ async fn under_a_low_fd_limit_clients_cannot_starve_admin_or_health_checks() {
     .await;
 }
 
-/// HTTP/2 rapid reset from 150 connections: h2 logs a WARN for each connection it
-/// throws out, and those lines are rate-limited (a burst, then a few a second), so
-/// an attacker cannot flood the log; the router keeps serving.
+/// HTTP/2 rapid reset from 150 connections: the router's h2 server ends each with
+/// GOAWAY (ENHANCE_YOUR_CALM) and logs a WARN for it, and those lines are
+/// rate-limited (a burst, then a few a second), so an attacker cannot flood the
+/// log; the router keeps serving.
 #[tokio::test]
 async fn log_lines_caused_by_clients_are_rate_limited() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -259,6 +260,16 @@ async fn log_lines_caused_by_clients_are_rate_limited() {
         // Until the router's GOAWAY closes it.
         let mut sink = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
+        // GOAWAY (type 7, 8 bytes, stream 0): the last stream, then the code.
+        let goaway = sink
+            .windows(9)
+            .position(|w| w == b"\x00\x00\x08\x07\x00\x00\x00\x00\x00")
+            .and_then(|at| sink.get(at + 13..at + 17));
+        assert_eq!(
+            goaway,
+            Some(&[0, 0, 0, 0xb][..]),
+            "each rapid-reset connection ends in GOAWAY ENHANCE_YOUR_CALM"
+        );
     }
     assert_eq!(router.status(host, "/").await, Some(200), "still serving");
     // Every attacking connection is closed, so its lines are in the log pipe: a

@@ -23,8 +23,16 @@ impl Conn {
         }
         let mut block = BytesMut::with_capacity(128);
         hpack::encode(status, fields, &mut block);
-        let end = end || status.is_none();
-        frame::put_headers(stream, &block, end, self.peer_frame as usize, &mut self.out);
+        self.respond_block(stream, &block, end || status.is_none());
+    }
+
+    /// A response head (or trailers) encoded already ([`hpack::put_status`],
+    /// [`hpack::put_field`]); `end`: the stream ends with it.
+    pub fn respond_block(&mut self, stream: u32, block: &[u8], end: bool) {
+        if self.failed || !self.streams.contains_key(&stream) {
+            return;
+        }
+        frame::put_headers(stream, block, end, self.peer_frame as usize, &mut self.out);
         if end {
             self.local_end(stream);
         }

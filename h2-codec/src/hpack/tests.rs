@@ -174,3 +174,23 @@ fn huffman_coded_literals_are_read() {
         pairs(&[("custom-key", "a value with spaces, 0123 and ~^|")])
     );
 }
+
+/// An HTTP/1 peer's names in any case come out in lower case, the static
+/// table's by index, a long one as a literal.
+#[test]
+fn names_in_any_case_are_written_in_lower_case() {
+    let long = "X-A-Very-Long-Header-Name-Past-Thirty-Two-Bytes";
+    let mut out = BytesMut::new();
+    put_status(200, &mut out);
+    put_field_any_case(b"Content-Type", b"a", &mut out);
+    put_field_any_case(b"X-Custom", b"b", &mut out);
+    put_field_any_case(long.as_bytes(), b"c", &mut out);
+    assert_eq!(&out[..5], [0x88, 0x0f, 0x10, 0x01, b'a']);
+    let mut d = Decoder::new(4096);
+    let got = fields(&mut d, &out.freeze().slice(1..)).expect("decodes");
+    let lower = long.to_ascii_lowercase();
+    assert_eq!(
+        got,
+        pairs(&[("content-type", "a"), ("x-custom", "b"), (&lower, "c")])
+    );
+}

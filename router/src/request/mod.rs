@@ -106,7 +106,7 @@ pub struct Answer {
 
 impl Proxy {
     /// Serves one request for a server that takes a response with one map of
-    /// its fields (hyper's h2 and HTTP/1, h3's); never fails (errors are
+    /// its fields (the own h2 server, hyper's HTTP/1, h3's); never fails (errors are
     /// responses).
     pub async fn response(
         self: Arc<Self>,

@@ -8,10 +8,10 @@
 //! new client waits for a slot and the ones behind it wait in the kernel backlog.
 //! An HTTP/1.1 connection starts on the router's own path ([`super::h1`]) and is
 //! handed to hyper at the first request that path does not take; hyper serves the
-//! rest and h2 (by ALPN, or detected by the client preface, so h2 with prior
-//! knowledge works on the plain port), enforces the header size and count limits
-//! (431) and the request-head read timeout (slowloris), and hands upgraded
-//! connections back for tunnelling.
+//! rest, enforces the header size and count limits (431) and the request-head
+//! read timeout (slowloris), and hands upgraded connections back for tunnelling.
+//! h2 (by ALPN, or detected by the client preface, so h2 with prior knowledge
+//! works on the plain port) is the router's own server ([`super::h2`]).
 //!
 //! A TLS listener does the handshake in the connection's task (never in the accept
 //! loop), within `tls.handshake_timeout`, then serves the same way; ALPN picks h2 or
@@ -671,7 +671,7 @@ async fn handshake(
 }
 
 /// The connection's HTTP: HTTP/1.1 on the router's own path while it can, hyper
-/// for the rest (see `h1`); `finish` asks for a graceful end (HTTP/1 after the
+/// for the rest (see `h1`), h2 on the own h2 server (see `h2`); `finish` asks for a graceful end (HTTP/1 after the
 /// response in progress, h2 with a GOAWAY).
 ///
 /// A plain function returning an `async` block: its captures are the only copy of
@@ -701,7 +701,11 @@ fn serve_http(
         // router's own server.
         if io.is_h2() || read.starts_with(&h2_codec::frame::PREFACE[..16]) {
             let settings = super::h2::Settings::of(&live.load().limits);
-            return super::h2::run(&mut io, read, proxy, &conn, &finish, &settings).await;
+            let ended = super::h2::run(&mut io, read, proxy, &conn, &finish, &settings).await;
+            // The FIN after the GOAWAY, and what the client still sends read
+            // and dropped for a moment, so that no reset overtakes it.
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
+            return ended;
         }
         let io = TokioIo::new(Rewind::new(io, read));
         // Boxed: hyper keeps the box of its service future for the

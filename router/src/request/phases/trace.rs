@@ -81,6 +81,11 @@ impl RequestId {
         }
     }
 
+    /// A client's ID, kept as it came.
+    pub fn kept(value: HeaderValue) -> RequestId {
+        RequestId(Repr::Kept(value))
+    }
+
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(self.as_bytes()).unwrap_or("-")
     }

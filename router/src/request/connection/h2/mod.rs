@@ -24,6 +24,7 @@
 //! a quiet one by the connection's idle deadline. A drain sends GOAWAY and
 //! ends the connection once its streams are done.
 
+mod head;
 mod inbox;
 mod streams;
 
@@ -65,6 +66,10 @@ impl Settings {
                 max_concurrent_streams: limits.h2_max_concurrent_streams,
                 max_header_list: header,
                 max_header_block: limits.max_header_bytes,
+                // Every stream the client may hold, cancelled twice a second
+                // (a page left, then the next): past that, a rapid reset
+                // (nginx's bound on new streams is the same, 2 x concurrent).
+                max_resets: limits.h2_max_concurrent_streams.saturating_mul(2),
                 ..Limits::default()
             },
             keepalive: limits.h2_keepalive_interval,
@@ -100,10 +105,7 @@ pub async fn run(
     };
     let mut answer = |id: u32, req| -> Answering {
         let (proxy, client) = (proxy(), client.clone());
-        Box::pin(async move {
-            let Ok(response) = proxy.response(client, req).await;
-            (id, response)
-        })
+        Box::pin(async move { (id, proxy.answer(client, Box::new(req), None).await) })
     };
     if !driver.read.is_empty() {
         driver.frames(&mut answer);
@@ -190,7 +192,13 @@ impl Driver {
             self.streams.on(event, &mut self.h2, answer);
         }
         if let Err(e) = read {
-            tracing::debug!(error = %e, "h2 connection error; GOAWAY sent");
+            if e.code == h2_codec::Code::ENHANCE_YOUR_CALM {
+                // A flood: worth an operator's eye, and rate-limited as
+                // every line a client can cause is (`log_limit`).
+                tracing::warn!(target: "h2_server", error = %e, "h2 client flooded the connection; GOAWAY sent, closed");
+            } else {
+                tracing::debug!(error = %e, "h2 connection error; GOAWAY sent");
+            }
             self.failed = Some(e);
         }
         if self.read.is_empty() {

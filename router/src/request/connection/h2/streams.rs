@@ -9,22 +9,23 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
 use futures_util::task::AtomicWaker;
 use h1_codec::encode::response::DateCache;
 use h2_codec::Code;
 use h2_codec::conn::{Conn, Event};
-use http::{HeaderMap, Request, Response, header};
+use http::{HeaderMap, Request, header};
 use hyper::body::Body as _;
 
 use super::inbox::{self, Inbox};
+use crate::request::Answer;
 use crate::request::phases::body::ProxyBody;
 use crate::request::phases::upload::Received;
 
 /// A request's answer on its way: the stream's ID and the response.
-pub(super) type Answering = Pin<Box<dyn Future<Output = (u32, Response<ProxyBody>)> + Send>>;
+pub(super) type Answering = Pin<Box<dyn Future<Output = (u32, Answer)> + Send>>;
 
 /// Output past this many bytes not written yet: no more body is pulled and
 /// no more of the client read until the socket takes it.
@@ -38,6 +39,9 @@ pub(super) struct Streams {
     list: Vec<Stream>,
     /// The driver's waker, which request bodies wake.
     driver: Arc<AtomicWaker>,
+    /// A response head's block, made here and copied into the output (kept:
+    /// one allocation for the connection, not one a response).
+    block: BytesMut,
 }
 
 /// One stream's parts still alive on the router's side.
@@ -75,6 +79,7 @@ impl Streams {
             answers: FuturesUnordered::new(),
             list: Vec::new(),
             driver,
+            block: BytesMut::new(),
         }
     }
 
@@ -205,8 +210,8 @@ impl Streams {
         while let Poll::Ready(Some(answered)) = self.answers.poll_next_unpin(cx) {
             moved = true;
             // Aborted: the stream was reset and is gone already.
-            if let Ok((id, response)) = answered {
-                self.respond(id, response, h2, date);
+            if let Ok((id, answer)) = answered {
+                self.respond(id, answer, h2, date);
             }
         }
         let mut i = 0;
@@ -224,25 +229,23 @@ impl Streams {
     }
 
     /// Writes the response head; its body, if any, is sent from here on.
-    fn respond(
-        &mut self,
-        id: u32,
-        response: Response<ProxyBody>,
-        h2: &mut Conn,
-        date: &mut DateCache,
-    ) {
-        let Some(s) = self.get(id) else { return };
+    fn respond(&mut self, id: u32, answer: Answer, h2: &mut Conn, date: &mut DateCache) {
+        let Some(at) = self.list.iter().position(|s| s.id == id) else {
+            return;
+        };
+        let s = &mut self.list[at];
         s.answering = None;
+        let Answer {
+            response,
+            fields,
+            request_id,
+            ..
+        } = answer;
         let (parts, body) = response.into_parts();
-        let dated = (!parts.headers.contains_key(header::DATE)).then(|| date.value());
-        let fields = parts
-            .headers
-            .iter()
-            .filter(|(n, _)| !h3_codec::head::CONNECTION_SPECIFIC.contains(n))
-            .map(|(n, v)| (n.as_str(), v.as_bytes()))
-            .chain(dated.map(|d| ("date", d)));
+        self.block.clear();
+        super::head::block(&parts, fields.as_ref(), &request_id, date, &mut self.block);
         let end = body.is_end_stream();
-        h2.respond(id, Some(parts.status.as_u16()), fields, end);
+        h2.respond_block(id, &self.block, end);
         if !end {
             s.sending = Some(Sending {
                 body,
