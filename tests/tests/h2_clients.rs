@@ -1,8 +1,8 @@
-//! h2 clients of the router (hyper's h2 server, `request/accept.rs`) through
-//! real clients and raw frames: request bodies with and without a declared
-//! length, the keep-alive PING (`limits.h2_keepalive_*`: answered, the
-//! connection stays; not answered, it is closed), and a client's resets
-//! mid-response leaving the router serving.
+//! h2 clients of the router (its own h2 server, `request/connection/h2/`)
+//! through real clients and raw frames: request bodies with and without a
+//! declared length, the keep-alive PING (`limits.h2_keepalive_*`: answered,
+//! the connection stays; not answered, it is closed), a client's resets
+//! mid-response leaving the router serving, and `100 Continue`.
 
 use std::time::Duration;
 
@@ -195,4 +195,62 @@ async fn a_client_reset_mid_response_leaves_the_router_serving() {
         .expect("response after the resets");
     assert_eq!(resp.status(), 200);
     assert_eq!(r.get(HA, "/plain").await.0, 200);
+}
+
+/// A client that asks for `100 Continue` gets it at once (the router reads a
+/// body ahead of the member), then the answer once its body came.
+#[tokio::test]
+async fn an_h2_client_expecting_100_continue_gets_it_before_sending_its_body() {
+    let (r, _b) = router_with_backend("").await;
+    let mut s = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    s.write_all(PREFACE).await.expect("write");
+    // :method POST, :scheme http, :path /, :authority (literal), then
+    // `expect: 100-continue` and `content-length: 3` on the static table's
+    // names (35, 28), END_HEADERS only: the body is to come.
+    let mut block = b"\x83\x86\x84\x01".to_vec();
+    block.push(HA.len() as u8);
+    block.extend_from_slice(HA.as_bytes());
+    block.extend_from_slice(b"\x0f\x14\x0c100-continue\x0f\x0d\x013");
+    let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    s.write_all(&frame).await.expect("request head");
+    let status = |payload: &[u8]| -> Vec<u8> {
+        match payload.first() {
+            Some(&0x88) => b"200".to_vec(),
+            Some(&0x08) => payload.get(2..5).unwrap_or_default().to_vec(),
+            _ => payload.to_vec(),
+        }
+    };
+    let continued = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (kind, _, stream, payload) = read_frame(&mut s).await?;
+            if kind == HEADERS && stream == 1 {
+                return Some(status(&payload));
+            }
+        }
+    })
+    .await
+    .expect("an answer before the body, within 10 s");
+    assert_eq!(
+        continued.as_deref(),
+        Some(&b"100"[..]),
+        "100 Continue first"
+    );
+    // DATA "abc" with END_STREAM: the member's answer follows.
+    s.write_all(b"\x00\x00\x03\x00\x01\x00\x00\x00\x01abc")
+        .await
+        .expect("body");
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (kind, _, stream, payload) = read_frame(&mut s).await?;
+            if kind == HEADERS && stream == 1 {
+                return Some(status(&payload));
+            }
+        }
+    })
+    .await
+    .expect("the member's answer within 10 s");
+    assert_eq!(answer.as_deref(), Some(&b"200"[..]));
 }

@@ -102,6 +102,7 @@ pub async fn run(
         date: DateCache::default(),
         failed: None,
         waker,
+        peer: client.ip,
     };
     let mut answer = |id: u32, req| -> Answering {
         let (proxy, client) = (proxy(), client.clone());
@@ -124,6 +125,8 @@ struct Driver {
     /// A connection error: its GOAWAY is written, then the connection ends.
     failed: Option<h2_codec::Error>,
     waker: Arc<AtomicWaker>,
+    /// The client, for the log.
+    peer: std::net::IpAddr,
 }
 
 impl Driver {
@@ -195,9 +198,9 @@ impl Driver {
             if e.code == h2_codec::Code::ENHANCE_YOUR_CALM {
                 // A flood: worth an operator's eye, and rate-limited as
                 // every line a client can cause is (`log_limit`).
-                tracing::warn!(target: "h2_server", error = %e, "h2 client flooded the connection; GOAWAY sent, closed");
+                tracing::warn!(target: "h2_server", client = %self.peer, error = %e, "h2 client flooded the connection; GOAWAY sent, closed");
             } else {
-                tracing::debug!(error = %e, "h2 connection error; GOAWAY sent");
+                tracing::debug!(client = %self.peer, error = %e, "h2 connection error; GOAWAY sent");
             }
             self.failed = Some(e);
         }

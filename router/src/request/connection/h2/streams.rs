@@ -137,6 +137,12 @@ impl Streams {
         let (body, upload) = if end {
             (Received::Read(Bytes::new()), None)
         } else {
+            if expects_continue(&head) {
+                // The body is read at once (ahead of the member): go on.
+                let mut block = BytesMut::with_capacity(8);
+                h2_codec::hpack::put_status(100, &mut block);
+                h2.respond_block(id, &block, false);
+            }
             let inbox = Inbox::new(self.driver.clone());
             let body = Received::Stream(inbox::body(inbox.clone(), declared));
             let upload = Upload {
@@ -255,6 +261,13 @@ impl Streams {
             });
         }
     }
+}
+
+/// Whether the client waits for `100 Continue` before its body.
+fn expects_continue(head: &Request<()>) -> bool {
+    head.headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Sends what of `s`'s response body the windows let, pulling the next
