@@ -87,14 +87,6 @@ async fn a_router_signalled_while_it_starts_starts() {
     let config = e2e::process::spool_config(&dir, "127.0.0.1:0", false, "");
     let event = events::add_lb("app", "ns", "127.0.0.1:9".parse().expect("addr"));
     let cfg = e2e::process::spool_router(&dir, &event, &config);
-    let mut child = std::process::Command::new(e2e::bin("router"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("router");
-    let pid = child.id().to_string();
     // HUP (bit 0), USR1 (bit 9), USR2 (bit 11) in the main thread's mask.
     let held = |pid: &str| {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -109,21 +101,47 @@ async fn a_router_signalled_while_it_starts_starts() {
             })
             .is_some_and(|mask| mask & 0xa01 == 0xa01)
     };
-    let mut seen = false;
-    for _ in 0..5000 {
-        if held(&pid) {
-            seen = true;
+    // The held window is the start's first milliseconds: a look every 100 µs
+    // can miss it on a loaded host, so a start that was not caught in it is
+    // stopped and made again (at most 20 times).
+    let spawn = || {
+        std::process::Command::new(e2e::bin("router"))
+            .arg("--config")
+            .arg(&cfg)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("router")
+    };
+    let mut caught = None;
+    let mut ended = Vec::new();
+    for _ in 0..20 {
+        let mut child = spawn();
+        let pid = child.id().to_string();
+        let mut seen = false;
+        for _ in 0..5000 {
+            if held(&pid) {
+                seen = true;
+                break;
+            }
+            if let Some(status) = child.try_wait().expect("wait") {
+                ended.push(status);
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        if seen {
+            caught = Some((child, pid));
             break;
         }
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_micros(100));
+        let _ = child.kill();
+        let _ = child.wait();
     }
-    assert!(
-        seen,
-        "SIGHUP, SIGUSR1 and SIGUSR2 never held while the router started"
-    );
+    let Some((mut child, pid)) = caught else {
+        panic!(
+            "SIGHUP, SIGUSR1 and SIGUSR2 never seen held in 20 starts (starts that ended by themselves: {ended:?})"
+        );
+    };
     let mut sent = 0;
     for _ in 0..100 {
         for sig in ["-USR1", "-HUP"] {
