@@ -166,3 +166,52 @@ async fn a_router_signalled_while_it_starts_starts() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// An h2 connection with a stream in flight when the router stops: told
+/// GOAWAY, its stream still answered in full, then closed (the own h2
+/// server, `request/connection/h2/`).
+#[tokio::test]
+async fn an_h2_stream_in_flight_is_answered_then_its_connection_closed() {
+    use http_body_util::{BodyExt as _, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let b = Backend::start().await;
+    let mut r = TestRouter::start("shutdown_grace: 10s\n").await;
+    r.drop_event("01.yaml", &events::add_lb("myapp", "demo", b.addr));
+    r.wait_route(HA).await;
+    let tcp = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{HA}/slow?ms=1000"))
+        .body(Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let slow = tokio::spawn(send.send_request(req));
+    e2e::eventually("request in flight", Duration::from_secs(10), async || {
+        b.hits() >= 2
+    })
+    .await;
+    let stopped = r.begin_stop();
+    let resp = slow
+        .await
+        .expect("join")
+        .expect("the stream in flight is answered");
+    assert_eq!(resp.status(), 200);
+    resp.into_body()
+        .collect()
+        .await
+        .expect("its whole body after the GOAWAY");
+    let ended = tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("the connection closed once its last stream was done")
+        .expect("join");
+    assert!(ended.is_ok(), "closed cleanly: {ended:?}");
+    tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .expect("router stopped after draining")
+        .expect("join");
+}
