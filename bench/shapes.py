@@ -369,13 +369,13 @@ def phase_memory(d, args, out):
         time.sleep(0.3)
         # A fresh set of proxies per kind: memory freed by one kind's connections
         # would otherwise be reused by the next, and its growth under-counted.
-        for kind in ("plain", "tls", "ws"):
+        for kind in ("plain", "tls", "ws", "h2"):
             px = Proxies(d, P["echo1"])
             try:
                 px.start()
                 for t in PROXIES:
                     pid = px.worker(t)
-                    port = P[f"{t}_https"] if kind == "tls" else P[t]
+                    port = P[f"{t}_https"] if kind in ("tls", "h2") else P[t]
                     # One connection first, so that what every process allocates
                     # once (a member connection, TLS tables) is not counted.
                     p, _ = hold(port, kind, 1, f"{d}/ca.pem")
@@ -601,6 +601,12 @@ def summary(out):
             lines.append(f"{verdict(m[kind] <= target)}: memory per idle {kind} connection {m[kind]:.1f} KiB "
                          f"(haproxy {out['memory']['haproxy'][kind]:.1f}, nginx {out['memory']['nginx'][kind]:.1f}; "
                          f"target <= {target} KiB)")
+        # h2 over TLS (its own server since issue 64): at most the better peer's.
+        if "h2" in m:
+            peers = min(out["memory"]["haproxy"]["h2"], out["memory"]["nginx"]["h2"])
+            lines.append(f"{verdict(m['h2'] <= peers)}: memory per idle h2 connection {m['h2']:.1f} KiB "
+                         f"(haproxy {out['memory']['haproxy']['h2']:.1f}, nginx {out['memory']['nginx']['h2']:.1f}; "
+                         f"target <= the better of them)")
     if "routes" in out:
         r = out["routes"]["router"]
         ok = r["errors"] == 0 and r["non2xx"] == 0 and r["ws_closed"] == 0 and r["ws_echo_errors"] == 0

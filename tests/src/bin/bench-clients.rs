@@ -10,8 +10,9 @@
 //!     (open loop); prints one JSON line: sent, ok, errors, late (sends > 1 ms behind
 //!     schedule: back-pressure), p50/p90/p99/p999/max latency in µs from the write
 //! bench-clients hold ADDR HOST KIND N [CA]
-//!     KIND plain | tls | ws: opens N connections, one exchange each (GET, a TLS
-//!     handshake then a GET, a WebSocket upgrade then one echoed message), prints
+//!     KIND plain | tls | ws | h2: opens N connections, one exchange each (GET, a
+//!     TLS handshake then a GET, a WebSocket upgrade then one echoed message, a
+//!     TLS handshake with ALPN h2 then a GET on an h2 stream), prints
 //!     `ready N` and holds them until stdin closes. WebSockets send one message a
 //!     second each (spread) and expect its echo. Then prints one JSON line: opened,
 //!     failed, closed (by the other side while held), echo_errors, echoes.
@@ -212,7 +213,7 @@ async fn one_handshake(
 
 fn usage() -> ! {
     eprintln!(
-        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS | handshakes ADDR SNI CA GROUPS N CONNS [HOST]"
+        "usage: bench-clients certs DIR HOST | open-loop ADDR HOST RATE CONNS SECS | hold ADDR HOST plain|tls|ws|h2 N [CA] | zero-window ADDR HOST PATH CONNS STREAMS SECS | slow-requests ADDR HOST PATH CLIENTS SECS | handshakes ADDR SNI CA GROUPS N CONNS [HOST]"
     );
     std::process::exit(64)
 }
@@ -407,9 +408,10 @@ async fn hold(addr: SocketAddr, host: String, kind: String, n: u64, ca: Option<S
     let stats = Arc::new(HoldStats::default());
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let tls = match kind.as_str() {
-        "tls" => {
+        "tls" | "h2" => {
             let ca = std::fs::read_to_string(ca.unwrap_or_else(|| usage())).expect("CA file");
-            Some(e2e::tlsclient::client_config(&ca, &[b"http/1.1"]))
+            let alpn: &[u8] = if kind == "h2" { b"h2" } else { b"http/1.1" };
+            Some(e2e::tlsclient::client_config(&ca, &[alpn]))
         }
         "plain" | "ws" => None,
         _ => usage(),
@@ -437,6 +439,10 @@ async fn hold(addr: SocketAddr, host: String, kind: String, n: u64, ca: Option<S
                 ("tls", Some(config)) => {
                     let s = e2e::tlsclient::connect(addr, &host, &config).await;
                     exchange_and_hold(s, &request, &stats, &ready_tx, permit, &mut stop).await;
+                }
+                ("h2", Some(config)) => {
+                    let s = e2e::tlsclient::connect(addr, &host, &config).await;
+                    h2_exchange_and_hold(s, &host, &stats, &ready_tx, permit, &mut stop).await;
                 }
                 ("ws", _) => {
                     let tcp = match TcpStream::connect(addr).await {
@@ -547,6 +553,44 @@ async fn exchange_and_hold<S: AsyncRead + AsyncWrite + Unpin>(
     }
     opened(stats, ready, permit);
     held(&mut s, stop, stats).await;
+}
+
+/// One h2 request (TLS, ALPN h2) and its answer, then the connection held
+/// idle (hyper's client answers the server's PINGs) until told to stop.
+async fn h2_exchange_and_hold<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    s: std::io::Result<S>,
+    host: &str,
+    stats: &HoldStats,
+    ready: &tokio::sync::mpsc::UnboundedSender<bool>,
+    permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    use http_body_util::{BodyExt as _, Empty};
+    let Ok(s) = s else {
+        return fail(stats, ready);
+    };
+    let io = hyper_util::rt::TokioIo::new(s);
+    let executor = hyper_util::rt::TokioExecutor::new();
+    let Ok((mut send, conn)) = hyper::client::conn::http2::handshake(executor, io).await else {
+        return fail(stats, ready);
+    };
+    let mut conn = tokio::spawn(conn);
+    let req = http::Request::get(format!("https://{host}/"))
+        .body(Empty::<bytes::Bytes>::new())
+        .expect("a request");
+    let answered = match send.send_request(req).await {
+        Ok(resp) if resp.status() == 200 => resp.into_body().collect().await.is_ok(),
+        _ => false,
+    };
+    if !answered {
+        return fail(stats, ready);
+    }
+    opened(stats, ready, permit);
+    tokio::select! {
+        _ = &mut conn => { stats.closed.fetch_add(1, Ordering::Relaxed); }
+        _ = stop.changed() => {}
+    }
+    drop(send);
 }
 
 /// Holds an idle connection until told to stop; counts it if the other side closes.

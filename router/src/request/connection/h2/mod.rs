@@ -90,7 +90,7 @@ pub async fn run(
     proxy: impl Fn() -> Arc<Proxy> + Send,
     client: &Arc<ClientConn>,
     finish: &AtomicBool,
-    settings: &Settings,
+    settings: Settings,
 ) -> Ended {
     let waker = Arc::new(AtomicWaker::new());
     let mut driver = Driver {
@@ -98,7 +98,7 @@ pub async fn run(
         read: BytesMut::from(&read[..]),
         events: Vec::new(),
         streams: Streams::new(waker.clone()),
-        keepalive: Keepalive::new(settings),
+        keepalive: Keepalive::new(&settings),
         date: DateCache::default(),
         failed: None,
         waker,
@@ -174,8 +174,24 @@ impl Driver {
                 }
             }
             if !moved {
+                if self.streams.is_empty() {
+                    self.rest();
+                }
                 return Poll::Pending;
             }
+        }
+    }
+
+    /// Nothing in flight: the buffers a busy connection grew are let go, so
+    /// that an idle one keeps none (its output is written out by now, or
+    /// waits on the socket and is kept).
+    fn rest(&mut self) {
+        let out = self.h2.output();
+        if out.is_empty() {
+            *out = BytesMut::new();
+        }
+        if self.events.capacity() > 8 {
+            self.events = Vec::new();
         }
     }
 
