@@ -254,3 +254,40 @@ async fn an_h2_client_expecting_100_continue_gets_it_before_sending_its_body() {
     .expect("the member's answer within 10 s");
     assert_eq!(answer.as_deref(), Some(&b"200"[..]));
 }
+
+/// Responses larger than the client's windows (eight streams of 2 MiB at
+/// once, 16 MiB through hyper's client windows) arrive whole: the router
+/// sends what the windows let and goes on as the client opens them. No
+/// keep-alive PING in the test's time: a send that stalls stays stalled
+/// (one did, until the PING 30 s later woke the connection).
+#[tokio::test]
+async fn large_responses_at_once_come_whole_through_the_clients_windows() {
+    let (r, _b) = router_with_backend("limits:\n  h2_keepalive_interval: 1h\n").await;
+    let send = h2_client(&r).await;
+    let mut all = Vec::new();
+    for i in 0..8 {
+        let mut send = send.clone();
+        all.push(tokio::spawn(async move {
+            let req = Request::get(format!("http://{HA}/stream?chunks=32&n={i}"))
+                .body(Full::new(Bytes::new()).map_err(|e| match e {}).boxed())
+                .expect("req");
+            let resp = send.send_request(req).await.expect("response");
+            assert_eq!(resp.status(), 200);
+            resp.into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes()
+                .len()
+        }));
+    }
+    for task in all {
+        // 0.1 s here on the debug build; a stalled send waits for whatever
+        // wakes the connection next (10 s and 30 s were seen).
+        let got = tokio::time::timeout(Duration::from_secs(8), task)
+            .await
+            .expect("every response within 8 s (else the router's sending stalled)")
+            .expect("join");
+        assert_eq!(got, 32 * 64 * 1024, "a whole 2 MiB body");
+    }
+}

@@ -162,8 +162,13 @@ impl Driver {
             if let Poll::Ready(why) = self.keepalive.poll(cx, &mut self.h2) {
                 return Poll::Ready(Err(why.into()));
             }
-            if let Poll::Ready(Err(e)) = poll_write_out(io, self.h2.output(), cx) {
-                return Poll::Ready(Err(e.into()));
+            let had = self.h2.output().len();
+            match poll_write_out(io, self.h2.output(), cx) {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                // Written out: room again to read and to pull bodies, which
+                // stopped at HIGH_WATER with no waker of theirs to call.
+                Poll::Ready(Ok(())) if had >= HIGH_WATER => moved = true,
+                _ => {}
             }
             if self.h2.output().is_empty() {
                 if let Some(e) = self.failed.take() {
