@@ -74,6 +74,7 @@ pub fn member_response(data: &[u8]) {
         member_reading(&[stream]),
         "split at {at}"
     );
+    h2_head(stream);
     if let Some(whole) = ours(stream) {
         match hypers(stream) {
             Ok(theirs) => assert_eq!(whole, theirs, "hyper's client reads it otherwise"),
@@ -83,6 +84,56 @@ pub fn member_response(data: &[u8]) {
             Err(e) => panic!("the router reads a response whole that hyper's client refuses: {e}"),
         }
     }
+}
+
+/// The member's head, when it reads as one, written as the h2 server writes
+/// it to a client (`router::request::connection::h2::head`): the block reads
+/// back with the codec's own decoder, `:status` first, every name in lower
+/// case, none of HTTP/2's connection-specific fields, one `x-request-id`.
+fn h2_head(stream: &[u8]) {
+    use router::request::connection::h2::head::block;
+    let mut buf = BytesMut::from(stream);
+    let Ok(Some(head)) = h1_codec::response::parse_response_head(&mut buf, false) else {
+        return;
+    };
+    let mut response = http::Response::new(());
+    *response.status_mut() = head.status;
+    let (parts, ()) = response.into_parts();
+    let id = router::request::phases::trace::RequestId::kept(http::HeaderValue::from_static("id"));
+    let mut out = BytesMut::new();
+    let mut date = h1_codec::encode::response::DateCache::default();
+    block(&parts, Some(&head.fields), &id, &mut date, &mut out);
+    let mut names = Vec::new();
+    h2_codec::hpack::Decoder::new(4096)
+        .decode(&out.freeze(), |n, _| {
+            names.push(n.as_bytes().to_vec());
+            Ok(())
+        })
+        .expect("the router's block reads back");
+    assert_eq!(names.first().map(Vec::as_slice), Some(&b":status"[..]));
+    for n in &names[1..] {
+        assert!(
+            !n.is_empty() && !n.iter().any(u8::is_ascii_uppercase),
+            "{n:?} not lower case"
+        );
+        let name = String::from_utf8_lossy(n);
+        assert!(
+            ![
+                "connection",
+                "keep-alive",
+                "proxy-connection",
+                "transfer-encoding",
+                "upgrade"
+            ]
+            .contains(&&*name),
+            "{name}: a connection-specific field"
+        );
+    }
+    let ids = names
+        .iter()
+        .filter(|n| n.as_slice() == b"x-request-id")
+        .count();
+    assert_eq!(ids, 1, "one x-request-id, the router's");
 }
 
 /// A response read to the end of its body: what both readers must agree on.

@@ -21,7 +21,7 @@ use http::header;
 use crate::request::phases::trace::RequestId;
 
 /// Appends the HPACK block of a response head to `out`.
-pub(super) fn block(
+pub fn block(
     parts: &http::response::Parts,
     member: Option<&Fields>,
     request_id: &RequestId,

@@ -24,7 +24,9 @@
 //! a quiet one by the connection's idle deadline. A drain sends GOAWAY and
 //! ends the connection once its streams are done.
 
-mod head;
+/// Public for the fuzz targets (`fuzz/`: `member_response` writes each
+/// member head it reads as an h2 block).
+pub mod head;
 mod inbox;
 mod streams;
 
