@@ -32,13 +32,14 @@ pub struct UploadSettings {
     pub stall: Duration,
 }
 
-/// A request body as the client's connection delivers it: hyper's (h2, and HTTP/1
-/// on connections hyper serves), or read whole already by the router's own
-/// HTTP/1 path (see [`crate::request::connection::h1`]; empty when the request has none).
+/// A request body as the client's connection delivers it: hyper's (HTTP/1 on
+/// connections hyper serves), read whole already by the router's own HTTP/1
+/// path (see [`crate::request::connection::h1`]; empty when the request has
+/// none), or another server's stream (the own h2 server's, HTTP/3's).
 pub enum Received {
     Hyper(Incoming),
     Read(Bytes),
-    /// Another kind of connection's stream (HTTP/3's).
+    /// Another kind of connection's stream (the own h2 server's, HTTP/3's).
     Stream(crate::upstream::StreamBody),
 }
 

@@ -7,9 +7,10 @@
 //! [`Proxy::answer`](crate::request::Proxy::answer) like any other, and its response written
 //! here ([`response`], exactly as hyper writes it). At the first request that is
 //! anything else the connection is handed to hyper with every byte read so far put
-//! back in front ([`End::Handoff`]), and hyper serves it from there as it serves
-//! every h2 connection: its error answers (400, 431, 414), `100-continue`, chunked
-//! and slow request bodies, upgrades, h2 with prior knowledge, HTTP/1.0. So every
+//! back in front ([`End::Handoff`]), and hyper serves it from there: its error
+//! answers (400, 431, 414), `100-continue`, chunked and slow request bodies,
+//! upgrades, HTTP/1.0 (h2 with prior knowledge goes to the own h2 server,
+//! [`super::h2`]). So every
 //! shape the tests pin down reaches the same code as before, and the request
 //! framing checks ([`h1_codec::framing`], on every read of the connection) still
 //! cut smuggling shapes before either parser sees them.
