@@ -197,6 +197,22 @@ async fn a_client_reset_mid_response_leaves_the_router_serving() {
     assert_eq!(r.get(HA, "/plain").await.0, 200);
 }
 
+/// The status of the next HEADERS on stream 1 (`None`: the connection ended
+/// first): `:status 200` indexed, any other as the literal the router
+/// writes (name 8, three digits).
+async fn head_status(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    loop {
+        let (kind, _, stream, payload) = read_frame(s).await?;
+        if kind == HEADERS && stream == 1 {
+            return Some(match payload.first() {
+                Some(&0x88) => b"200".to_vec(),
+                Some(&0x08) => payload.get(2..5).unwrap_or_default().to_vec(),
+                _ => payload,
+            });
+        }
+    }
+}
+
 /// A client that asks for `100 Continue` gets it at once (the router reads a
 /// body ahead of the member), then the answer once its body came.
 #[tokio::test]
@@ -216,23 +232,9 @@ async fn an_h2_client_expecting_100_continue_gets_it_before_sending_its_body() {
     let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
     frame.extend_from_slice(&block);
     s.write_all(&frame).await.expect("request head");
-    let status = |payload: &[u8]| -> Vec<u8> {
-        match payload.first() {
-            Some(&0x88) => b"200".to_vec(),
-            Some(&0x08) => payload.get(2..5).unwrap_or_default().to_vec(),
-            _ => payload.to_vec(),
-        }
-    };
-    let continued = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (kind, _, stream, payload) = read_frame(&mut s).await?;
-            if kind == HEADERS && stream == 1 {
-                return Some(status(&payload));
-            }
-        }
-    })
-    .await
-    .expect("an answer before the body, within 10 s");
+    let continued = tokio::time::timeout(Duration::from_secs(10), head_status(&mut s))
+        .await
+        .expect("an answer before the body, within 10 s");
     assert_eq!(
         continued.as_deref(),
         Some(&b"100"[..]),
@@ -242,16 +244,9 @@ async fn an_h2_client_expecting_100_continue_gets_it_before_sending_its_body() {
     s.write_all(b"\x00\x00\x03\x00\x01\x00\x00\x00\x01abc")
         .await
         .expect("body");
-    let answer = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (kind, _, stream, payload) = read_frame(&mut s).await?;
-            if kind == HEADERS && stream == 1 {
-                return Some(status(&payload));
-            }
-        }
-    })
-    .await
-    .expect("the member's answer within 10 s");
+    let answer = tokio::time::timeout(Duration::from_secs(10), head_status(&mut s))
+        .await
+        .expect("the member's answer within 10 s");
     assert_eq!(answer.as_deref(), Some(&b"200"[..]));
 }
 

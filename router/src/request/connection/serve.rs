@@ -701,9 +701,8 @@ fn serve_http(
         // router's own server.
         if io.is_h2() || read.starts_with(&h2_codec::frame::PREFACE[..16]) {
             let settings = super::h2::Settings::of(&live.load().limits);
-            // Boxed, the settings moved in: inline, the h2 driver's state
-            // (about a kilobyte) would be in every connection's task,
-            // HTTP/1.1 ones included.
+            // Boxed (the settings moved in): inline, the h2 driver's state
+            // would be in every connection's task, HTTP/1.1 ones included.
             let h2 = super::h2::run(&mut io, read, proxy, &conn, &finish, settings);
             let ended = Box::pin(h2).await;
             // The FIN after the GOAWAY, and what the client still sends read

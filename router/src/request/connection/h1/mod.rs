@@ -44,7 +44,7 @@ use futures_util::FutureExt as _;
 use http::{Method, Request};
 use http_body_util::BodyExt as _;
 use hyper::body::Body as _;
-use tokio::io::{AsyncRead as _, AsyncWriteExt as _, ReadBuf};
+use tokio::io::AsyncWriteExt as _;
 use tokio::time::Sleep;
 
 use self::head::Parsed;
@@ -216,7 +216,7 @@ fn client_side<'b>(
             if buf.len() >= max {
                 return Poll::Pending;
             }
-            match poll_fill(io, buf, cx) {
+            match io.poll_fill::<4096>(buf, cx) {
                 // A smuggling shape was cut behind this request: it is
                 // answered, then hyper refuses what follows.
                 Poll::Ready(Ok(0)) if io.was_cut() => return Poll::Pending,
@@ -254,7 +254,7 @@ async fn read(
             tracing::debug!("request head not complete within limits.header_read_timeout; closing");
             return Poll::Ready(Read::Ended);
         }
-        match poll_fill(io, buf, cx) {
+        match io.poll_fill::<4096>(buf, cx) {
             Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(Read::Ended),
             Poll::Ready(Ok(_)) => Poll::Ready(Read::Bytes),
             Poll::Pending => {
@@ -267,25 +267,6 @@ async fn read(
         }
     })
     .await
-}
-
-/// One read from the client, appended to `buf` through a buffer on the stack: `buf`
-/// holds only the bytes read (a small allocation). `Ok(0)`: end of stream.
-fn poll_fill(
-    io: &mut ClientIo,
-    buf: &mut BytesMut,
-    cx: &mut std::task::Context<'_>,
-) -> Poll<std::io::Result<usize>> {
-    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-    let mut rb = ReadBuf::uninit(&mut stack);
-    match Pin::new(io).poll_read(cx, &mut rb) {
-        Poll::Ready(Ok(())) => {
-            buf.extend_from_slice(rb.filled());
-            Poll::Ready(Ok(rb.filled().len()))
-        }
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Pending,
-    }
 }
 
 /// What `body` says of its length.

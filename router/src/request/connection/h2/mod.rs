@@ -41,7 +41,7 @@ use bytes::BytesMut;
 use futures_util::task::AtomicWaker;
 use h1_codec::encode::response::DateCache;
 use h2_codec::conn::{Conn, Event, Limits};
-use tokio::io::{AsyncRead as _, AsyncWrite as _, ReadBuf};
+use tokio::io::AsyncWrite as _;
 use tokio::time::{Instant, Sleep};
 
 use self::streams::{Answering, HIGH_WATER, Streams};
@@ -149,7 +149,7 @@ impl Driver {
         loop {
             let mut moved = false;
             if self.failed.is_none() && self.h2.output().len() < HIGH_WATER {
-                match poll_fill(io, &mut self.read, cx) {
+                match io.poll_fill::<{ 16 * 1024 }>(&mut self.read, cx) {
                     Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
                     Poll::Ready(Ok(_)) => {
                         self.keepalive.read(&mut self.h2);
@@ -231,25 +231,6 @@ impl Driver {
             // Nothing partial: an idle connection keeps no buffer.
             self.read = BytesMut::new();
         }
-    }
-}
-
-/// One read from the client appended to `buf` (through the stack, as the
-/// HTTP/1.1 path reads); `Ok(0)`: end of stream.
-fn poll_fill(
-    io: &mut ClientIo,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<std::io::Result<usize>> {
-    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
-    let mut rb = ReadBuf::uninit(&mut stack);
-    match Pin::new(io).poll_read(cx, &mut rb) {
-        Poll::Ready(Ok(())) => {
-            buf.extend_from_slice(rb.filled());
-            Poll::Ready(Ok(rb.filled().len()))
-        }
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Pending,
     }
 }
 
