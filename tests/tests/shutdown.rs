@@ -105,26 +105,27 @@ async fn a_router_signalled_while_it_starts_starts() {
     // can miss it on a loaded host, so a start that was not caught in it is
     // stopped and made again (at most 20 times).
     let spawn = || {
-        std::process::Command::new(e2e::bin("router"))
+        let child = std::process::Command::new(e2e::bin("router"))
             .arg("--config")
             .arg(&cfg)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("router")
+            .expect("router");
+        Reaped(child)
     };
     let mut caught = None;
     let mut ended = Vec::new();
     for _ in 0..20 {
         let mut child = spawn();
-        let pid = child.id().to_string();
+        let pid = child.0.id().to_string();
         let mut seen = false;
         for _ in 0..5000 {
             if held(&pid) {
                 seen = true;
                 break;
             }
-            if let Some(status) = child.try_wait().expect("wait") {
+            if let Some(status) = child.0.try_wait().expect("wait") {
                 ended.push(status);
                 break;
             }
@@ -134,8 +135,6 @@ async fn a_router_signalled_while_it_starts_starts() {
             caught = Some((child, pid));
             break;
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
     let Some((mut child, pid)) = caught else {
         panic!(
@@ -150,21 +149,30 @@ async fn a_router_signalled_while_it_starts_starts() {
                 .status();
             sent += usize::from(ok.is_ok_and(|s| s.success()));
         }
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = child.0.try_wait().expect("wait") {
             panic!("the router ended while starting ({status}) after {sent} signals");
         }
     }
     std::thread::sleep(Duration::from_millis(500));
     assert!(
-        child.try_wait().expect("wait").is_none(),
+        child.0.try_wait().expect("wait").is_none(),
         "the router ended after {sent} signals while starting"
     );
     assert!(
         !held(&pid),
         "the signals are taken once the handlers are in"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// A child process killed (by its PID) and reaped when dropped: also when
+/// the test fails while it runs (one such router outlived a failed run).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// An h2 connection with a stream in flight when the router stops: told
