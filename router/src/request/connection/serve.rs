@@ -701,14 +701,7 @@ fn serve_http(
         // router's own server.
         if io.is_h2() || read.starts_with(&h2_codec::frame::PREFACE[..16]) {
             let settings = super::h2::Settings::of(&live.load().limits);
-            // Boxed (the settings moved in): inline, the h2 driver's state
-            // would be in every connection's task, HTTP/1.1 ones included.
-            let h2 = super::h2::run(&mut io, read, proxy, &conn, &finish, settings);
-            let ended = Box::pin(h2).await;
-            // The FIN after the GOAWAY, and what the client still sends read
-            // and dropped for a moment, so that no reset overtakes it.
-            let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
-            return ended;
+            return super::h2::serve(&mut io, read, proxy, &conn, &finish, settings).await;
         }
         let io = TokioIo::new(Rewind::new(io, read));
         // Boxed: hyper keeps the box of its service future for the

@@ -83,6 +83,25 @@ impl Settings {
 /// How an h2 connection ended.
 pub type Ended = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
+/// [`run`], then the connection closed: the FIN after the GOAWAY, and what
+/// the client still sends read and dropped for a moment, so that no reset
+/// overtakes it. Boxed (the settings moved in): inline, the driver's state
+/// would be in every connection's task, HTTP/1.1 ones included.
+pub fn serve<'a>(
+    io: &'a mut ClientIo,
+    read: Vec<u8>,
+    proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'a,
+    client: &'a Arc<ClientConn>,
+    finish: &'a AtomicBool,
+    settings: Settings,
+) -> Pin<Box<impl std::future::Future<Output = Ended> + Send + 'a>> {
+    Box::pin(async move {
+        let ended = run(io, read, proxy, client, finish, settings).await;
+        let _ = tokio::io::AsyncWriteExt::shutdown(io).await;
+        ended
+    })
+}
+
 /// Serves h2 on `io` (`read`: bytes read already, the preface's start)
 /// until the client closes, a connection error, or, once `finish` is set
 /// (drain, idle), its last stream is done.
