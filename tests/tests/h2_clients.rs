@@ -96,6 +96,7 @@ async fn read_frame(s: &mut tokio::net::TcpStream) -> Option<H2Frame> {
 const SETTINGS: u8 = 4;
 const PING: u8 = 6;
 const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
 const ACK: u8 = 1;
 /// The client preface and an empty SETTINGS frame.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
@@ -285,4 +286,38 @@ async fn large_responses_at_once_come_whole_through_the_clients_windows() {
             .expect("join");
         assert_eq!(got, 32 * 64 * 1024, "a whole 2 MiB body");
     }
+}
+
+/// A `Content-Length` the one rule refuses (a sign) makes the request
+/// malformed: its stream is reset with PROTOCOL_ERROR (RFC 9113 §8.1.1),
+/// and the connection serves on.
+#[tokio::test]
+async fn a_signed_content_length_resets_the_stream() {
+    let (r, b) = router_with_backend("").await;
+    let hits = b.hits();
+    let mut s = tokio::net::TcpStream::connect(r.http)
+        .await
+        .expect("connect");
+    s.write_all(PREFACE).await.expect("write");
+    // POST with `content-length: +3` (static name 28), END_HEADERS only.
+    let mut block = b"\x83\x86\x84\x01".to_vec();
+    block.push(HA.len() as u8);
+    block.extend_from_slice(HA.as_bytes());
+    block.extend_from_slice(b"\x0f\x0d\x02+3");
+    let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    s.write_all(&frame).await.expect("request head");
+    let reset = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (kind, _, stream, payload) = read_frame(&mut s).await?;
+            if kind == RST_STREAM && stream == 1 {
+                return Some(payload);
+            }
+            assert_ne!(kind, HEADERS, "no answer to a malformed request");
+        }
+    })
+    .await
+    .expect("a reset within 10 s");
+    assert_eq!(reset.as_deref(), Some(&[0, 0, 0, 1][..]), "PROTOCOL_ERROR");
+    assert_eq!(b.hits(), hits, "the member saw nothing");
 }

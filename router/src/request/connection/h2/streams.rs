@@ -125,15 +125,17 @@ impl Streams {
         h2: &mut Conn,
         answer: &mut impl FnMut(u32, Request<Received>) -> Answering,
     ) {
-        let declared = head
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()?.parse::<u64>().ok());
-        if end && declared.is_some_and(|d| d > 0) {
-            // A body declared and none sent: malformed (RFC 9113 §8.1.1).
-            h2.reset(id, Code::PROTOCOL_ERROR);
-            return;
-        }
+        // The one `Content-Length` rule; a value it refuses, or a body
+        // declared and none sent, is malformed (RFC 9113 §8.1.1).
+        let lengths = head.headers().get_all(header::CONTENT_LENGTH);
+        let declared = match h1_codec::length::content_length(lengths.iter().map(|v| v.as_bytes()))
+        {
+            Ok(d) if !(end && d.is_some_and(|d| d > 0)) => d,
+            _ => {
+                h2.reset(id, Code::PROTOCOL_ERROR);
+                return;
+            }
+        };
         let (body, upload) = if end {
             (Received::Read(Bytes::new()), None)
         } else {
