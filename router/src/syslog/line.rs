@@ -1,19 +1,25 @@
 //! A syslog line as it is written: a cursor over the thread's own fixed
 //! buffer, and the line's time.
 //!
-//! Why a cursor and not a `Vec<u8>`: a line is some twenty-five pieces (the
-//! head, the template's texts and variables), and a vector's append checks
-//! its capacity, may call out to grow, and stores its length back through
-//! the vector a piece; with a `memcpy` call for each copy of a length known
-//! only then, that was 1,000 of a line's 2,250 instructions (see
-//! `bench/RESULTS.md`, "A syslog line written by a cursor"). Here a piece is
-//! one bounds check and fixed-size moves: a literal text is one 32-byte
-//! store cut back ([`Literal`]), a value of at most 16 bytes two overlapping
-//! 8-byte (or 4-byte) moves, a longer one a `copy_from_slice`.
+//! Why a position in a fixed-size buffer and not a `Vec<u8>`: a line is some
+//! thirty pieces (the head, the template's texts and variables), and a
+//! vector's append checks its capacity, may call out to grow, and stores its
+//! length back through the vector a piece; with a `memcpy` call for each
+//! copy of a length known only then, that was 1,000 of a line's 2,250
+//! instructions. A cursor that was a slice of the room left still stored two
+//! words back a piece and checked the room twice (about 17 instructions a
+//! literal). Here the buffer's size is a constant with [`SLACK`] bytes past
+//! the line's longest, so a piece checks only that the line is not yet full
+//! (the compiler then knows the piece's room is there) and moves its bytes:
+//! a literal text is one 32-byte store cut back ([`Literal`]), a value of at
+//! most 16 bytes two overlapping 8-byte (or 4-byte) moves, a number its
+//! digits from a table of pairs; the position stays in a register (see
+//! `bench/RESULTS.md`, "A syslog line by position").
 //!
 //! A line holds at most [`LINE_MAX`] bytes (the largest UDP datagram over
 //! IPv4: a longer line could not be sent on the default transport); what is
-//! past it is cut, as haproxy cuts a line at its `len`.
+//! past it is cut, as haproxy cuts a line at its `len`. Pieces written once
+//! the line is full land in the slack or nowhere and are never sent.
 //!
 //! The line's time is read from the request's own end (an `Instant`, which
 //! the request reads anyway) against the thread's anchor, a wall clock read
@@ -27,99 +33,122 @@ use crate::log_format::Literal;
 /// The longest line, in bytes; the rest is cut.
 pub const LINE_MAX: usize = 65_507;
 
-/// A line being written: the room left in its buffer (what is before it is
-/// written), and its time's texts.
-pub struct Line<'a> {
-    /// What is left of [`LINE_MAX`] bytes and the room past it for one whole
-    /// literal block, so that a literal near the end is still one store.
-    /// Each piece takes its bytes off the front: one length check a piece.
-    rest: &'a mut [u8],
-    /// The buffer's length when the line started.
-    size: usize,
+/// Room past a line's longest for one whole short piece (a literal's block,
+/// a value of up to 16 bytes, a number's 20 digits, a time's texts).
+pub const SLACK: usize = 64;
+
+/// The buffer a line is written in.
+const BUF: usize = LINE_MAX + SLACK;
+
+/// A line being written in a buffer of `SIZE` bytes (the line at most
+/// `SIZE - SLACK` of them): where the next piece goes, and the line's time.
+pub struct Line<'a, const SIZE: usize = BUF> {
+    buf: &'a mut [u8; SIZE],
+    /// What is written; past the line's longest once it is full.
+    pos: usize,
     second: &'a Second,
     now: LineTime,
 }
 
-impl<'a> Line<'a> {
-    /// A line in `buf` (at least [`Literal::SHORT`] bytes).
-    fn new(buf: &'a mut [u8], second: &'a Second, now: LineTime) -> Line<'a> {
+impl<'a, const SIZE: usize> Line<'a, SIZE> {
+    /// The line's longest (a buffer smaller than [`SLACK`] does not build).
+    const END: usize = SIZE - SLACK;
+
+    fn new(buf: &'a mut [u8; SIZE], second: &'a Second, now: LineTime) -> Line<'a, SIZE> {
         Line {
-            size: buf.len(),
-            rest: buf,
+            buf,
+            pos: 0,
             second,
             now,
         }
     }
 
-    /// The line's length so far, cut at [`LINE_MAX`].
-    fn len(&self) -> usize {
-        (self.size - self.rest.len()).min(LINE_MAX)
+    /// The line is written: its length, cut at its longest.
+    pub fn finish(self) -> usize {
+        self.pos.min(Self::END)
     }
 
-    /// Takes `n` written bytes off the front of the room.
-    #[inline]
-    fn advance(&mut self, n: usize) {
-        let rest = std::mem::take(&mut self.rest);
-        self.rest = rest.get_mut(n..).unwrap_or_default();
+    /// `N` bytes of room at the position (`N` ≤ [`SLACK`]), or none when
+    /// the line is full: one comparison, the slice's own check folded away.
+    #[inline(always)]
+    fn room<const N: usize>(&mut self) -> Option<&mut [u8; N]> {
+        if self.pos > Self::END {
+            return None;
+        }
+        self.buf.get_mut(self.pos..)?.first_chunk_mut::<N>()
     }
 
     /// Appends `bytes`.
-    #[inline]
+    #[inline(always)]
     pub fn put(&mut self, bytes: &[u8]) {
         let n = bytes.len();
         if n <= 16 {
-            if let Some(to) = self.rest.first_chunk_mut() {
+            if let Some(to) = self.room::<16>() {
                 copy_short(bytes, to);
-                self.advance(n);
-                return;
+                self.pos += n;
             }
-        } else if let Some(to) = self.rest.get_mut(..n) {
-            to.copy_from_slice(bytes);
-            self.advance(n);
-            return;
+        } else {
+            self.pos = put_long(&mut self.buf[..], self.pos, Self::END, bytes);
         }
-        self.cut(bytes);
     }
 
     /// Appends one byte.
-    #[inline]
+    #[inline(always)]
     pub fn byte(&mut self, b: u8) {
-        if let Some(slot) = self.rest.first_mut() {
+        if let Some([slot]) = self.room::<1>() {
             *slot = b;
-            self.advance(1);
+            self.pos += 1;
         }
     }
 
     /// Appends `text`: a short one as its whole block, then cut back.
-    #[inline]
+    #[inline(always)]
     pub fn literal(&mut self, text: &Literal) {
         match text {
-            Literal::Short(block, n) => match self.rest.first_chunk_mut() {
-                Some(to) => {
+            Literal::Short(block, n) => {
+                if let Some(to) = self.room::<{ Literal::SHORT }>() {
                     *to = *block;
-                    self.advance(usize::from(*n));
+                    self.pos += usize::from(*n);
                 }
-                None => self.cut(text.as_bytes()),
-            },
-            Literal::Long(t) => self.put(t),
+            }
+            Literal::Long(t) => self.pos = put_long(&mut self.buf[..], self.pos, Self::END, t),
         }
     }
 
-    /// Appends `n` in decimal.
-    #[inline]
+    /// Appends `n` in decimal: up to four digits from the table of pairs,
+    /// more through `itoa`.
+    #[inline(always)]
     pub fn number(&mut self, n: u64) {
-        self.put(itoa::Buffer::new().format(n).as_bytes());
+        let Some(to) = self.room::<20>() else {
+            return;
+        };
+        let len = match n {
+            0..10 => {
+                to[0] = b'0' + n as u8;
+                1
+            }
+            10..100 => {
+                to[..2].copy_from_slice(&PAIRS[n as usize]);
+                2
+            }
+            100..1000 => {
+                to[0] = b'0' + (n / 100) as u8;
+                to[1..3].copy_from_slice(&PAIRS[(n % 100) as usize]);
+                3
+            }
+            1000..10_000 => {
+                to[..2].copy_from_slice(&PAIRS[(n / 100) as usize]);
+                to[2..4].copy_from_slice(&PAIRS[(n % 100) as usize]);
+                4
+            }
+            _ => long_number(n, to),
+        };
+        self.pos += len;
     }
 
-    /// Appends what of `bytes` still fits: the line is full after it.
-    #[cold]
-    fn cut(&mut self, bytes: &[u8]) {
-        let n = bytes.len().min(self.rest.len());
-        self.rest[..n].copy_from_slice(&bytes[..n]);
-        self.advance(n);
-    }
-
-    /// Appends the line's time as `text` says.
+    /// Appends the line's time as `text` says: the second's text, then the
+    /// millisecond (and RFC 3339's `Z`) in the same block's room.
+    #[inline(always)]
     pub fn time(&mut self, text: TimeText) {
         let s = self.second;
         let (written, millis, zone) = match text {
@@ -127,15 +156,56 @@ impl<'a> Line<'a> {
             TimeText::Haproxy => (&s.haproxy, true, false),
             TimeText::Rfc3164 => (&s.rfc3164, false, false),
         };
-        self.literal(written);
-        if millis {
-            let m = usize::from(self.now.millis).min(999);
-            self.put(&MILLIS[m]);
-        }
-        if zone {
-            self.byte(b'Z');
+        let m = usize::from(self.now.millis).min(999);
+        match written {
+            Literal::Short(block, n) if millis && usize::from(*n) <= TIME_TEXT => {
+                let Some(to) = self.room::<{ Literal::SHORT }>() else {
+                    return;
+                };
+                let n = usize::from(*n).min(TIME_TEXT);
+                *to = *block;
+                let tail = &mut to[n..n + 5];
+                tail[..4].copy_from_slice(&MILLIS[m]);
+                tail[4] = b'Z';
+                self.pos += n + 4 + usize::from(zone);
+            }
+            _ => {
+                self.literal(written);
+                if millis {
+                    self.put(&MILLIS[m]);
+                }
+                if zone {
+                    self.byte(b'Z');
+                }
+            }
         }
     }
+}
+
+/// The longest second's text that takes its millisecond and zone (five
+/// bytes) in its own block.
+const TIME_TEXT: usize = Literal::SHORT - 5;
+
+/// `bytes` (a long piece) at `pos` in `buf`, cut at `end`; the position
+/// after it. Out of line: a long piece is a `memcpy` anyway.
+#[inline(never)]
+fn put_long(buf: &mut [u8], pos: usize, end: usize, bytes: &[u8]) -> usize {
+    let n = bytes.len().min(end.saturating_sub(pos));
+    if let Some(to) = buf.get_mut(pos..pos + n) {
+        to.copy_from_slice(&bytes[..n]);
+        return pos + n;
+    }
+    pos
+}
+
+/// `n` (10 000 or more) through `itoa` into `to`; its length.
+#[inline(never)]
+fn long_number(n: u64, to: &mut [u8; 20]) -> usize {
+    let mut digits = itoa::Buffer::new();
+    let text = digits.format(n).as_bytes();
+    let len = text.len().min(20);
+    to[..len].copy_from_slice(&text[..len]);
+    len
 }
 
 /// `from` (at most 16 bytes) to the front of `to`: two overlapping moves of
@@ -175,6 +245,17 @@ static MILLIS: [[u8; 4]; 1000] = {
     table
 };
 
+/// `00` to `99`, for numbers of up to four digits.
+static PAIRS: [[u8; 2]; 100] = {
+    let mut table = [[b'0'; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        table[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    table
+};
+
 /// A log line's time: seconds since the epoch and the millisecond.
 #[derive(Clone, Copy, Debug)]
 pub struct LineTime {
@@ -209,7 +290,7 @@ pub(super) struct Second {
 pub(super) struct Scratch {
     anchor: Option<Anchor>,
     second: Option<Second>,
-    buf: Vec<u8>,
+    buf: Option<Box<[u8; BUF]>>,
 }
 
 /// The wall clock read at `at`: a line's time is the anchor's plus the
@@ -225,7 +306,7 @@ impl Scratch {
     pub(super) const EMPTY: Scratch = Scratch {
         anchor: None,
         second: None,
-        buf: Vec::new(),
+        buf: None,
     };
 
     /// A line for a request that ended at `end`, written by `fill`; the
@@ -233,18 +314,16 @@ impl Scratch {
     pub(super) fn write(
         &mut self,
         end: Instant,
-        fill: impl FnOnce(&mut Line<'_>),
+        fill: impl FnOnce(Line<'_>) -> usize,
         send: impl FnOnce(&[u8]),
     ) {
         let now = self.time_at(end);
-        if self.buf.is_empty() {
-            self.buf = vec![0; LINE_MAX + Literal::SHORT];
-        }
+        let buf = self.buf.get_or_insert_with(zeroed);
         let second = Second::at(&mut self.second, now.secs);
-        let mut line = Line::new(&mut self.buf, second, now);
-        fill(&mut line);
-        let len = line.len();
-        send(&self.buf[..len]);
+        let len = fill(Line::new(buf, second, now));
+        if let Some(line) = buf.get(..len) {
+            send(line);
+        }
     }
 
     /// The wall time at `end`, from the anchor while it is under a second
@@ -301,27 +380,36 @@ fn text(s: String) -> Literal {
     Literal::of(s.as_bytes())
 }
 
-/// What `write` appends to a line in a buffer of `size` bytes (at least
-/// [`Literal::SHORT`]), cut at [`LINE_MAX`] (tests and the `log_template`
-/// fuzz target, which checks the cursor against a plain concatenation).
-pub fn written(size: usize, write: impl FnOnce(&mut Line<'_>)) -> Vec<u8> {
+/// A line's buffer, on the heap (64 KiB; pages a line never reaches are
+/// never touched).
+fn zeroed<const SIZE: usize>() -> Box<[u8; SIZE]> {
+    let bytes = vec![0xAA; SIZE].into_boxed_slice();
+    match bytes.try_into() {
+        Ok(buf) => buf,
+        Err(_) => unreachable!("a vector of SIZE bytes is SIZE bytes"),
+    }
+}
+
+/// What `write` appends to a line in a buffer of `SIZE` bytes, cut at
+/// `SIZE - SLACK` (tests and the `log_template` fuzz target, which checks
+/// the cursor against a plain concatenation).
+pub fn written<const SIZE: usize>(write: impl FnOnce(&mut Line<'_, SIZE>)) -> Vec<u8> {
     let second = Second::of(0);
-    let mut buf = vec![0xAA; size.max(Literal::SHORT)];
+    let mut buf = zeroed::<SIZE>();
     let mut line = Line::new(&mut buf, &second, LineTime::of(Duration::ZERO));
     write(&mut line);
-    let len = line.len();
-    buf.truncate(len);
-    buf
+    let len = line.finish();
+    buf[..len].to_vec()
 }
 
 /// `t` as `text` says (tests).
 pub fn time_text(t: SystemTime, text: TimeText) -> String {
     let now = LineTime::of(t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default());
     let second = Second::of(now.secs);
-    let mut buf = [0; 64];
-    let mut line = Line::new(&mut buf, &second, now);
+    let mut buf = [0; 128];
+    let mut line = Line::<128>::new(&mut buf, &second, now);
     line.time(text);
-    let len = line.len();
+    let len = line.finish();
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
@@ -389,7 +477,7 @@ mod tests {
     fn pieces_append_exactly_their_bytes() {
         let mut want = Vec::new();
         let source: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
-        let got = written(4096, |line| {
+        let got = written::<4096>(|line| {
             for n in 0..=40 {
                 line.put(&source[..n]);
                 want.extend_from_slice(&source[..n]);
@@ -400,7 +488,7 @@ mod tests {
                 line.literal(&Literal::of(text));
                 want.extend_from_slice(text);
             }
-            for n in [0, 7, 10, 999, 1000, u64::MAX] {
+            for n in [0, 7, 9, 10, 99, 100, 999, 1000, 9999, 10_000, u64::MAX] {
                 line.number(n);
                 want.extend_from_slice(n.to_string().as_bytes());
             }
@@ -412,12 +500,12 @@ mod tests {
     /// value, a literal, a byte at the end are cut, never out of bounds.
     #[test]
     fn a_full_line_is_cut_not_overrun() {
-        let got = written(40, |line| {
+        let got = written::<{ 40 + SLACK }>(|line| {
             line.put(&[b'a'; 30]);
             line.literal(&Literal::of(b"0123456789"));
         });
         assert_eq!(got, [&[b'a'; 30][..], b"0123456789"].concat());
-        let got = written(40, |line| {
+        let got = written::<{ 40 + SLACK }>(|line| {
             line.put(&[b'a'; 30]);
             line.literal(&Literal::of(b"0123456789"));
             line.put(b"more");
@@ -426,12 +514,12 @@ mod tests {
             line.number(12);
         });
         assert_eq!(got.len(), 40);
-        let got = written(32, |line| {
+        let got = written::<{ 32 + SLACK }>(|line| {
             line.put(&[b'b'; 30]);
             line.put(b"0123456789");
         });
         assert_eq!(got, [&[b'b'; 30][..], b"01"].concat());
-        let got = written(LINE_MAX + Literal::SHORT, |line| {
+        let got = written::<BUF>(|line| {
             line.put(&vec![b'c'; LINE_MAX + 100]);
         });
         assert_eq!(got.len(), LINE_MAX, "cut at LINE_MAX");

@@ -37,7 +37,7 @@ use crate::log_format::{Captures, Literal, Steps, Template, Var};
 mod line;
 
 use line::Scratch;
-pub use line::{LINE_MAX, Line, TimeText, time_text, written};
+pub use line::{LINE_MAX, Line, SLACK, TimeText, time_text, written};
 
 thread_local! {
     /// The line's buffer, the second's texts and the clock's anchor of each
@@ -270,26 +270,35 @@ impl Sink {
     /// datagram sink sends it: no allocation a line.
     pub fn write(&self, end: Instant, message: impl FnOnce(&mut Line<'_>)) {
         let p = &self.prefix;
-        let fill = |line: &mut Line<'_>| {
+        // The line by value: a local of this closure, its position kept
+        // in a register while the template's pieces are written.
+        let fill = |mut line: Line<'_>| {
             line.literal(&p.before);
             line.time(match p.protocol {
                 Protocol::Rfc5424 => TimeText::Rfc3339,
                 Protocol::Rfc3164 => TimeText::Rfc3164,
             });
             line.literal(&p.after);
-            message(line);
+            message(&mut line);
+            line.finish()
         };
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => scratch.write(end, fill, |line| self.send(line)),
-            // Not reached (nothing in a line writes another), but a fresh
-            // buffer costs nothing in correctness.
-            Err(_) => Scratch::default().write(end, fill, |line| self.send(line)),
+            // Not reached (nothing in a line writes another): counted, not
+            // written a second way (one call of `fill`, so that it is
+            // inlined and the line's position kept in a register).
+            Err(_) => self.failed.inc(),
         });
     }
 
     fn send(&self, line: &[u8]) {
         let sent = match &self.out {
-            Out::Udp(socket) => socket.send(line).map(drop),
+            // The system call itself (`rustix`): glibc's `send` is a
+            // cancellation point, whose bookkeeping around the call cost
+            // as much as the rest of the send (`bench/RESULTS.md`).
+            Out::Udp(socket) => rustix::net::send(socket, line, rustix::net::SendFlags::DONTWAIT)
+                .map(drop)
+                .map_err(std::io::Error::from),
             Out::Unix(socket, path) => socket.send_to(line, path).map(drop),
             Out::Tcp(tx) => {
                 if tx.try_send(Bytes::copy_from_slice(line)).is_err() {

@@ -21,7 +21,7 @@ pub struct AccessRecord {
     /// The host as it was read for routing, and the request's target: both
     /// share the request head's bytes (no copy a request).
     pub host: Option<http::HeaderValue>,
-    pub uri: http::Uri,
+    target: Target,
     pub version: http::Version,
     /// The member it went to, if any.
     pub upstream: Option<Arc<str>>,
@@ -42,6 +42,15 @@ pub struct AccessRecord {
     pub stderr: bool,
 }
 
+/// A request's target as a line writes it: its path and query (a share of
+/// the request head's bytes: a clone of a whole `Uri`, its scheme and
+/// authority too, cost three times as much), or the whole target as text
+/// when it has no path (an authority).
+enum Target {
+    Path(http::uri::PathAndQuery),
+    Whole(Box<str>),
+}
+
 /// How a request ended: its status, the bytes sent, its duration, whether
 /// it was cut short.
 type End = (u16, u64, Duration, bool);
@@ -50,7 +59,9 @@ type End = (u16, u64, Duration, bool);
 /// captured request fields, cookies and response fields, all in one buffer.
 pub struct Captured {
     pub sink: Arc<Sink>,
-    values: Values,
+    /// None when nothing is captured (a record stays small to build and
+    /// to drop).
+    values: Option<Box<Values>>,
     /// Where the cookies' values start in `values` (the request's start at 0).
     cookies_at: usize,
     /// Where the response's start, once captured.
@@ -61,31 +72,42 @@ pub struct Captured {
 
 impl AccessRecord {
     /// What the log line will say of `req` (its fields `fields`) from `client`
-    /// (its address as text; `host`: as it was read for routing).
-    pub fn of<B>(
+    /// (its address as text; `host`: as it was read for routing), on the
+    /// heap at once (built on the stack and moved, it cost a copy of its
+    /// 280 bytes).
+    #[inline(always)]
+    pub fn boxed<B>(
         req: &http::Request<B>,
         fields: FieldsRef<'_>,
         client: &http::HeaderValue,
         (host, sink, stderr): (Option<&http::HeaderValue>, Option<&Arc<Sink>>, bool),
-    ) -> Self {
+    ) -> Box<Self> {
         let reads = sink.map_or((false, false), |s| (s.reads_ids, s.reads_head));
-        AccessRecord {
-            client: client.clone(),
-            method: req.method().clone(),
-            host: host.cloned(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            upstream: None,
-            head: None,
-            ids: None,
-            reads: (reads.0 || stderr, reads.1 || stderr),
-            syslog: sink.map(|s| Captured::of_request(s, fields)),
-            stderr,
-        }
+        let room = Box::new_uninit();
+        Box::write(
+            room,
+            AccessRecord {
+                client: client.clone(),
+                method: req.method().clone(),
+                host: host.cloned(),
+                target: match req.uri().path_and_query() {
+                    Some(path) => Target::Path(path.clone()),
+                    None => Target::Whole(req.uri().to_string().into()),
+                },
+                version: req.version(),
+                upstream: None,
+                head: None,
+                ids: None,
+                reads: (reads.0 || stderr, reads.1 || stderr),
+                syslog: sink.map(|s| Captured::of_request(s, fields)),
+                stderr,
+            },
+        )
     }
 
     /// The response head is final: how long it took from `start`, the
     /// request's IDs, the member that answered.
+    #[inline]
     pub fn head_known(
         &mut self,
         trace: &super::trace::Trace,
@@ -159,9 +181,6 @@ impl AccessRecord {
                     }
                     None => line.byte(b'-'),
                 },
-                Var::Path if self.uri.path_and_query().is_none() => {
-                    line.put(self.path().as_bytes());
-                }
                 var => line.put(self.text(var, c, end.3)),
             }
             line.literal(after);
@@ -177,10 +196,7 @@ impl AccessRecord {
                 Some(h) if !h.is_empty() => h,
                 _ => b"-",
             },
-            Var::Path => self
-                .uri
-                .path_and_query()
-                .map_or(b"-", |p| p.as_str().as_bytes()),
+            Var::Path => self.path().as_bytes(),
             Var::Version => version(self.version).as_bytes(),
             Var::Upstream => self.upstream.as_deref().unwrap_or("-").as_bytes(),
             Var::RequestId => self
@@ -190,9 +206,9 @@ impl AccessRecord {
             Var::TraceId => self.ids.as_ref().map_or("-", |t| t.trace_id()).as_bytes(),
             Var::Aborted if aborted => b"true",
             Var::Aborted => b"false",
-            Var::Request(i) => c.values.get(*i),
-            Var::Cookie(i) => c.values.get(c.cookies_at + i),
-            Var::Response(i) => c.response_at.map_or(&b"-"[..], |at| c.values.get(at + i)),
+            Var::Request(i) => c.value(*i),
+            Var::Cookie(i) => c.value(c.cookies_at + i),
+            Var::Response(i) => c.response_at.map_or(&b"-"[..], |at| c.value(at + i)),
             Var::ClientIp => self.client.as_bytes(),
             // Written by `render` itself.
             Var::Time
@@ -206,11 +222,11 @@ impl AccessRecord {
     }
 
     /// The request's target as it came: origin form, or the whole target
-    /// (`*`, an authority) when it has no path.
-    fn path(&self) -> std::borrow::Cow<'_, str> {
-        match self.uri.path_and_query() {
-            Some(p) => p.as_str().into(),
-            None => self.uri.to_string().into(),
+    /// (an authority) when it has no path.
+    fn path(&self) -> &str {
+        match &self.target {
+            Target::Path(p) => p.as_str(),
+            Target::Whole(t) => t,
         }
     }
 }
@@ -239,6 +255,9 @@ impl Captured {
     /// The request side's captures of `fields` (its fields and cookies).
     fn of_request(sink: &Arc<Sink>, fields: FieldsRef<'_>) -> Captured {
         let c = &sink.capture;
+        if c.request.is_empty() && c.cookies.is_empty() {
+            return Captured::empty(sink);
+        }
         let mut values = Values::with_capacity(c.request.len() + c.cookies.len());
         match fields {
             _ if c.request.is_empty() => {}
@@ -255,11 +274,27 @@ impl Captured {
         }
         Captured {
             sink: sink.clone(),
-            values,
+            values: Some(Box::new(values)),
             cookies_at,
             response_at: None,
             app: None,
         }
+    }
+
+    /// Nothing captured of the request (none asked for).
+    fn empty(sink: &Arc<Sink>) -> Captured {
+        Captured {
+            sink: sink.clone(),
+            values: None,
+            cookies_at: 0,
+            response_at: None,
+            app: None,
+        }
+    }
+
+    /// Captured value `i` (`-` when there is none).
+    fn value(&self, i: usize) -> &[u8] {
+        self.values.as_deref().map_or(b"-", |v| v.get(i))
     }
 
     /// The request reached `route`'s app.
@@ -274,12 +309,13 @@ impl Captured {
         if c.response.is_empty() {
             return;
         }
-        self.response_at = Some(self.values.len());
+        let values = self.values.get_or_insert_default();
+        self.response_at = Some(values.len());
         let map = map
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
         let fields = map.chain(raw.into_iter().flat_map(|f| f.iter()));
         let names = &self.sink.response_names;
-        names.capture(fields, c.length, &mut self.values);
+        names.capture(fields, c.length, values);
     }
 }

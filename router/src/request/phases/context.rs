@@ -222,7 +222,7 @@ impl Proxy {
             log: self.access_log.then(|| {
                 let sink = self.access_sink.as_ref();
                 let to = (host, sink, self.access_stderr);
-                Box::new(AccessRecord::of(req, fields, &conn.ip_value, to))
+                AccessRecord::boxed(req, fields, &conn.ip_value, to)
             }),
             received: req.body().declared_len(),
             active: conn.activity.begin(stream),
