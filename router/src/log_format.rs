@@ -142,11 +142,22 @@ impl Literal {
 }
 
 /// `httplog`'s template.
-const HTTPLOG: &str = "%{client_ip}:0 [%{time_haproxy}] router %{app}/%{upstream} 0/0/0/%{head_ms}/%{duration_ms} %{status} %{bytes} - - ---- 0/0/0/0/0 0/0 \"%{method} %{path} %{version}\"";
+pub const HTTPLOG: &str = "%{client_ip}:0 [%{time_haproxy}] router %{app}/%{upstream} 0/0/0/%{head_ms}/%{duration_ms} %{status} %{bytes} - - ---- 0/0/0/0/0 0/0 \"%{method} %{path} %{version}\"";
 /// `combined`'s template (nginx, Apache).
 const COMBINED: &str = "%{client_ip} - - [%{time_haproxy}] \"%{method} %{path} %{version}\" %{status} %{bytes} \"%{req.referer}\" \"%{req.user-agent}\"";
 
 impl Template {
+    /// Whether this is `httplog`'s template (named, or its text written
+    /// out), which lines write by a writer of its own.
+    pub fn is_httplog(&self) -> bool {
+        let none = Captures {
+            request: &[],
+            response: &[],
+            cookies: &[],
+        };
+        Template::parse(HTTPLOG, &none).is_ok_and(|t| t.parts == self.parts)
+    }
+
     /// Compiles `text` (or the preset it names) against `captures`; the
     /// error names what is wrong.
     pub fn parse(text: &str, captures: &Captures<'_>) -> Result<Template, String> {

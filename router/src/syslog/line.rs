@@ -101,6 +101,16 @@ impl<'a, const SIZE: usize> Line<'a, SIZE> {
         }
     }
 
+    /// Appends `text`, a constant: its stores are of immediates.
+    #[inline(always)]
+    pub fn text<const N: usize>(&mut self, text: &[u8; N]) {
+        const { assert!(N <= SLACK, "a constant text fits the slack") };
+        if let Some(to) = self.room::<N>() {
+            *to = *text;
+            self.pos += N;
+        }
+    }
+
     /// Appends `text`: a short one as its whole block, then cut back.
     #[inline(always)]
     pub fn literal(&mut self, text: &Literal) {
@@ -298,7 +308,8 @@ pub(super) struct Scratch {
 #[derive(Clone, Copy)]
 struct Anchor {
     at: Instant,
-    wall: Duration,
+    /// Nanoseconds since the epoch (a `u64` holds them to the year 2554).
+    wall: u64,
 }
 
 impl Scratch {
@@ -329,22 +340,28 @@ impl Scratch {
     /// The wall time at `end`, from the anchor while it is under a second
     /// old (read again otherwise, or when `end` is before it).
     fn time_at(&mut self, end: Instant) -> LineTime {
-        let since = |a: &Anchor| end.checked_duration_since(a.at);
-        let wall = match self.anchor.as_ref().and_then(|a| Some((a, since(a)?))) {
-            Some((a, d)) if d < Duration::from_secs(1) => a.wall + d,
-            _ => {
-                let wall = SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                self.anchor = Some(Anchor { at: end, wall });
-                wall
-            }
-        };
-        LineTime::of(wall)
+        if let Some(a) = &self.anchor
+            && let Some(since) = end.checked_duration_since(a.at)
+            && since.as_secs() == 0
+        {
+            return LineTime::of_nanos(a.wall + u64::from(since.subsec_nanos()));
+        }
+        let wall = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.anchor = Some(Anchor { at: end, wall });
+        LineTime::of_nanos(wall)
     }
 }
 
 impl LineTime {
+    fn of_nanos(nanos: u64) -> LineTime {
+        LineTime {
+            secs: nanos / 1_000_000_000,
+            millis: (nanos % 1_000_000_000 / 1_000_000) as u16,
+        }
+    }
+
     fn of(since_epoch: Duration) -> LineTime {
         LineTime {
             secs: since_epoch.as_secs(),
@@ -535,7 +552,7 @@ mod tests {
         let anchor = scratch.anchor.expect("anchored");
         assert_eq!(anchor.at, start);
         let later = scratch.time_at(start + Duration::from_millis(500));
-        let want = LineTime::of(anchor.wall + Duration::from_millis(500));
+        let want = LineTime::of_nanos(anchor.wall + 500_000_000);
         assert_eq!((later.secs, later.millis), (want.secs, want.millis));
         assert_eq!(scratch.anchor.expect("kept").at, start, "not read again");
         scratch.time_at(start + Duration::from_secs(2));

@@ -159,6 +159,8 @@ pub struct Sink {
     /// response head (a request's record keeps them only then).
     pub reads_ids: bool,
     pub reads_head: bool,
+    /// The template is `httplog`'s, written by its own writer.
+    pub httplog: bool,
     /// What is captured, in the template's order (see `access_log.capture`).
     pub capture: Capture,
     /// The request's and the response's field names of `capture`, compiled.
@@ -252,6 +254,7 @@ impl Sink {
         Ok(Arc::new(Sink {
             reads_ids: template.reads(|v| matches!(v, Var::RequestId | Var::TraceId)),
             reads_head: template.reads(|v| matches!(v, Var::HeadMs)),
+            httplog: template.is_httplog(),
             steps: Steps::of(&template),
             template,
             capture: capture.clone(),

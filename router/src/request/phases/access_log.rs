@@ -124,9 +124,13 @@ impl AccessRecord {
         self.upstream = upstream;
     }
 
-    /// The response's captures, for the syslog line (none without it).
+    /// The response's captures, for the syslog line (none without it, or
+    /// without response fields to capture: no call then).
+    #[inline]
     pub fn response(&mut self, map: &http::HeaderMap, raw: Option<&h1_codec::fields::Fields>) {
-        if let Some(c) = self.syslog.as_mut() {
+        if let Some(c) = self.syslog.as_mut()
+            && !c.sink.capture.response.is_empty()
+        {
             c.response(map, raw);
         }
     }
@@ -160,35 +164,83 @@ impl AccessRecord {
     }
 
     /// The syslog line's message, in the sink's template, written after the
-    /// line's head.
+    /// line's head: `httplog` by its own writer, any other template step by
+    /// step.
     fn render(&self, c: &Captured, end: End, line: &mut Line<'_>) {
+        if c.sink.httplog {
+            self.httplog(c, end, line);
+        } else {
+            self.steps(c, end, line);
+        }
+    }
+
+    /// The template's steps: its texts and variables, each a branch.
+    fn steps(&self, c: &Captured, end: End, line: &mut Line<'_>) {
         let steps = &c.sink.steps;
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         line.literal(&steps.lead);
         for (var, after) in &steps.steps {
-            match var {
-                Var::Time => line.time(TimeText::Rfc3339),
-                Var::TimeHaproxy => line.time(TimeText::Haproxy),
-                Var::Status => status(end.0, line),
-                Var::Bytes => line.number(end.1),
-                Var::HeadMs => line.number(self.head.map_or(0, ms)),
-                Var::DurationMs => line.number(ms(end.2)),
-                Var::App => match &c.app {
-                    Some(route) => {
-                        line.put(route.name.as_bytes());
-                        line.byte(b'-');
-                        line.put(route.namespace.as_bytes());
-                    }
-                    None => line.byte(b'-'),
-                },
-                var => line.put(self.text(var, c, end.3)),
-            }
+            self.var(var, c, end, line);
             line.literal(after);
         }
     }
 
-    /// What `var` says of this request (the variables [`AccessRecord::render`]
+    /// The `httplog` preset ([`crate::log_format`]'s `HTTPLOG`, which the
+    /// test `httplog_writes_what_its_template_does` holds this to): the
+    /// same variables in the same texts, written straight, its texts as
+    /// constants (stores of immediates) and no branch on a variable. The
+    /// template stepped through cost about 550 instructions a line, this
+    /// about 250 (`bench/RESULTS.md`, "A syslog line by position").
+    fn httplog(&self, c: &Captured, end: End, line: &mut Line<'_>) {
+        self.var(&Var::ClientIp, c, end, line);
+        line.text(b":0 [");
+        self.var(&Var::TimeHaproxy, c, end, line);
+        line.text(b"] router ");
+        self.var(&Var::App, c, end, line);
+        line.byte(b'/');
+        self.var(&Var::Upstream, c, end, line);
+        line.text(b" 0/0/0/");
+        self.var(&Var::HeadMs, c, end, line);
+        line.byte(b'/');
+        self.var(&Var::DurationMs, c, end, line);
+        line.byte(b' ');
+        self.var(&Var::Status, c, end, line);
+        line.byte(b' ');
+        self.var(&Var::Bytes, c, end, line);
+        line.text(b" - - ---- 0/0/0/0/0 0/0 \"");
+        self.var(&Var::Method, c, end, line);
+        line.byte(b' ');
+        self.var(&Var::Path, c, end, line);
+        line.byte(b' ');
+        self.var(&Var::Version, c, end, line);
+        line.byte(b'"');
+    }
+
+    /// Writes what `var` says of this request.
+    #[inline(always)]
+    fn var(&self, var: &Var, c: &Captured, end: End, line: &mut Line<'_>) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        match var {
+            Var::Time => line.time(TimeText::Rfc3339),
+            Var::TimeHaproxy => line.time(TimeText::Haproxy),
+            Var::Status => status(end.0, line),
+            Var::Bytes => line.number(end.1),
+            Var::HeadMs => line.number(self.head.map_or(0, ms)),
+            Var::DurationMs => line.number(ms(end.2)),
+            Var::App => match &c.app {
+                Some(route) => {
+                    line.put(route.name.as_bytes());
+                    line.byte(b'-');
+                    line.put(route.namespace.as_bytes());
+                }
+                None => line.byte(b'-'),
+            },
+            var => line.put(self.text(var, c, end.3)),
+        }
+    }
+
+    /// What `var` says of this request (the variables [`AccessRecord::var`]
     /// does not write itself; `aborted`: the client went away first).
+    #[inline(always)]
     fn text<'a>(&'a self, var: &Var, c: &'a Captured, aborted: bool) -> &'a [u8] {
         match var {
             Var::Method => self.method.as_str().as_bytes(),
@@ -317,5 +369,97 @@ impl Captured {
         let fields = map.chain(raw.into_iter().flat_map(|f| f.iter()));
         let names = &self.sink.response_names;
         names.capture(fields, c.length, values);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syslog::{Capture, LINE_MAX, Protocol, SLACK, SyslogSettings, written};
+
+    fn sink(template: &str) -> Arc<Sink> {
+        let settings = SyslogSettings {
+            address: "udp://127.0.0.1:9".into(),
+            protocol: Protocol::Rfc5424,
+            facility: "local1".into(),
+            tag: "router".into(),
+            queue: 10,
+        };
+        let registry = prometheus::Registry::new();
+        match Sink::start(&settings, template, &Capture::default(), &registry) {
+            Ok(sink) => sink,
+            Err(e) => panic!("a sink for {template:?}: {e}"),
+        }
+    }
+
+    /// The `httplog` writer writes what stepping through its template
+    /// writes, for requests of every shape: short and long values, no host,
+    /// no member, numbers of every width, a target without a path.
+    #[test]
+    fn httplog_writes_what_its_template_does() {
+        let sink = sink("httplog");
+        assert!(sink.httplog, "the preset is recognised");
+        let long = format!("/{}?q={}", "a".repeat(300), "b".repeat(40));
+        let cases = [
+            ("GET", "/", Some("example.com"), (200, 0, 0, 5), None),
+            (
+                "POST",
+                "/p/x?y=1",
+                None,
+                (503, 1_234_567, 99_999, 123_456),
+                Some("10.0.0.1:8080"),
+            ),
+            (
+                "PATCH",
+                long.as_str(),
+                Some("a.b"),
+                (99, 9, 10, 100),
+                Some("m"),
+            ),
+            (
+                "CONNECT",
+                "example.com:443",
+                None,
+                (1000, 10_000, 1000, 9999),
+                None,
+            ),
+        ];
+        for (method, target, host, (status, bytes, head, ms), upstream) in cases {
+            let req = http::Request::builder()
+                .method(method)
+                .uri(target)
+                .body(())
+                .expect("a request");
+            let client = http::HeaderValue::from_static("192.0.2.1");
+            let host = host.map(http::HeaderValue::from_static);
+            let fields = FieldsRef::Map(req.headers());
+            let mut record =
+                AccessRecord::boxed(&req, fields, &client, (host.as_ref(), Some(&sink), false));
+            record.head = Some(Duration::from_millis(head));
+            record.upstream = upstream.map(Arc::from);
+            let c = record.syslog.as_ref().expect("captured");
+            let end = (status, bytes, Duration::from_millis(ms), false);
+            let preset = written::<{ LINE_MAX + SLACK }>(|line| record.httplog(c, end, line));
+            let stepped = written::<{ LINE_MAX + SLACK }>(|line| record.steps(c, end, line));
+            assert_eq!(
+                String::from_utf8_lossy(&preset),
+                String::from_utf8_lossy(&stepped),
+                "{method} {target}"
+            );
+            let text = String::from_utf8_lossy(&preset);
+            assert!(
+                text.contains(&format!("\"{method} {target} HTTP/1.1\"")),
+                "{text}"
+            );
+        }
+        assert!(!sink_is_httplog("%{method} %{path}"));
+        assert!(
+            sink_is_httplog(crate::log_format::HTTPLOG),
+            "written out, still the preset"
+        );
+    }
+
+    fn sink_is_httplog(template: &str) -> bool {
+        sink(template).httplog
     }
 }
