@@ -575,8 +575,12 @@ fn the_profile_guided_builds_training_load_runs_against_this_router() {
     ] {
         assert_eq!(
             said.matches(&format!("pgo-train: {step}: ok")).count(),
-            2,
-            "{step} in both runs:\n{said}"
+            3,
+            "{step} in the three runs:\n{said}"
         );
     }
+    assert!(
+        said.contains("pgo-train: syslog lines: "),
+        "the syslog run's lines reached the trainer:\n{said}"
+    );
 }

@@ -282,12 +282,14 @@ async fn each_request_stream_is_held_to_the_rules_and_the_connection_goes_on() {
             {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["x-big", big]]},
             post(serde_json::json!({"content_length": 3})),
             post(serde_json::json!({"pieces": 5, "trailers": [["x-checksum", "abc"]]})),
+            {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["content-length", "+0"]]},
+            {"method": "GET", "authority": APP_HOST, "path": "/", "headers": [["content-length", "0"], ["content-length", "1"]]},
             get(APP_HOST, "/last")
         ]),
     )
     .await;
     let a = v.as_array().unwrap_or_else(|| panic!("{v}"));
-    assert_eq!(a.len(), 7, "{v}");
+    assert_eq!(a.len(), 9, "{v}");
     assert_eq!(status(&a[0]), 200, "{v}");
     // H3_MESSAGE_ERROR (RFC 9114 §4.1.2): an uppercase name, a connection-specific field.
     assert_eq!(a[1]["reset"], 0x10e, "uppercase field name: {}", a[1]);
@@ -313,7 +315,11 @@ async fn each_request_stream_is_held_to_the_rules_and_the_connection_goes_on() {
         a[5]
     );
     assert_eq!(echo(&a[5]).body_len, 5, "{}", a[5]);
-    assert_eq!(status(&a[6]), 200, "the connection still serves: {v}");
+    // Content-Length by the one rule of the HTTP/1.1 and h2 paths: a sign,
+    // or values that differ, make the request malformed.
+    assert_eq!(a[6]["reset"], 0x10e, "a signed content-length: {}", a[6]);
+    assert_eq!(a[7]["reset"], 0x10e, "differing content-lengths: {}", a[7]);
+    assert_eq!(status(&a[8]), 200, "the connection still serves: {v}");
 }
 
 /// The response head of a GET to the app over h2 (curl), lower-cased.

@@ -39,10 +39,20 @@ impl Stream {
             Ok(head) => head,
             Err(fault) => return self.refuse(fault, &mut send, &mut incoming).await,
         };
-        let declared = head
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        // Read by the one rule the HTTP/1.1 and h2 paths read it by: a
+        // value it refuses (a sign, more than one differing) makes the
+        // request malformed (RFC 9114 §4.1.2).
+        let values = head.headers().get_all(header::CONTENT_LENGTH);
+        let declared = match h1_codec::length::content_length(values.iter().map(|v| v.as_bytes())) {
+            Ok(declared) => declared,
+            Err(_) => {
+                let what = "a content-length not one decimal number";
+                let e = Error::stream(Code::MESSAGE_ERROR, what);
+                return self
+                    .refuse(Fault::Protocol(e), &mut send, &mut incoming)
+                    .await;
+            }
+        };
         let body = super::body::received(
             incoming,
             declared,
