@@ -566,17 +566,18 @@ fn the_profile_guided_builds_training_load_runs_against_this_router() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "pgo-train failed:\n{said}");
-    for step in [
-        "HTTP/1.1 keep-alive",
-        "h2 over TLS",
-        "HTTP/3",
-        "WebSocket tunnels",
-        "routing events",
+    // The syslog run makes HTTP/1.1 and h2 requests only.
+    for (step, runs) in [
+        ("HTTP/1.1 keep-alive", 3),
+        ("h2 over TLS", 3),
+        ("HTTP/3", 2),
+        ("WebSocket tunnels", 2),
+        ("routing events", 3),
     ] {
         assert_eq!(
             said.matches(&format!("pgo-train: {step}: ok")).count(),
-            3,
-            "{step} in the three runs:\n{said}"
+            runs,
+            "{step} in {runs} runs:\n{said}"
         );
     }
     assert!(

@@ -371,7 +371,9 @@ impl LineTime {
 }
 
 impl Second {
-    /// The texts of `secs`, made now if `kept` holds another second's.
+    /// The texts of `secs`, made now if `kept` holds another second's (no
+    /// call while it is the same second).
+    #[inline]
     fn at(kept: &mut Option<Second>, secs: u64) -> &Second {
         if kept.as_ref().is_some_and(|s| s.secs != secs) {
             *kept = None;
@@ -379,6 +381,7 @@ impl Second {
         kept.get_or_insert_with(|| Second::of(secs))
     }
 
+    #[cold]
     fn of(secs: u64) -> Second {
         let ((year, month, day), (h, m, s)) = civil(secs);
         let mon = MONTHS[usize::from(month - 1)];

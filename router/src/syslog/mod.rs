@@ -156,9 +156,10 @@ pub struct Sink {
     /// The template as a line is written.
     pub steps: Steps,
     /// Whether a line reads the request's ID or trace ID, the time to its
-    /// response head (a request's record keeps them only then).
+    /// response head, its host (a request's record keeps them only then).
     pub reads_ids: bool,
     pub reads_head: bool,
+    pub reads_host: bool,
     /// The template is `httplog`'s, written by its own writer.
     pub httplog: bool,
     /// What is captured, in the template's order (see `access_log.capture`).
@@ -254,6 +255,7 @@ impl Sink {
         Ok(Arc::new(Sink {
             reads_ids: template.reads(|v| matches!(v, Var::RequestId | Var::TraceId)),
             reads_head: template.reads(|v| matches!(v, Var::HeadMs)),
+            reads_host: template.reads(|v| matches!(v, Var::Host)),
             httplog: template.is_httplog(),
             steps: Steps::of(&template),
             template,

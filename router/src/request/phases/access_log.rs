@@ -89,7 +89,10 @@ impl AccessRecord {
             AccessRecord {
                 client: client.clone(),
                 method: req.method().clone(),
-                host: host.cloned(),
+                // Kept only for a line that reads it (`httplog` does not).
+                host: host
+                    .filter(|_| stderr || sink.is_some_and(|s| s.reads_host))
+                    .cloned(),
                 target: match req.uri().path_and_query() {
                     Some(path) => Target::Path(path.clone()),
                     None => Target::Whole(req.uri().to_string().into()),
