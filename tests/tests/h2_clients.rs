@@ -214,6 +214,20 @@ async fn head_status(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
     }
 }
 
+/// The preface, then stream 1's HEADERS (END_HEADERS only, its body to
+/// come): `:method POST`, `:scheme http`, `:path /`, `:authority` (literal),
+/// then `fields`, an HPACK block of the caller's.
+async fn post_head(s: &mut tokio::net::TcpStream, fields: &[u8]) {
+    s.write_all(PREFACE).await.expect("write");
+    let mut block = b"\x83\x86\x84\x01".to_vec();
+    block.push(HA.len() as u8);
+    block.extend_from_slice(HA.as_bytes());
+    block.extend_from_slice(fields);
+    let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    s.write_all(&frame).await.expect("request head");
+}
+
 /// A client that asks for `100 Continue` gets it at once (the router reads a
 /// body ahead of the member), then the answer once its body came.
 #[tokio::test]
@@ -222,17 +236,9 @@ async fn an_h2_client_expecting_100_continue_gets_it_before_sending_its_body() {
     let mut s = tokio::net::TcpStream::connect(r.http)
         .await
         .expect("connect");
-    s.write_all(PREFACE).await.expect("write");
-    // :method POST, :scheme http, :path /, :authority (literal), then
     // `expect: 100-continue` and `content-length: 3` on the static table's
-    // names (35, 28), END_HEADERS only: the body is to come.
-    let mut block = b"\x83\x86\x84\x01".to_vec();
-    block.push(HA.len() as u8);
-    block.extend_from_slice(HA.as_bytes());
-    block.extend_from_slice(b"\x0f\x14\x0c100-continue\x0f\x0d\x013");
-    let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
-    frame.extend_from_slice(&block);
-    s.write_all(&frame).await.expect("request head");
+    // names (35, 28): the body is to come.
+    post_head(&mut s, b"\x0f\x14\x0c100-continue\x0f\x0d\x013").await;
     let continued = tokio::time::timeout(Duration::from_secs(10), head_status(&mut s))
         .await
         .expect("an answer before the body, within 10 s");
@@ -298,15 +304,8 @@ async fn a_signed_content_length_resets_the_stream() {
     let mut s = tokio::net::TcpStream::connect(r.http)
         .await
         .expect("connect");
-    s.write_all(PREFACE).await.expect("write");
-    // POST with `content-length: +3` (static name 28), END_HEADERS only.
-    let mut block = b"\x83\x86\x84\x01".to_vec();
-    block.push(HA.len() as u8);
-    block.extend_from_slice(HA.as_bytes());
-    block.extend_from_slice(b"\x0f\x0d\x02+3");
-    let mut frame = vec![0, 0, block.len() as u8, HEADERS, 0x04, 0, 0, 0, 1];
-    frame.extend_from_slice(&block);
-    s.write_all(&frame).await.expect("request head");
+    // `content-length: +3` (static name 28).
+    post_head(&mut s, b"\x0f\x0d\x02+3").await;
     let reset = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let (kind, _, stream, payload) = read_frame(&mut s).await?;

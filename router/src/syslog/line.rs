@@ -363,10 +363,7 @@ impl LineTime {
     }
 
     fn of(since_epoch: Duration) -> LineTime {
-        LineTime {
-            secs: since_epoch.as_secs(),
-            millis: since_epoch.subsec_millis() as u16,
-        }
+        LineTime::of_nanos(u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 

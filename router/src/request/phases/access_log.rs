@@ -328,11 +328,9 @@ impl Captured {
             capture_cookies(&c.cookies, cookies, c.length, &mut values);
         }
         Captured {
-            sink: sink.clone(),
             values: Some(Box::new(values)),
             cookies_at,
-            response_at: None,
-            app: None,
+            ..Captured::empty(sink)
         }
     }
 
