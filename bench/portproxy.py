@@ -24,10 +24,15 @@ HZ = os.sysconf("SC_CLK_TCK")
 PORTS = {"backend": 19080, "portproxy": 19081, "haproxy": 19082}
 
 
-def cpu_seconds(pid):
+def cpu_split(pid):
+    """The process's (user, system) CPU seconds so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
+    return int(fields[11]) / HZ, int(fields[12]) / HZ
+
+
+def cpu_seconds(pid):
+    return sum(cpu_split(pid))
 
 
 def rss_kib(pid):
@@ -112,6 +117,9 @@ def main():
         short = {k: [] for k in bulk}
         cpu_per_conn = {k: [] for k in ("portproxy", "haproxy")}
         cpu_per_gib = {k: [] for k in ("portproxy", "haproxy")}
+        # The short connections' CPU split: user space (the proxy's own code)
+        # and system (the kernel's work on its behalf).
+        user_per_conn = {k: [] for k in ("portproxy", "haproxy")}
         for r in range(a.rounds):
             order = ["direct", "portproxy", "haproxy"] if r % 2 == 0 else ["haproxy", "portproxy", "direct"]
             for name in order:
@@ -121,11 +129,13 @@ def main():
                 bulk[name].append(out["bytes_per_sec"])
                 if name in pids:
                     cpu_per_gib[name].append((cpu_seconds(pids[name]) - b0) / (out["bytes_per_sec"] * a.duration / 2**30))
-                c0 = cpu_seconds(pids[name]) if name in pids else 0
+                c0 = cpu_split(pids[name]) if name in pids else (0, 0)
                 out = parse(run([f"{REL}/bench-tcp", "short", f"127.0.0.1:{port}", str(a.duration), "32"], load_cpu))
                 short[name].append(out["conns_per_sec"])
                 if name in pids:
-                    cpu_per_conn[name].append((cpu_seconds(pids[name]) - c0) / max(out["conns"], 1) * 1e6)
+                    c1, n = cpu_split(pids[name]), max(out["conns"], 1)
+                    cpu_per_conn[name].append((sum(c1) - sum(c0)) / n * 1e6)
+                    user_per_conn[name].append((c1[0] - c0[0]) / n * 1e6)
                 time.sleep(1)  # let TIME_WAIT and the kernel settle between runs
         med = {k: statistics.median(v) for k, v in bulk.items()}
         meds = {k: statistics.median(v) for k, v in short.items()}
@@ -136,9 +146,13 @@ def main():
             extra = f"  proxy CPU {medg[k] * 1000:5.0f} ms/GiB" if k in medg else ""
             print(f"  {k:10s} {v * 8 / 1e9:7.2f}  ({v / med['direct']:.2f} of direct){extra}")
         print(f"\nshort connections (32 concurrent, 100 B each way), conn/s and proxy CPU per connection:")
+        medu = {k: statistics.median(v) for k, v in user_per_conn.items()}
         for k, v in meds.items():
-            extra = f"  {medc[k]:6.1f} µs CPU/conn" if k in medc else ""
+            extra = f"  {medc[k]:6.1f} µs CPU/conn ({medu[k]:.1f} user, {medc[k] - medu[k]:.1f} system)" \
+                if k in medc else ""
             print(f"  {k:10s} {v:9.0f} conn/s{extra}")
+        print(f"  portproxy / haproxy CPU per connection: {medc['portproxy'] / medc['haproxy']:.3f}x; "
+              f"with no user-space CPU at all it would be {(medc['portproxy'] - medu['portproxy']) / medc['haproxy']:.3f}x")
 
         # Idle relayed connections: RSS before and after holding N through the proxy.
         n_idle = 5000

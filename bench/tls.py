@@ -21,8 +21,15 @@ listener that cannot resume: the group each agreed on and the proxy's CPU per
 handshake (haproxy and nginx on Debian 12's OpenSSL 3.0 have no ML-KEM: they agree
 on X25519 whatever is offered).
 
+With --client-cert: full handshakes in which the client presents a certificate
+that each proxy verifies against a CA and a CRL (router `tls.client_certificates`
+required with `crl_files`; haproxy `verify required ca-file crl-file`; nginx
+`ssl_verify_client on` with `ssl_crl`), by the same rustls client offering X25519,
+against the listeners that cannot resume; then the same listeners' plain full
+handshakes are not measured (see --only-groups for those).
+
 usage: bench/tls.py [--rounds N] [--handshakes N] [--duration S] [--certs N] [--pin]
-                    [--only-groups]
+                    [--only-groups | --client-cert]
 
 Everything listens on 127.0.0.1; every process started here is stopped by PID."""
 
@@ -53,7 +60,59 @@ P = {"backend": 18080, "haproxy": 18443, "haproxy_full": 18445, "nginx": 18444, 
 HOST = H.HOST
 
 
-def proxies_config(d):
+def client_pki(d):
+    """The clients' CA (client-ca.pem), a client certificate it signs
+    (client.crt, client.key), and its CRL (crl.pem) revoking another
+    certificate it signed: what each proxy verifies a client against."""
+    H.write(f"{d}/client-ca.cnf", f"""[ca]
+default_ca = bench
+[bench]
+dir = {d}
+database = {d}/client-index.txt
+new_certs_dir = {d}
+certificate = {d}/client-ca.pem
+private_key = {d}/client-ca.key
+serial = {d}/client-serial
+crlnumber = {d}/client-crlnumber
+default_md = sha256
+default_days = 2
+default_crl_days = 2
+policy = any
+[any]
+commonName = supplied
+[client]
+basicConstraints = CA:FALSE
+extendedKeyUsage = clientAuth
+""")
+    H.write(f"{d}/client-index.txt", "")
+    H.write(f"{d}/client-crlnumber", "01\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    run("req", "-x509", *ec, "-days", "2", "-subj", "/CN=bench client CA",
+        "-keyout", "client-ca.key", "-out", "client-ca.pem")
+    for name in ("client", "revoked"):
+        run("req", *ec, "-subj", f"/CN={name}.bench", "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        run("ca", "-batch", "-config", "client-ca.cnf", "-create_serial", "-extensions", "client",
+            "-in", f"{name}.csr", "-out", f"{name}.crt", "-notext")
+    run("ca", "-batch", "-config", "client-ca.cnf", "-revoke", "revoked.crt")
+    run("ca", "-batch", "-config", "client-ca.cnf", "-gencrl", "-out", "crl.pem")
+
+
+def proxies_config(d, client_cert=False):
+    """Each proxy on two listeners: one that resumes, one that cannot
+    (`_full`); with `client_cert` the latter also requires a client
+    certificate, verified against client-ca.pem and crl.pem."""
+    verify = {"nginx": "", "haproxy": "", "router": ""}
+    if client_cert:
+        verify = {
+            "nginx": f"ssl_verify_client on;\n    ssl_client_certificate {d}/client-ca.pem;\n"
+                     f"    ssl_crl {d}/crl.pem;",
+            "haproxy": f" ca-file {d}/client-ca.pem crl-file {d}/crl.pem verify required",
+            "router": f"  client_certificates:\n    mode: required\n    ca_file: {d}/client-ca.pem\n"
+                      f"    crl_files: [{d}/crl.pem]\n",
+        }
     H.nginx_conf(d, "nginx-tls", f"""
   {H.UPSTREAM}
   server {{
@@ -70,6 +129,7 @@ def proxies_config(d):
     ssl_protocols TLSv1.3;
     ssl_session_tickets off;
     ssl_session_cache off;
+    {verify["nginx"]}
     {H.PROXY_PASS}
   }}""")
     # No server-side session cache: with no-tls-tickets nothing can resume there.
@@ -79,7 +139,7 @@ frontend fe_tls
     bind 127.0.0.1:{P['haproxy']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1
     default_backend be
 frontend fe_tls_noresume
-    bind 127.0.0.1:{P['haproxy_full']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1 no-tls-tickets
+    bind 127.0.0.1:{P['haproxy_full']} ssl crt {d}/tls.pem ssl-min-ver TLSv1.3 alpn http/1.1 no-tls-tickets{verify["haproxy"]}
     default_backend be
 backend be
     http-reuse always
@@ -91,7 +151,7 @@ backend be
         ("router", P["router"], P["router_http"], P["router_admin"],
          f"  session_ticket_key_file: {d}/ticket.key\n", "spool-tickets"),
         ("router-full", P["router_full"], P["router_full_http"], P["router_full_admin"],
-         "  resumption: false\n", "spool-full"),
+         "  resumption: false\n" + verify["router"], "spool-full"),
     ):
         os.makedirs(f"{d}/{spool}", exist_ok=True)
         H.write(f"{d}/{spool}/01-bench.yaml", H.ROUTE_EVENT)
@@ -150,11 +210,13 @@ def wrk_https(port, seconds):
     return {"requests": req, "non2xx": int(non2xx.group(1)) if non2xx else 0}
 
 
-def wait_https(port, sni_host=None, limit=60):
+def wait_https(port, sni_host=None, limit=60, cert=None):
+    """Until `port` answers 200 (presenting `cert`, (crt, key), when given)."""
     deadline = time.time() + limit
     host = sni_host or HOST
+    present = ["--cert", cert[0], "--key", cert[1]] if cert else []
     while time.time() < deadline:
-        r = subprocess.run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--resolve",
+        r = subprocess.run(["curl", "-sk", *present, "-o", "/dev/null", "-w", "%{http_code}", "--resolve",
                             f"{host}:{port}:127.0.0.1", f"https://{host}:{port}/"], capture_output=True, text=True)
         if r.stdout == "200":
             return
@@ -165,11 +227,13 @@ def wait_https(port, sni_host=None, limit=60):
 CLIENT_GROUPS = (("hybrid first", "x25519mlkem768,x25519"), ("x25519 only", "x25519"))
 
 
-def rustls_handshakes(port, d, groups, n):
-    """bench-clients handshakes: n full handshakes offering `groups`; its JSON."""
+def rustls_handshakes(port, d, groups, n, cert=None):
+    """bench-clients handshakes: n full handshakes offering `groups` (presenting
+    `cert`, (crt, key), when given); its JSON."""
+    env = dict(os.environ, CLIENT_CERT=cert[0], CLIENT_KEY=cert[1]) if cert else None
     out = subprocess.run([os.path.join(ROOT, "target/release/bench-clients"), "handshakes",
                           f"127.0.0.1:{port}", "router.test", f"{d}/tls.crt", groups, str(n), "50", HOST],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"bench-clients handshakes failed: {out.stderr}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -210,6 +274,47 @@ def groups_phase(d, procs, handshakes, rounds):
     for p in ("haproxy", "nginx"):
         other = med([r["us_per_hs"] for r in results[(p, "x25519 only")]])
         print(f"router vs {p} (X25519 each): {x / other:.2f}x; router with the hybrid vs {p}: {hy / other:.2f}x")
+    return results
+
+
+def client_cert_phase(d, procs, handshakes, rounds):
+    """Per proxy: CPU per full handshake (+1 request) in which the client
+    presents a certificate verified against a CA and a CRL, rounds
+    interleaved; a handshake that fails (a refused certificate) is counted."""
+    cert = (f"{d}/client.crt", f"{d}/client.key")
+    revoked = (f"{d}/revoked.crt", f"{d}/revoked.key")
+    targets = (("router", P["router_full"], procs["router_full"].pid),
+               ("haproxy", P["haproxy_full"], procs["haproxy"].pid),
+               ("nginx", P["nginx_full"], procs["nginx"].pid))
+    # Each proxy refuses the revoked certificate: the CRL is in force.
+    for name, port, _ in targets:
+        r = rustls_handshakes(port, d, "x25519", 5, revoked)
+        if r["ok"]:
+            sys.exit(f"{name} accepted a revoked client certificate: the comparison would be unequal")
+    results = {}
+    for rnd in range(rounds):
+        for name, port, pid in targets[rnd % 3:] + targets[:rnd % 3]:
+            rustls_handshakes(port, d, "x25519", 500, cert)
+            r = measure(pid, lambda: rustls_handshakes(port, d, "x25519", handshakes, cert))
+            r["us_per_hs"] = r["cpu_s"] / max(r["ok"], 1) * 1e6
+            results.setdefault(name, []).append(r)
+            print(f"round {rnd} {name:8} client certificate  {r['ok'] / r['seconds']:>6.0f}/s  "
+                  f"proxy cpu {r['us_per_hs']:6.1f} us/hs  failed {r['failed']}", flush=True)
+    med = statistics.median
+    print()
+    print(f"Full TLS 1.3 handshakes (+1 request) with a client certificate verified against a CA "
+          f"and a CRL, rustls client (X25519), {rounds} rounds of {handshakes}:")
+    print()
+    print("| proxy | proxy CPU µs per full handshake, median [range] | failed |")
+    print("|---|---|---|")
+    for name, runs in results.items():
+        us = [x["us_per_hs"] for x in runs]
+        print(f"| {name} | {med(us):.1f} [{min(us):.1f}–{max(us):.1f}] | {sum(x['failed'] for x in runs)} |")
+    mine = med([r["us_per_hs"] for r in results["router"]])
+    for p in ("haproxy", "nginx"):
+        other = med([r["us_per_hs"] for r in results[p]])
+        by_round = ", ".join(f"{a['us_per_hs'] / b['us_per_hs']:.2f}x" for a, b in zip(results["router"], results[p]))
+        print(f"router vs {p}: {mine / other:.2f}x (by round: {by_round})")
     return results
 
 
@@ -271,6 +376,8 @@ def main():
     ap.add_argument("--only-certs", action="store_true", help="run the 1 vs --certs phase only")
     ap.add_argument("--only-groups", action="store_true",
                     help="the key-exchange groups phase only (hybrid post-quantum vs X25519)")
+    ap.add_argument("--client-cert", action="store_true",
+                    help="full handshakes presenting a client certificate verified against a CA and a CRL")
     ap.add_argument("--router", default=os.path.join(ROOT, "target/release/router"),
                     help="the router binary (e.g. an older build to compare)")
     ap.add_argument("--no-certs", action="store_true",
@@ -289,7 +396,9 @@ def main():
     with open(f"{d}/tls.pem", "w") as f:
         f.write(open(f"{d}/tls.crt").read() + open(f"{d}/tls.key").read())
     H.configs(d)
-    proxies_config(d)
+    if args.client_cert:
+        client_pki(d)
+    proxies_config(d, args.client_cert)
     procs = {}
     results = {}
     try:
@@ -306,8 +415,9 @@ def main():
         procs["router_full"] = subprocess.Popen([router_bin, "--config", f"{d}/router-full.yaml"],
                                                 stdout=subprocess.DEVNULL, stderr=open(f"{d}/router-full.log", "w"))
         H.wait_port(P["backend"])
+        present = (f"{d}/client.crt", f"{d}/client.key") if args.client_cert else None
         for p in ("haproxy", "haproxy_full", "nginx", "nginx_full", "router", "router_full"):
-            wait_https(P[p])
+            wait_https(P[p], cert=present if p.endswith("_full") else None)
         if args.pin:
             H.pin(procs["backend"].pid, {0})
             for name in ("nginx", "haproxy", "router", "router_full"):
@@ -316,6 +426,9 @@ def main():
 
         if args.only_groups:
             groups_phase(d, procs, args.handshakes, args.rounds)
+            raise StopIteration
+        if args.client_cert:
+            client_cert_phase(d, procs, args.handshakes, args.rounds)
             raise StopIteration
         targets = ["router", "haproxy", "nginx"]
         results = {t: {"full": [], "resumed": [], "keepalive": []} for t in targets}
@@ -357,7 +470,7 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    if args.only_groups:
+    if args.only_groups or args.client_cert:
         shutil.rmtree(d, ignore_errors=True)
         return
     certs = {}
