@@ -11,7 +11,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc::Receiver;
 
-use super::{SpanRecord, TraceMetrics, TracesConfig};
+use super::{Clock, Queue, SpanRecord, TraceMetrics, TracesConfig};
 
 /// Where spans go: `http://host:port/path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,12 +76,7 @@ impl Identity {
 }
 
 /// Runs until the request path's side is dropped.
-pub async fn run(
-    mut rx: Receiver<Box<SpanRecord>>,
-    config: TracesConfig,
-    identity: Identity,
-    metrics: TraceMetrics,
-) {
+pub async fn run(queue: Queue, config: TracesConfig, identity: Identity, metrics: TraceMetrics) {
     let Some(endpoint) = config
         .endpoint
         .as_deref()
@@ -91,20 +86,19 @@ pub async fn run(
     };
     let resource = identity.resource();
     let mut conn: Option<SendRequest<Full<Bytes>>> = None;
+    let Queue { mut rx, full } = queue;
     let mut batch = Vec::with_capacity(config.batch);
     loop {
         if rx.recv_many(&mut batch, config.batch).await == 0 {
             return;
         }
-        let deadline = tokio::time::Instant::now() + config.interval;
-        while batch.len() < config.batch {
-            let room = config.batch - batch.len();
-            let more = tokio::time::timeout_at(deadline, rx.recv_many(&mut batch, room));
-            match more.await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
+        if batch.len() < config.batch {
+            // The rest of the batch: what waits once the interval has passed,
+            // or once the request path says a batch's worth does.
+            let _ = tokio::time::timeout(config.interval, full.notified()).await;
+            take_waiting(&mut rx, &mut batch, config.batch);
         }
+        Clock::now().date(&mut batch);
         let body = crate::wire::encode(&batch, &resource);
         let n = batch.len();
         batch.clear();
@@ -121,6 +115,21 @@ pub async fn run(
                 tracing::warn!(endpoint = %endpoint.authority, spans = n, "span export timed out");
                 metrics.dropped("export_failed", n);
             }
+        }
+    }
+}
+
+/// What waits in the queue, into `batch` up to `max`, without waiting and
+/// without asking to be woken: the waker left with the queue is one that
+/// does nothing, so spans pushed until the exporter waits again wake no one.
+#[expect(clippy::vec_box, reason = "a batch is of the boxes the queue carries")]
+fn take_waiting(rx: &mut Receiver<Box<SpanRecord>>, batch: &mut Vec<Box<SpanRecord>>, max: usize) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while batch.len() < max {
+        let room = max - batch.len();
+        match rx.poll_recv_many(&mut cx, batch, room) {
+            std::task::Poll::Ready(n) if n > 0 => {}
+            _ => return,
         }
     }
 }

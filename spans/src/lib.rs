@@ -191,6 +191,10 @@ impl Sample {
 /// counters.
 pub struct Spans {
     queue: tokio::sync::mpsc::Sender<Box<SpanRecord>>,
+    /// Told when a batch's worth waits in the queue: the exporter is not woken
+    /// by each span (see [`Queue`]).
+    full: Arc<tokio::sync::Notify>,
+    batch: usize,
     pub sample: Sample,
     /// Spans a client's own sampled flag may still start (see
     /// [`Spans::believes`]).
@@ -235,19 +239,30 @@ impl TraceMetrics {
     }
 }
 
+/// The exporter's end of the queue: the finished spans, and the word that a
+/// batch's worth of them waits. The exporter waits for a span, then for the
+/// rest of its batch until `traces.interval` or that word, and takes what
+/// came without being woken by each (a wake-up a span, with its timer reset,
+/// cost about 800 instructions a request: `bench/RESULTS.md`, "A span's
+/// clock reads and wake-ups").
+pub struct Queue {
+    pub rx: tokio::sync::mpsc::Receiver<Box<SpanRecord>>,
+    pub full: Arc<tokio::sync::Notify>,
+}
+
 impl Spans {
-    /// The request path's handle and the exporter task's receiving end.
-    pub fn new(
-        config: &TracesConfig,
-        metrics: TraceMetrics,
-    ) -> (Arc<Spans>, tokio::sync::mpsc::Receiver<Box<SpanRecord>>) {
+    /// The request path's handle and the exporter task's end of the queue.
+    pub fn new(config: &TracesConfig, metrics: TraceMetrics) -> (Arc<Spans>, Queue) {
         let (queue, rx) = tokio::sync::mpsc::channel(config.queue);
+        let full = Arc::new(tokio::sync::Notify::new());
         let client_rate = token_bucket::Rate {
             per_second: f64::from(config.client_sampled_per_second),
             burst: f64::from(config.client_sampled_per_second.max(1)),
         };
         let spans = Spans {
             queue,
+            full: full.clone(),
+            batch: config.batch.clamp(1, config.queue.max(1)),
             sample: Sample::ratio(config.sample_ratio),
             client_sampled: std::sync::Mutex::new(token_bucket::TokenBucket::full(
                 &client_rate,
@@ -259,7 +274,7 @@ impl Spans {
             max_len: config.max_attribute_length,
             metrics,
         };
-        (Arc::new(spans), rx)
+        (Arc::new(spans), Queue { rx, full })
     }
 
     /// Whether a sampled trace gets a span: one that started here (the
@@ -267,7 +282,13 @@ impl Spans {
     /// always; one a client's own flag sampled, within
     /// `traces.client_sampled_per_second`, else as the ratio decides on its
     /// trace ID (a client cannot make every request cost an export).
-    pub fn believes(&self, continued: bool, trusted_proxy: bool, trace_low: u64) -> bool {
+    /// `trace_low`: the trace ID's low bits, read only for that last case.
+    pub fn believes(
+        &self,
+        continued: bool,
+        trusted_proxy: bool,
+        trace_low: impl FnOnce() -> u64,
+    ) -> bool {
         if !continued || trusted_proxy {
             return true;
         }
@@ -275,13 +296,15 @@ impl Spans {
             .client_sampled
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        bucket.take(&self.client_rate, Instant::now()).is_ok() || self.sample.new_trace(trace_low)
+        bucket.take(&self.client_rate, Instant::now()).is_ok() || self.sample.new_trace(trace_low())
     }
 
     /// A finished span to the exporter, or dropped and counted: never waits.
     fn push(&self, span: Box<SpanRecord>) {
         if self.queue.try_send(span).is_err() {
             self.metrics.dropped("queue_full", 1);
+        } else if self.queue.max_capacity() - self.queue.capacity() >= self.batch {
+            self.full.notify_one();
         }
     }
 }
@@ -321,6 +344,8 @@ pub struct SpanRecord {
     pub traceparent: [u8; 55],
     /// The client's span, when its `traceparent` was valid (16 hex digits).
     pub parent: Option<[u8; 16]>,
+    /// The start on the wall clock: set by the exporter from its batch's
+    /// reading of the clock (see [`Clock`]), not read a request.
     pub start_unix_nanos: u64,
     start: Instant,
     pub method: http::Method,
@@ -357,10 +382,6 @@ pub struct Started<'a> {
 
 impl SpanRecord {
     pub fn start(spans: &Arc<Spans>, s: Started<'_>) -> Box<SpanRecord> {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(s.start.elapsed());
         let mut traceparent = [0u8; 55];
         if let Some(tp) = s.traceparent.get(..55) {
             traceparent.copy_from_slice(tp);
@@ -369,7 +390,7 @@ impl SpanRecord {
             spans: spans.clone(),
             traceparent,
             parent: s.parent,
-            start_unix_nanos: u64::try_from(since.as_nanos()).unwrap_or(0),
+            start_unix_nanos: 0,
             start: s.start,
             method: s.method.clone(),
             host: cut(
@@ -409,12 +430,49 @@ impl SpanRecord {
         }
     }
 
-    /// The response is done: to the exporter.
-    pub fn finish(mut self: Box<Self>, status: u16, bytes: u64, aborted: bool) {
-        self.end_nanos = self.nanos();
+    /// The response was done at `end` (the request's own reading of the
+    /// clock): to the exporter.
+    pub fn finish(mut self: Box<Self>, status: u16, bytes: u64, aborted: bool, end: Instant) {
+        let took = end.saturating_duration_since(self.start);
+        self.end_nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         (self.status, self.bytes, self.aborted) = (status, bytes, aborted);
         let spans = self.spans.clone();
         spans.push(self);
+    }
+}
+
+/// The wall clock and the monotonic one read together, once a batch: a
+/// span's start on the wall clock is this reading less the monotonic time
+/// since the span's start (the request path reads no wall clock).
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    at: Instant,
+    unix_nanos: u64,
+}
+
+impl Clock {
+    pub fn now() -> Clock {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Clock {
+            at: Instant::now(),
+            unix_nanos: u64::try_from(unix.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// `at` on the wall clock, in nanoseconds since the epoch.
+    pub fn unix_nanos(&self, at: Instant) -> u64 {
+        let before = self.at.saturating_duration_since(at);
+        self.unix_nanos
+            .saturating_sub(u64::try_from(before.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Each span's start on the wall clock.
+    pub fn date(&self, batch: &mut [Box<SpanRecord>]) {
+        for span in batch {
+            span.start_unix_nanos = self.unix_nanos(span.start);
+        }
     }
 }
 

@@ -16,8 +16,8 @@ fn spans(
         sample_ratio: 1.0,
         ..TracesConfig::default()
     };
-    let (s, rx) = Spans::new(&config, metrics.clone());
-    (s, rx, metrics)
+    let (s, queue) = Spans::new(&config, metrics.clone());
+    (s, queue.rx, metrics)
 }
 
 fn record(spans: &Arc<Spans>, parent: Option<[u8; 16]>) -> Box<SpanRecord> {
@@ -54,8 +54,10 @@ fn a_finished_span_is_encoded_as_otlp_with_the_traceparents_ids() {
     r.member = Some(Arc::from("10.0.0.5:8080"));
     r.mark(Moment::Routed);
     r.mark(Moment::Retry);
-    r.finish(503, 42, false);
-    let finished = rx.try_recv().expect("queued");
+    r.finish(503, 42, false, Instant::now());
+    let mut finished = rx.try_recv().expect("queued");
+    // Dated as the exporter dates its batch.
+    Clock::now().date(std::slice::from_mut(&mut finished));
     let resource = crate::wire::resource(&[("service.name", "router")]);
     let body = crate::wire::encode(&[finished], &resource);
     let req = otlp::ExportTraceServiceRequest::decode(&body[..]).expect("decodes");
@@ -159,7 +161,7 @@ fn the_writer_writes_what_prost_writes_from_the_messages() {
 fn a_full_queue_drops_and_counts_never_waits() {
     let (s, _rx, metrics) = spans(2);
     for _ in 0..5 {
-        record(&s, None).finish(200, 0, false);
+        record(&s, None).finish(200, 0, false, Instant::now());
     }
     assert_eq!(metrics.dropped.with_label_values(&["queue_full"]).get(), 3);
 }
@@ -296,5 +298,104 @@ fn span(s: &SpanRecord) -> otlp::Span {
         flags: u32::from(trace_flags)
             | HAS_IS_REMOTE
             | if s.parent.is_some() { IS_REMOTE } else { 0 },
+    }
+}
+
+#[test]
+fn the_wall_clock_of_a_start_is_the_batchs_reading_less_the_time_since() {
+    let start = Instant::now();
+    let clock = Clock::now();
+    let since = clock.at.duration_since(start).as_nanos() as u64;
+    assert_eq!(clock.unix_nanos(start), clock.unix_nanos - since);
+    // A start after the reading (it cannot be, but never underflows).
+    assert_eq!(
+        clock.unix_nanos(clock.at + Duration::from_secs(1)),
+        clock.unix_nanos
+    );
+}
+
+/// A collector on loopback: each export request's span count, in order.
+async fn collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<usize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/v1/traces", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        loop {
+            let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                if conn.read_buf(&mut buf).await.expect("read") == 0 {
+                    return;
+                }
+                continue;
+            };
+            let text = String::from_utf8_lossy(&buf[..head]).to_ascii_lowercase();
+            let len: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("content-length");
+            while buf.len() < head + 4 + len {
+                if conn.read_buf(&mut buf).await.expect("read") == 0 {
+                    return;
+                }
+            }
+            let body: Vec<u8> = buf.drain(..head + 4 + len).skip(head + 4).collect();
+            let req = otlp::ExportTraceServiceRequest::decode(&body[..]).expect("decodes");
+            let spans = req.resource_spans[0].scope_spans[0].spans.len();
+            let _ = tx.send(spans);
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .expect("answer");
+        }
+    });
+    (url, rx)
+}
+
+/// The exporter is not woken by each span: a partial batch goes when the
+/// interval has passed, a full one as soon as the request path says a
+/// batch's worth waits in the queue (the interval here is an hour: only that
+/// word can send it). The exporter holds the first span when the next four
+/// come: its batch of four goes, the fifth waits.
+#[tokio::test]
+async fn a_full_batch_goes_at_once_and_a_partial_one_after_the_interval() {
+    for (interval, pushed, expected) in [
+        (Duration::from_secs(3600), 5, vec![4]),
+        (Duration::from_millis(50), 3, vec![3]),
+    ] {
+        let (url, mut exported) = collector().await;
+        let config = TracesConfig {
+            endpoint: Some(url),
+            sample_ratio: 1.0,
+            batch: 4,
+            interval,
+            ..TracesConfig::default()
+        };
+        let metrics = TraceMetrics::new(&Registry::new()).expect("metrics");
+        let (s, queue) = Spans::new(&config, metrics.clone());
+        let identity = export::Identity {
+            service_name: "router".into(),
+            node: None,
+            host_name: "h".into(),
+        };
+        // The first span alone, once the exporter waits for the rest.
+        record(&s, None).finish(200, 0, false, Instant::now());
+        tokio::spawn(export::run(queue, config, identity, metrics.clone()));
+        tokio::task::yield_now().await;
+        for _ in 1..pushed {
+            record(&s, None).finish(200, 0, false, Instant::now());
+        }
+        let mut got = Vec::new();
+        while got.iter().sum::<usize>() < expected.iter().sum() {
+            // A bound only so that a full batch left waiting for the hour
+            // fails here saying so, instead of hanging the run.
+            let next = tokio::time::timeout(Duration::from_secs(60), exported.recv()).await;
+            let why = "no export: a full batch did not wake the exporter";
+            got.push(next.expect(why).expect("the collector's channel"));
+        }
+        assert_eq!(got, expected, "spans per export, interval {interval:?}");
     }
 }

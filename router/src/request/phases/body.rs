@@ -190,7 +190,7 @@ impl Drop for Completion {
             log.emit(now, self.status, self.bytes, elapsed, self.aborted);
         }
         if let Some(span) = self.span.take() {
-            span.finish(self.status, self.bytes, self.aborted);
+            span.finish(self.status, self.bytes, self.aborted, now);
         }
     }
 }

@@ -194,7 +194,9 @@ impl Proxy {
             .as_ref()
             .filter(|spans| {
                 trace.sampled()
-                    && spans.believes(trace.parent.is_some(), conn.behind_proxy, trace.low_bits())
+                    && spans.believes(trace.parent.is_some(), conn.behind_proxy, || {
+                        trace.low_bits()
+                    })
             })
             .map(|spans| {
                 let started = Started {
