@@ -16,7 +16,9 @@
 //! - **Never slows a request**: the request path only moves its finished
 //!   record into a bounded queue (`traces.queue`) with `try_send`; a full
 //!   queue drops the span and counts it. One exporter task batches the queue
-//!   (`traces.batch` spans, or what came within `traces.interval`), encodes
+//!   (`traces.batch` spans, or what came within `traces.interval`; woken by
+//!   a batch's first span and by a full batch, not by each, see [`Queue`]),
+//!   dates the batch by one reading of the wall clock ([`Clock`]), encodes
 //!   OTLP protobuf ([`otlp`]) and POSTs it to `traces.endpoint`
 //!   (OTLP/HTTP); a collector that is slow, down or refusing costs the
 //!   batch, counted as dropped, never a request.

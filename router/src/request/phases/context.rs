@@ -189,29 +189,7 @@ impl Proxy {
             && (fields.contains(Name::Upgrade) || fields.values(Name::Connection).any(says_close));
         let sample = self.traces.as_ref().map_or(Sample::OFF, |t| t.sample);
         let trace = Trace::of(fields, conn.trusted(), sample);
-        let span = self
-            .traces
-            .as_ref()
-            .filter(|spans| {
-                trace.sampled()
-                    && spans.believes(trace.parent.is_some(), conn.behind_proxy, || {
-                        trace.low_bits()
-                    })
-            })
-            .map(|spans| {
-                let started = Started {
-                    traceparent: trace.traceparent(),
-                    parent: trace.parent,
-                    start,
-                    method: req.method(),
-                    host,
-                    uri: req.uri(),
-                    version: req.version(),
-                    client: conn.ip,
-                    request_id: trace.request_id.as_str(),
-                };
-                SpanRecord::start(spans, started)
-            });
+        let span = self.span(conn, req, host, (&trace, start));
         Context {
             conn,
             start,
@@ -236,6 +214,34 @@ impl Proxy {
                 && req.version() != http::Version::HTTP_3
                 && self.h3_serves(host),
         }
+    }
+
+    /// The request's span, when spans are on and its trace is sampled and
+    /// believed (see [`spans::Spans::believes`]).
+    fn span(
+        &self,
+        conn: &ClientConn,
+        req: &Request<Received>,
+        host: Option<&HeaderValue>,
+        (trace, start): (&Trace, Instant),
+    ) -> Option<Box<SpanRecord>> {
+        let spans = self.traces.as_ref()?;
+        let continued = trace.parent.is_some();
+        if !trace.sampled() || !spans.believes(continued, conn.behind_proxy, || trace.low_bits()) {
+            return None;
+        }
+        let started = Started {
+            traceparent: trace.traceparent(),
+            parent: trace.parent,
+            start,
+            method: req.method(),
+            host,
+            uri: req.uri(),
+            version: req.version(),
+            client: conn.ip,
+            request_id: trace.request_id.as_str(),
+        };
+        Some(SpanRecord::start(spans, started))
     }
 }
 
